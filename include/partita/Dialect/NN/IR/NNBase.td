@@ -1,0 +1,122 @@
+//===- NNBase.td - nn dialect, base classes and enums ------*- tablegen -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DIALECT_NN_IR_NNBASE_TD
+#define PARTITA_DIALECT_NN_IR_NNBASE_TD
+
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "partita/Dialect/NN/IR/NNInterfaces.td"
+
+def NN_Dialect : Dialect {
+  let name = "nn";
+  let cppNamespace = "::mlir::partita::nn";
+  let summary = "Tensor compute at transformer granularity";
+  let description = [{
+    The `nn` dialect holds a model as the ONNX front end imports and raises
+    it: value-semantic tensor ops on static shapes, at the granularity a
+    transformer is described in (`nn.layer_norm`, `nn.attention`,
+    `nn.matmul` with a bias epilogue) rather than the loops that compute
+    them.
+
+    ```
+    model.onnx ──import──▶ nn (raw) ──raise──▶ nn (transformer level)
+                                                  │ + dist.mesh, #dist.sharding
+                                                  ▼
+                                   propagate ─▶ partition ─▶ local nn + dist
+                                                  │
+                                                  ▼
+                                       exec program ─▶ host / CUDA
+    ```
+
+    Every op implements `ShardingRuleOpInterface`: an einsum-like mapping of
+    each operand and result dimension to *factors*. Sharding propagation,
+    partitioning and the cost model are written once against factors and
+    never against individual ops. A factor is:
+
+    - `parallel`: each shard computes its part independently;
+    - `reduction`: each shard computes a partial result that a collective
+      combines (sum, max or min);
+    - `normalization`: the axis a softmax or norm computes statistics over;
+      a shard needs the statistics of the whole axis;
+    - `kv_sequence`: the key/value sequence of attention; shards combine
+      with an online-softmax merge (ring attention);
+    - `lookup`: the rows an embedding or gather indexes; a shard looks up
+      the rows it holds and the results are summed;
+    - `opaque`: the op cannot be computed on a shard of this factor.
+
+    A dimension maps to several factors (major to minor) when a reshape
+    merges or splits it, so `[b, s, h*d] -> [b, s, h, d]` keeps a split of
+    `h`. A dimension of size 1 maps to none.
+
+    All shapes are static. Element types are `f32`, `f16`, `bf16` for
+    compute, `i1`, `i8`, `i32`, `i64` for masks, indices and shapes.
+  }];
+  let hasConstantMaterializer = 1;
+  let extraClassDeclaration = [{
+    void registerOps();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def NN_Float : AnyTypeOf<[F32, F16, BF16]>;
+def NN_Int : AnyTypeOf<[I1, I8, I32, I64]>;
+def NN_Index : AnyTypeOf<[I32, I64]>;
+
+def NN_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I1, I8, I32, I64]>;
+def NN_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
+def NN_BoolTensor : StaticShapeTensorOf<[I1]>;
+def NN_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+def NN_IntOrBoolTensor : StaticShapeTensorOf<[I1, I8, I32, I64]>;
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def NN_ReduceKindAttr : I32EnumAttr<"ReduceKind", "reduction kind", [
+    I32EnumAttrCase<"Sum", 0, "sum">,
+    I32EnumAttrCase<"Mean", 1, "mean">,
+    I32EnumAttrCase<"Max", 2, "max">,
+    I32EnumAttrCase<"Min", 3, "min">
+  ]> {
+  let cppNamespace = "::mlir::partita::nn";
+}
+
+def NN_CompareDirectionAttr : I32EnumAttr<"CompareDirection",
+    "comparison predicate", [
+    I32EnumAttrCase<"EQ", 0, "eq">,
+    I32EnumAttrCase<"NE", 1, "ne">,
+    I32EnumAttrCase<"LT", 2, "lt">,
+    I32EnumAttrCase<"LE", 3, "le">,
+    I32EnumAttrCase<"GT", 4, "gt">,
+    I32EnumAttrCase<"GE", 5, "ge">
+  ]> {
+  let cppNamespace = "::mlir::partita::nn";
+}
+
+def NN_GeluApproximationAttr : I32EnumAttr<"GeluApproximation",
+    "GELU approximation", [
+    I32EnumAttrCase<"None", 0, "none">,
+    I32EnumAttrCase<"Tanh", 1, "tanh">
+  ]> {
+  let cppNamespace = "::mlir::partita::nn";
+}
+
+//===----------------------------------------------------------------------===//
+// Base op class
+//===----------------------------------------------------------------------===//
+
+class NN_Op<string mnemonic, list<Trait> traits = []>
+    : Op<NN_Dialect, mnemonic, !listconcat(traits, [
+        Pure, DeclareOpInterfaceMethods<NN_ShardingRuleOpInterface>])>;
+
+#endif // PARTITA_DIALECT_NN_IR_NNBASE_TD

@@ -1,0 +1,40 @@
+//===- NNOps.h - nn dialect ops ---------------------------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DIALECT_NN_IR_NNOPS_H
+#define PARTITA_DIALECT_NN_IR_NNOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "partita/Dialect/NN/IR/NNDialect.h"
+#include "partita/Dialect/NN/IR/ShardingRule.h"
+
+#include "partita/Dialect/NN/IR/NNEnums.h.inc"
+
+#include "partita/Dialect/NN/IR/NNInterfaces.h.inc"
+
+namespace mlir::partita::nn {
+
+/// The numpy broadcast of `shapes`, or failure when they do not broadcast.
+FailureOr<SmallVector<int64_t>>
+broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes);
+
+/// The broadcast of the shapes of `types` with `elementType`. The shapes must
+/// broadcast; builders use it to infer result types.
+RankedTensorType inferBroadcastResultType(ArrayRef<Type> types,
+                                          Type elementType);
+
+} // namespace mlir::partita::nn
+
+#define GET_OP_CLASSES
+#include "partita/Dialect/NN/IR/NNOps.h.inc"
+
+#endif // PARTITA_DIALECT_NN_IR_NNOPS_H

@@ -1,0 +1,677 @@
+//===- NNOps.td - nn dialect ops ---------------------------*- tablegen -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DIALECT_NN_IR_NNOPS_TD
+#define PARTITA_DIALECT_NN_IR_NNOPS_TD
+
+include "partita/Dialect/NN/IR/NNBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def NN_ConstantOp : NN_Op<"constant", [ConstantLike]> {
+  let summary = "tensor constant (weights and shape values)";
+  let description = [{
+    A tensor whose value is known at compile time. Weights are stored as
+    `dense_resource` blobs, which keep the bytes out of the IR text and can
+    be memory-mapped; small shape-like values may be inline `dense`.
+
+    ```mlir
+    %w = nn.constant dense_resource<layer0.wq> : tensor<768x768xf32>
+    %shape = nn.constant dense<[2, 128, 12, 64]> : tensor<4xi64>
+    ```
+
+    **Constraints**
+
+    1. `constant_c1`: the value's type is the result type.
+    2. `constant_c2`: an inline `dense` value that is not a splat holds at
+       most 1024 elements; larger values are `dense_resource` blobs.
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs NN_Tensor:$result);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::ElementsAttr":$value), [{
+      build($_builder, $_state, ::llvm::cast<::mlir::TensorType>(value.getType()), value);
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// The largest inline non-splat `dense` value a constant may hold.
+    static constexpr int64_t kMaxInlineElements = 1024;
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise binary ops (numpy broadcasting)
+//===----------------------------------------------------------------------===//
+
+class NN_BroadcastingOp<string mnemonic, list<Trait> traits = [],
+                        bit checksElementTypes = 1>
+    : NN_Op<mnemonic, traits> {
+  let hasVerifier = 1;
+  code constraintsDoc = !if(checksElementTypes, [{
+
+    Operands broadcast as in numpy: shapes are aligned at their last
+    dimension and each pair of dimensions is equal or one of them is 1.
+
+    **Constraints**
+
+    1. `}] # mnemonic # [{_c1`: the operands have the same element type.
+    2. `}] # mnemonic # [{_c2`: the operand shapes broadcast together.
+    3. `}] # mnemonic # [{_c3`: the result type is the broadcast shape with
+       the result element type.
+  }], [{
+
+    Operands broadcast as in numpy: shapes are aligned at their last
+    dimension and each pair of dimensions is equal or one of them is 1.
+
+    **Constraints**
+
+    1. `}] # mnemonic # [{_c1`: the operand shapes broadcast together.
+    2. `}] # mnemonic # [{_c2`: the result type is the broadcast shape.
+  }]);
+}
+
+class NN_ElementwiseBinaryOp<string mnemonic, Type operandType,
+                             string formula, list<Trait> traits = [],
+                             bit checksElementTypes = 1>
+    : NN_BroadcastingOp<mnemonic, traits, checksElementTypes> {
+  let summary = "elementwise " # formula;
+  let description = "Computes `" # formula # "` elementwise." # constraintsDoc # [{
+    ```mlir
+    %r = nn.}] # mnemonic # [{ %a, %b : (tensor<2x8x768xf32>, tensor<768xf32>) -> tensor<2x8x768xf32>
+    ```
+  }];
+  let arguments = (ins operandType:$lhs, operandType:$rhs);
+  let results = (outs operandType:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs), [{
+      build($_builder, $_state,
+            inferBroadcastResultType({lhs.getType(), rhs.getType()},
+                                     ::mlir::getElementTypeOrSelf(lhs.getType())),
+            lhs, rhs);
+    }]>
+  ];
+}
+
+def NN_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I8, I32, I64]>;
+
+def NN_AddOp : NN_ElementwiseBinaryOp<"add", NN_NumericTensor, "lhs + rhs",
+                                      [Commutative]> {
+  let hasFolder = 1;
+}
+def NN_SubOp : NN_ElementwiseBinaryOp<"sub", NN_NumericTensor, "lhs - rhs"> {
+  let hasFolder = 1;
+}
+def NN_MulOp : NN_ElementwiseBinaryOp<"mul", NN_NumericTensor, "lhs * rhs",
+                                      [Commutative]> {
+  let hasFolder = 1;
+}
+def NN_DivOp : NN_ElementwiseBinaryOp<"div", NN_NumericTensor,
+                                      "lhs / rhs (integers round toward zero)"> {
+  let hasFolder = 1;
+}
+def NN_PowOp : NN_ElementwiseBinaryOp<"pow", NN_FloatTensor, "lhs ^ rhs">;
+def NN_MaxOp : NN_ElementwiseBinaryOp<"max", NN_NumericTensor, "max(lhs, rhs)",
+                                      [Commutative]> {
+  let hasFolder = 1;
+}
+def NN_MinOp : NN_ElementwiseBinaryOp<"min", NN_NumericTensor, "min(lhs, rhs)",
+                                      [Commutative]> {
+  let hasFolder = 1;
+}
+def NN_AndOp : NN_ElementwiseBinaryOp<"and", NN_BoolTensor, "lhs and rhs",
+                                      [Commutative],
+                                      /*checksElementTypes=*/0> {
+  let hasFolder = 1;
+}
+def NN_OrOp : NN_ElementwiseBinaryOp<"or", NN_BoolTensor, "lhs or rhs",
+                                     [Commutative],
+                                      /*checksElementTypes=*/0> {
+  let hasFolder = 1;
+}
+def NN_XorOp : NN_ElementwiseBinaryOp<"xor", NN_BoolTensor, "lhs xor rhs",
+                                      [Commutative],
+                                      /*checksElementTypes=*/0> {
+  let hasFolder = 1;
+}
+
+def NN_CompareOp : NN_BroadcastingOp<"compare"> {
+  let summary = "elementwise comparison";
+  let description = [{
+    Compares elementwise with the given predicate and yields `i1`.
+  }] # constraintsDoc # [{
+    ```mlir
+    %m = nn.compare lt, %a, %b : (tensor<8xi64>, tensor<8xi64>) -> tensor<8xi1>
+    ```
+  }];
+  let arguments = (ins NN_CompareDirectionAttr:$direction, NN_Tensor:$lhs,
+                       NN_Tensor:$rhs);
+  let results = (outs NN_BoolTensor:$result);
+  let assemblyFormat = [{
+    $direction `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+  let hasFolder = 1;
+}
+
+def NN_WhereOp : NN_BroadcastingOp<"where"> {
+  let summary = "elementwise select";
+  let description = [{
+    Yields `on_true` where `condition` holds and `on_false` elsewhere. The
+    three operands broadcast together; constraint 1 concerns `on_true` and
+    `on_false`.
+  }] # constraintsDoc # [{
+    ```mlir
+    %r = nn.where %mask, %scores, %neg_inf : (tensor<1x1x8x8xi1>, tensor<2x12x8x8xf32>, tensor<f32>) -> tensor<2x12x8x8xf32>
+    ```
+  }];
+  let arguments = (ins NN_BoolTensor:$condition, NN_Tensor:$on_true,
+                       NN_Tensor:$on_false);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $on_true `,` $on_false attr-dict `:` functional-type(operands, results)
+  }];
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise unary ops
+//===----------------------------------------------------------------------===//
+
+class NN_ElementwiseUnaryOp<string mnemonic, Type tensorType, string formula,
+                            list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat(traits, [SameOperandsAndResultType])> {
+  let summary = "elementwise " # formula;
+  let description = "Computes `" # formula # "` elementwise." # [{
+
+    ```mlir
+    %r = nn.}] # mnemonic # [{ %x : tensor<2x8x768xf32>
+    ```
+  }];
+  let arguments = (ins tensorType:$input);
+  let results = (outs tensorType:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def NN_NegOp : NN_ElementwiseUnaryOp<"neg", NN_NumericTensor, "-x"> {
+  let hasFolder = 1;
+}
+def NN_AbsOp : NN_ElementwiseUnaryOp<"abs", NN_NumericTensor, "|x|">;
+def NN_ExpOp : NN_ElementwiseUnaryOp<"exp", NN_FloatTensor, "e^x">;
+def NN_LogOp : NN_ElementwiseUnaryOp<"log", NN_FloatTensor, "ln(x)">;
+def NN_SqrtOp : NN_ElementwiseUnaryOp<"sqrt", NN_FloatTensor, "sqrt(x)">;
+def NN_RsqrtOp : NN_ElementwiseUnaryOp<"rsqrt", NN_FloatTensor, "1 / sqrt(x)">;
+def NN_ReciprocalOp : NN_ElementwiseUnaryOp<"reciprocal", NN_FloatTensor,
+                                            "1 / x">;
+def NN_TanhOp : NN_ElementwiseUnaryOp<"tanh", NN_FloatTensor, "tanh(x)">;
+def NN_ErfOp : NN_ElementwiseUnaryOp<"erf", NN_FloatTensor, "erf(x)">;
+def NN_SigmoidOp : NN_ElementwiseUnaryOp<"sigmoid", NN_FloatTensor,
+                                         "1 / (1 + e^-x)">;
+def NN_ReluOp : NN_ElementwiseUnaryOp<"relu", NN_NumericTensor, "max(x, 0)">;
+def NN_SiluOp : NN_ElementwiseUnaryOp<"silu", NN_FloatTensor, "x * sigmoid(x)">;
+def NN_NotOp : NN_ElementwiseUnaryOp<"not", NN_BoolTensor, "not x"> {
+  let hasFolder = 1;
+}
+
+def NN_GeluOp : NN_Op<"gelu", [SameOperandsAndResultType]> {
+  let summary = "elementwise GELU";
+  let description = [{
+    Gaussian error linear unit, `x * Phi(x)`. With `approximation = none`
+    (the default) `Phi` is computed with `erf`; with `tanh` it is
+    `0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`.
+
+    ```mlir
+    %r = nn.gelu %x approximation = tanh : tensor<2x8x3072xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       DefaultValuedAttr<NN_GeluApproximationAttr,
+                         "::mlir::partita::nn::GeluApproximation::None">:$approximation);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`approximation` `=` $approximation^)? attr-dict `:` type($result)
+  }];
+}
+
+def NN_CastOp : NN_Op<"cast"> {
+  let summary = "elementwise element-type conversion";
+  let description = [{
+    Converts each element to the result element type. Float to integer
+    rounds toward zero; to `i1` yields `x != 0`.
+
+    ```mlir
+    %r = nn.cast %mask : tensor<2x8xi64> -> tensor<2x8xf32>
+    ```
+
+    **Constraints**
+
+    1. `cast_c1`: the result has the shape of the input.
+  }];
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+def NN_ReduceOp : NN_Op<"reduce"> {
+  let summary = "reduction over axes";
+  let description = [{
+    Reduces the input over `axes` with `sum`, `mean`, `max` or `min`. With
+    `keepdims` the reduced dimensions stay with size 1.
+
+    ```mlir
+    %m = nn.reduce mean %x axes = [2] keepdims : tensor<2x8x768xf32> -> tensor<2x8x1xf32>
+    ```
+
+    **Constraints**
+
+    1. `reduce_c1`: `axes` is non-empty, strictly increasing and within
+       `[0, rank)`.
+    2. `reduce_c2`: the result has the input's element type and the input
+       shape with the reduced dimensions removed (or 1 with `keepdims`).
+  }];
+  let arguments = (ins NN_ReduceKindAttr:$kind, NN_NumericTensor:$input,
+                       DenseI64ArrayAttr:$axes, UnitAttr:$keepdims);
+  let results = (outs NN_NumericTensor:$result);
+  let assemblyFormat = [{
+    $kind $input `axes` `=` $axes (`keepdims` $keepdims^)? attr-dict `:`
+    type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+class NN_SoftmaxLikeOp<string mnemonic, string formula>
+    : NN_Op<mnemonic, [SameOperandsAndResultType]> {
+  let summary = formula # " along one axis";
+  let description = "Computes `" # formula # "` along `axis`." # [{
+
+    ```mlir
+    %p = nn.}] # mnemonic # [{ %scores axis = 3 : tensor<2x12x8x8xf32>
+    ```
+
+    **Constraints**
+
+    1. `}] # mnemonic # [{_c1`: `axis` is within `[0, rank)`.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def NN_SoftmaxOp : NN_SoftmaxLikeOp<"softmax", "exp(x) / sum(exp(x))">;
+def NN_LogSoftmaxOp : NN_SoftmaxLikeOp<"log_softmax", "x - log(sum(exp(x)))">;
+
+def NN_LayerNormOp : NN_Op<"layer_norm", [
+    AttrSizedOperandSegments, AllTypesMatch<["input", "result"]>]> {
+  let summary = "layer normalization";
+  let description = [{
+    Normalizes over the dimensions `[axis, rank)`:
+    `(x - mean) / sqrt(var + epsilon) * scale + bias`, with the population
+    variance. `scale` and `bias` are optional and have the shape of the
+    normalized dimensions.
+
+    ```mlir
+    %y = nn.layer_norm %x scale(%g : tensor<768xf32>) bias(%b : tensor<768xf32>) axis = 2 epsilon = 1.0e-05 : tensor<2x8x768xf32>
+    ```
+
+    **Constraints**
+
+    1. `layer_norm_c1`: `axis` is within `[0, rank)`.
+    2. `layer_norm_c2`: `scale` and `bias` have the shape of the normalized
+       dimensions, `input.shape[axis:]`.
+    3. `layer_norm_c3`: `scale` and `bias` have the input's element type.
+    4. `layer_norm_c4`: `epsilon` is positive.
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       Optional<NN_FloatTensor>:$scale,
+                       Optional<NN_FloatTensor>:$bias,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`scale` `(` $scale^ `:` type($scale) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)?
+    `axis` `=` $axis `epsilon` `=` $epsilon attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_RmsNormOp : NN_Op<"rms_norm", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "root-mean-square normalization";
+  let description = [{
+    Normalizes over the dimensions `[axis, rank)`:
+    `x / sqrt(mean(x^2) + epsilon) * scale`. `scale` is optional and has the
+    shape of the normalized dimensions.
+
+    ```mlir
+    %y = nn.rms_norm %x scale(%g : tensor<512xf32>) axis = 2 epsilon = 1.0e-06 : tensor<2x8x512xf32>
+    ```
+
+    **Constraints**
+
+    1. `rms_norm_c1`: `axis` is within `[0, rank)`.
+    2. `rms_norm_c2`: `scale` has the shape of the normalized dimensions,
+       `input.shape[axis:]`.
+    3. `rms_norm_c3`: `scale` has the input's element type.
+    4. `rms_norm_c4`: `epsilon` is positive.
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       Optional<NN_FloatTensor>:$scale,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`scale` `(` $scale^ `:` type($scale) `)`)?
+    `axis` `=` $axis `epsilon` `=` $epsilon attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions
+//===----------------------------------------------------------------------===//
+
+def NN_MatmulOp : NN_Op<"matmul"> {
+  let summary = "batched matrix product with an optional bias epilogue";
+  let description = [{
+    `result[..., m, n] = sum_k lhs[..., m, k] * rhs[..., k, n] + bias[n]`.
+    The batch dimensions (all but the last two) broadcast as in numpy, so a
+    weight `[k, n]` multiplies every matrix of a `[b, s, k]` activation.
+    Accumulation is in fp32 whatever the storage type.
+
+    When the contracted dimension is split, each shard's product is a
+    partial sum; the bias must then be added once, after the reduction, not
+    by every shard. The partitioner separates the epilogue in that case.
+
+    ```mlir
+    %y = nn.matmul %x, %w bias %b : (tensor<2x8x768xf32>, tensor<768x3072xf32>, tensor<3072xf32>) -> tensor<2x8x3072xf32>
+    ```
+
+    **Constraints**
+
+    1. `matmul_c1`: `lhs` and `rhs` have rank 2 or more.
+    2. `matmul_c2`: the contracted sizes agree: `lhs.shape[-1] == rhs.shape[-2]`.
+    3. `matmul_c3`: the batch dimensions broadcast together.
+    4. `matmul_c4`: `bias` has rank 1 and size `rhs.shape[-1]`.
+    5. `matmul_c5`: all operands have the same element type.
+    6. `matmul_c6`: the result shape is `broadcast(batch) + [m, n]` with the
+       operands' element type.
+  }];
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
+                       Optional<NN_FloatTensor>:$bias);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`bias` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_AttentionOp : NN_Op<"attention"> {
+  let summary = "scaled dot-product attention with grouped key/value heads";
+  let description = [{
+    `softmax(q k^T * scale + mask) v` per batch and head, with
+    `q: [b, hq, sq, d]`, `k: [b, hkv, skv, d]`, `v: [b, hkv, skv, dv]` and
+    result `[b, hq, sq, dv]`. Query head `h` reads key/value head
+    `h / (hq / hkv)` (grouped-query attention; `hkv == hq` is multi-head).
+
+    `scale` defaults to `1 / sqrt(d)`. With `causal`, query `i` attends to
+    keys `j <= i + (skv - sq)` (aligned at the last position, as with a
+    key/value cache). The optional `mask` broadcasts to `[b, hq, sq, skv]`:
+    an `i1` mask keeps the positions where it is true; a float mask is added
+    to the scores.
+
+    ```mlir
+    %o = nn.attention %q, %k, %v mask %m {causal, scale = 1.250000e-01 : f32} : (tensor<2x12x8x64xf32>, tensor<2x4x8x64xf32>, tensor<2x4x8x64xf32>, tensor<2x1x1x8xi1>) -> tensor<2x12x8x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `attention_c1`: `q`, `k` and `v` have rank 4.
+    2. `attention_c2`: `q`, `k` and `v` have the same batch size.
+    3. `attention_c3`: `k` and `v` have the same number of heads, which
+       divides the number of query heads.
+    4. `attention_c4`: `q` and `k` have the same head size.
+    5. `attention_c5`: `k` and `v` have the same sequence length.
+    6. `attention_c6`: `mask` has rank at most 4 and broadcasts to
+       `[b, hq, sq, skv]`.
+    7. `attention_c7`: `mask` is `i1` or has the element type of `q`.
+    8. `attention_c8`: `q`, `k` and `v` have the same element type.
+    9. `attention_c9`: the result type is `[b, hq, sq, dv]` with the element
+       type of `q`.
+    10. `attention_c10`: `scale`, when given, is positive.
+  }];
+  let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
+                       NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
+                       UnitAttr:$causal, OptionalAttr<F32Attr>:$scale);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scale applied to the scores: the attribute or 1/sqrt(head size).
+    double getEffectiveScale();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Lookups
+//===----------------------------------------------------------------------===//
+
+def NN_EmbeddingOp : NN_Op<"embedding"> {
+  let summary = "row gather from an embedding table";
+  let description = [{
+    `result[i..., e] = table[indices[i...], e]`. Indices outside
+    `[0, rows)` are undefined behaviour at run time.
+
+    ```mlir
+    %h = nn.embedding %wte, %ids : (tensor<50257x768xf32>, tensor<2x8xi64>) -> tensor<2x8x768xf32>
+    ```
+
+    **Constraints**
+
+    1. `embedding_c1`: `table` has rank 2.
+    2. `embedding_c2`: the result type is `indices.shape + [table.shape[1]]`
+       with the table's element type.
+  }];
+  let arguments = (ins NN_FloatTensor:$table, NN_IndexTensor:$indices);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_GatherOp : NN_Op<"gather"> {
+  let summary = "gather along one axis (ONNX Gather)";
+  let description = [{
+    `result = data[:axis] ++ indices ++ data[axis+1:]` indexed as ONNX
+    `Gather`: negative indices count from the end.
+
+    ```mlir
+    %d = nn.gather %shape, %idx axis = 0 : (tensor<4xi64>, tensor<i64>) -> tensor<i64>
+    ```
+
+    **Constraints**
+
+    1. `gather_c1`: `axis` is within `[0, rank(data))`.
+    2. `gather_c2`: the result type is
+       `data.shape[:axis] + indices.shape + data.shape[axis+1:]` with the
+       data's element type.
+  }];
+  let arguments = (ins NN_Tensor:$data, NN_IndexTensor:$indices, I64Attr:$axis);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices `axis` `=` $axis attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def NN_ReshapeOp : NN_Op<"reshape"> {
+  let summary = "reinterpret the shape, keeping row-major element order";
+  let description = [{
+    ```mlir
+    %h = nn.reshape %x : tensor<2x8x768xf32> -> tensor<2x8x12x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `reshape_c1`: input and result have the same element type and the
+       same number of elements.
+  }];
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def NN_TransposeOp : NN_Op<"transpose"> {
+  let summary = "permute dimensions";
+  let description = [{
+    `result.shape[i] = input.shape[permutation[i]]`.
+
+    ```mlir
+    %t = nn.transpose %x permutation = [0, 2, 1, 3] : tensor<2x8x12x64xf32> -> tensor<2x12x8x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `transpose_c1`: `permutation` is a permutation of `[0, rank)`.
+    2. `transpose_c2`: the result type is the input type with its shape
+       permuted.
+  }];
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = [{
+    $input `permutation` `=` $permutation attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def NN_BroadcastToOp : NN_Op<"broadcast_to"> {
+  let summary = "broadcast to a larger shape (numpy rules)";
+  let description = [{
+    The input's dimensions align with the result's last dimensions; each is
+    1 (repeated) or equal.
+
+    ```mlir
+    %e = nn.broadcast_to %m : tensor<1x1x8x8xi1> -> tensor<2x12x8x8xi1>
+    ```
+
+    **Constraints**
+
+    1. `broadcast_to_c1`: the result rank is at least the input rank and the
+       element types are the same.
+    2. `broadcast_to_c2`: each input dimension is 1 or equals the aligned
+       result dimension.
+  }];
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def NN_SliceOp : NN_Op<"slice"> {
+  let summary = "strided slice with static bounds";
+  let description = [{
+    Takes `input[start:limit:stride]` along every dimension.
+
+    ```mlir
+    %q = nn.slice %qkv start = [0, 0, 0] limit = [2, 8, 768] stride = [1, 1, 1] : tensor<2x8x2304xf32> -> tensor<2x8x768xf32>
+    ```
+
+    **Constraints**
+
+    1. `slice_c1`: `start`, `limit` and `stride` each have one entry per
+       dimension.
+    2. `slice_c2`: `0 <= start <= limit <= size` in every dimension.
+    3. `slice_c3`: every stride is at least 1.
+    4. `slice_c4`: the result has the input's element type and the shape
+       `ceil((limit - start) / stride)`.
+  }];
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$start,
+                       DenseI64ArrayAttr:$limit, DenseI64ArrayAttr:$stride);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = [{
+    $input `start` `=` $start `limit` `=` $limit `stride` `=` $stride attr-dict
+    `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def NN_ConcatOp : NN_Op<"concat"> {
+  let summary = "concatenate along one axis";
+  let description = [{
+    ```mlir
+    %s = nn.concat %a, %b axis = 0 : (tensor<2xi64>, tensor<2xi64>) -> tensor<4xi64>
+    ```
+
+    **Constraints**
+
+    1. `concat_c1`: there is at least one operand.
+    2. `concat_c2`: `axis` is within `[0, rank)`.
+    3. `concat_c3`: all operands have the same element type, rank, and size
+       in every dimension but `axis`.
+    4. `concat_c4`: the result type is the operand type with the `axis`
+       sizes summed.
+  }];
+  let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = [{
+    $inputs `axis` `=` $axis attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def NN_SplitOp : NN_Op<"split"> {
+  let summary = "split along one axis into consecutive pieces";
+  let description = [{
+    The pieces' sizes along `axis` are those of the results.
+
+    ```mlir
+    %q, %k, %v = nn.split %qkv axis = 2 : tensor<2x8x2304xf32> -> tensor<2x8x768xf32>, tensor<2x8x768xf32>, tensor<2x8x768xf32>
+    ```
+
+    **Constraints**
+
+    1. `split_c1`: there is at least one result.
+    2. `split_c2`: `axis` is within `[0, rank)`.
+    3. `split_c3`: every result has the input's element type, rank and size
+       in every dimension but `axis`.
+    4. `split_c4`: the results' sizes along `axis` sum to the input's.
+  }];
+  let arguments = (ins NN_Tensor:$input, I64Attr:$axis);
+  let results = (outs Variadic<NN_Tensor>:$results);
+  let assemblyFormat = [{
+    $input `axis` `=` $axis attr-dict `:` type($input) `->` type($results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // PARTITA_DIALECT_NN_IR_NNOPS_TD

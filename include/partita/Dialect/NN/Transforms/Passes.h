@@ -1,0 +1,19 @@
+//===- Passes.h - nn transformation passes ----------------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DIALECT_NN_TRANSFORMS_PASSES_H
+#define PARTITA_DIALECT_NN_TRANSFORMS_PASSES_H
+
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::partita {
+
+#define GEN_PASS_DECL
+#include "partita/Dialect/NN/Transforms/Passes.h.inc"
+
+} // namespace mlir::partita
+
+#endif // PARTITA_DIALECT_NN_TRANSFORMS_PASSES_H

@@ -1,0 +1,490 @@
+//===- NNFolders.cpp - folders and canonicalizations of nn ops ------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Exported graphs compute shapes at run time (Shape, Gather, Concat, ...).
+// Once shapes are static those computations are constants, and the folders
+// here reduce them so the transformer ops are left alone. Constant folding
+// only produces inline `dense` values up to ConstantOp::kMaxInlineElements;
+// larger values stay computed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/APSInt.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::nn;
+
+namespace {
+
+/// The inline dense value of a folder's operand, if it is one.
+DenseElementsAttr getDense(Attribute attr) {
+  return dyn_cast_if_present<DenseElementsAttr>(attr);
+}
+
+bool isSmall(ShapedType type) {
+  return type.getNumElements() <= ConstantOp::kMaxInlineElements;
+}
+
+/// Row-major strides of `shape`.
+SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+/// The linear index into an operand of shape `from` that numpy broadcasting
+/// reads for the result element at linear index `linear` of shape `to`.
+int64_t broadcastSource(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
+                        ArrayRef<int64_t> toStrides, int64_t linear) {
+  SmallVector<int64_t> fromStrides = stridesOf(from);
+  int64_t offset = to.size() - from.size(), index = 0;
+  for (size_t d = 0; d < to.size(); ++d) {
+    int64_t coord = (linear / toStrides[d]) % to[d];
+    int64_t fd = static_cast<int64_t>(d) - offset;
+    if (fd >= 0 && from[fd] != 1)
+      index += coord * fromStrides[fd];
+  }
+  return index;
+}
+
+/// Folds an elementwise op over inline constants with numpy broadcasting.
+/// `fn` maps the operands' elements to the result element, or returns a null
+/// attribute to give up (integer division by zero).
+template <typename Fn>
+Attribute foldElementwise(ShapedType resultType, ArrayRef<Attribute> operands,
+                          Fn fn) {
+  if (!isSmall(resultType))
+    return {};
+  SmallVector<DenseElementsAttr> dense;
+  for (Attribute attr : operands) {
+    DenseElementsAttr value = getDense(attr);
+    if (!value)
+      return {};
+    dense.push_back(value);
+  }
+  SmallVector<SmallVector<Attribute>> values;
+  for (DenseElementsAttr value : dense)
+    values.push_back(llvm::to_vector(value.getValues<Attribute>()));
+  ArrayRef<int64_t> shape = resultType.getShape();
+  SmallVector<int64_t> strides = stridesOf(shape);
+  SmallVector<Attribute> out;
+  SmallVector<Attribute> args(dense.size());
+  for (int64_t i = 0, e = resultType.getNumElements(); i < e; ++i) {
+    for (size_t k = 0; k < dense.size(); ++k)
+      args[k] = values[k][broadcastSource(dense[k].getType().getShape(), shape,
+                                          strides, i)];
+    Attribute element = fn(ArrayRef<Attribute>(args));
+    if (!element)
+      return {};
+    out.push_back(element);
+  }
+  return DenseElementsAttr::get(resultType, out);
+}
+
+/// Folds a binary arithmetic op given its integer and float semantics.
+template <typename IntFn, typename FloatFn>
+Attribute foldArithmetic(Operation *op, ArrayRef<Attribute> operands,
+                         IntFn intFn, FloatFn floatFn) {
+  auto resultType = cast<ShapedType>(op->getResult(0).getType());
+  Type elementType = resultType.getElementType();
+  return foldElementwise(
+      resultType, operands, [&](ArrayRef<Attribute> args) -> Attribute {
+        if (auto lhs = dyn_cast<IntegerAttr>(args[0])) {
+          std::optional<APInt> value =
+              intFn(lhs.getValue(), cast<IntegerAttr>(args[1]).getValue());
+          if (!value)
+            return {};
+          return IntegerAttr::get(elementType, *value);
+        }
+        auto lhs = cast<FloatAttr>(args[0]);
+        return FloatAttr::get(
+            elementType,
+            floatFn(lhs.getValue(), cast<FloatAttr>(args[1]).getValue()));
+      });
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Constants and arithmetic
+//===----------------------------------------------------------------------===//
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
+  return foldArithmetic(
+      *this, adaptor.getOperands(),
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        return a + b;
+      },
+      [](const APFloat &a, const APFloat &b) { return a + b; });
+}
+
+OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
+  return foldArithmetic(
+      *this, adaptor.getOperands(),
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        return a - b;
+      },
+      [](const APFloat &a, const APFloat &b) { return a - b; });
+}
+
+OpFoldResult MulOp::fold(FoldAdaptor adaptor) {
+  return foldArithmetic(
+      *this, adaptor.getOperands(),
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        return a * b;
+      },
+      [](const APFloat &a, const APFloat &b) { return a * b; });
+}
+
+OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
+  return foldArithmetic(
+      *this, adaptor.getOperands(),
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        // Division by zero and INT_MIN / -1 are left for run time.
+        if (b.isZero() || (a.isMinSignedValue() && b.isAllOnes()))
+          return std::nullopt;
+        return a.sdiv(b);
+      },
+      [](const APFloat &a, const APFloat &b) { return a / b; });
+}
+
+OpFoldResult MaxOp::fold(FoldAdaptor adaptor) {
+  return foldArithmetic(
+      *this, adaptor.getOperands(),
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        return a.sge(b) ? a : b;
+      },
+      [](const APFloat &a, const APFloat &b) { return llvm::maximum(a, b); });
+}
+
+OpFoldResult MinOp::fold(FoldAdaptor adaptor) {
+  return foldArithmetic(
+      *this, adaptor.getOperands(),
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        return a.sle(b) ? a : b;
+      },
+      [](const APFloat &a, const APFloat &b) { return llvm::minimum(a, b); });
+}
+
+template <typename Fn>
+static Attribute foldLogical(Operation *op, ArrayRef<Attribute> operands,
+                             Fn fn) {
+  return foldArithmetic(
+      op, operands,
+      [&](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        return fn(a, b);
+      },
+      [](const APFloat &a, const APFloat &) { return a; });
+}
+
+OpFoldResult AndOp::fold(FoldAdaptor adaptor) {
+  return foldLogical(*this, adaptor.getOperands(),
+                     [](const APInt &a, const APInt &b) { return a & b; });
+}
+
+OpFoldResult OrOp::fold(FoldAdaptor adaptor) {
+  return foldLogical(*this, adaptor.getOperands(),
+                     [](const APInt &a, const APInt &b) { return a | b; });
+}
+
+OpFoldResult XorOp::fold(FoldAdaptor adaptor) {
+  return foldLogical(*this, adaptor.getOperands(),
+                     [](const APInt &a, const APInt &b) { return a ^ b; });
+}
+
+OpFoldResult CompareOp::fold(FoldAdaptor adaptor) {
+  auto boolType = IntegerType::get(getContext(), 1);
+  CompareDirection direction = getDirection();
+  return foldElementwise(
+      getType(), adaptor.getOperands(),
+      [&](ArrayRef<Attribute> args) -> Attribute {
+        int cmp;
+        if (auto lhs = dyn_cast<IntegerAttr>(args[0])) {
+          const APInt &a = lhs.getValue();
+          const APInt &b = cast<IntegerAttr>(args[1]).getValue();
+          // i1 compares as unsigned (false < true), wider integers as signed.
+          bool isBool = a.getBitWidth() == 1;
+          cmp = a == b ? 0 : ((isBool ? a.ult(b) : a.slt(b)) ? -1 : 1);
+        } else {
+          APFloat::cmpResult r = cast<FloatAttr>(args[0]).getValue().compare(
+              cast<FloatAttr>(args[1]).getValue());
+          if (r == APFloat::cmpUnordered)
+            return IntegerAttr::get(boolType,
+                                    direction == CompareDirection::NE);
+          cmp =
+              r == APFloat::cmpLessThan ? -1 : (r == APFloat::cmpEqual ? 0 : 1);
+        }
+        bool value = false;
+        switch (direction) {
+        case CompareDirection::EQ:
+          value = cmp == 0;
+          break;
+        case CompareDirection::NE:
+          value = cmp != 0;
+          break;
+        case CompareDirection::LT:
+          value = cmp < 0;
+          break;
+        case CompareDirection::LE:
+          value = cmp <= 0;
+          break;
+        case CompareDirection::GT:
+          value = cmp > 0;
+          break;
+        case CompareDirection::GE:
+          value = cmp >= 0;
+          break;
+        }
+        return IntegerAttr::get(boolType, value);
+      });
+}
+
+OpFoldResult WhereOp::fold(FoldAdaptor adaptor) {
+  // A uniform condition picks one side, when that side already has the
+  // result type (no broadcasting left to do).
+  if (DenseElementsAttr cond = getDense(adaptor.getCondition());
+      cond && cond.isSplat()) {
+    Value chosen = cond.getSplatValue<bool>() ? getOnTrue() : getOnFalse();
+    if (chosen.getType() == getType())
+      return chosen;
+  }
+  return foldElementwise(getType(), adaptor.getOperands(),
+                         [](ArrayRef<Attribute> args) -> Attribute {
+                           return cast<IntegerAttr>(args[0]).getValue().isOne()
+                                      ? args[1]
+                                      : args[2];
+                         });
+}
+
+OpFoldResult NegOp::fold(FoldAdaptor adaptor) {
+  Type elementType = getType().getElementType();
+  return foldElementwise(
+      getType(), adaptor.getOperands(),
+      [&](ArrayRef<Attribute> args) -> Attribute {
+        if (auto i = dyn_cast<IntegerAttr>(args[0]))
+          return IntegerAttr::get(elementType, -i.getValue());
+        return FloatAttr::get(elementType,
+                              -cast<FloatAttr>(args[0]).getValue());
+      });
+}
+
+OpFoldResult NotOp::fold(FoldAdaptor adaptor) {
+  Type elementType = getType().getElementType();
+  return foldElementwise(getType(), adaptor.getOperands(),
+                         [&](ArrayRef<Attribute> args) -> Attribute {
+                           return IntegerAttr::get(
+                               elementType,
+                               ~cast<IntegerAttr>(args[0]).getValue());
+                         });
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  Type to = getType().getElementType();
+  return foldElementwise(
+      getType(), adaptor.getOperands(),
+      [&](ArrayRef<Attribute> args) -> Attribute {
+        if (auto i = dyn_cast<IntegerAttr>(args[0])) {
+          const APInt &value = i.getValue();
+          // i1 is a boolean: true converts to 1, not -1.
+          bool isBool = value.getBitWidth() == 1;
+          if (auto intType = dyn_cast<IntegerType>(to)) {
+            if (intType.getWidth() == 1)
+              return IntegerAttr::get(to, !value.isZero());
+            return IntegerAttr::get(
+                to, isBool ? value.zext(intType.getWidth())
+                           : value.sextOrTrunc(intType.getWidth()));
+          }
+          APFloat result(cast<FloatType>(to).getFloatSemantics());
+          result.convertFromAPInt(value, /*IsSigned=*/!isBool,
+                                  APFloat::rmNearestTiesToEven);
+          return FloatAttr::get(to, result);
+        }
+        APFloat value = cast<FloatAttr>(args[0]).getValue();
+        if (auto intType = dyn_cast<IntegerType>(to)) {
+          if (intType.getWidth() == 1)
+            return IntegerAttr::get(to, !value.isZero());
+          APSInt result(intType.getWidth(), /*isUnsigned=*/false);
+          bool exact;
+          if (value.isNaN() ||
+              value.convertToInteger(result, APFloat::rmTowardZero, &exact) ==
+                  APFloat::opInvalidOp)
+            return {};
+          return IntegerAttr::get(to, result);
+        }
+        bool losesInfo;
+        value.convert(cast<FloatType>(to).getFloatSemantics(),
+                      APFloat::rmNearestTiesToEven, &losesInfo);
+        return FloatAttr::get(to, value);
+      });
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+/// Folds an op that only moves elements: result element `i` is input element
+/// `source(i)` of the single constant operand.
+template <typename Fn>
+static Attribute foldGather(ShapedType resultType, Attribute input, Fn source) {
+  DenseElementsAttr dense = getDense(input);
+  if (!dense)
+    return {};
+  if (dense.isSplat())
+    return DenseElementsAttr::get(resultType, dense.getSplatValue<Attribute>());
+  if (!isSmall(resultType))
+    return {};
+  auto values = llvm::to_vector(dense.getValues<Attribute>());
+  SmallVector<Attribute> out;
+  for (int64_t i = 0, e = resultType.getNumElements(); i < e; ++i)
+    out.push_back(values[source(i)]);
+  return DenseElementsAttr::get(resultType, out);
+}
+
+OpFoldResult GatherOp::fold(FoldAdaptor adaptor) {
+  DenseElementsAttr indices = getDense(adaptor.getIndices());
+  if (!indices)
+    return {};
+  auto indexValues = llvm::to_vector(indices.getValues<APInt>());
+  ArrayRef<int64_t> data = getData().getType().getShape();
+  int64_t axis = getAxis(), axisSize = data[axis];
+  int64_t inner = 1;
+  for (int64_t size : data.drop_front(axis + 1))
+    inner *= size;
+  int64_t numIndices = indexValues.size();
+  for (const APInt &index : indexValues) {
+    int64_t i = index.getSExtValue();
+    if (i < -axisSize || i >= axisSize)
+      return {};
+  }
+  return foldGather(getType(), adaptor.getData(), [&](int64_t linear) {
+    int64_t innerIndex = linear % inner;
+    int64_t rest = linear / inner;
+    int64_t index = indexValues[rest % numIndices].getSExtValue();
+    if (index < 0)
+      index += axisSize;
+    int64_t outer = rest / numIndices;
+    return (outer * axisSize + index) * inner + innerIndex;
+  });
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  // reshape(reshape(x)) is one reshape of x.
+  if (auto producer = getInput().getDefiningOp<ReshapeOp>()) {
+    getInputMutable().assign(producer.getInput());
+    return getResult();
+  }
+  if (DenseElementsAttr dense = getDense(adaptor.getInput()))
+    return dense.reshape(getType());
+  return {};
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor adaptor) {
+  ArrayRef<int64_t> perm = getPermutation();
+  if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+    return getInput();
+  ArrayRef<int64_t> in = getInput().getType().getShape();
+  SmallVector<int64_t> inStrides = stridesOf(in);
+  SmallVector<int64_t> outStrides = stridesOf(getType().getShape());
+  return foldGather(getType(), adaptor.getInput(), [&](int64_t linear) {
+    int64_t index = 0;
+    for (size_t d = 0; d < perm.size(); ++d)
+      index += (linear / outStrides[d]) % in[perm[d]] * inStrides[perm[d]];
+    return index;
+  });
+}
+
+namespace {
+/// transpose(transpose(x, p), q) is transpose(x, p o q).
+struct ComposeTransposes : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto producer = op.getInput().getDefiningOp<TransposeOp>();
+    if (!producer)
+      return failure();
+    SmallVector<int64_t> perm;
+    for (int64_t p : op.getPermutation())
+      perm.push_back(producer.getPermutation()[p]);
+    rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(),
+                                             producer.getInput(), perm);
+    return success();
+  }
+};
+} // namespace
+
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *context) {
+  results.add<ComposeTransposes>(context);
+}
+
+OpFoldResult BroadcastToOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  ArrayRef<int64_t> in = getInput().getType().getShape();
+  ArrayRef<int64_t> out = getType().getShape();
+  SmallVector<int64_t> outStrides = stridesOf(out);
+  return foldGather(getType(), adaptor.getInput(), [&](int64_t linear) {
+    return broadcastSource(in, out, outStrides, linear);
+  });
+}
+
+OpFoldResult SliceOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  ArrayRef<int64_t> start = getStart(), stride = getStride();
+  ArrayRef<int64_t> out = getType().getShape();
+  SmallVector<int64_t> inStrides = stridesOf(getInput().getType().getShape());
+  SmallVector<int64_t> outStrides = stridesOf(out);
+  return foldGather(getType(), adaptor.getInput(), [&](int64_t linear) {
+    int64_t index = 0;
+    for (size_t d = 0; d < out.size(); ++d)
+      index += (start[d] + (linear / outStrides[d]) % out[d] * stride[d]) *
+               inStrides[d];
+    return index;
+  });
+}
+
+OpFoldResult ConcatOp::fold(FoldAdaptor adaptor) {
+  if (getInputs().size() == 1 && getInputs().front().getType() == getType())
+    return getInputs().front();
+  if (!isSmall(getType()))
+    return {};
+  SmallVector<SmallVector<Attribute>> values;
+  for (Attribute attr : adaptor.getInputs()) {
+    DenseElementsAttr dense = getDense(attr);
+    if (!dense)
+      return {};
+    values.push_back(llvm::to_vector(dense.getValues<Attribute>()));
+  }
+  // Row-major: for each index of the dimensions before the axis, copy each
+  // operand's contiguous block.
+  int64_t axis = getAxis();
+  int64_t outer = 1;
+  for (int64_t size : getType().getShape().take_front(axis))
+    outer *= size;
+  SmallVector<Attribute> out;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (auto [input, vals] : llvm::zip(getInputs(), values)) {
+      int64_t block = vals.size() / outer;
+      llvm::append_range(out,
+                         ArrayRef<Attribute>(vals).slice(o * block, block));
+    }
+  }
+  return DenseElementsAttr::get(getType(), out);
+}

@@ -1,0 +1,585 @@
+//===- NNOps.cpp - nn dialect ops: verifiers and assembly ----------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Every verifier message starts with the id of the constraint it checks, as
+// numbered in the op's ODS description (`matmul_c2: ...`); invalid.mlir has
+// one case per id.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::nn;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+FailureOr<SmallVector<int64_t>>
+mlir::partita::nn::broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes) {
+  size_t rank = 0;
+  for (ArrayRef<int64_t> shape : shapes)
+    rank = std::max(rank, shape.size());
+  SmallVector<int64_t> result(rank, 1);
+  for (ArrayRef<int64_t> shape : shapes) {
+    size_t offset = rank - shape.size();
+    for (auto [i, size] : llvm::enumerate(shape)) {
+      int64_t &out = result[offset + i];
+      if (size == out || size == 1)
+        continue;
+      if (out != 1)
+        return failure();
+      out = size;
+    }
+  }
+  return result;
+}
+
+RankedTensorType
+mlir::partita::nn::inferBroadcastResultType(ArrayRef<Type> types,
+                                            Type elementType) {
+  SmallVector<ArrayRef<int64_t>> shapes;
+  for (Type type : types)
+    shapes.push_back(cast<RankedTensorType>(type).getShape());
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(shapes);
+  assert(succeeded(shape) && "operand shapes do not broadcast");
+  return RankedTensorType::get(*shape, elementType);
+}
+
+static RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// Prints `[2, 8, 768]` style shapes in messages.
+static std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  llvm::interleaveComma(shape, os);
+  os << "]";
+  return text;
+}
+
+static LogicalResult verifyAxisInRange(Operation *op, StringRef id,
+                                       int64_t axis, int64_t rank) {
+  if (axis < 0 || axis >= rank)
+    return op->emitOpError()
+           << id << ": axis " << axis << " is out of range [0, " << rank << ")";
+  return success();
+}
+
+/// The constraints every numpy-broadcasting op shares: the `typed` operands
+/// agree on element type, all operand shapes broadcast, and the result is the
+/// broadcast shape with `resultElementType`. Ops whose operand types already
+/// agree by their ODS type (`typed` empty) number the last two from 1.
+static LogicalResult verifyBroadcasting(Operation *op, StringRef mnemonic,
+                                        ValueRange typed,
+                                        Type resultElementType) {
+  unsigned id = 1;
+  if (!typed.empty()) {
+    Type elementType = getElementTypeOrSelf(typed.front().getType());
+    for (Value value : typed.drop_front())
+      if (getElementTypeOrSelf(value.getType()) != elementType)
+        return op->emitOpError()
+               << mnemonic << "_c1: operand element types differ ("
+               << elementType << " vs " << getElementTypeOrSelf(value.getType())
+               << ")";
+    ++id;
+  }
+  SmallVector<ArrayRef<int64_t>> shapes;
+  for (Value value : op->getOperands())
+    shapes.push_back(tensorType(value).getShape());
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(shapes);
+  if (failed(shape)) {
+    InFlightDiagnostic diag = op->emitOpError()
+                              << mnemonic << "_c" << id << ": operand shapes ";
+    llvm::interleave(
+        shapes, [&](ArrayRef<int64_t> s) { diag << shapeString(s); },
+        [&] { diag << ", "; });
+    return diag << " do not broadcast";
+  }
+  auto expected = RankedTensorType::get(*shape, resultElementType);
+  if (op->getResult(0).getType() != expected)
+    return op->emitOpError() << mnemonic << "_c" << id + 1 << ": result type "
+                             << op->getResult(0).getType()
+                             << " differs from the broadcast type " << expected;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ConstantOp
+//===----------------------------------------------------------------------===//
+
+ParseResult ConstantOp::parse(OpAsmParser &parser, OperationState &result) {
+  if (parser.parseOptionalAttrDict(result.attributes))
+    return failure();
+  Attribute value;
+  if (parser.parseAttribute(value))
+    return failure();
+  auto elements = dyn_cast<ElementsAttr>(value);
+  if (!elements)
+    return parser.emitError(parser.getCurrentLocation(),
+                            "expected a typed elements attribute");
+  result.addAttribute(getValueAttrName(result.name), elements);
+  result.addTypes(elements.getType());
+  return success();
+}
+
+void ConstantOp::print(OpAsmPrinter &p) {
+  p.printOptionalAttrDict((*this)->getAttrs(), /*elidedAttrs=*/{"value"});
+  p << " ";
+  p.printAttribute(getValue());
+}
+
+LogicalResult ConstantOp::verify() {
+  if (getValue().getType() != getType())
+    return emitOpError() << "constant_c1: value type " << getValue().getType()
+                         << " differs from result type " << getType();
+  auto dense = dyn_cast<DenseElementsAttr>(getValue());
+  if (dense && !dense.isSplat() && dense.getNumElements() > kMaxInlineElements)
+    return emitOpError() << "constant_c2: inline dense value has "
+                         << dense.getNumElements() << " elements; values over "
+                         << kMaxInlineElements
+                         << " elements must be dense_resource blobs";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+#define NN_VERIFY_BINARY(OP, MNEMONIC)                                         \
+  LogicalResult OP::verify() {                                                 \
+    return verifyBroadcasting(*this, MNEMONIC, getOperands(),                  \
+                              getElementTypeOrSelf(getLhs().getType()));       \
+  }
+NN_VERIFY_BINARY(AddOp, "add")
+NN_VERIFY_BINARY(SubOp, "sub")
+NN_VERIFY_BINARY(MulOp, "mul")
+NN_VERIFY_BINARY(DivOp, "div")
+NN_VERIFY_BINARY(PowOp, "pow")
+NN_VERIFY_BINARY(MaxOp, "max")
+NN_VERIFY_BINARY(MinOp, "min")
+#undef NN_VERIFY_BINARY
+
+// i1 by their ODS type: no element-type constraint to check.
+#define NN_VERIFY_LOGICAL(OP, MNEMONIC)                                        \
+  LogicalResult OP::verify() {                                                 \
+    return verifyBroadcasting(*this, MNEMONIC, ValueRange(),                   \
+                              IntegerType::get(getContext(), 1));              \
+  }
+NN_VERIFY_LOGICAL(AndOp, "and")
+NN_VERIFY_LOGICAL(OrOp, "or")
+NN_VERIFY_LOGICAL(XorOp, "xor")
+#undef NN_VERIFY_LOGICAL
+
+LogicalResult CompareOp::verify() {
+  return verifyBroadcasting(*this, "compare", getOperands(),
+                            IntegerType::get(getContext(), 1));
+}
+
+LogicalResult WhereOp::verify() {
+  return verifyBroadcasting(*this, "where", {getOnTrue(), getOnFalse()},
+                            getElementTypeOrSelf(getOnTrue().getType()));
+}
+
+LogicalResult CastOp::verify() {
+  if (getInput().getType().getShape() != getType().getShape())
+    return emitOpError() << "cast_c1: result shape "
+                         << shapeString(getType().getShape())
+                         << " differs from input shape "
+                         << shapeString(getInput().getType().getShape());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReduceOp::verify() {
+  ArrayRef<int64_t> axes = getAxes();
+  int64_t rank = getInput().getType().getRank();
+  if (axes.empty())
+    return emitOpError() << "reduce_c1: axes are empty";
+  for (auto [i, axis] : llvm::enumerate(axes)) {
+    if (axis < 0 || axis >= rank)
+      return emitOpError() << "reduce_c1: axis " << axis
+                           << " is out of range [0, " << rank << ")";
+    if (i > 0 && axis <= axes[i - 1])
+      return emitOpError() << "reduce_c1: axes must be strictly increasing";
+  }
+  SmallVector<int64_t> shape;
+  for (auto [d, size] : llvm::enumerate(getInput().getType().getShape())) {
+    if (!llvm::is_contained(axes, static_cast<int64_t>(d)))
+      shape.push_back(size);
+    else if (getKeepdims())
+      shape.push_back(1);
+  }
+  auto expected =
+      RankedTensorType::get(shape, getInput().getType().getElementType());
+  if (getType() != expected)
+    return emitOpError() << "reduce_c2: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  return verifyAxisInRange(*this, "softmax_c1", getAxis(),
+                           getInput().getType().getRank());
+}
+
+LogicalResult LogSoftmaxOp::verify() {
+  return verifyAxisInRange(*this, "log_softmax_c1", getAxis(),
+                           getInput().getType().getRank());
+}
+
+/// Shared by layer_norm and rms_norm: the axis (c1), the shape (c2) and
+/// element type (c3) of the affine parameters, and epsilon (c4).
+static LogicalResult verifyNormalization(Operation *op, StringRef mnemonic,
+                                         RankedTensorType input, int64_t axis,
+                                         ValueRange params, float epsilon) {
+  std::string id = mnemonic.str() + "_c";
+  if (failed(verifyAxisInRange(op, id + "1", axis, input.getRank())))
+    return failure();
+  ArrayRef<int64_t> normalized = input.getShape().drop_front(axis);
+  for (Value param : params) {
+    RankedTensorType type = tensorType(param);
+    if (type.getShape() != normalized)
+      return op->emitOpError()
+             << id << "2: parameter shape " << shapeString(type.getShape())
+             << " differs from the normalized shape "
+             << shapeString(normalized);
+    if (type.getElementType() != input.getElementType())
+      return op->emitOpError()
+             << id << "3: parameter element type " << type.getElementType()
+             << " differs from the input's " << input.getElementType();
+  }
+  if (!(epsilon > 0.0f))
+    return op->emitOpError()
+           << id << "4: epsilon must be positive, got " << epsilon;
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  SmallVector<Value> params;
+  if (getScale())
+    params.push_back(getScale());
+  if (getBias())
+    params.push_back(getBias());
+  return verifyNormalization(*this, "layer_norm", getInput().getType(),
+                             getAxis(), params, getEpsilon().convertToFloat());
+}
+
+LogicalResult RmsNormOp::verify() {
+  SmallVector<Value> params;
+  if (getScale())
+    params.push_back(getScale());
+  return verifyNormalization(*this, "rms_norm", getInput().getType(), getAxis(),
+                             params, getEpsilon().convertToFloat());
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::verify() {
+  RankedTensorType lhs = getLhs().getType(), rhs = getRhs().getType();
+  if (lhs.getRank() < 2 || rhs.getRank() < 2)
+    return emitOpError() << "matmul_c1: operands must have rank 2 or more, got "
+                         << lhs.getRank() << " and " << rhs.getRank();
+  int64_t k = lhs.getShape().back();
+  if (k != rhs.getDimSize(rhs.getRank() - 2))
+    return emitOpError() << "matmul_c2: contracted sizes differ: lhs has " << k
+                         << ", rhs has " << rhs.getDimSize(rhs.getRank() - 2);
+  FailureOr<SmallVector<int64_t>> batch = broadcastShapes(
+      {lhs.getShape().drop_back(2), rhs.getShape().drop_back(2)});
+  if (failed(batch))
+    return emitOpError() << "matmul_c3: batch dimensions "
+                         << shapeString(lhs.getShape().drop_back(2)) << " and "
+                         << shapeString(rhs.getShape().drop_back(2))
+                         << " do not broadcast";
+  int64_t n = rhs.getShape().back();
+  if (Value bias = getBias()) {
+    RankedTensorType biasType = tensorType(bias);
+    if (biasType.getRank() != 1 || biasType.getDimSize(0) != n)
+      return emitOpError() << "matmul_c4: bias shape "
+                           << shapeString(biasType.getShape()) << " must be ["
+                           << n << "]";
+  }
+  for (Value operand : getOperands())
+    if (getElementTypeOrSelf(operand.getType()) != lhs.getElementType())
+      return emitOpError() << "matmul_c5: operand element types differ ("
+                           << lhs.getElementType() << " vs "
+                           << getElementTypeOrSelf(operand.getType()) << ")";
+  SmallVector<int64_t> shape = *batch;
+  shape.push_back(lhs.getDimSize(lhs.getRank() - 2));
+  shape.push_back(n);
+  auto expected = RankedTensorType::get(shape, lhs.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "matmul_c6: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+double AttentionOp::getEffectiveScale() {
+  if (std::optional<APFloat> scale = getScale())
+    return scale->convertToDouble();
+  return 1.0 /
+         std::sqrt(static_cast<double>(getQuery().getType().getShape().back()));
+}
+
+LogicalResult AttentionOp::verify() {
+  RankedTensorType q = getQuery().getType(), k = getKey().getType(),
+                   v = getValue().getType();
+  if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
+    return emitOpError() << "attention_c1: query, key and value must have "
+                            "rank 4 [batch, heads, sequence, head size]";
+  int64_t b = q.getDimSize(0), hq = q.getDimSize(1), sq = q.getDimSize(2);
+  int64_t hkv = k.getDimSize(1), skv = k.getDimSize(2);
+  if (k.getDimSize(0) != b || v.getDimSize(0) != b)
+    return emitOpError() << "attention_c2: batch sizes differ (" << b << ", "
+                         << k.getDimSize(0) << ", " << v.getDimSize(0) << ")";
+  if (v.getDimSize(1) != hkv || hq % hkv != 0)
+    return emitOpError() << "attention_c3: key/value heads (" << hkv << ", "
+                         << v.getDimSize(1) << ") must be equal and divide the "
+                         << hq << " query heads";
+  if (q.getDimSize(3) != k.getDimSize(3))
+    return emitOpError() << "attention_c4: query head size " << q.getDimSize(3)
+                         << " differs from key head size " << k.getDimSize(3);
+  if (v.getDimSize(2) != skv)
+    return emitOpError() << "attention_c5: key sequence " << skv
+                         << " differs from value sequence " << v.getDimSize(2);
+  if (Value mask = getMask()) {
+    RankedTensorType m = tensorType(mask);
+    SmallVector<int64_t> scores = {b, hq, sq, skv};
+    FailureOr<SmallVector<int64_t>> shape =
+        broadcastShapes({m.getShape(), ArrayRef<int64_t>(scores)});
+    if (m.getRank() > 4 || failed(shape) ||
+        ArrayRef<int64_t>(*shape) != ArrayRef<int64_t>(scores))
+      return emitOpError() << "attention_c6: mask shape "
+                           << shapeString(m.getShape())
+                           << " does not broadcast to the scores' shape "
+                           << shapeString(scores);
+    if (!m.getElementType().isInteger(1) &&
+        m.getElementType() != q.getElementType())
+      return emitOpError() << "attention_c7: mask element type "
+                           << m.getElementType() << " must be i1 or "
+                           << q.getElementType();
+  }
+  if (k.getElementType() != q.getElementType() ||
+      v.getElementType() != q.getElementType())
+    return emitOpError() << "attention_c8: query, key and value element types "
+                            "differ";
+  auto expected =
+      RankedTensorType::get({b, hq, sq, v.getDimSize(3)}, q.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "attention_c9: result type " << getType()
+                         << " differs from the expected " << expected;
+  if (std::optional<APFloat> scale = getScale())
+    if (!(scale->convertToDouble() > 0.0))
+      return emitOpError() << "attention_c10: scale must be positive, got "
+                           << scale->convertToDouble();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Lookups
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  RankedTensorType table = getTable().getType();
+  if (table.getRank() != 2)
+    return emitOpError() << "embedding_c1: table must have rank 2, got "
+                         << table.getRank();
+  SmallVector<int64_t> shape(getIndices().getType().getShape());
+  shape.push_back(table.getDimSize(1));
+  auto expected = RankedTensorType::get(shape, table.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "embedding_c2: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+LogicalResult GatherOp::verify() {
+  RankedTensorType data = getData().getType();
+  int64_t axis = getAxis();
+  if (failed(verifyAxisInRange(*this, "gather_c1", axis, data.getRank())))
+    return failure();
+  SmallVector<int64_t> shape(data.getShape().take_front(axis));
+  llvm::append_range(shape, getIndices().getType().getShape());
+  llvm::append_range(shape, data.getShape().drop_front(axis + 1));
+  auto expected = RankedTensorType::get(shape, data.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "gather_c2: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType input = getInput().getType();
+  if (input.getElementType() != getType().getElementType() ||
+      input.getNumElements() != getType().getNumElements())
+    return emitOpError() << "reshape_c1: cannot reshape " << input << " ("
+                         << input.getNumElements() << " elements) to "
+                         << getType() << " (" << getType().getNumElements()
+                         << " elements)";
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  RankedTensorType input = getInput().getType();
+  ArrayRef<int64_t> perm = getPermutation();
+  llvm::SmallSet<int64_t, 8> seen;
+  bool valid = static_cast<int64_t>(perm.size()) == input.getRank();
+  for (int64_t p : perm)
+    valid &= p >= 0 && p < input.getRank() && seen.insert(p).second;
+  if (!valid)
+    return emitOpError() << "transpose_c1: " << shapeString(perm)
+                         << " is not a permutation of [0, " << input.getRank()
+                         << ")";
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(input.getDimSize(p));
+  auto expected = RankedTensorType::get(shape, input.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "transpose_c2: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+LogicalResult BroadcastToOp::verify() {
+  RankedTensorType input = getInput().getType();
+  int64_t offset = getType().getRank() - input.getRank();
+  if (offset < 0 || input.getElementType() != getType().getElementType())
+    return emitOpError() << "broadcast_to_c1: cannot broadcast " << input
+                         << " to " << getType();
+  for (auto [d, size] : llvm::enumerate(input.getShape())) {
+    int64_t target = getType().getDimSize(offset + d);
+    if (size != 1 && size != target)
+      return emitOpError() << "broadcast_to_c2: input dimension " << d
+                           << " has size " << size << ", which is neither 1 "
+                           << "nor the result's " << target;
+  }
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  RankedTensorType input = getInput().getType();
+  int64_t rank = input.getRank();
+  ArrayRef<int64_t> start = getStart(), limit = getLimit(),
+                    stride = getStride();
+  if (static_cast<int64_t>(start.size()) != rank ||
+      static_cast<int64_t>(limit.size()) != rank ||
+      static_cast<int64_t>(stride.size()) != rank)
+    return emitOpError() << "slice_c1: start, limit and stride need " << rank
+                         << " entries each";
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (start[d] < 0 || start[d] > limit[d] || limit[d] > input.getDimSize(d))
+      return emitOpError() << "slice_c2: dimension " << d << " bounds ["
+                           << start[d] << ", " << limit[d]
+                           << ") are not within [0, " << input.getDimSize(d)
+                           << "]";
+    if (stride[d] < 1)
+      return emitOpError() << "slice_c3: stride " << stride[d]
+                           << " of dimension " << d << " is below 1";
+    shape.push_back(llvm::divideCeil(limit[d] - start[d], stride[d]));
+  }
+  auto expected = RankedTensorType::get(shape, input.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "slice_c4: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "concat_c1: needs at least one operand";
+  RankedTensorType first = tensorType(getInputs().front());
+  int64_t axis = getAxis();
+  if (failed(verifyAxisInRange(*this, "concat_c2", axis, first.getRank())))
+    return failure();
+  SmallVector<int64_t> shape(first.getShape());
+  shape[axis] = 0;
+  for (Value input : getInputs()) {
+    RankedTensorType type = tensorType(input);
+    bool compatible = type.getRank() == first.getRank() &&
+                      type.getElementType() == first.getElementType();
+    for (int64_t d = 0; compatible && d < first.getRank(); ++d)
+      compatible = d == axis || type.getDimSize(d) == first.getDimSize(d);
+    if (!compatible)
+      return emitOpError() << "concat_c3: operand " << type
+                           << " is incompatible with " << first
+                           << " along axis " << axis;
+    shape[axis] += type.getDimSize(axis);
+  }
+  auto expected = RankedTensorType::get(shape, first.getElementType());
+  if (getType() != expected)
+    return emitOpError() << "concat_c4: result type " << getType()
+                         << " differs from the expected " << expected;
+  return success();
+}
+
+LogicalResult SplitOp::verify() {
+  if (getResults().empty())
+    return emitOpError() << "split_c1: needs at least one result";
+  RankedTensorType input = getInput().getType();
+  int64_t axis = getAxis();
+  if (failed(verifyAxisInRange(*this, "split_c2", axis, input.getRank())))
+    return failure();
+  int64_t total = 0;
+  for (Value result : getResults()) {
+    RankedTensorType type = tensorType(result);
+    bool compatible = type.getRank() == input.getRank() &&
+                      type.getElementType() == input.getElementType();
+    for (int64_t d = 0; compatible && d < input.getRank(); ++d)
+      compatible = d == axis || type.getDimSize(d) == input.getDimSize(d);
+    if (!compatible)
+      return emitOpError() << "split_c3: result " << type
+                           << " is incompatible with the input " << input
+                           << " along axis " << axis;
+    total += type.getDimSize(axis);
+  }
+  if (total != input.getDimSize(axis))
+    return emitOpError() << "split_c4: result sizes along axis " << axis
+                         << " sum to " << total << ", not "
+                         << input.getDimSize(axis);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Registration
+//===----------------------------------------------------------------------===//
+
+#define GET_OP_CLASSES
+#include "partita/Dialect/NN/IR/NNOps.cpp.inc"
+
+void NNDialect::registerOps() {
+  addOperations<
+#define GET_OP_LIST
+#include "partita/Dialect/NN/IR/NNOps.cpp.inc"
+      >();
+}

@@ -1,0 +1,400 @@
+//===- NNShardingRules.cpp - sharding rules of the nn ops -----------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The factor mapping of every nn op (ShardingRuleOpInterface). These rules
+// are the only place where the sharding passes learn what an op does.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::nn;
+
+using TensorRef = ShardingRule::TensorRef;
+using DimRef = std::pair<TensorRef, unsigned>;
+
+static constexpr auto operand = ShardingRule::operand;
+static constexpr auto result = ShardingRule::result;
+
+static ArrayRef<int64_t> shapeOf(Value value) {
+  return cast<RankedTensorType>(value.getType()).getShape();
+}
+
+/// One parallel factor per dimension, shared by operand 0 and result 0 (ops
+/// that keep their input's shape).
+static void addIdentityFactors(ShardingRule &rule, Operation *op,
+                               ArrayRef<unsigned> exceptDims = {},
+                               FactorKind exceptKind = FactorKind::Parallel) {
+  for (auto [d, size] : llvm::enumerate(shapeOf(op->getOperand(0)))) {
+    unsigned dim = d;
+    FactorKind kind =
+        llvm::is_contained(exceptDims, dim) ? exceptKind : FactorKind::Parallel;
+    rule.addShared(size, kind, {{operand(0), dim}, {result(0), dim}});
+  }
+}
+
+/// Factors of an op that is elementwise on one operand and one result except
+/// along `otherDims`, where each side gets opaque factors of its own (slice,
+/// concat and split dimensions).
+static void addOpaqueAlong(ShardingRule &rule, ArrayRef<TensorRef> tensors,
+                           ArrayRef<ArrayRef<int64_t>> shapes, unsigned dim) {
+  for (auto [ref, shape] : llvm::zip(tensors, shapes))
+    if (shape[dim] != 1)
+      rule.append(ref, dim, rule.addFactor(shape[dim], FactorKind::Opaque));
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and elementwise ops
+//===----------------------------------------------------------------------===//
+
+ShardingRule ConstantOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  for (auto [d, size] : llvm::enumerate(getType().getShape()))
+    rule.addShared(size, FactorKind::Parallel,
+                   {{result(0), static_cast<unsigned>(d)}});
+  return rule;
+}
+
+#define NN_BROADCAST_RULE(OP)                                                  \
+  ShardingRule OP::getShardingRule() {                                         \
+    ShardingRule rule = ShardingRule::forOp(*this);                            \
+    addBroadcastFactors(rule, *this);                                          \
+    return rule;                                                               \
+  }
+NN_BROADCAST_RULE(AddOp)
+NN_BROADCAST_RULE(SubOp)
+NN_BROADCAST_RULE(MulOp)
+NN_BROADCAST_RULE(DivOp)
+NN_BROADCAST_RULE(PowOp)
+NN_BROADCAST_RULE(MaxOp)
+NN_BROADCAST_RULE(MinOp)
+NN_BROADCAST_RULE(AndOp)
+NN_BROADCAST_RULE(OrOp)
+NN_BROADCAST_RULE(XorOp)
+NN_BROADCAST_RULE(CompareOp)
+NN_BROADCAST_RULE(WhereOp)
+#undef NN_BROADCAST_RULE
+
+#define NN_IDENTITY_RULE(OP)                                                   \
+  ShardingRule OP::getShardingRule() {                                         \
+    ShardingRule rule = ShardingRule::forOp(*this);                            \
+    addIdentityFactors(rule, *this);                                           \
+    return rule;                                                               \
+  }
+NN_IDENTITY_RULE(NegOp)
+NN_IDENTITY_RULE(AbsOp)
+NN_IDENTITY_RULE(ExpOp)
+NN_IDENTITY_RULE(LogOp)
+NN_IDENTITY_RULE(SqrtOp)
+NN_IDENTITY_RULE(RsqrtOp)
+NN_IDENTITY_RULE(ReciprocalOp)
+NN_IDENTITY_RULE(TanhOp)
+NN_IDENTITY_RULE(ErfOp)
+NN_IDENTITY_RULE(SigmoidOp)
+NN_IDENTITY_RULE(ReluOp)
+NN_IDENTITY_RULE(SiluOp)
+NN_IDENTITY_RULE(NotOp)
+NN_IDENTITY_RULE(GeluOp)
+NN_IDENTITY_RULE(CastOp)
+#undef NN_IDENTITY_RULE
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+ShardingRule ReduceOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  FactorCombiner combiner = FactorCombiner::Sum;
+  if (getKind() == ReduceKind::Mean)
+    combiner = FactorCombiner::Mean;
+  else if (getKind() == ReduceKind::Max)
+    combiner = FactorCombiner::Max;
+  else if (getKind() == ReduceKind::Min)
+    combiner = FactorCombiner::Min;
+  unsigned resultDim = 0;
+  for (auto [d, size] : llvm::enumerate(getInput().getType().getShape())) {
+    unsigned dim = d;
+    if (llvm::is_contained(getAxes(), static_cast<int64_t>(d))) {
+      // A reduced dimension survives as size 1 with keepdims; it maps to no
+      // factor there.
+      rule.addShared(size, FactorKind::Reduction, {{operand(0), dim}},
+                     combiner);
+      if (getKeepdims())
+        ++resultDim;
+      continue;
+    }
+    rule.addShared(size, FactorKind::Parallel,
+                   {{operand(0), dim}, {result(0), resultDim++}});
+  }
+  return rule;
+}
+
+ShardingRule SoftmaxOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  addIdentityFactors(rule, *this, {static_cast<unsigned>(getAxis())},
+                     FactorKind::Normalization);
+  return rule;
+}
+
+ShardingRule LogSoftmaxOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  addIdentityFactors(rule, *this, {static_cast<unsigned>(getAxis())},
+                     FactorKind::Normalization);
+  return rule;
+}
+
+/// Normalized dimensions are shared by the input, the result and the affine
+/// parameters (operands 1..n), whose dimension `d - axis` they are.
+static ShardingRule normalizationRule(Operation *op, int64_t axis) {
+  ShardingRule rule = ShardingRule::forOp(op);
+  ArrayRef<int64_t> shape = shapeOf(op->getOperand(0));
+  for (auto [d, size] : llvm::enumerate(shape)) {
+    unsigned dim = d;
+    SmallVector<DimRef> dims = {{operand(0), dim}, {result(0), dim}};
+    if (static_cast<int64_t>(d) < axis) {
+      rule.addShared(size, FactorKind::Parallel, dims);
+      continue;
+    }
+    for (unsigned i = 1; i < op->getNumOperands(); ++i)
+      dims.push_back({operand(i), static_cast<unsigned>(d - axis)});
+    rule.addShared(size, FactorKind::Normalization, dims);
+  }
+  return rule;
+}
+
+ShardingRule LayerNormOp::getShardingRule() {
+  return normalizationRule(*this, getAxis());
+}
+
+ShardingRule RmsNormOp::getShardingRule() {
+  return normalizationRule(*this, getAxis());
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions
+//===----------------------------------------------------------------------===//
+
+ShardingRule MatmulOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> lhs = getLhs().getType().getShape();
+  ArrayRef<int64_t> rhs = getRhs().getType().getShape();
+  ArrayRef<int64_t> out = getType().getShape();
+  int64_t batchRank = out.size() - 2;
+  // Batch dimensions broadcast: an operand's dimension of size 1 under a
+  // larger result dimension maps to no factor.
+  ArrayRef<int64_t> operandShapes[] = {lhs, rhs};
+  for (int64_t d = 0; d < batchRank; ++d) {
+    SmallVector<DimRef> dims = {{result(0), static_cast<unsigned>(d)}};
+    for (auto [i, shape] : llvm::enumerate(operandShapes)) {
+      int64_t od = d - (batchRank - static_cast<int64_t>(shape.size() - 2));
+      if (od >= 0 && shape[od] == out[d])
+        dims.push_back({operand(i), static_cast<unsigned>(od)});
+    }
+    rule.addShared(out[d], FactorKind::Parallel, dims);
+  }
+  unsigned lhsRank = lhs.size(), rhsRank = rhs.size(), outRank = out.size();
+  rule.addShared(out[outRank - 2], FactorKind::Parallel,
+                 {{operand(0), lhsRank - 2}, {result(0), outRank - 2}});
+  SmallVector<DimRef> n = {{operand(1), rhsRank - 1}, {result(0), outRank - 1}};
+  if (getBias())
+    n.push_back({operand(2), 0});
+  rule.addShared(out[outRank - 1], FactorKind::Parallel, n);
+  rule.addShared(lhs.back(), FactorKind::Reduction,
+                 {{operand(0), lhsRank - 1}, {operand(1), rhsRank - 2}});
+  return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> q = getQuery().getType().getShape();
+  ArrayRef<int64_t> k = getKey().getType().getShape();
+  ArrayRef<int64_t> v = getValue().getType().getShape();
+  TensorRef query = operand(0), key = operand(1), value = operand(2),
+            out = result(0);
+  std::optional<TensorRef> mask;
+  ArrayRef<int64_t> maskShape;
+  if (getMask()) {
+    mask = operand(3);
+    maskShape = shapeOf(getMask());
+  }
+  // The mask broadcasts to [b, hq, sq, skv]: dimension `d` of the scores is
+  // the mask's `d - (4 - rank)` when that one is not broadcast.
+  auto maskDim = [&](unsigned d, int64_t size) -> std::optional<DimRef> {
+    if (!mask)
+      return std::nullopt;
+    int64_t md =
+        static_cast<int64_t>(d) - (4 - static_cast<int64_t>(maskShape.size()));
+    if (md < 0 || maskShape[md] != size)
+      return std::nullopt;
+    return DimRef{*mask, static_cast<unsigned>(md)};
+  };
+  auto withMask = [&](SmallVector<DimRef> dims, unsigned d, int64_t size) {
+    if (std::optional<DimRef> m = maskDim(d, size))
+      dims.push_back(*m);
+    return dims;
+  };
+
+  rule.addShared(
+      q[0], FactorKind::Parallel,
+      withMask({{query, 0}, {key, 0}, {value, 0}, {out, 0}}, 0, q[0]));
+  // Query heads are [kv head, group]: a split of the kv heads splits the
+  // query heads that read them, so grouped-query attention shards by kv head.
+  int64_t hkv = k[1], group = q[1] / k[1];
+  std::optional<unsigned> kvHeads =
+      rule.addShared(hkv, FactorKind::Parallel, {{key, 1}, {value, 1}});
+  std::optional<unsigned> groups =
+      group == 1 ? std::nullopt
+                 : std::optional<unsigned>(
+                       rule.addFactor(group, FactorKind::Parallel));
+  std::optional<DimRef> maskHeads = maskDim(1, q[1]);
+  for (std::optional<unsigned> f : {kvHeads, groups}) {
+    if (!f)
+      continue;
+    rule.append(query, 1, *f);
+    rule.append(out, 1, *f);
+    if (maskHeads)
+      rule.append(maskHeads->first, maskHeads->second, *f);
+  }
+  rule.addShared(q[2], FactorKind::Parallel,
+                 withMask({{query, 2}, {out, 2}}, 2, q[2]));
+  rule.addShared(k[2], FactorKind::KeyValueSequence,
+                 withMask({{key, 2}, {value, 2}}, 3, k[2]));
+  // The head size is contracted before the softmax, so a split of it cannot
+  // be summed afterwards.
+  rule.addShared(q[3], FactorKind::Opaque, {{query, 3}, {key, 3}});
+  rule.addShared(v[3], FactorKind::Parallel, {{value, 3}, {out, 3}});
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Lookups
+//===----------------------------------------------------------------------===//
+
+ShardingRule EmbeddingOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> table = getTable().getType().getShape();
+  rule.addShared(table[0], FactorKind::Lookup, {{operand(0), 0}});
+  for (auto [d, size] : llvm::enumerate(getIndices().getType().getShape()))
+    rule.addShared(size, FactorKind::Parallel,
+                   {{operand(1), static_cast<unsigned>(d)},
+                    {result(0), static_cast<unsigned>(d)}});
+  rule.addShared(table[1], FactorKind::Parallel,
+                 {{operand(0), 1}, {result(0), getType().getRank() - 1}});
+  return rule;
+}
+
+ShardingRule GatherOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> data = getData().getType().getShape();
+  unsigned axis = getAxis();
+  unsigned indexRank = getIndices().getType().getRank();
+  for (auto [d, size] : llvm::enumerate(data)) {
+    unsigned dim = d;
+    if (dim == axis) {
+      rule.addShared(size, FactorKind::Lookup, {{operand(0), dim}});
+      for (auto [i, isize] : llvm::enumerate(getIndices().getType().getShape()))
+        rule.addShared(isize, FactorKind::Parallel,
+                       {{operand(1), static_cast<unsigned>(i)},
+                        {result(0), static_cast<unsigned>(axis + i)}});
+      continue;
+    }
+    unsigned resultDim = dim < axis ? dim : dim - 1 + indexRank;
+    rule.addShared(size, FactorKind::Parallel,
+                   {{operand(0), dim}, {result(0), resultDim}});
+  }
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+ShardingRule ReshapeOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  addReshapeFactors(rule, operand(0), getInput().getType().getShape(),
+                    result(0), getType().getShape());
+  return rule;
+}
+
+ShardingRule TransposeOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  for (auto [d, p] : llvm::enumerate(getPermutation()))
+    rule.addShared(getType().getDimSize(d), FactorKind::Parallel,
+                   {{operand(0), static_cast<unsigned>(p)},
+                    {result(0), static_cast<unsigned>(d)}});
+  return rule;
+}
+
+ShardingRule BroadcastToOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  addBroadcastFactors(rule, *this);
+  return rule;
+}
+
+ShardingRule SliceOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> in = getInput().getType().getShape();
+  ArrayRef<int64_t> out = getType().getShape();
+  for (unsigned d = 0; d < in.size(); ++d) {
+    if (in[d] == out[d]) {
+      rule.addShared(in[d], FactorKind::Parallel,
+                     {{operand(0), d}, {result(0), d}});
+      continue;
+    }
+    addOpaqueAlong(rule, {operand(0), result(0)}, {in, out}, d);
+  }
+  return rule;
+}
+
+ShardingRule ConcatOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  unsigned axis = getAxis();
+  ArrayRef<int64_t> out = getType().getShape();
+  SmallVector<TensorRef> tensors;
+  SmallVector<ArrayRef<int64_t>> shapes;
+  for (auto [i, input] : llvm::enumerate(getInputs())) {
+    tensors.push_back(operand(i));
+    shapes.push_back(shapeOf(input));
+  }
+  tensors.push_back(result(0));
+  shapes.push_back(out);
+  for (unsigned d = 0; d < out.size(); ++d) {
+    if (d == axis) {
+      addOpaqueAlong(rule, tensors, shapes, d);
+      continue;
+    }
+    SmallVector<DimRef> dims;
+    for (TensorRef ref : tensors)
+      dims.push_back({ref, d});
+    rule.addShared(out[d], FactorKind::Parallel, dims);
+  }
+  return rule;
+}
+
+ShardingRule SplitOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  unsigned axis = getAxis();
+  ArrayRef<int64_t> in = getInput().getType().getShape();
+  SmallVector<TensorRef> tensors = {operand(0)};
+  SmallVector<ArrayRef<int64_t>> shapes = {in};
+  for (auto [i, res] : llvm::enumerate(getResults())) {
+    tensors.push_back(result(i));
+    shapes.push_back(shapeOf(res));
+  }
+  for (unsigned d = 0; d < in.size(); ++d) {
+    if (d == axis) {
+      addOpaqueAlong(rule, tensors, shapes, d);
+      continue;
+    }
+    SmallVector<DimRef> dims;
+    for (TensorRef ref : tensors)
+      dims.push_back({ref, d});
+    rule.addShared(in[d], FactorKind::Parallel, dims);
+  }
+  return rule;
+}

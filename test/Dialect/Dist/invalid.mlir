@@ -1,0 +1,658 @@
+// RUN: partita-opt %s -split-input-file -verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// dist.mesh
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{mesh_c1: the mesh has no axes}}
+dist.mesh @mesh []
+
+// -----
+
+// expected-error @+1 {{mesh_c2: 1 axis names but 2 sizes}}
+"dist.mesh"() <{sym_name = "mesh", axis_names = ["dp"], axis_sizes = array<i64: 2, 4>}> : () -> ()
+
+// -----
+
+// expected-error @+1 {{mesh_c3: axis name '2d' is not an identifier}}
+dist.mesh @mesh [dp = 2, "2d" = 4]
+
+// -----
+
+// expected-error @+1 {{mesh_c4: axis 'tp' is declared twice}}
+dist.mesh @mesh [tp = 2, tp = 4]
+
+// -----
+
+// expected-error @+1 {{mesh_c5: axis 'tp' has size 0}}
+dist.mesh @mesh [dp = 2, tp = 0]
+
+//===----------------------------------------------------------------------===//
+// #dist.sharding, dist.annotate, dist.reshard
+//===----------------------------------------------------------------------===//
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @axis_twice_across_dims(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{sharding_c1: axis 'dp' is used more than once}}
+  %0 = dist.annotate %x sharding<@mesh, [{dp}, {tp, dp}]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @axis_twice_partial(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{sharding_c1: axis 'tp' is used more than once}}
+  %0 = dist.annotate %x sharding<@mesh, [{}, {tp}], partial = [tp]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @rank_mismatch(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{sharding_c2: the sharding has 3 dimension entries but 'tensor<8x16xf32>' has rank 2}}
+  %0 = dist.annotate %x sharding<@mesh, [{dp}, {}, {}]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @unknown_axis(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{sharding_c3: 'sp' is not an axis of mesh @mesh}}
+  %0 = dist.annotate %x sharding<@mesh, [{dp}, {sp}]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @unknown_partial_axis(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{sharding_c3: 'pp' is not an axis of mesh @mesh}}
+  %0 = dist.reshard %x to sharding<@mesh, [{dp}, {}], partial = [pp]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @indivisible_dim(%x: tensor<8x6xf32>) {
+  // expected-error @+1 {{sharding_c4: dimension 1 of size 6 is not divisible by 4, the number of devices along [tp]}}
+  %0 = dist.annotate %x sharding<@mesh, [{dp}, {tp}]> : tensor<8x6xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @indivisible_by_product(%x: tensor<12x16xf32>) {
+  // 12 splits over tp (4) but not over dp and tp together (8).
+  // expected-error @+1 {{sharding_c4: dimension 0 of size 12 is not divisible by 8, the number of devices along [tp, dp]}}
+  %0 = dist.reshard %x to sharding<@mesh, [{tp, dp}, {}]> : tensor<12x16xf32>
+  return
+}
+
+// -----
+
+func.func @annotate_unknown_mesh(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{annotate_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.annotate %x sharding<@mesh, [{}, {}]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2]
+func.func @annotate_type_change(%x: tensor<8xf32>) {
+  // expected-error @+1 {{annotate_c2: the result type 'tensor<4xf32>' differs from the operand type 'tensor<8xf32>'}}
+  %0 = "dist.annotate"(%x) <{sharding = #dist.sharding<@mesh, [{dp}]>}> : (tensor<8xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// A symbol that is not a dist.mesh does not do.
+func.func private @mesh()
+func.func @reshard_not_a_mesh(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{reshard_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.reshard %x to sharding<@mesh, [{}, {}]> : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2]
+func.func @reshard_type_change(%x: tensor<8xf32>) {
+  // expected-error @+1 {{reshard_c2: the result type 'tensor<8xf16>' differs from the operand type 'tensor<8xf32>'}}
+  %0 = "dist.reshard"(%x) <{sharding = #dist.sharding<@mesh, [{dp}]>}> : (tensor<8xf32>) -> tensor<8xf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.all_reduce
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @all_reduce_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_reduce_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.all_reduce sum %x on @mesh axes [tp] : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @all_reduce_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_reduce_c2: 'sp' is not an axis of mesh @mesh}}
+  %0 = dist.all_reduce sum %x on @mesh axes [tp, sp] : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @all_reduce_axis_twice(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_reduce_c2: axis 'tp' appears more than once}}
+  %0 = dist.all_reduce sum %x on @mesh axes [tp, dp, tp] : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+func.func @all_reduce_no_axes(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_reduce_c2: the group names no mesh axis}}
+  %0 = dist.all_reduce sum %x on @mesh axes [] : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_reduce_type_change(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_reduce_c3: expected result type 'tensor<8xf32>' for group size 4, got 'tensor<2xf32>'}}
+  %0 = "dist.all_reduce"(%x) <{mesh = @mesh, axes = ["tp"], reduction = #dist<reduction sum>}> : (tensor<8xf32>) -> tensor<2xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.all_gather
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @all_gather_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_gather_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.all_gather %x on @mesh axes [tp] gather_dim 0 : tensor<8xf32> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_gather_axis_twice(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_gather_c2: axis 'tp' appears more than once}}
+  %0 = dist.all_gather %x on @mesh axes [tp, tp] gather_dim 0 : tensor<8xf32> -> tensor<128xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_gather_dim_out_of_range(%x: tensor<8x2xf32>) {
+  // expected-error @+1 {{all_gather_c3: gather_dim 2 is out of range for an operand of rank 2}}
+  %0 = dist.all_gather %x on @mesh axes [tp] gather_dim 2 : tensor<8x2xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_gather_negative_dim(%x: tensor<8x2xf32>) {
+  // expected-error @+1 {{all_gather_c3: gather_dim -1 is out of range for an operand of rank 2}}
+  %0 = dist.all_gather %x on @mesh axes [tp] gather_dim -1 : tensor<8x2xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_gather_wrong_local_shape(%x: tensor<8x2xf32>) {
+  // expected-error @+1 {{all_gather_c4: expected result type 'tensor<8x8xf32>' for group size 4, got 'tensor<32x2xf32>'}}
+  %0 = dist.all_gather %x on @mesh axes [tp] gather_dim 1 : tensor<8x2xf32> -> tensor<32x2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_gather_element_type(%x: tensor<8x2xf32>) {
+  // expected-error @+1 {{all_gather_c4: expected result type 'tensor<32x2xf32>' for group size 4, got 'tensor<32x2xbf16>'}}
+  %0 = dist.all_gather %x on @mesh axes [tp] gather_dim 0 : tensor<8x2xf32> -> tensor<32x2xbf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.reduce_scatter
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @reduce_scatter_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{reduce_scatter_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.reduce_scatter sum %x on @mesh axes [tp] scatter_dim 0 : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @reduce_scatter_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{reduce_scatter_c2: 'dp' is not an axis of mesh @mesh}}
+  %0 = dist.reduce_scatter sum %x on @mesh axes [dp] scatter_dim 0 : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @reduce_scatter_dim_out_of_range(%x: tensor<8xf32>) {
+  // expected-error @+1 {{reduce_scatter_c3: scatter_dim 1 is out of range for an operand of rank 1}}
+  %0 = dist.reduce_scatter sum %x on @mesh axes [tp] scatter_dim 1 : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @reduce_scatter_indivisible(%x: tensor<6xf32>) {
+  // expected-error @+1 {{reduce_scatter_c4: dimension scatter_dim = 0 has size 6, which is not divisible by the group size 4}}
+  %0 = dist.reduce_scatter sum %x on @mesh axes [tp] scatter_dim 0 : tensor<6xf32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @reduce_scatter_wrong_local_shape(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{reduce_scatter_c5: expected result type 'tensor<8x2xf32>' for group size 4, got 'tensor<2x8xf32>'}}
+  %0 = dist.reduce_scatter sum %x on @mesh axes [tp] scatter_dim 1 : tensor<8x8xf32> -> tensor<2x8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.all_to_all
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @all_to_all_unknown_mesh(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{all_to_all_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.all_to_all %x on @mesh axes [sp] split_dim 0 concat_dim 1 : tensor<8x8xf32> -> tensor<2x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @all_to_all_no_axes(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{all_to_all_c2: the group names no mesh axis}}
+  %0 = dist.all_to_all %x on @mesh axes [] split_dim 0 concat_dim 1 : tensor<8x8xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @all_to_all_concat_dim_out_of_range(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{all_to_all_c3: concat_dim 2 is out of range for an operand of rank 2}}
+  %0 = dist.all_to_all %x on @mesh axes [sp] split_dim 0 concat_dim 2 : tensor<8x8xf32> -> tensor<2x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @all_to_all_indivisible(%x: tensor<6x8xf32>) {
+  // expected-error @+1 {{all_to_all_c4: dimension split_dim = 0 has size 6, which is not divisible by the group size 4}}
+  %0 = dist.all_to_all %x on @mesh axes [sp] split_dim 0 concat_dim 1 : tensor<6x8xf32> -> tensor<1x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @all_to_all_wrong_local_shape(%x: tensor<8x8xf32>) {
+  // Split and concat swapped.
+  // expected-error @+1 {{all_to_all_c5: expected result type 'tensor<2x32xf32>' for group size 4, got 'tensor<32x2xf32>'}}
+  %0 = dist.all_to_all %x on @mesh axes [sp] split_dim 0 concat_dim 1 : tensor<8x8xf32> -> tensor<32x2xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.collective_permute
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @collective_permute_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{collective_permute_c1: @ring does not name a dist.mesh}}
+  %0 = dist.collective_permute %x on @ring axes [sp] shift 1 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @collective_permute_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{collective_permute_c2: 'cp' is not an axis of mesh @mesh}}
+  %0 = dist.collective_permute %x on @mesh axes [cp] shift 1 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @collective_permute_type_change(%x: tensor<8xf32>) {
+  // expected-error @+1 {{collective_permute_c3: expected result type 'tensor<8xf32>' for group size 4, got 'tensor<8xf16>'}}
+  %0 = "dist.collective_permute"(%x) <{mesh = @mesh, axes = ["sp"], shift = 1 : i64}> : (tensor<8xf32>) -> tensor<8xf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.send, dist.recv
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @send_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{send_c1: @mesh does not name a dist.mesh}}
+  dist.send %x on @mesh axis pp to 1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 2]
+func.func @send_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{send_c2: 'pp' is not an axis of mesh @mesh}}
+  dist.send %x on @mesh axis pp to 1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @send_peer_out_of_range(%x: tensor<8xf32>) {
+  // expected-error @+1 {{send_c3: peer coordinate 2 is out of range for axis 'pp' of size 2}}
+  dist.send %x on @mesh axis pp to 2 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @send_negative_tag(%x: tensor<8xf32>) {
+  // expected-error @+1 {{send_c4: tag -1 is negative}}
+  dist.send %x on @mesh axis pp to 1 tag -1 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @recv_unknown_mesh() {
+  // expected-error @+1 {{recv_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.recv on @mesh axis pp from 0 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @recv_unknown_axis() {
+  // expected-error @+1 {{recv_c2: 'stage' is not an axis of mesh @mesh}}
+  %0 = dist.recv on @mesh axis stage from 0 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @recv_negative_peer() {
+  // expected-error @+1 {{recv_c3: peer coordinate -1 is negative}}
+  %0 = dist.recv on @mesh axis pp from -1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @recv_negative_tag() {
+  // expected-error @+1 {{recv_c4: tag -3 is negative}}
+  %0 = dist.recv on @mesh axis pp from 0 tag -3 : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @recv_start_nothing() {
+  // expected-error @+1 {{recv_c5: the token's payload 'none' is not a statically shaped tensor}}
+  %t = dist.recv_start on @mesh axis pp from 0 tag 0 : !dist.token<none>
+  dist.wait %t : !dist.token<none>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Async forms and dist.wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @start_without_wait(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_reduce_start_c1: the token has no dist.wait}}
+  %t = dist.all_reduce_start sum %x on @mesh axes [tp] : tensor<8xf32> -> !dist.token<tensor<8xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @start_with_two_waits(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_gather_start_c1: the token has 2 uses; it needs exactly one, a dist.wait}}
+  %t = dist.all_gather_start %x on @mesh axes [tp] gather_dim 0 : tensor<8xf32> -> !dist.token<tensor<32xf32>>
+  %0 = dist.wait %t : !dist.token<tensor<32xf32>>
+  %1 = dist.wait %t : !dist.token<tensor<32xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func private @consume(!dist.token<tensor<2xf32>>)
+func.func @start_used_by_call(%x: tensor<8xf32>) {
+  // expected-error @+1 {{reduce_scatter_start_c1: the token is used by 'func.call', not by a dist.wait}}
+  %t = dist.reduce_scatter_start sum %x on @mesh axes [tp] scatter_dim 0 : tensor<8xf32> -> !dist.token<tensor<2xf32>>
+  func.call @consume(%t) : (!dist.token<tensor<2xf32>>) -> ()
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4, pp = 2]
+func.func @wait_in_another_block(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{all_to_all_start_c1: the dist.wait is not in the block of the start}}
+  %t = dist.all_to_all_start %x on @mesh axes [sp] split_dim 0 concat_dim 1 : tensor<8x8xf32> -> !dist.token<tensor<2x32xf32>>
+  %0 = dist.stage 0 on @mesh axis pp -> (tensor<2x32xf32>) {
+    %1 = dist.wait %t : !dist.token<tensor<2x32xf32>>
+    dist.yield %1 : tensor<2x32xf32>
+  }
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 4]
+func.func @collective_permute_start_without_wait(%x: tensor<8xf32>) {
+  // expected-error @+1 {{collective_permute_start_c1: the token has no dist.wait}}
+  %t = dist.collective_permute_start %x on @mesh axes [sp] shift 1 : tensor<8xf32> -> !dist.token<tensor<8xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @send_start_without_wait(%x: tensor<8xf32>) {
+  // expected-error @+1 {{send_start_c1: the token has no dist.wait}}
+  %t = dist.send_start %x on @mesh axis pp to 1 tag 0 : tensor<8xf32> -> !dist.token<none>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @send_start_payload(%x: tensor<8xf32>) {
+  // expected-error @+1 {{send_start_c2: the token's payload is 'tensor<8xf32>', not none}}
+  %t = dist.send_start %x on @mesh axis pp to 1 tag 0 : tensor<8xf32> -> !dist.token<tensor<8xf32>>
+  %0 = dist.wait %t : !dist.token<tensor<8xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @recv_start_with_two_waits() {
+  // expected-error @+1 {{recv_start_c1: the token has 2 uses}}
+  %t = dist.recv_start on @mesh axis pp from 0 tag 0 : !dist.token<tensor<8xf32>>
+  %0 = dist.wait %t : !dist.token<tensor<8xf32>>
+  %1 = dist.wait %t : !dist.token<tensor<8xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @start_wrong_payload(%x: tensor<8xf32>) {
+  // The start ops share the constraints of their synchronous forms.
+  // expected-error @+1 {{all_gather_c4: expected token payload 'tensor<32xf32>' for group size 4, got 'tensor<8xf32>'}}
+  %t = dist.all_gather_start %x on @mesh axes [tp] gather_dim 0 : tensor<8xf32> -> !dist.token<tensor<8xf32>>
+  %0 = dist.wait %t : !dist.token<tensor<8xf32>>
+  return
+}
+
+// -----
+
+func.func @wait_on_argument(%t: !dist.token<tensor<8xf32>>) {
+  // expected-error @+1 {{wait_c1: the token is not the result of a dist.<op>_start op}}
+  %0 = dist.wait %t : !dist.token<tensor<8xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @wait_result_type(%x: tensor<8xf32>) {
+  %t = dist.all_reduce_start sum %x on @mesh axes [tp] : tensor<8xf32> -> !dist.token<tensor<8xf32>>
+  // expected-error @+1 {{wait_c2: expected one result of type 'tensor<8xf32>'}}
+  %0 = "dist.wait"(%t) : (!dist.token<tensor<8xf32>>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @wait_on_send_with_result(%x: tensor<8xf32>) {
+  %t = dist.send_start %x on @mesh axis pp to 1 tag 0 : tensor<8xf32> -> !dist.token<none>
+  // expected-error @+1 {{wait_c2: a wait on '!dist.token<none>' has no result}}
+  %0 = "dist.wait"(%t) : (!dist.token<none>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{token_c1: the payload must be a statically shaped tensor or none, got 'tensor<?xf32>'}}
+func.func private @dynamic_token(!dist.token<tensor<?xf32>>)
+
+//===----------------------------------------------------------------------===//
+// dist.stage, dist.yield
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @stage_unknown_mesh() {
+  // expected-error @+1 {{stage_c1: @mesh does not name a dist.mesh}}
+  dist.stage 0 on @mesh axis pp {
+    dist.yield
+  }
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 2]
+func.func @stage_unknown_axis() {
+  // expected-error @+1 {{stage_c2: 'pp' is not an axis of mesh @mesh}}
+  dist.stage 0 on @mesh axis pp {
+    dist.yield
+  }
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @stage_index_out_of_range() {
+  // expected-error @+1 {{stage_c3: stage index 2 is out of range for axis 'pp' of size 2}}
+  dist.stage 2 on @mesh axis pp {
+    dist.yield
+  }
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @stage_negative_index() {
+  // expected-error @+1 {{stage_c3: stage index -1 is negative}}
+  dist.stage -1 on @mesh axis pp {
+    dist.yield
+  }
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @stage_yield_mismatch(%x: tensor<8xf32>) {
+  // expected-error @+1 {{stage_c4: the body yields ('tensor<8xf32>') but the stage returns ('tensor<4xf32>')}}
+  %0 = dist.stage 0 on @mesh axis pp -> (tensor<4xf32>) {
+    dist.yield %x : tensor<8xf32>
+  }
+  return
+}
+
+// -----
+
+dist.mesh @mesh [pp = 2]
+func.func @nested_stages() {
+  dist.stage 0 on @mesh axis pp {
+    // expected-error @+1 {{stage_c5: a stage is nested in another dist.stage}}
+    dist.stage 1 on @mesh axis pp {
+      dist.yield
+    }
+    dist.yield
+  }
+  return
+}
+
+// -----
+
+func.func @yield_outside_stage() {
+  // expected-error @+1 {{yield_c1: the parent op is not a dist.stage}}
+  dist.yield
+}

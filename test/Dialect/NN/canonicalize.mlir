@@ -1,0 +1,128 @@
+// RUN: partita-opt %s -canonicalize -split-input-file | FileCheck %s
+
+// A torch-style shape computation: take dims 0 and 1 of a static shape,
+// append the head split, and reshape. All of it folds to constants.
+// CHECK-LABEL: func.func @shape_arithmetic
+func.func @shape_arithmetic() -> tensor<4xi64> {
+  // CHECK: %[[SHAPE:.*]] = nn.constant dense<[2, 8, 12, 64]> : tensor<4xi64>
+  // CHECK-NEXT: return %[[SHAPE]]
+  %shape = nn.constant dense<[2, 8, 768]> : tensor<3xi64>
+  %idx = nn.constant dense<[0, 1]> : tensor<2xi64>
+  %bs = nn.gather %shape, %idx axis = 0 : (tensor<3xi64>, tensor<2xi64>) -> tensor<2xi64>
+  %heads = nn.constant dense<12> : tensor<1xi64>
+  %hidden = nn.slice %shape start = [2] limit = [3] stride = [1] : tensor<3xi64> -> tensor<1xi64>
+  %dim = nn.div %hidden, %heads : (tensor<1xi64>, tensor<1xi64>) -> tensor<1xi64>
+  %r = nn.concat %bs, %heads, %dim axis = 0 : (tensor<2xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<4xi64>
+  return %r : tensor<4xi64>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @arithmetic_broadcasts
+func.func @arithmetic_broadcasts() -> (tensor<2x2xi64>, tensor<2xf32>, tensor<2xi64>) {
+  // CHECK-DAG: nn.constant dense<{{\[}}[11, 21], [12, 22]]> : tensor<2x2xi64>
+  // CHECK-DAG: nn.constant dense<[5.000000e-01, 2.500000e-01]> : tensor<2xf32>
+  // CHECK-DAG: nn.constant dense<[3, -2]> : tensor<2xi64>
+  %col = nn.constant dense<[[1], [2]]> : tensor<2x1xi64>
+  %row = nn.constant dense<[10, 20]> : tensor<2xi64>
+  %sum = nn.add %col, %row : (tensor<2x1xi64>, tensor<2xi64>) -> tensor<2x2xi64>
+  %one = nn.constant dense<1.0> : tensor<f32>
+  %den = nn.constant dense<[2.0, 4.0]> : tensor<2xf32>
+  %q = nn.div %one, %den : (tensor<f32>, tensor<2xf32>) -> tensor<2xf32>
+  // Integer division rounds toward zero.
+  %a = nn.constant dense<[7, -7]> : tensor<2xi64>
+  %b = nn.constant dense<[2, 3]> : tensor<2xi64>
+  %d = nn.div %a, %b : (tensor<2xi64>, tensor<2xi64>) -> tensor<2xi64>
+  return %sum, %q, %d : tensor<2x2xi64>, tensor<2xf32>, tensor<2xi64>
+}
+
+// -----
+
+// Division by zero is left for run time.
+// CHECK-LABEL: func.func @no_fold_div_by_zero
+func.func @no_fold_div_by_zero() -> tensor<2xi64> {
+  // CHECK: nn.div
+  %a = nn.constant dense<[7, 8]> : tensor<2xi64>
+  %z = nn.constant dense<[1, 0]> : tensor<2xi64>
+  %d = nn.div %a, %z : (tensor<2xi64>, tensor<2xi64>) -> tensor<2xi64>
+  return %d : tensor<2xi64>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @compare_where_cast
+func.func @compare_where_cast(%x: tensor<4xf32>, %y: tensor<4xf32>)
+    -> (tensor<3xi1>, tensor<4xf32>, tensor<2xf32>, tensor<2xi64>, tensor<2xi64>) {
+  // CHECK-DAG: %[[LT:.*]] = nn.constant dense<[true, false, false]> : tensor<3xi1>
+  // CHECK-DAG: %[[F:.*]] = nn.constant dense<[1.000000e+00, 0.000000e+00]> : tensor<2xf32>
+  // CHECK-DAG: %[[TRUNC:.*]] = nn.constant dense<[2, -2]> : tensor<2xi64>
+  // CHECK-DAG: %[[SEL:.*]] = nn.constant dense<[2, 7]> : tensor<2xi64>
+  // CHECK: return %[[LT]], %[[X:.*]], %[[F]], %[[TRUNC]], %[[SEL]]
+  %a = nn.constant dense<[1, 2, 3]> : tensor<3xi64>
+  %b = nn.constant dense<2> : tensor<i64>
+  %lt = nn.compare lt, %a, %b : (tensor<3xi64>, tensor<i64>) -> tensor<3xi1>
+  // A uniform condition picks a side.
+  %t = nn.constant dense<true> : tensor<i1>
+  %w = nn.where %t, %x, %y : (tensor<i1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  // i1 converts to 1.0, not -1.0.
+  %bools = nn.constant dense<[true, false]> : tensor<2xi1>
+  %f = nn.cast %bools : tensor<2xi1> -> tensor<2xf32>
+  // Float to integer rounds toward zero.
+  %g = nn.constant dense<[2.7, -2.7]> : tensor<2xf32>
+  %trunc = nn.cast %g : tensor<2xf32> -> tensor<2xi64>
+  %c = nn.constant dense<[true, false]> : tensor<2xi1>
+  %a2 = nn.constant dense<[5, 7]> : tensor<2xi64>
+  %sel = nn.where %c, %b, %a2 : (tensor<2xi1>, tensor<i64>, tensor<2xi64>) -> tensor<2xi64>
+  return %lt, %w, %f, %trunc, %sel : tensor<3xi1>, tensor<4xf32>, tensor<2xf32>, tensor<2xi64>, tensor<2xi64>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @identities
+// CHECK-SAME: (%[[X:.*]]: tensor<2x3xf32>
+func.func @identities(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>) {
+  // CHECK-NOT: nn.
+  // CHECK: return %[[X]], %[[X]], %[[X]], %[[X]], %[[X]]
+  %0 = nn.reshape %x : tensor<2x3xf32> -> tensor<2x3xf32>
+  %1 = nn.transpose %x permutation = [0, 1] : tensor<2x3xf32> -> tensor<2x3xf32>
+  %2 = nn.broadcast_to %x : tensor<2x3xf32> -> tensor<2x3xf32>
+  %3 = nn.slice %x start = [0, 0] limit = [2, 3] stride = [1, 1] : tensor<2x3xf32> -> tensor<2x3xf32>
+  %4 = nn.concat %x axis = 0 : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %0, %1, %2, %3, %4 : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @chains
+// CHECK-SAME: (%[[X:.*]]: tensor<2x8x768xf32>, %[[Y:.*]]: tensor<2x3x4x5xf32>)
+func.func @chains(%x: tensor<2x8x768xf32>, %y: tensor<2x3x4x5xf32>) -> (tensor<16x768xf32>, tensor<2x4x5x3xf32>) {
+  // CHECK: %[[R:.*]] = nn.reshape %[[X]] : tensor<2x8x768xf32> -> tensor<16x768xf32>
+  %0 = nn.reshape %x : tensor<2x8x768xf32> -> tensor<2x8x12x64xf32>
+  %1 = nn.reshape %0 : tensor<2x8x12x64xf32> -> tensor<16x768xf32>
+  // CHECK: %[[T:.*]] = nn.transpose %[[Y]] permutation = [0, 2, 3, 1] : tensor<2x3x4x5xf32> -> tensor<2x4x5x3xf32>
+  %2 = nn.transpose %y permutation = [0, 2, 1, 3] : tensor<2x3x4x5xf32> -> tensor<2x4x3x5xf32>
+  %3 = nn.transpose %2 permutation = [0, 1, 3, 2] : tensor<2x4x3x5xf32> -> tensor<2x4x5x3xf32>
+  // CHECK: return %[[R]], %[[T]]
+  return %1, %3 : tensor<16x768xf32>, tensor<2x4x5x3xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @constant_data_movement
+func.func @constant_data_movement() -> (tensor<3x2xi64>, tensor<2x3xi64>, tensor<2xi64>, tensor<4x2xf32>) {
+  // CHECK-DAG: nn.constant dense<{{\[}}[1, 4], [2, 5], [3, 6]]> : tensor<3x2xi64>
+  // CHECK-DAG: nn.constant dense<{{\[}}[1, 2, 3], [4, 5, 6]]> : tensor<2x3xi64>
+  // CHECK-DAG: nn.constant dense<[3, 1]> : tensor<2xi64>
+  // CHECK-DAG: nn.constant dense<5.000000e-01> : tensor<4x2xf32>
+  %m = nn.constant dense<[[1, 2, 3], [4, 5, 6]]> : tensor<2x3xi64>
+  %t = nn.transpose %m permutation = [1, 0] : tensor<2x3xi64> -> tensor<3x2xi64>
+  %flat = nn.constant dense<[1, 2, 3, 4, 5, 6]> : tensor<6xi64>
+  %r = nn.reshape %flat : tensor<6xi64> -> tensor<2x3xi64>
+  // Negative indices count from the end.
+  %idx = nn.constant dense<[-1, 0]> : tensor<2xi64>
+  %v = nn.constant dense<[1, 2, 3]> : tensor<3xi64>
+  %g = nn.gather %v, %idx axis = 0 : (tensor<3xi64>, tensor<2xi64>) -> tensor<2xi64>
+  %h = nn.constant dense<0.5> : tensor<2xf32>
+  %b = nn.broadcast_to %h : tensor<2xf32> -> tensor<4x2xf32>
+  return %t, %r, %g, %b : tensor<3x2xi64>, tensor<2x3xi64>, tensor<2xi64>, tensor<4x2xf32>
+}

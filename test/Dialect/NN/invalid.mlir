@@ -1,0 +1,785 @@
+// RUN: partita-opt %s -split-input-file -verify-diagnostics
+
+// One case per numbered constraint of the nn ops (NNOps.td); each message
+// starts with the constraint's id.
+
+// constant_c1
+func.func @constant_c1() {
+  // expected-error @+1 {{constant_c1: value type 'tensor<2xf32>' differs from result type 'tensor<3xf32>'}}
+  %0 = "nn.constant"() <{value = dense<1.0> : tensor<2xf32>}> : () -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// constant_c2
+func.func @constant_c2() {
+  // expected-error @+1 {{constant_c2: inline dense value has 1025 elements}}
+  %0 = nn.constant dense<"0x000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FA000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FA000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FA000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FA000102030405060708090A0B0C0D0E0F1011121314"> : tensor<1025xi8>
+  return
+}
+
+// -----
+
+// add_c1
+func.func @add_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{add_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.add %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// add_c2
+func.func @add_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{add_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.add %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// add_c3
+func.func @add_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{add_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.add %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// sub_c1
+func.func @sub_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{sub_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.sub %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// sub_c2
+func.func @sub_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{sub_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.sub %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// sub_c3
+func.func @sub_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{sub_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.sub %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// mul_c1
+func.func @mul_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{mul_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.mul %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// mul_c2
+func.func @mul_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{mul_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.mul %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// mul_c3
+func.func @mul_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{mul_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.mul %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// div_c1
+func.func @div_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{div_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.div %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// div_c2
+func.func @div_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{div_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.div %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// div_c3
+func.func @div_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{div_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.div %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// pow_c1
+func.func @pow_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{pow_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.pow %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// pow_c2
+func.func @pow_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{pow_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.pow %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// pow_c3
+func.func @pow_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{pow_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.pow %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// max_c1
+func.func @max_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{max_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.max %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// max_c2
+func.func @max_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{max_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.max %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// max_c3
+func.func @max_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{max_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.max %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// min_c1
+func.func @min_c1(%a: tensor<2xf32>, %b: tensor<2xf16>) {
+  // expected-error @+1 {{min_c1: operand element types differ ('f32' vs 'f16')}}
+  %0 = nn.min %a, %b : (tensor<2xf32>, tensor<2xf16>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// min_c2
+func.func @min_c2(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{min_c2: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.min %a, %b : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// min_c3
+func.func @min_c3(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{min_c3: result type 'tensor<3xf32>' differs from the broadcast type 'tensor<2x3xf32>'}}
+  %0 = nn.min %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// and_c1
+func.func @and_c1(%a: tensor<2x3xi1>, %b: tensor<2x4xi1>) {
+  // expected-error @+1 {{and_c1: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.and %a, %b : (tensor<2x3xi1>, tensor<2x4xi1>) -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+// and_c2
+func.func @and_c2(%a: tensor<2x3xi1>, %b: tensor<1x3xi1>) {
+  // expected-error @+1 {{and_c2: result type 'tensor<1x3xi1>' differs from the broadcast type 'tensor<2x3xi1>'}}
+  %0 = nn.and %a, %b : (tensor<2x3xi1>, tensor<1x3xi1>) -> tensor<1x3xi1>
+  return
+}
+
+// -----
+
+// or_c1
+func.func @or_c1(%a: tensor<2x3xi1>, %b: tensor<2x4xi1>) {
+  // expected-error @+1 {{or_c1: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.or %a, %b : (tensor<2x3xi1>, tensor<2x4xi1>) -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+// or_c2
+func.func @or_c2(%a: tensor<2x3xi1>, %b: tensor<1x3xi1>) {
+  // expected-error @+1 {{or_c2: result type 'tensor<1x3xi1>' differs from the broadcast type 'tensor<2x3xi1>'}}
+  %0 = nn.or %a, %b : (tensor<2x3xi1>, tensor<1x3xi1>) -> tensor<1x3xi1>
+  return
+}
+
+// -----
+
+// xor_c1
+func.func @xor_c1(%a: tensor<2x3xi1>, %b: tensor<2x4xi1>) {
+  // expected-error @+1 {{xor_c1: operand shapes [2, 3], [2, 4] do not broadcast}}
+  %0 = nn.xor %a, %b : (tensor<2x3xi1>, tensor<2x4xi1>) -> tensor<2x4xi1>
+  return
+}
+
+// -----
+
+// xor_c2
+func.func @xor_c2(%a: tensor<2x3xi1>, %b: tensor<1x3xi1>) {
+  // expected-error @+1 {{xor_c2: result type 'tensor<1x3xi1>' differs from the broadcast type 'tensor<2x3xi1>'}}
+  %0 = nn.xor %a, %b : (tensor<2x3xi1>, tensor<1x3xi1>) -> tensor<1x3xi1>
+  return
+}
+
+// -----
+
+// compare_c1
+func.func @compare_c1(%a: tensor<2xi64>, %b: tensor<2xi32>) {
+  // expected-error @+1 {{compare_c1: operand element types differ ('i64' vs 'i32')}}
+  %0 = nn.compare eq, %a, %b : (tensor<2xi64>, tensor<2xi32>) -> tensor<2xi1>
+  return
+}
+
+// -----
+
+// compare_c2
+func.func @compare_c2(%a: tensor<2xi64>, %b: tensor<3xi64>) {
+  // expected-error @+1 {{compare_c2: operand shapes [2], [3] do not broadcast}}
+  %0 = nn.compare eq, %a, %b : (tensor<2xi64>, tensor<3xi64>) -> tensor<2xi1>
+  return
+}
+
+// -----
+
+// compare_c3
+func.func @compare_c3(%a: tensor<2xi64>, %b: tensor<2xi64>) {
+  // expected-error @+1 {{compare_c3: result type 'tensor<1xi1>' differs from the broadcast type 'tensor<2xi1>'}}
+  %0 = nn.compare eq, %a, %b : (tensor<2xi64>, tensor<2xi64>) -> tensor<1xi1>
+  return
+}
+
+// -----
+
+// where_c1
+func.func @where_c1(%c: tensor<2xi1>, %a: tensor<2xf32>, %b: tensor<2xi64>) {
+  // expected-error @+1 {{where_c1: operand element types differ ('f32' vs 'i64')}}
+  %0 = nn.where %c, %a, %b : (tensor<2xi1>, tensor<2xf32>, tensor<2xi64>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// where_c2
+func.func @where_c2(%c: tensor<3xi1>, %a: tensor<2xf32>, %b: tensor<2xf32>) {
+  // expected-error @+1 {{where_c2: operand shapes [3], [2], [2] do not broadcast}}
+  %0 = nn.where %c, %a, %b : (tensor<3xi1>, tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// where_c3
+func.func @where_c3(%c: tensor<4x1xi1>, %a: tensor<2xf32>, %b: tensor<f32>) {
+  // expected-error @+1 {{where_c3: result type 'tensor<2xf32>' differs from the broadcast type 'tensor<4x2xf32>'}}
+  %0 = nn.where %c, %a, %b : (tensor<4x1xi1>, tensor<2xf32>, tensor<f32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// cast_c1
+func.func @cast_c1(%a: tensor<2x3xi64>) {
+  // expected-error @+1 {{cast_c1: result shape [3, 2] differs from input shape [2, 3]}}
+  %0 = nn.cast %a : tensor<2x3xi64> -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+// reduce_c1
+func.func @reduce_c1(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{reduce_c1: axis 2 is out of range [0, 2)}}
+  %0 = nn.reduce sum %a axes = [2] : tensor<2x3xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// reduce_c1 (order)
+func.func @reduce_c1_order(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{reduce_c1: axes must be strictly increasing}}
+  %0 = nn.reduce sum %a axes = [1, 0] : tensor<2x3xf32> -> tensor<f32>
+  return
+}
+
+// -----
+
+// reduce_c1 (empty)
+func.func @reduce_c1_empty(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{reduce_c1: axes are empty}}
+  %0 = nn.reduce sum %a axes = [] : tensor<2x3xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// reduce_c2
+func.func @reduce_c2(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{reduce_c2: result type 'tensor<2xf32>' differs from the expected 'tensor<2x1xf32>'}}
+  %0 = nn.reduce max %a axes = [1] keepdims : tensor<2x3xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// softmax_c1
+func.func @softmax_c1(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{softmax_c1: axis 2 is out of range [0, 2)}}
+  %0 = nn.softmax %a axis = 2 : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// log_softmax_c1
+func.func @log_softmax_c1(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{log_softmax_c1: axis -1 is out of range [0, 2)}}
+  %0 = nn.log_softmax %a axis = -1 : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// layer_norm_c1
+func.func @layer_norm_c1(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{layer_norm_c1: axis 2 is out of range [0, 2)}}
+  %0 = nn.layer_norm %x axis = 2 epsilon = 1.0e-05 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// layer_norm_c2
+func.func @layer_norm_c2(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{layer_norm_c2: parameter shape [4] differs from the normalized shape [8]}}
+  %0 = nn.layer_norm %x scale(%g : tensor<4xf32>) bias(%g : tensor<4xf32>) axis = 1 epsilon = 1.0e-05 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// layer_norm_c3
+func.func @layer_norm_c3(%x: tensor<2x8xf32>, %g: tensor<8xf16>) {
+  // expected-error @+1 {{layer_norm_c3: parameter element type 'f16' differs from the input's 'f32'}}
+  %0 = nn.layer_norm %x scale(%g : tensor<8xf16>) bias(%g : tensor<8xf16>) axis = 1 epsilon = 1.0e-05 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// layer_norm_c4
+func.func @layer_norm_c4(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{layer_norm_c4: epsilon must be positive, got 0}}
+  %0 = nn.layer_norm %x axis = 1 epsilon = 0.0 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// rms_norm_c1
+func.func @rms_norm_c1(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{rms_norm_c1: axis 2 is out of range [0, 2)}}
+  %0 = nn.rms_norm %x axis = 2 epsilon = 1.0e-05 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// rms_norm_c2
+func.func @rms_norm_c2(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{rms_norm_c2: parameter shape [4] differs from the normalized shape [8]}}
+  %0 = nn.rms_norm %x scale(%g : tensor<4xf32>) axis = 1 epsilon = 1.0e-05 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// rms_norm_c3
+func.func @rms_norm_c3(%x: tensor<2x8xf32>, %g: tensor<8xf16>) {
+  // expected-error @+1 {{rms_norm_c3: parameter element type 'f16' differs from the input's 'f32'}}
+  %0 = nn.rms_norm %x scale(%g : tensor<8xf16>) axis = 1 epsilon = 1.0e-05 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// rms_norm_c4
+func.func @rms_norm_c4(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{rms_norm_c4: epsilon must be positive, got 0}}
+  %0 = nn.rms_norm %x axis = 1 epsilon = 0.0 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// matmul_c1
+func.func @matmul_c1(%a: tensor<8xf32>, %b: tensor<8x4xf32>) {
+  // expected-error @+1 {{matmul_c1: operands must have rank 2 or more, got 1 and 2}}
+  %0 = nn.matmul %a, %b : (tensor<8xf32>, tensor<8x4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// matmul_c2
+func.func @matmul_c2(%a: tensor<2x8xf32>, %b: tensor<6x4xf32>) {
+  // expected-error @+1 {{matmul_c2: contracted sizes differ: lhs has 8, rhs has 6}}
+  %0 = nn.matmul %a, %b : (tensor<2x8xf32>, tensor<6x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// matmul_c3
+func.func @matmul_c3(%a: tensor<3x2x8xf32>, %b: tensor<5x8x4xf32>) {
+  // expected-error @+1 {{matmul_c3: batch dimensions [3] and [5] do not broadcast}}
+  %0 = nn.matmul %a, %b : (tensor<3x2x8xf32>, tensor<5x8x4xf32>) -> tensor<3x2x4xf32>
+  return
+}
+
+// -----
+
+// matmul_c4
+func.func @matmul_c4(%a: tensor<2x8xf32>, %b: tensor<8x4xf32>, %c: tensor<8xf32>) {
+  // expected-error @+1 {{matmul_c4: bias shape [8] must be [4]}}
+  %0 = nn.matmul %a, %b bias %c : (tensor<2x8xf32>, tensor<8x4xf32>, tensor<8xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// matmul_c5
+func.func @matmul_c5(%a: tensor<2x8xf32>, %b: tensor<8x4xbf16>) {
+  // expected-error @+1 {{matmul_c5: operand element types differ ('f32' vs 'bf16')}}
+  %0 = nn.matmul %a, %b : (tensor<2x8xf32>, tensor<8x4xbf16>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// matmul_c6
+func.func @matmul_c6(%a: tensor<3x2x8xf32>, %b: tensor<8x4xf32>) {
+  // expected-error @+1 {{matmul_c6: result type 'tensor<2x4xf32>' differs from the expected 'tensor<3x2x4xf32>'}}
+  %0 = nn.matmul %a, %b : (tensor<3x2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// attention_c1
+func.func @attention_c1(%q: tensor<2x8x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
+  // expected-error @+1 {{attention_c1: query, key and value must have rank 4}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c2
+func.func @attention_c2(%q: tensor<2x8x4x16xf32>, %k: tensor<3x2x4x16xf32>, %v: tensor<3x2x4x16xf32>) {
+  // expected-error @+1 {{attention_c2: batch sizes differ (2, 3, 3)}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<3x2x4x16xf32>, tensor<3x2x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c3
+func.func @attention_c3(%q: tensor<2x8x4x16xf32>, %k: tensor<2x3x4x16xf32>, %v: tensor<2x3x4x16xf32>) {
+  // expected-error @+1 {{attention_c3: key/value heads (3, 3) must be equal and divide the 8 query heads}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x3x4x16xf32>, tensor<2x3x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c4
+func.func @attention_c4(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x32xf32>, %v: tensor<2x2x4x16xf32>) {
+  // expected-error @+1 {{attention_c4: query head size 16 differs from key head size 32}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x32xf32>, tensor<2x2x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c5
+func.func @attention_c5(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x6x16xf32>) {
+  // expected-error @+1 {{attention_c5: key sequence 4 differs from value sequence 6}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x6x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c6
+func.func @attention_c6(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %m: tensor<2x1x4x5xi1>) {
+  // expected-error @+1 {{attention_c6: mask shape [2, 1, 4, 5] does not broadcast to the scores' shape [2, 8, 4, 4]}}
+  %0 = nn.attention %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x4x5xi1>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c7
+func.func @attention_c7(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %m: tensor<4x4xi64>) {
+  // expected-error @+1 {{attention_c7: mask element type 'i64' must be i1 or 'f32'}}
+  %0 = nn.attention %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<4x4xi64>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c8
+func.func @attention_c8(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xbf16>, %v: tensor<2x2x4x16xbf16>) {
+  // expected-error @+1 {{attention_c8: query, key and value element types differ}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c9
+func.func @attention_c9(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x8xf32>) {
+  // expected-error @+1 {{attention_c9: result type 'tensor<2x8x4x16xf32>' differs from the expected 'tensor<2x8x4x8xf32>'}}
+  %0 = nn.attention %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x8xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// attention_c10
+func.func @attention_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
+  // expected-error @+1 {{attention_c10: scale must be positive, got -1}}
+  %0 = nn.attention %q, %k, %v {scale = -1.0 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+// embedding_c1
+func.func @embedding_c1(%t: tensor<100xf32>, %i: tensor<2xi64>) {
+  // expected-error @+1 {{embedding_c1: table must have rank 2, got 1}}
+  %0 = nn.embedding %t, %i : (tensor<100xf32>, tensor<2xi64>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// embedding_c2
+func.func @embedding_c2(%t: tensor<100x16xf32>, %i: tensor<2xi64>) {
+  // expected-error @+1 {{embedding_c2: result type 'tensor<2x8xf32>' differs from the expected 'tensor<2x16xf32>'}}
+  %0 = nn.embedding %t, %i : (tensor<100x16xf32>, tensor<2xi64>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// gather_c1
+func.func @gather_c1(%d: tensor<4xi64>, %i: tensor<i64>) {
+  // expected-error @+1 {{gather_c1: axis 1 is out of range [0, 1)}}
+  %0 = nn.gather %d, %i axis = 1 : (tensor<4xi64>, tensor<i64>) -> tensor<i64>
+  return
+}
+
+// -----
+
+// gather_c2
+func.func @gather_c2(%d: tensor<4x3xf32>, %i: tensor<2xi64>) {
+  // expected-error @+1 {{gather_c2: result type 'tensor<2xf32>' differs from the expected 'tensor<2x3xf32>'}}
+  %0 = nn.gather %d, %i axis = 0 : (tensor<4x3xf32>, tensor<2xi64>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// reshape_c1
+func.func @reshape_c1(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{reshape_c1: cannot reshape 'tensor<2x3xf32>' (6 elements) to 'tensor<4xf32>' (4 elements)}}
+  %0 = nn.reshape %x : tensor<2x3xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// transpose_c1
+func.func @transpose_c1(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{transpose_c1: [0, 0] is not a permutation of [0, 2)}}
+  %0 = nn.transpose %x permutation = [0, 0] : tensor<2x3xf32> -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+// transpose_c2
+func.func @transpose_c2(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{transpose_c2: result type 'tensor<2x3xf32>' differs from the expected 'tensor<3x2xf32>'}}
+  %0 = nn.transpose %x permutation = [1, 0] : tensor<2x3xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// broadcast_to_c1
+func.func @broadcast_to_c1(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{broadcast_to_c1: cannot broadcast 'tensor<2x3xf32>' to 'tensor<3xf32>'}}
+  %0 = nn.broadcast_to %x : tensor<2x3xf32> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// broadcast_to_c2
+func.func @broadcast_to_c2(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{broadcast_to_c2: input dimension 1 has size 3, which is neither 1 nor the result's 4}}
+  %0 = nn.broadcast_to %x : tensor<2x3xf32> -> tensor<5x2x4xf32>
+  return
+}
+
+// -----
+
+// slice_c1
+func.func @slice_c1(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{slice_c1: start, limit and stride need 2 entries each}}
+  %0 = nn.slice %x start = [0] limit = [4, 6] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// slice_c2
+func.func @slice_c2(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{slice_c2: dimension 1 bounds [2, 7) are not within [0, 6]}}
+  %0 = nn.slice %x start = [0, 2] limit = [4, 7] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+// slice_c3
+func.func @slice_c3(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{slice_c3: stride 0 of dimension 0 is below 1}}
+  %0 = nn.slice %x start = [0, 0] limit = [4, 6] stride = [0, 1] : tensor<4x6xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// slice_c4
+func.func @slice_c4(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{slice_c4: result type 'tensor<4x2xf32>' differs from the expected 'tensor<4x3xf32>'}}
+  %0 = nn.slice %x start = [0, 0] limit = [4, 6] stride = [1, 2] : tensor<4x6xf32> -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+// concat_c1
+func.func @concat_c1() {
+  // expected-error @+1 {{concat_c1: needs at least one operand}}
+  %0 = "nn.concat"() <{axis = 0 : i64}> : () -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// concat_c2
+func.func @concat_c2(%a: tensor<2xf32>) {
+  // expected-error @+1 {{concat_c2: axis 1 is out of range [0, 1)}}
+  %0 = nn.concat %a, %a axis = 1 : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// concat_c3
+func.func @concat_c3(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{concat_c3: operand 'tensor<2x4xf32>' is incompatible with 'tensor<2x3xf32>' along axis 0}}
+  %0 = nn.concat %a, %b axis = 0 : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// concat_c4
+func.func @concat_c4(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{concat_c4: result type 'tensor<4x3xf32>' differs from the expected 'tensor<2x6xf32>'}}
+  %0 = nn.concat %a, %a axis = 1 : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// split_c1
+func.func @split_c1(%x: tensor<4xf32>) {
+  // expected-error @+1 {{split_c1: needs at least one result}}
+  "nn.split"(%x) <{axis = 0 : i64}> : (tensor<4xf32>) -> ()
+  return
+}
+
+// -----
+
+// split_c2
+func.func @split_c2(%x: tensor<4xf32>) {
+  // expected-error @+1 {{split_c2: axis 1 is out of range [0, 1)}}
+  %0:2 = nn.split %x axis = 1 : tensor<4xf32> -> tensor<2xf32>, tensor<2xf32>
+  return
+}
+
+// -----
+
+// split_c3
+func.func @split_c3(%x: tensor<4x3xf32>) {
+  // expected-error @+1 {{split_c3: result 'tensor<2x2xf32>' is incompatible with the input 'tensor<4x3xf32>' along axis 0}}
+  %0:2 = nn.split %x axis = 0 : tensor<4x3xf32> -> tensor<2x3xf32>, tensor<2x2xf32>
+  return
+}
+
+// -----
+
+// split_c4
+func.func @split_c4(%x: tensor<4xf32>) {
+  // expected-error @+1 {{split_c4: result sizes along axis 0 sum to 5, not 4}}
+  %0:2 = nn.split %x axis = 0 : tensor<4xf32> -> tensor<2xf32>, tensor<3xf32>
+  return
+}

@@ -1,0 +1,35 @@
+# -*- Python -*-
+# lit configuration for Partita's regression tests.
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "Partita"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".onnxtxt", ".test"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.partita_obj_root, "test")
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%partita_src_root", config.partita_src_root))
+config.substitutions.append(("%partita_obj_root", config.partita_obj_root))
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+# FileCheck always runs with -enable-var-scope (STYLE.md). The default
+# substitutions already name FileCheck, so pass the flag through its
+# environment variable.
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+
+tool_dirs = [config.partita_tools_dir, config.llvm_tools_dir]
+tools = [
+    ToolSubst("partita-opt", unresolved="fatal"),
+]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.partita_tools_dir, append_path=True)

@@ -1,0 +1,24 @@
+//===- partita-opt.cpp - Partita's optimizer driver -----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// mlir-opt for Partita: parses IR of the project's dialects, runs any of its
+// passes or pipelines (plus the upstream passes they use), prints the result.
+// The lit suite drives every pass through it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "partita/InitAllDialects.h"
+#include "partita/InitAllPasses.h"
+
+int main(int argc, char **argv) {
+  mlir::partita::registerAllPasses();
+  mlir::DialectRegistry registry;
+  mlir::partita::registerAllDialects(registry);
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "Partita optimizer driver\n", registry));
+}

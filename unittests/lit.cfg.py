@@ -1,0 +1,12 @@
+# -*- Python -*-
+# Runs every GoogleTest binary under the build's unittests/ folder.
+
+import os
+
+import lit.formats
+
+config.name = "Partita-Unit"
+config.suffixes = []
+config.test_exec_root = os.path.join(config.partita_obj_root, "unittests")
+config.test_source_root = config.test_exec_root
+config.test_format = lit.formats.GoogleTest(".", "Tests")
