@@ -2,6 +2,7 @@
 # lit configuration for Partita's regression tests.
 
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -18,8 +19,14 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%partita_src_root", config.partita_src_root))
 config.substitutions.append(("%partita_obj_root", config.partita_obj_root))
 
-llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.with_system_environment(
+    ["HOME", "INCLUDE", "LIB", "TMP", "TEMP", "PYENV_ROOT", "PYENV_VERSION"])
 llvm_config.use_default_substitutions()
+
+# %python is the interpreter scripts/setup installed the requirements into
+# (onnx, onnxruntime, numpy), not the one running lit.
+python = os.environ.get("PARTITA_PYTHON") or shutil.which("python3")
+config.substitutions.insert(0, ("%python", python))
 
 # FileCheck always runs with -enable-var-scope (STYLE.md). The default
 # substitutions already name FileCheck, so pass the flag through its
@@ -29,6 +36,8 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 tool_dirs = [config.partita_tools_dir, config.llvm_tools_dir]
 tools = [
     ToolSubst("partita-opt", unresolved="fatal"),
+    ToolSubst("partita-compile", unresolved="fatal"),
+    ToolSubst("split-file", unresolved="fatal"),
 ]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

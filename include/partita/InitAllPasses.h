@@ -9,16 +9,18 @@
 
 #include "mlir/Transforms/Passes.h"
 #include "partita/Dialect/NN/Transforms/Passes.h"
+#include "partita/Pipelines/Pipelines.h"
 
 namespace mlir::partita {
 
 #define GEN_PASS_REGISTRATION
 #include "partita/Passes.h.inc"
 
-/// Registers Partita's passes and the upstream ones its pipelines use
-/// (canonicalize, cse, symbol-dce, ...).
+/// Registers Partita's passes and pipelines and the upstream passes its
+/// pipelines use (canonicalize, cse, symbol-dce, ...).
 inline void registerAllPasses() {
   registerPartitaPasses();
+  registerPartitaPipelines();
   mlir::registerTransformsPasses();
 }
 

@@ -597,6 +597,33 @@ func.func @attention_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v:
 
 // -----
 
+// rope_c1
+func.func @rope_c1(%x: tensor<2x8x16xf32>, %c: tensor<1x8x8xf32>) {
+  // expected-error @+1 {{rope_c1: input must have rank 4 [batch, heads, sequence, head size], got rank 3}}
+  %0 = nn.rope %x, %c, %c : (tensor<2x8x16xf32>, tensor<1x8x8xf32>, tensor<1x8x8xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+// rope_c2
+func.func @rope_c2(%x: tensor<2x4x8x16xf32>, %c: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{rope_c2: cos 'tensor<1x4x8xf32>' and sin 'tensor<1x4x8xf32>' must both be [2 or 1, 8, r/2] of 'f32'}}
+  %0 = nn.rope %x, %c, %c : (tensor<2x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> tensor<2x4x8x16xf32>
+  return
+}
+
+// -----
+
+// rope_c3
+func.func @rope_c3(%x: tensor<2x4x8x16xf32>, %c: tensor<1x8x10xf32>) {
+  // expected-error @+1 {{rope_c3: 20 rotary features exceed the head size 16}}
+  %0 = nn.rope %x, %c, %c : (tensor<2x4x8x16xf32>, tensor<1x8x10xf32>, tensor<1x8x10xf32>) -> tensor<2x4x8x16xf32>
+  return
+}
+
+// -----
+
 // embedding_c1
 func.func @embedding_c1(%t: tensor<100xf32>, %i: tensor<2xi64>) {
   // expected-error @+1 {{embedding_c1: table must have rank 2, got 1}}

@@ -131,6 +131,9 @@ func.func @contractions(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>,
   %3 = nn.attention %q, %kv, %kv mask %add : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<4x4xbf16>) -> tensor<2x8x4x16xbf16>
   // CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
   %4 = nn.attention %q, %kv, %kv : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
+  // CHECK: nn.rope %{{.*}}, %{{.*}}, %{{.*}} {interleaved} : (tensor<2x8x4x16xbf16>, tensor<1x4x4xbf16>, tensor<1x4x4xbf16>) -> tensor<2x8x4x16xbf16>
+  %cs = nn.constant dense<1.0> : tensor<1x4x4xbf16>
+  %5 = nn.rope %q, %cs, %cs {interleaved} : (tensor<2x8x4x16xbf16>, tensor<1x4x4xbf16>, tensor<1x4x4xbf16>) -> tensor<2x8x4x16xbf16>
   return
 }
 

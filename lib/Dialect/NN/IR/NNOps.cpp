@@ -402,6 +402,34 @@ LogicalResult AttentionOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// RopeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RopeOp::verify() {
+  RankedTensorType x = getInput().getType();
+  if (x.getRank() != 4)
+    return emitOpError() << "rope_c1: input must have rank 4 [batch, heads, "
+                            "sequence, head size], got rank "
+                         << x.getRank();
+  RankedTensorType cos = getCos().getType(), sin = getSin().getType();
+  bool valid =
+      cos == sin && cos.getRank() == 3 &&
+      cos.getElementType() == x.getElementType() &&
+      (cos.getDimSize(0) == 1 || cos.getDimSize(0) == x.getDimSize(0)) &&
+      cos.getDimSize(1) == x.getDimSize(2);
+  if (!valid)
+    return emitOpError() << "rope_c2: cos " << cos << " and sin " << sin
+                         << " must both be [" << x.getDimSize(0) << " or 1, "
+                         << x.getDimSize(2) << ", r/2] of "
+                         << x.getElementType();
+  if (2 * cos.getDimSize(2) > x.getDimSize(3))
+    return emitOpError() << "rope_c3: " << 2 * cos.getDimSize(2)
+                         << " rotary features exceed the head size "
+                         << x.getDimSize(3);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Lookups
 //===----------------------------------------------------------------------===//
 

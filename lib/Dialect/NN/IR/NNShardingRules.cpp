@@ -271,6 +271,27 @@ ShardingRule AttentionOp::getShardingRule() {
   return rule;
 }
 
+ShardingRule RopeOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> x = getInput().getType().getShape();
+  ArrayRef<int64_t> table = getCos().getType().getShape();
+  TensorRef input = operand(0), cos = operand(1), sin = operand(2),
+            out = result(0);
+  SmallVector<DimRef> batch = {{input, 0}, {out, 0}};
+  if (table[0] == x[0]) {
+    batch.push_back({cos, 0});
+    batch.push_back({sin, 0});
+  }
+  rule.addShared(x[0], FactorKind::Parallel, batch);
+  rule.addShared(x[1], FactorKind::Parallel, {{input, 1}, {out, 1}});
+  rule.addShared(x[2], FactorKind::Parallel,
+                 {{input, 2}, {out, 2}, {cos, 1}, {sin, 1}});
+  // A head's features rotate in pairs across the whole rotary width.
+  rule.addShared(x[3], FactorKind::Opaque, {{input, 3}, {out, 3}});
+  rule.addShared(table[2], FactorKind::Opaque, {{cos, 2}, {sin, 2}});
+  return rule;
+}
+
 //===----------------------------------------------------------------------===//
 // Lookups
 //===----------------------------------------------------------------------===//

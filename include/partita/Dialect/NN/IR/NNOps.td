@@ -469,6 +469,40 @@ def NN_AttentionOp : NN_Op<"attention"> {
   }];
 }
 
+def NN_RopeOp : NN_Op<"rope", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "rotary position embedding";
+  let description = [{
+    Rotates pairs of features of each head by position-dependent angles:
+    with `r = 2 * cos.shape[2]` rotary features, `x: [b, h, s, d]` and
+    `cos`, `sin: [b or 1, s, r/2]` (already gathered at each token's
+    position),
+
+    - split halves (default): `x1 = x[..., :r/2]`, `x2 = x[..., r/2:r]`,
+      `y1 = x1 cos - x2 sin`, `y2 = x2 cos + x1 sin`;
+    - `interleaved`: the pairs are `(x[..., 2i], x[..., 2i+1])`;
+
+    and features `r..d` pass through unchanged.
+
+    ```mlir
+    %y = nn.rope %q, %cos, %sin : (tensor<2x8x16x64xf32>, tensor<1x16x32xf32>, tensor<1x16x32xf32>) -> tensor<2x8x16x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `rope_c1`: `input` has rank 4.
+    2. `rope_c2`: `cos` and `sin` have the same type, rank 3, the input's
+       element type, and the shape `[b or 1, s, r/2]`.
+    3. `rope_c3`: the rotary features fit in the head: `r <= d`.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$cos,
+                       NN_FloatTensor:$sin, UnitAttr:$interleaved);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $cos `,` $sin attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Lookups
 //===----------------------------------------------------------------------===//

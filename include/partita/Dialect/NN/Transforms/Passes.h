@@ -8,6 +8,7 @@
 #define PARTITA_DIALECT_NN_TRANSFORMS_PASSES_H
 
 #include "mlir/Pass/Pass.h"
+#include "partita/Dialect/NN/IR/NNDialect.h"
 
 namespace mlir::partita {
 

@@ -31,4 +31,48 @@ def PrintShardingRulesPass : Pass<"partita-print-sharding-rules"> {
   ];
 }
 
+def RaisePass : Pass<"partita-raise"> {
+  let summary = "Raise decomposed subgraphs to transformer-level nn ops";
+  let description = [{
+    The ONNX importer translates op for op, so what an exporter decomposed
+    arrives as chains of elementwise ops. This pass recognizes them and
+    replaces each with the op the rest of the compiler reasons about:
+
+    - `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)`, then `* gamma`
+      and `+ beta`, becomes `nn.layer_norm` with scale and bias;
+    - `x * rsqrt(mean(x^2) + eps)`, then `* w`, becomes `nn.rms_norm`;
+    - `x * 0.5 * (1 + erf(x / sqrt(2)))` and its tanh approximation become
+      `nn.gelu`; `x * sigmoid(x)` becomes `nn.silu`;
+    - `softmax(scale * q k^T + mask) v` becomes `nn.attention`: a constant
+      causal mask becomes `causal`, other masks the `mask` operand, and
+      key/value heads repeated for grouped-query attention are un-repeated;
+    - `matmul(a, w) + b` with a vector `b` becomes `nn.matmul` with a bias.
+
+    The patterns run with the nn canonicalizations, so transposes the
+    rewrites introduce compose with the exporter's and shape arithmetic
+    folds away. Subgraphs that only resemble a pattern (a non-scalar
+    epsilon, a softmax over another axis, a product with other uses) are
+    left as they are.
+
+    ```mlir
+    %s = nn.matmul %q, %kt : (tensor<2x12x8x64xf32>, tensor<2x12x64x8xf32>) -> tensor<2x12x8x8xf32>
+    %m = nn.where %causal, %s, %min : (tensor<1x1x8x8xi1>, tensor<2x12x8x8xf32>, tensor<f32>) -> tensor<2x12x8x8xf32>
+    %p = nn.softmax %m axis = 3 : tensor<2x12x8x8xf32>
+    %o = nn.matmul %p, %v : (tensor<2x12x8x8xf32>, tensor<2x12x8x64xf32>) -> tensor<2x12x8x64xf32>
+    // becomes
+    %o = nn.attention %q, %k, %v {causal, scale = 1.000000e+00 : f32} : (...) -> tensor<2x12x8x64xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+  let statistics = [
+    Statistic<"numLayerNorms", "layer-norms", "Number of nn.layer_norm ops raised">,
+    Statistic<"numRmsNorms", "rms-norms", "Number of nn.rms_norm ops raised">,
+    Statistic<"numGelus", "gelus", "Number of nn.gelu ops raised">,
+    Statistic<"numSilus", "silus", "Number of nn.silu ops raised">,
+    Statistic<"numAttentions", "attentions", "Number of nn.attention ops raised">,
+    Statistic<"numMatmulBiases", "matmul-biases",
+              "Number of bias additions folded into nn.matmul">
+  ];
+}
+
 #endif // PARTITA_DIALECT_NN_TRANSFORMS_PASSES_TD

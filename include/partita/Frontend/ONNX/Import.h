@@ -1,0 +1,53 @@
+//===- Import.h - ONNX models into the nn dialect ---------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The ONNX front end: reads a model (binary protobuf or ONNX's textual
+// syntax), binds its symbolic dimensions, folds what is constant, and builds
+// a module with one `func.func @main` of nn ops on static global shapes.
+// Weights become dense_resource blobs that share the model's bytes. Errors
+// are MLIR diagnostics located at the ONNX node (or input) they concern.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_FRONTEND_ONNX_IMPORT_H
+#define PARTITA_FRONTEND_ONNX_IMPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+
+namespace mlir::partita {
+
+struct OnnxImportOptions {
+  /// Values of symbolic dimensions (`dim_param`), from `--bind`.
+  llvm::StringMap<int64_t> bindings;
+};
+
+/// Imports the model at `path`. External data files are looked up next to
+/// it. Returns null after emitting diagnostics on failure.
+OwningOpRef<ModuleOp> importOnnxFile(MLIRContext *context, llvm::StringRef path,
+                                     const OnnxImportOptions &options);
+
+/// Imports a model held in memory; `modelDir` is where external data files
+/// are looked up (empty: the model may not use external data).
+OwningOpRef<ModuleOp> importOnnxBuffer(MLIRContext *context,
+                                       llvm::StringRef bytes,
+                                       llvm::StringRef bufferName,
+                                       llvm::StringRef modelDir,
+                                       const OnnxImportOptions &options);
+
+/// Registers the dialects an imported module uses.
+void registerOnnxImportDialects(DialectRegistry &registry);
+
+/// The first and last default-domain opset versions the importer accepts.
+constexpr int64_t kMinOnnxOpset = 13;
+constexpr int64_t kMaxOnnxOpset = 23;
+
+} // namespace mlir::partita
+
+#endif // PARTITA_FRONTEND_ONNX_IMPORT_H

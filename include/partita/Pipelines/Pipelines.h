@@ -1,0 +1,36 @@
+//===- Pipelines.h - the compiler's pass pipelines --------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each stage of partita-compile is a pipeline built here and registered with
+// partita-opt, so `partita-opt --partita-nn-pipeline` reproduces what
+// `partita-compile --emit nn` runs after import.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_PIPELINES_PIPELINES_H
+#define PARTITA_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mlir::partita {
+
+struct NNPipelineOptions : public PassPipelineOptions<NNPipelineOptions> {
+  Option<bool> raise{*this, "raise",
+                     llvm::cl::desc("Raise decomposed subgraphs to "
+                                    "transformer-level nn ops"),
+                     llvm::cl::init(true)};
+};
+
+/// From freshly imported nn to clean transformer-level nn.
+void buildNNPipeline(OpPassManager &pm, const NNPipelineOptions &options);
+
+/// Registers every pipeline with the pass registry (for partita-opt).
+void registerPartitaPipelines();
+
+} // namespace mlir::partita
+
+#endif // PARTITA_PIPELINES_PIPELINES_H

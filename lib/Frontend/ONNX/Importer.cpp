@@ -1,0 +1,865 @@
+//===- Importer.cpp - ONNX graphs into nn ---------------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Walks an ONNX graph in dependency order. Each node is folded when its
+// inputs are constant (the evaluators of OpHandlers*.cpp) and otherwise
+// emitted as nn ops; constants become nn.constant only where a non-constant
+// op or a graph output uses them. Every failure is a diagnostic at the node's
+// location, and the importer reports all unsupported ops at once before it
+// emits anything.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Frontend/ONNX/Import.h"
+
+#include "ImportContext.h"
+#include "Reader/ModelReader.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/Verifier.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/Path.h"
+
+#include <cstring>
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::onnx_import;
+
+//===----------------------------------------------------------------------===//
+// Registry
+//===----------------------------------------------------------------------===//
+
+const OpRegistry &OpRegistry::get() {
+  static const OpRegistry *registry = [] {
+    auto *r = new OpRegistry();
+    registerElementwiseOps(*r);
+    registerShapeOps(*r);
+    registerTransformerOps(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void OpRegistry::add(StringRef opType, OpEntry entry) {
+  auto &list = entries[opType.str()];
+  list.push_back(std::move(entry));
+  llvm::sort(list, [](const OpEntry &a, const OpEntry &b) {
+    return a.sinceVersion < b.sinceVersion;
+  });
+}
+
+const OpEntry *OpRegistry::lookup(StringRef opType, int64_t opset) const {
+  auto it = entries.find(opType);
+  if (it == entries.end())
+    return nullptr;
+  const OpEntry *best = nullptr;
+  for (const OpEntry &entry : it->second)
+    if (entry.sinceVersion <= opset)
+      best = &entry;
+  return best;
+}
+
+bool OpRegistry::knows(StringRef opType) const {
+  return entries.find(opType) != entries.end();
+}
+
+//===----------------------------------------------------------------------===//
+// GraphImporter
+//===----------------------------------------------------------------------===//
+
+/// Initializers with more elements than this become dense_resource blobs.
+static constexpr int64_t kMaxInlineInitializerElements = 8;
+
+namespace mlir::partita::onnx_import {
+
+class GraphImporter {
+public:
+  GraphImporter(MLIRContext *context, std::unique_ptr<onnx::ModelProto> model,
+                StringRef modelName, StringRef modelDir,
+                const OnnxImportOptions &options)
+      : context(context), model(std::move(model)), modelName(modelName.str()),
+        modelDir(modelDir.str()), options(options), builder(context),
+        fileLoc(FileLineColLoc::get(context, modelName, 0, 0)) {}
+
+  OwningOpRef<ModuleOp> run();
+
+  struct ValueInfo {
+    Value value;
+    std::shared_ptr<HostTensor> constant;
+    RankedTensorType type;
+    int dataType = onnx::TensorProto_DataType_UNDEFINED;
+  };
+
+  ValueInfo *lookup(StringRef name) {
+    auto it = values.find(name);
+    return it == values.end() ? nullptr : &it->second;
+  }
+  Value materialize(StringRef name, Location loc);
+  RankedTensorType typeOf(const ValueInfo &info);
+  void define(StringRef name, Value value) {
+    ValueInfo &info = values[name];
+    info.value = value;
+    info.type = cast<RankedTensorType>(value.getType());
+    info.dataType = getDataType(info.type.getElementType());
+  }
+  void define(StringRef name, HostTensor tensor) {
+    ValueInfo &info = values[name];
+    info.dataType = tensor.dataType;
+    info.constant = std::make_shared<HostTensor>(std::move(tensor));
+  }
+  Location nodeLoc(const onnx::NodeProto &node, unsigned index);
+
+  /// A constant as an nn elements attribute: the model's bytes shared as a
+  /// dense_resource blob, or an inline dense value when small.
+  FailureOr<ElementsAttr> toElementsAttr(const HostTensor &tensor,
+                                         StringRef name, Location loc);
+
+private:
+  LogicalResult checkOpsets();
+  LogicalResult importInitializers();
+  FailureOr<HostTensor> tensorFromProto(onnx::TensorProto &proto, Location loc);
+  LogicalResult bindInputs(SmallVectorImpl<std::string> &inputNames,
+                           SmallVectorImpl<Type> &inputTypes);
+  LogicalResult sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order);
+  LogicalResult checkSupported(ArrayRef<const onnx::NodeProto *> order);
+  LogicalResult importNode(const onnx::NodeProto &node, unsigned index);
+
+  MLIRContext *context;
+  std::unique_ptr<onnx::ModelProto> model;
+  std::string modelName;
+  std::string modelDir;
+  const OnnxImportOptions &options;
+  OpBuilder builder;
+  Location fileLoc;
+  int64_t opset = 0;
+  llvm::StringMap<ValueInfo> values;
+  llvm::StringMap<std::shared_ptr<::partita::onnx_reader::MappedFile>>
+      externalFiles;
+  std::vector<std::unique_ptr<NodeContext>> contexts;
+};
+
+} // namespace mlir::partita::onnx_import
+
+Location GraphImporter::nodeLoc(const onnx::NodeProto &node, unsigned index) {
+  std::string name = node.name();
+  if (name.empty())
+    name = node.op_type() + "_" + std::to_string(index);
+  return NameLoc::get(StringAttr::get(context, name), fileLoc);
+}
+
+LogicalResult GraphImporter::checkOpsets() {
+  bool found = false;
+  for (const onnx::OperatorSetIdProto &id : model->opset_import()) {
+    if (!id.domain().empty() && id.domain() != "ai.onnx")
+      continue;
+    found = true;
+    opset = id.version();
+  }
+  if (!found)
+    return emitError(fileLoc) << "the model imports no default-domain opset";
+  if (opset < kMinOnnxOpset || opset > kMaxOnnxOpset)
+    return emitError(fileLoc)
+           << "the model uses opset " << opset
+           << " of the default domain; Partita supports opsets "
+           << kMinOnnxOpset << " to " << kMaxOnnxOpset
+           << " (convert it with onnx.version_converter)";
+  return success();
+}
+
+FailureOr<HostTensor> GraphImporter::tensorFromProto(onnx::TensorProto &proto,
+                                                     Location loc) {
+  SmallVector<int64_t> shape;
+  int64_t numElements = 1;
+  for (int64_t dim : proto.dims()) {
+    std::optional<int64_t> product =
+        dim < 0 ? std::nullopt : llvm::checkedMul(numElements, dim);
+    if (!product)
+      return emitError(loc)
+             << "tensor '" << proto.name() << "' has an invalid shape";
+    numElements = *product;
+    shape.push_back(dim);
+  }
+  int dataType = proto.data_type();
+  size_t elementSize = dataTypeSize(dataType);
+  if (elementSize == 0)
+    return emitError(loc) << "tensor '" << proto.name() << "' has type "
+                          << dataTypeName(dataType)
+                          << ", which Partita does not support";
+  std::optional<int64_t> byteCount =
+      llvm::checkedMul(numElements, static_cast<int64_t>(elementSize));
+  if (!byteCount)
+    return emitError(loc) << "tensor '" << proto.name() << "' is too large";
+
+  if (proto.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const onnx::StringStringEntryProto &kv : proto.external_data()) {
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset" || kv.key() == "length") {
+        char *end = nullptr;
+        errno = 0;
+        long long v = std::strtoll(kv.value().c_str(), &end, 10);
+        if (errno || !end || *end || v < 0)
+          return emitError(loc) << "tensor '" << proto.name() << "' has an "
+                                << "invalid external data " << kv.key();
+        (kv.key() == "offset" ? offset : length) = v;
+      }
+    }
+    if (modelDir.empty())
+      return emitError(loc) << "tensor '" << proto.name()
+                            << "' uses external data, which a model read "
+                               "from memory cannot locate";
+    std::shared_ptr<::partita::onnx_reader::MappedFile> &file =
+        externalFiles[location];
+    if (!file) {
+      std::string error;
+      if (!::partita::onnx_reader::mapExternalFile(modelDir, location, file,
+                                                   error))
+        return emitError(loc) << "tensor '" << proto.name() << "': " << error;
+    }
+    if (length < 0)
+      length = *byteCount;
+    std::optional<int64_t> end = llvm::checkedAdd(offset, length);
+    if (length != *byteCount || !end ||
+        static_cast<uint64_t>(*end) > file->size())
+      return emitError(loc) << "tensor '" << proto.name() << "' needs "
+                            << *byteCount << " bytes at offset " << offset
+                            << " of '" << location << "', which holds "
+                            << file->size() << " (length " << length << ")";
+    RawBytes raw{file->data() + offset, static_cast<size_t>(length), file};
+    return HostTensor::fromRaw(dataType, shape, std::move(raw));
+  }
+
+  if (proto.has_raw_data()) {
+    if (static_cast<int64_t>(proto.raw_data().size()) != *byteCount)
+      return emitError(loc) << "tensor '" << proto.name() << "' holds "
+                            << proto.raw_data().size() << " bytes; its shape "
+                            << "and type need " << *byteCount;
+    // Take the bytes out of the proto rather than copying them.
+    auto holder =
+        std::make_shared<std::string>(std::move(*proto.mutable_raw_data()));
+    RawBytes raw{holder->data(), holder->size(), holder};
+    return HostTensor::fromRaw(dataType, shape, std::move(raw));
+  }
+
+  HostTensor tensor(dataType, shape);
+  auto mismatch = [&](int64_t have) -> FailureOr<HostTensor> {
+    return emitError(loc) << "tensor '" << proto.name() << "' holds " << have
+                          << " values; its shape needs " << numElements;
+  };
+  if (isFloatType(dataType)) {
+    std::vector<double> &out = tensor.mutableFloats();
+    if (dataType == onnx::TensorProto_DataType_FLOAT) {
+      out.assign(proto.float_data().begin(), proto.float_data().end());
+    } else if (dataType == onnx::TensorProto_DataType_DOUBLE) {
+      out.assign(proto.double_data().begin(), proto.double_data().end());
+    } else {
+      // Halves are stored as their bit patterns in int32_data.
+      bool isBF16 = dataType == onnx::TensorProto_DataType_BFLOAT16;
+      for (int32_t bits : proto.int32_data()) {
+        if (isBF16) {
+          uint32_t word = static_cast<uint32_t>(bits) << 16;
+          float f;
+          std::memcpy(&f, &word, sizeof(f));
+          out.push_back(f);
+        } else {
+          out.push_back(llvm::APFloat(llvm::APFloat::IEEEhalf(),
+                                      llvm::APInt(16, bits & 0xffff))
+                            .convertToDouble());
+        }
+      }
+    }
+    if (static_cast<int64_t>(out.size()) != numElements)
+      return mismatch(out.size());
+  } else {
+    std::vector<int64_t> &out = tensor.mutableInts();
+    if (dataType == onnx::TensorProto_DataType_INT64)
+      out.assign(proto.int64_data().begin(), proto.int64_data().end());
+    else if (dataType == onnx::TensorProto_DataType_UINT64 ||
+             dataType == onnx::TensorProto_DataType_UINT32)
+      out.assign(proto.uint64_data().begin(), proto.uint64_data().end());
+    else
+      out.assign(proto.int32_data().begin(), proto.int32_data().end());
+    if (dataType == onnx::TensorProto_DataType_BOOL)
+      for (int64_t &v : out)
+        v = v != 0;
+    if (static_cast<int64_t>(out.size()) != numElements)
+      return mismatch(out.size());
+  }
+  return tensor;
+}
+
+LogicalResult GraphImporter::importInitializers() {
+  onnx::GraphProto *graph = model->mutable_graph();
+  for (onnx::TensorProto &proto : *graph->mutable_initializer()) {
+    Location loc =
+        NameLoc::get(StringAttr::get(context, proto.name()), fileLoc);
+    FailureOr<HostTensor> tensor = tensorFromProto(proto, loc);
+    if (failed(tensor))
+      return failure();
+    define(proto.name(), std::move(*tensor));
+  }
+  return success();
+}
+
+RankedTensorType GraphImporter::typeOf(const ValueInfo &info) {
+  if (info.value)
+    return info.type;
+  Type element = getElementType(context, info.constant->dataType);
+  if (!element)
+    return {};
+  return RankedTensorType::get(info.constant->shape, element);
+}
+
+FailureOr<ElementsAttr> GraphImporter::toElementsAttr(const HostTensor &tensor,
+                                                      StringRef name,
+                                                      Location loc) {
+  Type element = getElementType(context, tensor.dataType);
+  if (!element)
+    return emitError(loc) << "'" << name << "' has type "
+                          << dataTypeName(tensor.dataType)
+                          << ", which nn does not support";
+  auto type = RankedTensorType::get(tensor.shape, element);
+  int64_t n = tensor.getNumElements();
+  size_t elementSize = dataTypeSize(tensor.dataType);
+
+  // Model bytes are shared as they are when aligned; otherwise copied once.
+  auto makeResource = [&](ArrayRef<char> bytes,
+                          std::shared_ptr<const void> owner) -> ElementsAttr {
+    AsmResourceBlob blob;
+    if (reinterpret_cast<uintptr_t>(bytes.data()) % elementSize == 0 && owner) {
+      blob = AsmResourceBlob(
+          bytes, elementSize, [owner](void *, size_t, size_t) {},
+          /*dataIsMutable=*/false);
+    } else {
+      blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, elementSize);
+    }
+    std::string blobName = name.empty() ? std::string("constant") : name.str();
+    return DenseResourceElementsAttr::get(type, blobName, std::move(blob));
+  };
+
+  // Weights stay out of the IR text; only scalars and tiny vectors (epsilons,
+  // shape values) are inlined, where patterns and readers want to see them.
+  if (tensor.hasRawBytes() && n > kMaxInlineInitializerElements) {
+    const RawBytes &raw = tensor.getRawBytes();
+    return makeResource(ArrayRef<char>(raw.data, raw.size), raw.owner);
+  }
+
+  if (n <= nn::ConstantOp::kMaxInlineElements) {
+    if (auto floatType = dyn_cast<FloatType>(element)) {
+      SmallVector<APFloat> values;
+      for (int64_t i = 0; i < n; ++i) {
+        APFloat v(tensor.getAsDouble(i));
+        bool losesInfo;
+        v.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                  &losesInfo);
+        values.push_back(v);
+      }
+      return cast<ElementsAttr>(DenseElementsAttr::get(type, values));
+    }
+    unsigned width = element.getIntOrFloatBitWidth();
+    SmallVector<APInt> values;
+    for (int64_t i = 0; i < n; ++i)
+      values.push_back(APInt(width, static_cast<uint64_t>(tensor.getAsInt(i)),
+                             /*isSigned=*/width > 1, /*implicitTrunc=*/true));
+    return cast<ElementsAttr>(DenseElementsAttr::get(type, values));
+  }
+
+  // A large folded value: pack its elements little-endian.
+  std::vector<char> bytes(static_cast<size_t>(n) * elementSize);
+  for (int64_t i = 0; i < n; ++i) {
+    char *p = bytes.data() + i * elementSize;
+    if (auto floatType = dyn_cast<FloatType>(element)) {
+      APFloat v(tensor.getAsDouble(i));
+      bool losesInfo;
+      v.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                &losesInfo);
+      uint64_t bits = v.bitcastToAPInt().getZExtValue();
+      std::memcpy(p, &bits, elementSize);
+    } else {
+      int64_t v = tensor.getAsInt(i);
+      std::memcpy(p, &v, elementSize);
+    }
+  }
+  return makeResource(ArrayRef<char>(bytes.data(), bytes.size()), nullptr);
+}
+
+Value GraphImporter::materialize(StringRef name, Location loc) {
+  ValueInfo *info = lookup(name);
+  if (!info)
+    return {};
+  if (info->value)
+    return info->value;
+  FailureOr<ElementsAttr> attr = toElementsAttr(*info->constant, name, loc);
+  if (failed(attr))
+    return {};
+  // Constants go at the top of the function, in first-use order.
+  OpBuilder::InsertionGuard guard(builder);
+  Block *body = builder.getInsertionBlock();
+  builder.setInsertionPointToStart(body);
+  for (Operation &op : *body) {
+    if (!isa<nn::ConstantOp>(op))
+      break;
+    builder.setInsertionPointAfter(&op);
+  }
+  Value value = nn::ConstantOp::create(builder, loc, *attr);
+  info->value = value;
+  info->type = cast<RankedTensorType>(value.getType());
+  return value;
+}
+
+LogicalResult
+GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
+                          SmallVectorImpl<Type> &inputTypes) {
+  const onnx::GraphProto &graph = model->graph();
+  // Every unbound symbolic dimension, with the places it appears.
+  llvm::MapVector<StringRef, SmallVector<std::string>> unbound;
+  llvm::StringSet<> used;
+  auto resolveShape = [&](const onnx::ValueInfoProto &info, StringRef kind,
+                          SmallVectorImpl<int64_t> &shape) -> bool {
+    bool ok = true;
+    const onnx::TensorShapeProto &proto = info.type().tensor_type().shape();
+    for (auto [i, dim] : llvm::enumerate(proto.dim())) {
+      if (dim.has_dim_value()) {
+        shape.push_back(dim.dim_value());
+        continue;
+      }
+      auto it = options.bindings.find(dim.dim_param());
+      if (!dim.dim_param().empty() && it != options.bindings.end()) {
+        used.insert(dim.dim_param());
+        shape.push_back(it->second);
+        continue;
+      }
+      ok = false;
+      StringRef param = dim.dim_param().empty() ? StringRef("<unnamed>")
+                                                : StringRef(dim.dim_param());
+      unbound[param].push_back(
+          (kind + " '" + info.name() + "' dimension " + std::to_string(i))
+              .str());
+    }
+    return ok;
+  };
+
+  for (const onnx::ValueInfoProto &input : graph.input()) {
+    // IR versions before 4 list initializers among the inputs too.
+    if (lookup(input.name()))
+      continue;
+    Location loc =
+        NameLoc::get(StringAttr::get(context, input.name()), fileLoc);
+    if (!input.type().has_tensor_type())
+      return emitError(loc) << "input '" << input.name() << "' is not a tensor";
+    int dataType = input.type().tensor_type().elem_type();
+    Type element = getElementType(context, dataType);
+    if (!element)
+      return emitError(loc)
+             << "input '" << input.name() << "' has type "
+             << dataTypeName(dataType) << ", which Partita does not support";
+    if (!input.type().tensor_type().has_shape())
+      return emitError(loc) << "input '" << input.name()
+                            << "' has no shape; Partita needs static shapes";
+    SmallVector<int64_t> shape;
+    if (resolveShape(input, "input", shape)) {
+      inputNames.push_back(input.name());
+      inputTypes.push_back(RankedTensorType::get(shape, element));
+    }
+  }
+  // Outputs' symbolic dimensions are checked too, so one message lists them
+  // all; the importer computes output shapes itself.
+  for (const onnx::ValueInfoProto &output : graph.output()) {
+    SmallVector<int64_t> shape;
+    (void)resolveShape(output, "output", shape);
+  }
+  // Output dims not named by any input are inferred: only inputs' matter.
+  SmallVector<StringRef> missing;
+  for (auto &[param, places] : unbound) {
+    bool onInput = llvm::any_of(places, [](const std::string &p) {
+      return StringRef(p).starts_with("input");
+    });
+    if (onInput)
+      missing.push_back(param);
+  }
+  if (!missing.empty()) {
+    InFlightDiagnostic diag = emitError(fileLoc)
+                              << "unbound symbolic dimensions: ";
+    llvm::interleave(
+        missing,
+        [&](StringRef param) {
+          diag << param << " (";
+          llvm::interleaveComma(unbound[param], diag);
+          diag << ")";
+        },
+        [&] { diag << "; "; });
+    return diag << "; give their values with --bind name=value,...";
+  }
+  for (const auto &binding : options.bindings)
+    if (!used.contains(binding.getKey()))
+      emitWarning(fileLoc) << "--bind " << binding.getKey()
+                           << " names no symbolic dimension of the model";
+  return success();
+}
+
+LogicalResult
+GraphImporter::sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order) {
+  const onnx::GraphProto &graph = model->graph();
+  int n = graph.node_size();
+  // Which node produces each value; duplicates are an error.
+  llvm::StringMap<int> producer;
+  for (int i = 0; i < n; ++i) {
+    for (const std::string &out : graph.node(i).output()) {
+      if (out.empty())
+        continue;
+      if (lookup(out) || !producer.try_emplace(out, i).second)
+        return emitError(nodeLoc(graph.node(i), i))
+               << "value '" << out << "' is defined more than once";
+    }
+  }
+  llvm::StringSet<> inputs;
+  for (const onnx::ValueInfoProto &input : graph.input())
+    inputs.insert(input.name());
+
+  // Kahn's algorithm: a node is ready once every input it reads is defined.
+  std::vector<int> pending(n, 0);
+  std::vector<SmallVector<int>> users(n);
+  for (int i = 0; i < n; ++i) {
+    const onnx::NodeProto &node = graph.node(i);
+    if (node.op_type() == "Loop" || node.op_type() == "If" ||
+        node.op_type() == "Scan")
+      continue; // Reported as unsupported; their subgraphs are not walked.
+    for (const std::string &in : node.input()) {
+      if (in.empty() || lookup(in) || inputs.contains(in))
+        continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        return emitError(nodeLoc(node, i))
+               << "node reads '" << in
+               << "', which no node, graph input or initializer defines";
+      ++pending[i];
+      users[it->second].push_back(i);
+    }
+  }
+  SmallVector<int> ready;
+  for (int i = n - 1; i >= 0; --i)
+    if (pending[i] == 0)
+      ready.push_back(i);
+  while (!ready.empty()) {
+    int i = ready.pop_back_val();
+    order.push_back(&graph.node(i));
+    for (int user : llvm::reverse(users[i]))
+      if (--pending[user] == 0)
+        ready.push_back(user);
+  }
+  if (static_cast<int>(order.size()) != n) {
+    InFlightDiagnostic diag = emitError(fileLoc)
+                              << "the graph has a cycle through nodes: ";
+    SmallVector<std::string> names;
+    for (int i = 0; i < n; ++i)
+      if (pending[i] > 0)
+        names.push_back(graph.node(i).name().empty()
+                            ? graph.node(i).op_type() + "_" + std::to_string(i)
+                            : graph.node(i).name());
+    llvm::interleaveComma(names, diag);
+    return diag;
+  }
+  return success();
+}
+
+LogicalResult
+GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
+  const OpRegistry &registry = OpRegistry::get();
+  // Op type (with its domain when not the default one) -> node names, in
+  // order of first appearance.
+  std::vector<std::pair<std::string, SmallVector<std::string>>> unsupported;
+  llvm::StringMap<size_t> slot;
+  Location first = fileLoc;
+  for (auto [i, node] : llvm::enumerate(order)) {
+    bool defaultDomain = node->domain().empty() || node->domain() == "ai.onnx";
+    if (defaultDomain && registry.lookup(node->op_type(), opset))
+      continue;
+    std::string key = defaultDomain ? node->op_type()
+                                    : node->domain() + "." + node->op_type();
+    if (unsupported.empty())
+      first = nodeLoc(*node, i);
+    auto [it, inserted] = slot.try_emplace(key, unsupported.size());
+    if (inserted)
+      unsupported.push_back({key, {}});
+    unsupported[it->second].second.push_back(
+        node->name().empty() ? node->op_type() + "_" + std::to_string(i)
+                             : node->name());
+  }
+  if (unsupported.empty())
+    return success();
+  InFlightDiagnostic diag = emitError(first) << "unsupported ONNX ops at opset "
+                                             << opset << ": ";
+  llvm::interleave(
+      unsupported,
+      [&](auto &entry) {
+        diag << entry.first << " (";
+        llvm::interleaveComma(entry.second, diag);
+        diag << ")";
+      },
+      [&] { diag << "; "; });
+  return diag;
+}
+
+LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
+                                        unsigned index) {
+  const OpEntry *entry = OpRegistry::get().lookup(node.op_type(), opset);
+  Location loc = nodeLoc(node, index);
+  NodeContext ctx(*this, node, opset, loc, builder);
+
+  bool allConstant = true;
+  for (unsigned i = 0; i < ctx.getNumInputs(); ++i)
+    if (ctx.hasInput(i) && !ctx.getConstant(i))
+      allConstant = false;
+  if (entry->evaluate && (allConstant || entry->evaluatesFromTypes)) {
+    if (succeeded(entry->evaluate(ctx))) {
+      for (unsigned i = 0; i < ctx.getNumOutputs(); ++i)
+        if (ctx.hasOutput(i) && !lookup(node.output(i)))
+          return ctx.emitError()
+                 << "internal error: output " << i << " was not folded";
+      return success();
+    }
+  }
+  if (!entry->build)
+    return ctx.emitError() << node.op_type()
+                           << " is supported only on constant inputs";
+
+  Block *block = builder.getInsertionBlock();
+  Operation *last = block->empty() ? nullptr : &block->back();
+  if (failed(entry->build(ctx)))
+    return failure();
+  // Verify what the handler built, so that a malformed model is reported at
+  // its node rather than as a broken module later.
+  Operation *op = last             ? last->getNextNode()
+                  : block->empty() ? nullptr
+                                   : &block->front();
+  for (; op; op = op->getNextNode())
+    if (failed(mlir::verify(op, /*verifyRecursively=*/false)))
+      return failure();
+  for (unsigned i = 0; i < ctx.getNumOutputs(); ++i)
+    if (ctx.hasOutput(i) && !lookup(node.output(i)))
+      return ctx.emitError() << "output " << i << " of " << node.op_type()
+                             << " is not supported";
+  return success();
+}
+
+OwningOpRef<ModuleOp> GraphImporter::run() {
+  if (failed(checkOpsets()) || failed(importInitializers()))
+    return nullptr;
+  SmallVector<std::string> inputNames;
+  SmallVector<Type> inputTypes;
+  if (failed(bindInputs(inputNames, inputTypes)))
+    return nullptr;
+  SmallVector<const onnx::NodeProto *> order;
+  if (failed(sortNodes(order)) || failed(checkSupported(order)))
+    return nullptr;
+
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  const onnx::GraphProto &graph = model->graph();
+  if (!graph.name().empty())
+    (*module)->setAttr("partita.model_name",
+                       StringAttr::get(context, graph.name()));
+  builder.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(builder, fileLoc, "main",
+                                   builder.getFunctionType(inputTypes, {}));
+  Block *body = func.addEntryBlock();
+  for (auto [i, name] : llvm::enumerate(inputNames)) {
+    define(name, body->getArgument(i));
+    func.setArgAttr(i, "onnx.name", builder.getStringAttr(name));
+  }
+  builder.setInsertionPointToEnd(body);
+
+  for (auto [i, node] : llvm::enumerate(order))
+    if (failed(importNode(*node, i)))
+      return nullptr;
+
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  for (const onnx::ValueInfoProto &output : graph.output()) {
+    Location loc =
+        NameLoc::get(StringAttr::get(context, output.name()), fileLoc);
+    Value value = materialize(output.name(), loc);
+    if (!value) {
+      if (!lookup(output.name()))
+        emitError(loc) << "graph output '" << output.name()
+                       << "' is never defined";
+      return nullptr;
+    }
+    // Declared static dimensions must agree with what the graph computes.
+    auto type = cast<RankedTensorType>(value.getType());
+    const onnx::TensorShapeProto &declared =
+        output.type().tensor_type().shape();
+    bool mismatch = output.type().tensor_type().has_shape() &&
+                    declared.dim_size() != type.getRank();
+    for (int d = 0; !mismatch && d < declared.dim_size(); ++d)
+      mismatch = declared.dim(d).has_dim_value() &&
+                 declared.dim(d).dim_value() != type.getDimSize(d);
+    if (mismatch)
+      return emitError(loc) << "graph output '" << output.name()
+                            << "' is declared with another shape than the "
+                            << type << " the graph computes",
+             nullptr;
+    results.push_back(value);
+    resultTypes.push_back(type);
+  }
+  func::ReturnOp::create(builder, fileLoc, results);
+  func.setFunctionType(builder.getFunctionType(inputTypes, resultTypes));
+  for (auto [i, output] : llvm::enumerate(graph.output()))
+    func.setResultAttr(i, "onnx.name", builder.getStringAttr(output.name()));
+  return module;
+}
+
+//===----------------------------------------------------------------------===//
+// NodeContext
+//===----------------------------------------------------------------------===//
+
+Value NodeContext::getInput(unsigned i) {
+  if (!hasInput(i))
+    return {};
+  return importer.materialize(node.input(i), loc);
+}
+
+const HostTensor *NodeContext::getConstant(unsigned i) const {
+  if (!hasInput(i))
+    return nullptr;
+  GraphImporter::ValueInfo *info = importer.lookup(node.input(i));
+  return info && !info->value ? info->constant.get() : nullptr;
+}
+
+RankedTensorType NodeContext::getInputType(unsigned i) {
+  GraphImporter::ValueInfo *info = importer.lookup(node.input(i));
+  return info ? importer.typeOf(*info) : RankedTensorType();
+}
+
+int NodeContext::getInputDataType(unsigned i) const {
+  GraphImporter::ValueInfo *info = importer.lookup(node.input(i));
+  return info ? info->dataType : onnx::TensorProto_DataType_UNDEFINED;
+}
+
+ArrayRef<int64_t> NodeContext::getInputShape(unsigned i) {
+  GraphImporter::ValueInfo *info = importer.lookup(node.input(i));
+  if (!info)
+    return {};
+  if (info->value)
+    return info->type.getShape();
+  return info->constant->shape;
+}
+
+FailureOr<SmallVector<int64_t>> NodeContext::getConstantInts(unsigned i,
+                                                             StringRef what) {
+  const HostTensor *tensor = getConstant(i);
+  if (!tensor)
+    return emitError() << "the " << what << " input of " << node.op_type()
+                       << " must be a constant once shapes are bound";
+  return SmallVector<int64_t>(tensor->getInts().begin(),
+                              tensor->getInts().end());
+}
+
+void NodeContext::setOutput(unsigned i, Value value) {
+  if (hasOutput(i))
+    importer.define(node.output(i), value);
+}
+
+void NodeContext::setOutput(unsigned i, HostTensor value) {
+  if (hasOutput(i))
+    importer.define(node.output(i), std::move(value));
+}
+
+const onnx::AttributeProto *NodeContext::getAttr(StringRef name) const {
+  for (const onnx::AttributeProto &attr : node.attribute())
+    if (attr.name() == name)
+      return &attr;
+  return nullptr;
+}
+
+int64_t NodeContext::getAttrInt(StringRef name, int64_t defaultValue) const {
+  const onnx::AttributeProto *attr = getAttr(name);
+  return attr ? attr->i() : defaultValue;
+}
+
+float NodeContext::getAttrFloat(StringRef name, float defaultValue) const {
+  const onnx::AttributeProto *attr = getAttr(name);
+  return attr ? attr->f() : defaultValue;
+}
+
+std::string NodeContext::getAttrString(StringRef name,
+                                       StringRef defaultValue) const {
+  const onnx::AttributeProto *attr = getAttr(name);
+  return attr ? attr->s() : defaultValue.str();
+}
+
+std::optional<SmallVector<int64_t>>
+NodeContext::getAttrInts(StringRef name) const {
+  const onnx::AttributeProto *attr = getAttr(name);
+  if (!attr)
+    return std::nullopt;
+  return SmallVector<int64_t>(attr->ints().begin(), attr->ints().end());
+}
+
+InFlightDiagnostic NodeContext::emitError() { return mlir::emitError(loc); }
+
+FailureOr<int64_t> NodeContext::normalizeAxis(int64_t axis, int64_t rank,
+                                              StringRef what) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    return emitError() << node.op_type() << " " << what << " " << axis
+                       << " is out of range for rank " << rank;
+  return axis < 0 ? axis + rank : axis;
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+void mlir::partita::registerOnnxImportDialects(DialectRegistry &registry) {
+  registry.insert<nn::NNDialect, func::FuncDialect>();
+}
+
+static OwningOpRef<ModuleOp>
+importModel(MLIRContext *context, std::unique_ptr<onnx::ModelProto> model,
+            StringRef name, StringRef modelDir,
+            const OnnxImportOptions &options) {
+  context->loadDialect<nn::NNDialect, func::FuncDialect>();
+  GraphImporter importer(context, std::move(model), name, modelDir, options);
+  return importer.run();
+}
+
+OwningOpRef<ModuleOp>
+mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
+                              const OnnxImportOptions &options) {
+  auto model = std::make_unique<onnx::ModelProto>();
+  std::string error;
+  if (!::partita::onnx_reader::readModelFile(path.str(), *model, error)) {
+    emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
+    return nullptr;
+  }
+  SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  return importModel(context, std::move(model), path, dir, options);
+}
+
+OwningOpRef<ModuleOp>
+mlir::partita::importOnnxBuffer(MLIRContext *context, StringRef bytes,
+                                StringRef bufferName, StringRef modelDir,
+                                const OnnxImportOptions &options) {
+  auto model = std::make_unique<onnx::ModelProto>();
+  std::string error;
+  if (!::partita::onnx_reader::readModelBuffer(bytes.data(), bytes.size(),
+                                               *model, error)) {
+    emitError(FileLineColLoc::get(context, bufferName, 0, 0)) << error;
+    return nullptr;
+  }
+  return importModel(context, std::move(model), bufferName, modelDir, options);
+}

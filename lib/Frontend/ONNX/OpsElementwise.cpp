@@ -1,0 +1,502 @@
+//===- OpsElementwise.cpp - elementwise ONNX ops --------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Arithmetic, comparisons, logic, unary math, Where, Cast, Identity and
+// Dropout: each folded on constants and otherwise mapped to the nn op of the
+// same meaning (numpy broadcasting is native to nn).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Folding.h"
+
+#include "mlir/IR/TypeUtilities.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::onnx_import;
+
+namespace {
+
+using FloatFn = double (*)(double, double);
+using IntFn = std::optional<int64_t> (*)(int64_t, int64_t);
+
+/// Folds a binary (or, pairwise, variadic) elementwise node.
+LogicalResult foldBinary(NodeContext &ctx, FloatFn floatFn, IntFn intFn,
+                         bool resultIsBool) {
+  const HostTensor *acc = ctx.getConstant(0);
+  if (!acc)
+    return failure();
+  HostTensor result = *acc;
+  for (unsigned k = 1; k < ctx.getNumInputs(); ++k) {
+    const HostTensor *rhs = ctx.getConstant(k);
+    if (!rhs)
+      return failure();
+    FailureOr<SmallVector<int64_t>> shape = broadcast(result.shape, rhs->shape);
+    if (failed(shape))
+      return failure();
+    int64_t n = 1;
+    for (int64_t d : *shape)
+      n *= d;
+    if (n > kMaxFoldedElements)
+      return failure();
+    SmallVector<int64_t> li = broadcastIndices(result.shape, *shape);
+    SmallVector<int64_t> ri = broadcastIndices(rhs->shape, *shape);
+    bool useFloat = result.isFloat() || rhs->isFloat();
+    int dataType =
+        resultIsBool ? onnx::TensorProto_DataType_BOOL : result.dataType;
+    bool failedInt = false;
+    HostTensor next = makeTensor(dataType, *shape, [&](int64_t i) -> double {
+      if (useFloat)
+        return floatFn(result.getAsDouble(li[i]), rhs->getAsDouble(ri[i]));
+      std::optional<int64_t> v =
+          intFn(result.getAsInt(li[i]), rhs->getAsInt(ri[i]));
+      failedInt |= !v;
+      return v ? static_cast<double>(*v) : 0.0;
+    });
+    // Integer results beyond 2^53 lose precision through double; recompute
+    // them exactly.
+    if (!useFloat && !resultIsBool) {
+      std::vector<int64_t> &out = next.mutableInts();
+      for (int64_t i = 0; i < n; ++i) {
+        std::optional<int64_t> v =
+            intFn(result.getAsInt(li[i]), rhs->getAsInt(ri[i]));
+        failedInt |= !v;
+        out[i] = v ? wrapToType(*v, dataType) : 0;
+      }
+    }
+    if (failedInt)
+      return failure();
+    result = std::move(next);
+  }
+  ctx.setOutput(0, std::move(result));
+  return success();
+}
+
+/// Checks that the operands of an elementwise node broadcast and agree on
+/// element type; nn would otherwise reject the op less clearly.
+LogicalResult checkOperands(NodeContext &ctx, ArrayRef<Value> operands) {
+  SmallVector<int64_t> shape;
+  Type elementType = getElementTypeOrSelf(operands.front().getType());
+  for (Value v : operands) {
+    auto type = cast<RankedTensorType>(v.getType());
+    FailureOr<SmallVector<int64_t>> next = broadcast(shape, type.getShape());
+    if (failed(next)) {
+      InFlightDiagnostic diag = ctx.emitError()
+                                << ctx.getNode().op_type() << " operands of "
+                                << "shapes ";
+      llvm::interleave(
+          operands,
+          [&](Value o) {
+            diag << "[";
+            llvm::interleaveComma(
+                cast<RankedTensorType>(o.getType()).getShape(), diag);
+            diag << "]";
+          },
+          [&] { diag << ", "; });
+      return diag << " do not broadcast";
+    }
+    shape = *next;
+    if (type.getElementType() != elementType)
+      return ctx.emitError()
+             << ctx.getNode().op_type()
+             << " operands have different element types (" << elementType
+             << " and " << type.getElementType() << ")";
+  }
+  return success();
+}
+
+template <typename OpTy> LogicalResult buildBinary(NodeContext &ctx) {
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < ctx.getNumInputs(); ++i) {
+    Value v = ctx.getInput(i);
+    if (!v)
+      return failure();
+    operands.push_back(v);
+  }
+  if (failed(checkOperands(ctx, operands)))
+    return failure();
+  if (getElementTypeOrSelf(operands[0].getType()).isInteger(1) &&
+      !std::is_same_v<OpTy, nn::AndOp> && !std::is_same_v<OpTy, nn::OrOp> &&
+      !std::is_same_v<OpTy, nn::XorOp>)
+    return ctx.emitError() << ctx.getNode().op_type()
+                           << " on booleans is not supported";
+  Value acc = operands[0];
+  for (Value v : ArrayRef<Value>(operands).drop_front())
+    acc = OpTy::create(ctx.getBuilder(), ctx.getLoc(), acc, v);
+  ctx.setOutput(0, acc);
+  return success();
+}
+
+void addBinary(OpRegistry &registry, StringRef name, int64_t since,
+               BuildFn build, FloatFn f, IntFn i, bool isBool = false) {
+  registry.add(name,
+               {since,
+                [=](NodeContext &ctx) { return foldBinary(ctx, f, i, isBool); },
+                build});
+}
+
+LogicalResult buildCompare(NodeContext &ctx, nn::CompareDirection direction,
+                           bool swap) {
+  Value a = ctx.getInput(0), b = ctx.getInput(1);
+  if (!a || !b || failed(checkOperands(ctx, {a, b})))
+    return failure();
+  if (swap)
+    std::swap(a, b);
+  SmallVector<int64_t> shape =
+      *broadcast(cast<RankedTensorType>(a.getType()).getShape(),
+                 cast<RankedTensorType>(b.getType()).getShape());
+  auto type = RankedTensorType::get(shape, ctx.getBuilder().getI1Type());
+  ctx.setOutput(0, nn::CompareOp::create(ctx.getBuilder(), ctx.getLoc(), type,
+                                         direction, a, b));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Unary
+//===----------------------------------------------------------------------===//
+
+LogicalResult foldUnary(NodeContext &ctx, double (*fn)(double), bool keepInts) {
+  const HostTensor *in = ctx.getConstant(0);
+  if (!in || in->getNumElements() > kMaxFoldedElements)
+    return failure();
+  if (!in->isFloat() && !keepInts)
+    return failure();
+  ctx.setOutput(0, makeTensor(in->dataType, in->shape, [&](int64_t i) {
+                  return fn(in->getAsDouble(i));
+                }));
+  return success();
+}
+
+template <typename OpTy> LogicalResult buildUnary(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  ctx.setOutput(0, OpTy::create(ctx.getBuilder(), ctx.getLoc(), x));
+  return success();
+}
+
+template <typename OpTy>
+void addUnary(OpRegistry &registry, StringRef name, int64_t since,
+              double (*fn)(double), bool keepInts = false) {
+  registry.add(name,
+               {since,
+                [=](NodeContext &ctx) { return foldUnary(ctx, fn, keepInts); },
+                buildUnary<OpTy>});
+}
+
+void addFoldOnlyUnary(OpRegistry &registry, StringRef name, int64_t since,
+                      double (*fn)(double)) {
+  registry.add(
+      name, {since, [=](NodeContext &ctx) { return foldUnary(ctx, fn, false); },
+             nullptr});
+}
+
+//===----------------------------------------------------------------------===//
+// Cast, Where, Identity, Dropout
+//===----------------------------------------------------------------------===//
+
+LogicalResult foldCast(NodeContext &ctx) {
+  const HostTensor *in = ctx.getConstant(0);
+  int to = ctx.getAttrInt("to", 0);
+  if (!in || in->getNumElements() > kMaxFoldedElements || !dataTypeSize(to))
+    return failure();
+  bool fromFloat = in->isFloat();
+  ctx.setOutput(0, makeTensor(to, in->shape, [&](int64_t i) -> double {
+                  if (to == onnx::TensorProto_DataType_BOOL)
+                    return in->getAsDouble(i) != 0.0;
+                  if (!isFloatType(to) && fromFloat)
+                    return std::trunc(in->getAsDouble(i));
+                  return in->getAsDouble(i);
+                }));
+  return success();
+}
+
+LogicalResult buildCast(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  int to = ctx.getAttrInt("to", 0);
+  Type element = getElementType(ctx.getContext(), to);
+  if (!element)
+    return ctx.emitError() << "Cast to " << dataTypeName(to)
+                           << " is not supported";
+  auto type = cast<RankedTensorType>(x.getType()).clone(element);
+  if (type == x.getType()) {
+    ctx.setOutput(0, x);
+    return success();
+  }
+  ctx.setOutput(0, nn::CastOp::create(ctx.getBuilder(), ctx.getLoc(), type, x));
+  return success();
+}
+
+LogicalResult foldWhere(NodeContext &ctx) {
+  const HostTensor *c = ctx.getConstant(0), *a = ctx.getConstant(1),
+                   *b = ctx.getConstant(2);
+  if (!c || !a || !b)
+    return failure();
+  FailureOr<SmallVector<int64_t>> s1 = broadcast(c->shape, a->shape);
+  if (failed(s1))
+    return failure();
+  FailureOr<SmallVector<int64_t>> shape = broadcast(*s1, b->shape);
+  if (failed(shape))
+    return failure();
+  HostTensor probe(a->dataType, *shape);
+  if (probe.getNumElements() > kMaxFoldedElements)
+    return failure();
+  SmallVector<int64_t> ci = broadcastIndices(c->shape, *shape);
+  SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
+  SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
+  if (a->isFloat()) {
+    ctx.setOutput(0, makeTensor(a->dataType, *shape, [&](int64_t i) {
+                    return c->getAsInt(ci[i]) ? a->getAsDouble(ai[i])
+                                              : b->getAsDouble(bi[i]);
+                  }));
+  } else {
+    HostTensor out(a->dataType, *shape);
+    std::vector<int64_t> &v = out.mutableInts();
+    for (int64_t i = 0, e = out.getNumElements(); i < e; ++i)
+      v.push_back(c->getAsInt(ci[i]) ? a->getAsInt(ai[i]) : b->getAsInt(bi[i]));
+    ctx.setOutput(0, std::move(out));
+  }
+  return success();
+}
+
+LogicalResult buildWhere(NodeContext &ctx) {
+  Value c = ctx.getInput(0), a = ctx.getInput(1), b = ctx.getInput(2);
+  if (!c || !a || !b || failed(checkOperands(ctx, {a, b})))
+    return failure();
+  auto shapeOf = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getShape();
+  };
+  FailureOr<SmallVector<int64_t>> s1 = broadcast(shapeOf(c), shapeOf(a));
+  FailureOr<SmallVector<int64_t>> shape = failure();
+  if (succeeded(s1))
+    shape = broadcast(*s1, shapeOf(b));
+  if (failed(shape))
+    return ctx.emitError() << "Where operands do not broadcast";
+  auto type = RankedTensorType::get(*shape, getElementTypeOrSelf(a.getType()));
+  ctx.setOutput(
+      0, nn::WhereOp::create(ctx.getBuilder(), ctx.getLoc(), type, c, a, b));
+  return success();
+}
+
+LogicalResult foldIdentity(NodeContext &ctx) {
+  const HostTensor *in = ctx.getConstant(0);
+  if (!in)
+    return failure();
+  ctx.setOutput(0, *in);
+  if (ctx.getNode().op_type() == "Dropout" && ctx.hasOutput(1))
+    ctx.setOutput(1, makeTensor(onnx::TensorProto_DataType_BOOL, in->shape,
+                                [](int64_t) { return 1; }));
+  return success();
+}
+
+LogicalResult buildIdentity(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  if (ctx.getNode().op_type() == "Dropout") {
+    // Inference: Dropout passes its input through; its mask keeps everything.
+    if (const HostTensor *training = ctx.getConstant(2);
+        (training && training->getAsInt(0)) || (ctx.hasInput(2) && !training))
+      return ctx.emitError() << "Dropout in training mode is not supported";
+    if (ctx.hasOutput(1))
+      ctx.setOutput(1,
+                    makeTensor(onnx::TensorProto_DataType_BOOL,
+                               cast<RankedTensorType>(x.getType()).getShape(),
+                               [](int64_t) { return 1; }));
+  }
+  ctx.setOutput(0, x);
+  return success();
+}
+
+double erfFn(double x) { return std::erf(x); }
+double sigmoidFn(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double reluFn(double x) { return x > 0 ? x : 0; }
+double negFn(double x) { return -x; }
+double absFn(double x) { return std::fabs(x); }
+double sqrtFn(double x) { return std::sqrt(x); }
+double reciprocalFn(double x) { return 1.0 / x; }
+double expFn(double x) { return std::exp(x); }
+double logFn(double x) { return std::log(x); }
+double tanhFn(double x) { return std::tanh(x); }
+double cosFn(double x) { return std::cos(x); }
+double sinFn(double x) { return std::sin(x); }
+double floorFn(double x) { return std::floor(x); }
+double ceilFn(double x) { return std::ceil(x); }
+double notFn(double x) { return x == 0.0; }
+
+} // namespace
+
+void mlir::partita::onnx_import::registerElementwiseOps(OpRegistry &registry) {
+  addBinary(
+      registry, "Add", 7, buildBinary<nn::AddOp>,
+      [](double a, double b) { return a + b; },
+      [](int64_t a, int64_t b) -> std::optional<int64_t> {
+        return static_cast<int64_t>(static_cast<uint64_t>(a) +
+                                    static_cast<uint64_t>(b));
+      });
+  addBinary(
+      registry, "Sub", 7, buildBinary<nn::SubOp>,
+      [](double a, double b) { return a - b; },
+      [](int64_t a, int64_t b) -> std::optional<int64_t> {
+        return static_cast<int64_t>(static_cast<uint64_t>(a) -
+                                    static_cast<uint64_t>(b));
+      });
+  addBinary(
+      registry, "Mul", 7, buildBinary<nn::MulOp>,
+      [](double a, double b) { return a * b; },
+      [](int64_t a, int64_t b) -> std::optional<int64_t> {
+        return static_cast<int64_t>(static_cast<uint64_t>(a) *
+                                    static_cast<uint64_t>(b));
+      });
+  addBinary(
+      registry, "Div", 7, buildBinary<nn::DivOp>,
+      [](double a, double b) { return a / b; },
+      [](int64_t a, int64_t b) -> std::optional<int64_t> {
+        if (b == 0 || (a == INT64_MIN && b == -1))
+          return std::nullopt;
+        return a / b;
+      });
+  addBinary(
+      registry, "Max", 8, buildBinary<nn::MaxOp>,
+      [](double a, double b) { return std::isnan(a) ? a : std::max(a, b); },
+      [](int64_t a, int64_t b) -> std::optional<int64_t> {
+        return std::max(a, b);
+      });
+  addBinary(
+      registry, "Min", 8, buildBinary<nn::MinOp>,
+      [](double a, double b) { return std::isnan(a) ? a : std::min(a, b); },
+      [](int64_t a, int64_t b) -> std::optional<int64_t> {
+        return std::min(a, b);
+      });
+  auto logical = [&](StringRef name, BuildFn build, bool (*fn)(bool, bool)) {
+    registry.add(
+        name, {7,
+               [fn](NodeContext &ctx) -> LogicalResult {
+                 const HostTensor *a = ctx.getConstant(0),
+                                  *b = ctx.getConstant(1);
+                 if (!a || !b)
+                   return failure();
+                 FailureOr<SmallVector<int64_t>> shape =
+                     broadcast(a->shape, b->shape);
+                 if (failed(shape))
+                   return failure();
+                 SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
+                 SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
+                 ctx.setOutput(0, makeTensor(onnx::TensorProto_DataType_BOOL,
+                                             *shape, [&](int64_t i) {
+                                               return fn(a->getAsInt(ai[i]),
+                                                         b->getAsInt(bi[i]));
+                                             }));
+                 return success();
+               },
+               build});
+  };
+  logical("And", buildBinary<nn::AndOp>, [](bool a, bool b) { return a && b; });
+  logical("Or", buildBinary<nn::OrOp>, [](bool a, bool b) { return a || b; });
+  logical("Xor", buildBinary<nn::XorOp>, [](bool a, bool b) { return a != b; });
+
+  // Pow: the exponent may have another type than the base; nn.pow takes the
+  // base's.
+  registry.add(
+      "Pow",
+      {7,
+       [](NodeContext &ctx) {
+         return foldBinary(
+             ctx, [](double a, double b) { return std::pow(a, b); },
+             [](int64_t a, int64_t b) -> std::optional<int64_t> {
+               if (b < 0)
+                 return std::nullopt;
+               return static_cast<int64_t>(std::pow(a, b));
+             },
+             false);
+       },
+       [](NodeContext &ctx) -> LogicalResult {
+         Value x = ctx.getInput(0), y = ctx.getInput(1);
+         if (!x || !y)
+           return failure();
+         auto xType = cast<RankedTensorType>(x.getType());
+         if (!isa<FloatType>(xType.getElementType()))
+           return ctx.emitError() << "Pow of integers is supported only on "
+                                     "constants";
+         auto yType = cast<RankedTensorType>(y.getType());
+         if (yType.getElementType() != xType.getElementType())
+           y = nn::CastOp::create(ctx.getBuilder(), ctx.getLoc(),
+                                  yType.clone(xType.getElementType()), y);
+         if (failed(checkOperands(ctx, {x, y})))
+           return failure();
+         ctx.setOutput(0,
+                       nn::PowOp::create(ctx.getBuilder(), ctx.getLoc(), x, y));
+         return success();
+       }});
+
+  auto compare = [&](StringRef name, nn::CompareDirection dir, bool swap,
+                     bool (*fn)(double, double)) {
+    registry.add(
+        name,
+        {7,
+         [fn](NodeContext &ctx) -> LogicalResult {
+           const HostTensor *a = ctx.getConstant(0), *b = ctx.getConstant(1);
+           if (!a || !b)
+             return failure();
+           FailureOr<SmallVector<int64_t>> shape =
+               broadcast(a->shape, b->shape);
+           if (failed(shape))
+             return failure();
+           SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
+           SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
+           bool ints = !a->isFloat() && !b->isFloat();
+           ctx.setOutput(0, makeTensor(onnx::TensorProto_DataType_BOOL, *shape,
+                                       [&](int64_t i) {
+                                         if (ints) {
+                                           int64_t x = a->getAsInt(ai[i]),
+                                                   y = b->getAsInt(bi[i]);
+                                           return fn(x < y ? -1 : x > y, 0);
+                                         }
+                                         return fn(a->getAsDouble(ai[i]),
+                                                   b->getAsDouble(bi[i]));
+                                       }));
+           return success();
+         },
+         [dir, swap](NodeContext &ctx) {
+           return buildCompare(ctx, dir, swap);
+         }});
+  };
+  compare("Equal", nn::CompareDirection::EQ, false,
+          [](double a, double b) { return a == b; });
+  compare("Less", nn::CompareDirection::LT, false,
+          [](double a, double b) { return a < b; });
+  compare("Greater", nn::CompareDirection::GT, false,
+          [](double a, double b) { return a > b; });
+  compare("LessOrEqual", nn::CompareDirection::LE, false,
+          [](double a, double b) { return a <= b; });
+  compare("GreaterOrEqual", nn::CompareDirection::GE, false,
+          [](double a, double b) { return a >= b; });
+
+  addUnary<nn::NegOp>(registry, "Neg", 6, negFn, /*keepInts=*/true);
+  addUnary<nn::AbsOp>(registry, "Abs", 6, absFn, /*keepInts=*/true);
+  addUnary<nn::SqrtOp>(registry, "Sqrt", 6, sqrtFn);
+  addUnary<nn::ReciprocalOp>(registry, "Reciprocal", 6, reciprocalFn);
+  addUnary<nn::ExpOp>(registry, "Exp", 6, expFn);
+  addUnary<nn::LogOp>(registry, "Log", 6, logFn);
+  addUnary<nn::TanhOp>(registry, "Tanh", 6, tanhFn);
+  addUnary<nn::ErfOp>(registry, "Erf", 9, erfFn);
+  addUnary<nn::SigmoidOp>(registry, "Sigmoid", 6, sigmoidFn);
+  addUnary<nn::ReluOp>(registry, "Relu", 6, reluFn, /*keepInts=*/true);
+  addUnary<nn::NotOp>(registry, "Not", 1, notFn, /*keepInts=*/true);
+  // Only seen on constants in exported graphs (rotary tables, rounding).
+  addFoldOnlyUnary(registry, "Cos", 7, cosFn);
+  addFoldOnlyUnary(registry, "Sin", 7, sinFn);
+  addFoldOnlyUnary(registry, "Floor", 6, floorFn);
+  addFoldOnlyUnary(registry, "Ceil", 6, ceilFn);
+
+  registry.add("Cast", {6, foldCast, buildCast});
+  registry.add("Where", {9, foldWhere, buildWhere});
+  registry.add("Identity", {1, foldIdentity, buildIdentity});
+  registry.add("Dropout", {7, foldIdentity, buildIdentity});
+}

@@ -1,0 +1,475 @@
+//===- OpsTransformer.cpp - contractions, norms, reductions, attention ----===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Folding.h"
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::onnx_import;
+
+namespace {
+
+RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+Value reshape(NodeContext &ctx, Value v, ArrayRef<int64_t> shape) {
+  auto type = typeOf(v).clone(shape);
+  if (type == v.getType())
+    return v;
+  return nn::ReshapeOp::create(ctx.getBuilder(), ctx.getLoc(), type, v);
+}
+
+LogicalResult checkFloat(NodeContext &ctx, Value v) {
+  if (!isa<FloatType>(typeOf(v).getElementType()))
+    return ctx.emitError() << ctx.getNode().op_type() << " of "
+                           << typeOf(v).getElementType()
+                           << " is not supported (floating point only)";
+  return success();
+}
+
+/// Folds a MatMul of two constants (rotary tables are computed as
+/// `inv_freq @ positions` in exported graphs).
+LogicalResult foldMatmul(NodeContext &ctx, const HostTensor &a,
+                         const HostTensor &b) {
+  SmallVector<int64_t> as(a.shape), bs(b.shape);
+  bool aVector = as.size() == 1, bVector = bs.size() == 1;
+  if (as.empty() || bs.empty())
+    return failure();
+  if (aVector)
+    as.insert(as.begin(), 1);
+  if (bVector)
+    bs.push_back(1);
+  int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  if (bs[bs.size() - 2] != k)
+    return failure();
+  FailureOr<SmallVector<int64_t>> batch = broadcast(
+      ArrayRef<int64_t>(as).drop_back(2), ArrayRef<int64_t>(bs).drop_back(2));
+  if (failed(batch))
+    return failure();
+  int64_t batches = 1;
+  for (int64_t d : *batch)
+    batches *= d;
+  if (batches * m * n > kMaxFoldedElements || batches * m * n * k > (1 << 26))
+    return failure();
+  SmallVector<int64_t> aBatch =
+      broadcastIndices(ArrayRef<int64_t>(as).drop_back(2), *batch);
+  SmallVector<int64_t> bBatch =
+      broadcastIndices(ArrayRef<int64_t>(bs).drop_back(2), *batch);
+  SmallVector<int64_t> shape(*batch);
+  if (!aVector)
+    shape.push_back(m);
+  if (!bVector)
+    shape.push_back(n);
+  ctx.setOutput(0, makeTensor(a.dataType, shape, [&](int64_t i) {
+                  int64_t col = i % n, row = (i / n) % m, bi = i / (m * n);
+                  double sum = 0;
+                  for (int64_t kk = 0; kk < k; ++kk)
+                    sum += a.getAsDouble(aBatch[bi] * m * k + row * k + kk) *
+                           b.getAsDouble(bBatch[bi] * k * n + kk * n + col);
+                  return sum;
+                }));
+  return success();
+}
+
+/// MatMul with numpy semantics: 1-D operands gain a unit dimension that the
+/// result drops again.
+LogicalResult matmulHandler(NodeContext &ctx) {
+  if (const HostTensor *ca = ctx.getConstant(0), *cb = ctx.getConstant(1);
+      ca && cb && succeeded(foldMatmul(ctx, *ca, *cb)))
+    return success();
+  Value a = ctx.getInput(0), b = ctx.getInput(1);
+  if (!a || !b || failed(checkFloat(ctx, a)))
+    return failure();
+  ArrayRef<int64_t> as = typeOf(a).getShape(), bs = typeOf(b).getShape();
+  if (as.empty() || bs.empty())
+    return ctx.emitError() << "MatMul of a scalar";
+  bool aVector = as.size() == 1, bVector = bs.size() == 1;
+  if (aVector)
+    a = reshape(ctx, a, {1, as[0]});
+  if (bVector)
+    b = reshape(ctx, b, {bs[0], 1});
+  ArrayRef<int64_t> a2 = typeOf(a).getShape(), b2 = typeOf(b).getShape();
+  if (a2.back() != b2[b2.size() - 2])
+    return ctx.emitError() << "MatMul contracts " << a2.back() << " with "
+                           << b2[b2.size() - 2];
+  FailureOr<SmallVector<int64_t>> batch =
+      broadcast(a2.drop_back(2), b2.drop_back(2));
+  if (failed(batch))
+    return ctx.emitError() << "MatMul batch dimensions do not broadcast";
+  if (typeOf(a).getElementType() != typeOf(b).getElementType())
+    return ctx.emitError() << "MatMul operands have different element types";
+  SmallVector<int64_t> shape = *batch;
+  shape.push_back(a2[a2.size() - 2]);
+  shape.push_back(b2.back());
+  Value r = nn::MatmulOp::create(ctx.getBuilder(), ctx.getLoc(),
+                                 typeOf(a).clone(shape), a, b, Value());
+  SmallVector<int64_t> outShape(*batch);
+  if (!aVector)
+    outShape.push_back(a2[a2.size() - 2]);
+  if (!bVector)
+    outShape.push_back(b2.back());
+  ctx.setOutput(0, reshape(ctx, r, outShape));
+  return success();
+}
+
+Value scalarConstant(NodeContext &ctx, Type elementType, double value) {
+  auto type = RankedTensorType::get({}, elementType);
+  return nn::ConstantOp::create(
+      ctx.getBuilder(), ctx.getLoc(),
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          type, ctx.getBuilder().getFloatAttr(elementType, value))));
+}
+
+/// Gemm: alpha * A' B' + beta * C, A' and B' optionally transposed. A bias C
+/// of shape [N] (or [1, N]) with beta = 1 becomes the matmul's epilogue.
+LogicalResult gemmHandler(NodeContext &ctx) {
+  Value a = ctx.getInput(0), b = ctx.getInput(1);
+  if (!a || !b || failed(checkFloat(ctx, a)))
+    return failure();
+  OpBuilder &builder = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  if (typeOf(a).getRank() != 2 || typeOf(b).getRank() != 2)
+    return ctx.emitError() << "Gemm operands must have rank 2";
+  auto transpose = [&](Value v) -> Value {
+    auto t = typeOf(v);
+    return nn::TransposeOp::create(builder, loc,
+                                   t.clone({t.getDimSize(1), t.getDimSize(0)}),
+                                   v, ArrayRef<int64_t>{1, 0});
+  };
+  if (ctx.getAttrInt("transA", 0))
+    a = transpose(a);
+  if (ctx.getAttrInt("transB", 0))
+    b = transpose(b);
+  int64_t m = typeOf(a).getDimSize(0), k = typeOf(a).getDimSize(1);
+  int64_t n = typeOf(b).getDimSize(1);
+  if (typeOf(b).getDimSize(0) != k)
+    return ctx.emitError() << "Gemm contracts " << k << " with "
+                           << typeOf(b).getDimSize(0);
+  Type element = typeOf(a).getElementType();
+  float alpha = ctx.getAttrFloat("alpha", 1.0f);
+  float beta = ctx.getAttrFloat("beta", 1.0f);
+  Value bias;
+  Value c = ctx.hasInput(2) ? ctx.getInput(2) : Value();
+  if (c && beta == 1.0f && alpha == 1.0f) {
+    ArrayRef<int64_t> cs = typeOf(c).getShape();
+    if ((cs.size() == 1 && cs[0] == n) ||
+        (cs.size() == 2 && cs[0] == 1 && cs[1] == n)) {
+      bias = reshape(ctx, c, {n});
+      c = Value();
+    }
+  }
+  auto type = RankedTensorType::get({m, n}, element);
+  Value r = nn::MatmulOp::create(builder, loc, type, a, b, bias);
+  if (alpha != 1.0f)
+    r = nn::MulOp::create(builder, loc, r, scalarConstant(ctx, element, alpha));
+  if (c) {
+    if (failed(broadcast(typeOf(c).getShape(), {m, n})))
+      return ctx.emitError()
+             << "Gemm C does not broadcast to [" << m << ", " << n << "]";
+    if (beta != 1.0f)
+      c = nn::MulOp::create(builder, loc, c,
+                            scalarConstant(ctx, element, beta));
+    r = nn::AddOp::create(builder, loc, r, c);
+  }
+  ctx.setOutput(0, r);
+  return success();
+}
+
+template <typename OpTy> LogicalResult softmaxHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x || failed(checkFloat(ctx, x)))
+    return failure();
+  FailureOr<int64_t> axis =
+      ctx.normalizeAxis(ctx.getAttrInt("axis", -1), typeOf(x).getRank());
+  if (failed(axis))
+    return failure();
+  ctx.setOutput(
+      0, OpTy::create(ctx.getBuilder(), ctx.getLoc(), x.getType(), x, *axis));
+  return success();
+}
+
+/// LayerNormalization (17) and RMSNormalization (23): the optional mean and
+/// inverse standard deviation outputs are not supported.
+template <typename OpTy> LogicalResult normHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x || failed(checkFloat(ctx, x)))
+    return failure();
+  for (unsigned i = 1; i < ctx.getNumOutputs(); ++i)
+    if (ctx.hasOutput(i))
+      return ctx.emitError() << ctx.getNode().op_type()
+                             << " statistics outputs are not supported";
+  int64_t rank = typeOf(x).getRank();
+  FailureOr<int64_t> axis = ctx.normalizeAxis(ctx.getAttrInt("axis", -1), rank);
+  if (failed(axis))
+    return failure();
+  ArrayRef<int64_t> normalized = typeOf(x).getShape().drop_front(*axis);
+  // Scale and bias may be given with a broadcastable shape; nn wants the
+  // normalized shape exactly.
+  auto param = [&](unsigned i) -> FailureOr<Value> {
+    if (!ctx.hasInput(i))
+      return Value();
+    Value p = ctx.getInput(i);
+    if (!p)
+      return failure();
+    if (failed(broadcast(typeOf(p).getShape(), normalized)) ||
+        typeOf(p).getRank() > static_cast<int64_t>(normalized.size()))
+      return ctx.emitError() << ctx.getNode().op_type() << " parameter " << i
+                             << " does not match the normalized shape";
+    if (typeOf(p).getShape() != normalized)
+      p = nn::BroadcastToOp::create(ctx.getBuilder(), ctx.getLoc(),
+                                    typeOf(p).clone(normalized), p);
+    return p;
+  };
+  FailureOr<Value> scale = param(1);
+  if (failed(scale))
+    return failure();
+  float epsilon = ctx.getAttrFloat("epsilon", 1e-5f);
+  OpBuilder &b = ctx.getBuilder();
+  if constexpr (std::is_same_v<OpTy, nn::LayerNormOp>) {
+    FailureOr<Value> bias = param(2);
+    if (failed(bias))
+      return failure();
+    ctx.setOutput(0, nn::LayerNormOp::create(b, ctx.getLoc(), x.getType(), x,
+                                             *scale, *bias,
+                                             b.getI64IntegerAttr(*axis),
+                                             b.getF32FloatAttr(epsilon)));
+  } else {
+    ctx.setOutput(0, nn::RmsNormOp::create(b, ctx.getLoc(), x.getType(), x,
+                                           *scale, b.getI64IntegerAttr(*axis),
+                                           b.getF32FloatAttr(epsilon)));
+  }
+  return success();
+}
+
+LogicalResult geluHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x || failed(checkFloat(ctx, x)))
+    return failure();
+  std::string approximate = ctx.getAttrString("approximate", "none");
+  nn::GeluApproximation approx;
+  if (approximate == "none")
+    approx = nn::GeluApproximation::None;
+  else if (approximate == "tanh")
+    approx = nn::GeluApproximation::Tanh;
+  else
+    return ctx.emitError() << "Gelu approximate='" << approximate
+                           << "' is not defined";
+  ctx.setOutput(0,
+                nn::GeluOp::create(ctx.getBuilder(), ctx.getLoc(), x, approx));
+  return success();
+}
+
+/// ReduceMean/Sum/Max/Min. Axes are an attribute until opset 18 (ReduceSum:
+/// 13), an input since; no axes reduces everything unless
+/// noop_with_empty_axes.
+LogicalResult reduceHandler(NodeContext &ctx, nn::ReduceKind kind,
+                            int64_t axesInputSince) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  int64_t rank = typeOf(x).getRank();
+  SmallVector<int64_t> axes;
+  if (ctx.getOpset() >= axesInputSince) {
+    if (ctx.hasInput(1)) {
+      FailureOr<SmallVector<int64_t>> a = ctx.getConstantInts(1, "axes");
+      if (failed(a))
+        return failure();
+      axes = *a;
+    }
+  } else if (std::optional<SmallVector<int64_t>> a = ctx.getAttrInts("axes")) {
+    axes = *a;
+  }
+  if (axes.empty()) {
+    if (ctx.getAttrInt("noop_with_empty_axes", 0)) {
+      ctx.setOutput(0, x);
+      return success();
+    }
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  }
+  for (int64_t &a : axes) {
+    FailureOr<int64_t> n = ctx.normalizeAxis(a, rank);
+    if (failed(n))
+      return failure();
+    a = *n;
+  }
+  llvm::sort(axes);
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  if (rank == 0) {
+    ctx.setOutput(0, x);
+    return success();
+  }
+  bool keepdims = ctx.getAttrInt("keepdims", 1) != 0;
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!llvm::is_contained(axes, d))
+      shape.push_back(typeOf(x).getDimSize(d));
+    else if (keepdims)
+      shape.push_back(1);
+  }
+  OpBuilder &b = ctx.getBuilder();
+  ctx.setOutput(0, nn::ReduceOp::create(b, ctx.getLoc(), typeOf(x).clone(shape),
+                                        kind, x, axes, keepdims));
+  return success();
+}
+
+/// ONNX Attention (opset 23): Q, K, V as [B, heads, S, D], or as [B, S,
+/// heads * D] with q_num_heads / kv_num_heads; an optional bool or additive
+/// mask; is_causal; scale. Past key/value, softcap and the QK output are not
+/// supported.
+LogicalResult attentionHandler(NodeContext &ctx) {
+  Value q = ctx.getInput(0), k = ctx.getInput(1), v = ctx.getInput(2);
+  if (!q || !k || !v || failed(checkFloat(ctx, q)))
+    return failure();
+  if (ctx.hasInput(4) || ctx.hasInput(5) || ctx.hasOutput(1) ||
+      ctx.hasOutput(2) || ctx.hasOutput(3))
+    return ctx.emitError() << "Attention with a key/value cache or extra "
+                              "outputs is not supported";
+  if (ctx.getAttrFloat("softcap", 0.0f) != 0.0f)
+    return ctx.emitError() << "Attention softcap is not supported";
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  bool threeD = typeOf(q).getRank() == 3;
+  auto toHeads = [&](Value x, int64_t heads) -> FailureOr<Value> {
+    ArrayRef<int64_t> s = typeOf(x).getShape();
+    if (heads <= 0 || s[2] % heads != 0)
+      return ctx.emitError() << "Attention hidden size " << s[2]
+                             << " is not divisible by " << heads << " heads";
+    Value r = reshape(ctx, x, {s[0], s[1], heads, s[2] / heads});
+    return Value(nn::TransposeOp::create(
+        b, loc, typeOf(r).clone({s[0], heads, s[1], s[2] / heads}), r,
+        ArrayRef<int64_t>{0, 2, 1, 3}));
+  };
+  if (threeD) {
+    FailureOr<Value> q4 = toHeads(q, ctx.getAttrInt("q_num_heads", 0));
+    FailureOr<Value> k4 = toHeads(k, ctx.getAttrInt("kv_num_heads", 0));
+    FailureOr<Value> v4 = toHeads(v, ctx.getAttrInt("kv_num_heads", 0));
+    if (failed(q4) || failed(k4) || failed(v4))
+      return failure();
+    q = *q4;
+    k = *k4;
+    v = *v4;
+  }
+  if (typeOf(q).getRank() != 4 || typeOf(k).getRank() != 4 ||
+      typeOf(v).getRank() != 4)
+    return ctx.emitError() << "Attention inputs must have rank 3 or 4";
+  ArrayRef<int64_t> qs = typeOf(q).getShape();
+  auto resultType =
+      typeOf(q).clone({qs[0], qs[1], qs[2], typeOf(v).getDimSize(3)});
+  Value mask = ctx.hasInput(3) ? ctx.getInput(3) : Value();
+  // ONNX aligns is_causal at the top left, nn at the bottom right; they agree
+  // when the query and key sequences have the same length.
+  if (ctx.getAttrInt("is_causal", 0) &&
+      typeOf(q).getDimSize(2) != typeOf(k).getDimSize(2))
+    return ctx.emitError() << "Attention is_causal with query length "
+                           << typeOf(q).getDimSize(2) << " and key length "
+                           << typeOf(k).getDimSize(2) << " is not supported";
+  auto op = nn::AttentionOp::create(
+      b, loc, resultType, q, k, v, mask,
+      ctx.getAttrInt("is_causal", 0) ? b.getUnitAttr() : UnitAttr(),
+      FloatAttr());
+  if (const onnx::AttributeProto *scale = ctx.getAttr("scale"))
+    op.setScaleAttr(b.getF32FloatAttr(scale->f()));
+  Value out = op;
+  if (threeD) {
+    ArrayRef<int64_t> os = resultType.getShape();
+    Value t = nn::TransposeOp::create(
+        b, loc, resultType.clone({os[0], os[2], os[1], os[3]}), out,
+        ArrayRef<int64_t>{0, 2, 1, 3});
+    out = reshape(ctx, t, {os[0], os[2], os[1] * os[3]});
+  }
+  ctx.setOutput(0, out);
+  return success();
+}
+
+/// ONNX RotaryEmbedding (opset 23): X as [B, H, S, D] or [B, S, H*D] (with
+/// num_heads); cos/sin caches indexed by position_ids ([max_pos, r/2]) or
+/// already per token ([B, S, r/2]).
+LogicalResult rotaryHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0), cos = ctx.getInput(1), sin = ctx.getInput(2);
+  if (!x || !cos || !sin || failed(checkFloat(ctx, x)))
+    return failure();
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  ArrayRef<int64_t> xs = typeOf(x).getShape();
+  bool threeD = xs.size() == 3;
+  int64_t heads = ctx.getAttrInt("num_heads", 0);
+  if (threeD) {
+    if (heads <= 0 || xs[2] % heads != 0)
+      return ctx.emitError() << "RotaryEmbedding of a 3-D input needs "
+                                "num_heads dividing its hidden size "
+                             << xs[2];
+    Value r = reshape(ctx, x, {xs[0], xs[1], heads, xs[2] / heads});
+    x = nn::TransposeOp::create(
+        b, loc, typeOf(r).clone({xs[0], heads, xs[1], xs[2] / heads}), r,
+        ArrayRef<int64_t>{0, 2, 1, 3});
+  } else if (xs.size() != 4) {
+    return ctx.emitError() << "RotaryEmbedding input must have rank 3 or 4";
+  }
+  ArrayRef<int64_t> x4 = typeOf(x).getShape();
+  // Gather each token's row of the caches.
+  if (ctx.hasInput(3)) {
+    Value ids = ctx.getInput(3);
+    if (!ids)
+      return failure();
+    auto gather = [&](Value table) -> Value {
+      ArrayRef<int64_t> ts = typeOf(table).getShape();
+      ArrayRef<int64_t> is = typeOf(ids).getShape();
+      return nn::GatherOp::create(
+          b, loc, typeOf(table).clone({is[0], is[1], ts[1]}), table, ids, 0);
+    };
+    if (typeOf(cos).getRank() != 2 || typeOf(ids).getRank() != 2)
+      return ctx.emitError() << "RotaryEmbedding with position_ids needs 2-D "
+                                "caches and [batch, sequence] positions";
+    cos = gather(cos);
+    sin = gather(sin);
+  }
+  int64_t rotary = ctx.getAttrInt("rotary_embedding_dim", 0);
+  int64_t half = typeOf(cos).getShape().back();
+  if (rotary != 0 && rotary != 2 * half)
+    return ctx.emitError() << "RotaryEmbedding rotary_embedding_dim " << rotary
+                           << " does not match caches of width " << half;
+  auto op = nn::RopeOp::create(
+      b, loc, x.getType(), x, cos, sin,
+      ctx.getAttrInt("interleaved", 0) ? b.getUnitAttr() : UnitAttr());
+  Value out = op;
+  if (threeD) {
+    Value t = nn::TransposeOp::create(
+        b, loc, typeOf(out).clone({x4[0], x4[2], x4[1], x4[3]}), out,
+        ArrayRef<int64_t>{0, 2, 1, 3});
+    out = reshape(ctx, t, xs);
+  }
+  ctx.setOutput(0, out);
+  return success();
+}
+
+} // namespace
+
+void mlir::partita::onnx_import::registerTransformerOps(OpRegistry &registry) {
+  registry.add("MatMul", {13, nullptr, matmulHandler});
+  registry.add("Gemm", {13, nullptr, gemmHandler});
+  registry.add("Softmax", {13, nullptr, softmaxHandler<nn::SoftmaxOp>});
+  registry.add("LogSoftmax", {13, nullptr, softmaxHandler<nn::LogSoftmaxOp>});
+  registry.add("LayerNormalization",
+               {17, nullptr, normHandler<nn::LayerNormOp>});
+  registry.add("RMSNormalization", {23, nullptr, normHandler<nn::RmsNormOp>});
+  registry.add("Gelu", {20, nullptr, geluHandler});
+  registry.add("Attention", {23, nullptr, attentionHandler});
+  registry.add("RotaryEmbedding", {23, nullptr, rotaryHandler});
+  struct Reduce {
+    const char *name;
+    nn::ReduceKind kind;
+    int64_t axesInputSince;
+  };
+  for (Reduce r : {Reduce{"ReduceMean", nn::ReduceKind::Mean, 18},
+                   Reduce{"ReduceSum", nn::ReduceKind::Sum, 13},
+                   Reduce{"ReduceMax", nn::ReduceKind::Max, 18},
+                   Reduce{"ReduceMin", nn::ReduceKind::Min, 18}})
+    registry.add(r.name, {13, nullptr, [r](NodeContext &ctx) {
+                            return reduceHandler(ctx, r.kind, r.axesInputSince);
+                          }});
+}

@@ -1,0 +1,37 @@
+//===- Pipelines.cpp - the compiler's pass pipelines ----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+#include "partita/Dialect/NN/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+
+void mlir::partita::buildNNPipeline(OpPassManager &pm,
+                                    const NNPipelineOptions &options) {
+  OpPassManager &func = pm.nest<func::FuncOp>();
+  // The importer folds what is constant; canonicalization removes what the
+  // folding left dead and composes reshapes and transposes, so the raising
+  // patterns see one canonical spelling of each subgraph.
+  func.addPass(createCanonicalizerPass());
+  if (options.raise)
+    func.addPass(createRaisePass());
+  // Raising leaves the decomposed ops dead and may duplicate small
+  // constants.
+  func.addPass(createCSEPass());
+  func.addPass(createCanonicalizerPass());
+}
+
+void mlir::partita::registerPartitaPipelines() {
+  PassPipelineRegistration<NNPipelineOptions>(
+      "partita-nn-pipeline",
+      "Clean up and raise imported nn IR (partita-compile --emit nn)",
+      buildNNPipeline);
+}
