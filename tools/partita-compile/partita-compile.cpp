@@ -108,6 +108,7 @@ int compile(MLIRContext &context) {
   buildNNPipeline(pm, nnOptions);
   if (failed(pm.run(*module)))
     return 1;
+  pipelineTiming.stop();
 
   std::string error;
   std::unique_ptr<llvm::ToolOutputFile> output =
@@ -119,6 +120,7 @@ int compile(MLIRContext &context) {
   TimingScope printTiming = root.nest("Output");
   module->print(output->os());
   output->keep();
+
   return 0;
 }
 

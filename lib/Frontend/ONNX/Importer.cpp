@@ -85,10 +85,12 @@ namespace mlir::partita::onnx_import {
 class GraphImporter {
 public:
   GraphImporter(MLIRContext *context, std::unique_ptr<onnx::ModelProto> model,
+                ::partita::onnx_reader::MappedInitializers mapped,
                 StringRef modelName, StringRef modelDir,
                 const OnnxImportOptions &options)
-      : context(context), model(std::move(model)), modelName(modelName.str()),
-        modelDir(modelDir.str()), options(options), builder(context),
+      : context(context), model(std::move(model)), mapped(std::move(mapped)),
+        modelName(modelName.str()), modelDir(modelDir.str()), options(options),
+        builder(context),
         fileLoc(FileLineColLoc::get(context, modelName, 0, 0)) {}
 
   OwningOpRef<ModuleOp> run();
@@ -127,7 +129,9 @@ public:
 private:
   LogicalResult checkOpsets();
   LogicalResult importInitializers();
-  FailureOr<HostTensor> tensorFromProto(onnx::TensorProto &proto, Location loc);
+  FailureOr<HostTensor>
+  tensorFromProto(onnx::TensorProto &proto, Location loc,
+                  std::optional<size_t> initializer = std::nullopt);
   LogicalResult bindInputs(SmallVectorImpl<std::string> &inputNames,
                            SmallVectorImpl<Type> &inputTypes);
   LogicalResult sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order);
@@ -136,6 +140,7 @@ private:
 
   MLIRContext *context;
   std::unique_ptr<onnx::ModelProto> model;
+  ::partita::onnx_reader::MappedInitializers mapped;
   std::string modelName;
   std::string modelDir;
   const OnnxImportOptions &options;
@@ -176,8 +181,9 @@ LogicalResult GraphImporter::checkOpsets() {
   return success();
 }
 
-FailureOr<HostTensor> GraphImporter::tensorFromProto(onnx::TensorProto &proto,
-                                                     Location loc) {
+FailureOr<HostTensor>
+GraphImporter::tensorFromProto(onnx::TensorProto &proto, Location loc,
+                               std::optional<size_t> initializer) {
   SmallVector<int64_t> shape;
   int64_t numElements = 1;
   for (int64_t dim : proto.dims()) {
@@ -238,6 +244,19 @@ FailureOr<HostTensor> GraphImporter::tensorFromProto(onnx::TensorProto &proto,
                             << " of '" << location << "', which holds "
                             << file->size() << " (length " << length << ")";
     RawBytes raw{file->data() + offset, static_cast<size_t>(length), file};
+    return HostTensor::fromRaw(dataType, shape, std::move(raw));
+  }
+
+  // Bytes the reader left in the mapped model file.
+  if (initializer && *initializer < mapped.rawData.size() &&
+      mapped.rawData[*initializer].present) {
+    const auto &span = mapped.rawData[*initializer];
+    if (static_cast<int64_t>(span.length) != *byteCount)
+      return emitError(loc) << "tensor '" << proto.name() << "' holds "
+                            << span.length << " bytes; its shape and type "
+                            << "need " << *byteCount;
+    RawBytes raw{mapped.file->data() + span.offset,
+                 static_cast<size_t>(span.length), mapped.file};
     return HostTensor::fromRaw(dataType, shape, std::move(raw));
   }
 
@@ -302,10 +321,10 @@ FailureOr<HostTensor> GraphImporter::tensorFromProto(onnx::TensorProto &proto,
 
 LogicalResult GraphImporter::importInitializers() {
   onnx::GraphProto *graph = model->mutable_graph();
-  for (onnx::TensorProto &proto : *graph->mutable_initializer()) {
+  for (auto [index, proto] : llvm::enumerate(*graph->mutable_initializer())) {
     Location loc =
         NameLoc::get(StringAttr::get(context, proto.name()), fileLoc);
-    FailureOr<HostTensor> tensor = tensorFromProto(proto, loc);
+    FailureOr<HostTensor> tensor = tensorFromProto(proto, loc, index);
     if (failed(tensor))
       return failure();
     define(proto.name(), std::move(*tensor));
@@ -334,13 +353,18 @@ FailureOr<ElementsAttr> GraphImporter::toElementsAttr(const HostTensor &tensor,
   int64_t n = tensor.getNumElements();
   size_t elementSize = dataTypeSize(tensor.dataType);
 
-  // Model bytes are shared as they are when aligned; otherwise copied once.
+  // Model bytes are shared, not copied: the blob declares the alignment the
+  // bytes happen to have, so readers of nn constants decode them with memcpy.
   auto makeResource = [&](ArrayRef<char> bytes,
                           std::shared_ptr<const void> owner) -> ElementsAttr {
     AsmResourceBlob blob;
-    if (reinterpret_cast<uintptr_t>(bytes.data()) % elementSize == 0 && owner) {
+    if (owner) {
+      size_t alignment = 1;
+      auto address = reinterpret_cast<uintptr_t>(bytes.data());
+      while (alignment < elementSize && address % (alignment * 2) == 0)
+        alignment *= 2;
       blob = AsmResourceBlob(
-          bytes, elementSize, [owner](void *, size_t, size_t) {},
+          bytes, alignment, [owner](void *, size_t, size_t) {},
           /*dataIsMutable=*/false);
     } else {
       blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, elementSize);
@@ -349,8 +373,6 @@ FailureOr<ElementsAttr> GraphImporter::toElementsAttr(const HostTensor &tensor,
     return DenseResourceElementsAttr::get(type, blobName, std::move(blob));
   };
 
-  // Weights stay out of the IR text; only scalars and tiny vectors (epsilons,
-  // shape values) are inlined, where patterns and readers want to see them.
   if (tensor.hasRawBytes() && n > kMaxInlineInitializerElements) {
     const RawBytes &raw = tensor.getRawBytes();
     return makeResource(ArrayRef<char>(raw.data, raw.size), raw.owner);
@@ -827,10 +849,11 @@ void mlir::partita::registerOnnxImportDialects(DialectRegistry &registry) {
 
 static OwningOpRef<ModuleOp>
 importModel(MLIRContext *context, std::unique_ptr<onnx::ModelProto> model,
-            StringRef name, StringRef modelDir,
-            const OnnxImportOptions &options) {
+            ::partita::onnx_reader::MappedInitializers mapped, StringRef name,
+            StringRef modelDir, const OnnxImportOptions &options) {
   context->loadDialect<nn::NNDialect, func::FuncDialect>();
-  GraphImporter importer(context, std::move(model), name, modelDir, options);
+  GraphImporter importer(context, std::move(model), std::move(mapped), name,
+                         modelDir, options);
   return importer.run();
 }
 
@@ -838,8 +861,10 @@ OwningOpRef<ModuleOp>
 mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
                               const OnnxImportOptions &options) {
   auto model = std::make_unique<onnx::ModelProto>();
+  ::partita::onnx_reader::MappedInitializers mapped;
   std::string error;
-  if (!::partita::onnx_reader::readModelFile(path.str(), *model, error)) {
+  if (!::partita::onnx_reader::readModelFile(path.str(), *model, mapped,
+                                             error)) {
     emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
     return nullptr;
   }
@@ -847,7 +872,8 @@ mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
   llvm::sys::path::remove_filename(dir);
   if (dir.empty())
     dir = ".";
-  return importModel(context, std::move(model), path, dir, options);
+  return importModel(context, std::move(model), std::move(mapped), path, dir,
+                     options);
 }
 
 OwningOpRef<ModuleOp>
@@ -861,5 +887,6 @@ mlir::partita::importOnnxBuffer(MLIRContext *context, StringRef bytes,
     emitError(FileLineColLoc::get(context, bufferName, 0, 0)) << error;
     return nullptr;
   }
-  return importModel(context, std::move(model), bufferName, modelDir, options);
+  return importModel(context, std::move(model), {}, bufferName, modelDir,
+                     options);
 }

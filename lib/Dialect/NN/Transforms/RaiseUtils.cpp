@@ -61,58 +61,36 @@ std::optional<std::vector<double>> readDense(DenseElementsAttr dense) {
   return out;
 }
 
-template <typename AttrTy>
-std::optional<std::vector<double>> readTypedResource(Attribute attr) {
-  auto typed = dyn_cast<AttrTy>(attr);
-  if (!typed)
-    return std::nullopt;
-  auto values = typed.tryGetAsArrayRef();
-  if (!values)
-    return std::nullopt;
-  std::vector<double> out;
-  out.reserve(values->size());
-  for (auto value : *values)
-    out.push_back(static_cast<double>(value));
-  return out;
-}
-
-/// f16 and bf16 blobs have no typed attribute class: decode their bits.
+/// Decodes a resource blob's elements. Blobs that share an ONNX model's
+/// bytes may be unaligned, so every element is read with memcpy.
 std::optional<std::vector<double>>
-readHalfResource(DenseResourceElementsAttr attr) {
-  auto floatType = dyn_cast<FloatType>(attr.getElementType());
-  if (!floatType || floatType.getWidth() != 16)
-    return std::nullopt;
+readResource(DenseResourceElementsAttr attr) {
   AsmResourceBlob *blob = attr.getRawHandle().getBlob();
   if (!blob)
     return std::nullopt;
   ArrayRef<char> data = blob->getData();
-  if (static_cast<int64_t>(data.size()) != 2 * attr.getNumElements())
+  Type elementType = attr.getElementType();
+  // i1 blobs hold one byte per element.
+  size_t width =
+      elementType.isInteger(1) ? 1 : elementType.getIntOrFloatBitWidth() / 8;
+  int64_t n = attr.getNumElements();
+  if (width == 0 || data.size() != static_cast<size_t>(n) * width)
     return std::nullopt;
   std::vector<double> out;
-  out.reserve(attr.getNumElements());
-  for (size_t i = 0; i < data.size(); i += 2) {
-    uint16_t bits;
-    std::memcpy(&bits, data.data() + i, sizeof(bits));
-    out.push_back(
-        toDouble(APFloat(floatType.getFloatSemantics(), APInt(16, bits))));
+  out.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, data.data() + i * width, width);
+    if (auto floatType = dyn_cast<FloatType>(elementType)) {
+      out.push_back(toDouble(
+          APFloat(floatType.getFloatSemantics(), APInt(width * 8, bits))));
+    } else if (elementType.isInteger(1)) {
+      out.push_back(bits != 0);
+    } else {
+      out.push_back(static_cast<double>(APInt(width * 8, bits).getSExtValue()));
+    }
   }
   return out;
-}
-
-std::optional<std::vector<double>>
-readResource(DenseResourceElementsAttr attr) {
-  std::optional<std::vector<double>> (*readers[])(Attribute) = {
-      readTypedResource<DenseBoolResourceElementsAttr>,
-      readTypedResource<DenseF32ResourceElementsAttr>,
-      readTypedResource<DenseF64ResourceElementsAttr>,
-      readTypedResource<DenseI8ResourceElementsAttr>,
-      readTypedResource<DenseI32ResourceElementsAttr>,
-      readTypedResource<DenseI64ResourceElementsAttr>,
-  };
-  for (auto reader : readers)
-    if (auto values = reader(attr))
-      return values;
-  return readHalfResource(attr);
 }
 
 ConstantOp getConstant(Value value) {

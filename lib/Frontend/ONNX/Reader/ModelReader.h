@@ -23,11 +23,29 @@
 
 namespace partita::onnx_reader {
 
+class MappedFile;
+
+/// Where the raw bytes of each graph initializer lie in a memory-mapped
+/// model file, for the initializers whose bytes were left there instead of
+/// being copied into the ModelProto.
+struct MappedInitializers {
+  struct Span {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    bool present = false;
+  };
+  std::shared_ptr<MappedFile> file;
+  /// Indexed like graph.initializer.
+  std::vector<Span> rawData;
+};
+
 /// Parses a model file. Binary protobuf unless the file's first non-blank
-/// character is `<`, which starts ONNX's textual syntax. Returns false and
-/// sets `error` on failure.
+/// character is `<`, which starts ONNX's textual syntax. A binary model is
+/// memory-mapped and its initializers' raw bytes stay in the mapping
+/// (`mapped`): they are neither copied nor read, so a model costs its graph,
+/// not its weights, to import. Returns false and sets `error` on failure.
 bool readModelFile(const std::string &path, onnx::ModelProto &model,
-                   std::string &error);
+                   MappedInitializers &mapped, std::string &error);
 
 /// Parses a model held in memory (same format detection).
 bool readModelBuffer(const char *data, size_t size, onnx::ModelProto &model,
@@ -40,9 +58,11 @@ public:
   const char *data() const { return data_; }
   uint64_t size() const { return size_; }
 
+  /// Maps the regular file open as `fd`.
+  static bool map(int fd, const std::string &name,
+                  std::shared_ptr<MappedFile> &file, std::string &error);
+
 private:
-  friend bool mapExternalFile(const std::string &, const std::string &,
-                              std::shared_ptr<MappedFile> &, std::string &);
   const char *data_ = nullptr;
   uint64_t size_ = 0;
 };

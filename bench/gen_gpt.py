@@ -1,0 +1,101 @@
+"""Writes a GPT-2 style ONNX model of N layers, spelled the way torch.onnx
+exports it (decomposed GELU, where-masked softmax attention), for the
+import benchmark. Usage: gen_gpt.py LAYERS OUT.onnx [--hidden H] [--seq S]
+"""
+
+import argparse
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def build(layers, hidden, heads, seq, vocab, batch=1):
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    head = hidden // heads
+
+    def weight(name, shape, scale=0.02):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def const(name, value, dtype=np.float32):
+        inits.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
+        return name
+
+    def node(op, inputs, outputs=None, **attrs):
+        outputs = outputs or [f"{op.lower()}_{len(nodes)}"]
+        nodes.append(helper.make_node(op, inputs, outputs,
+                                      name=f"/{op}_{len(nodes)}", **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    const("split_shape", [batch, seq, heads, head], np.int64)
+    const("merge_shape", [batch, seq, hidden], np.int64)
+    const("scale", float(np.sqrt(head)))
+    const("neg", float(np.finfo(np.float32).min))
+    const("half", 0.5)
+    const("one", 1.0)
+    const("three", 3.0)
+    const("c1", 0.044715)
+    const("c2", float(np.sqrt(2 / np.pi)))
+    const("causal", np.tril(np.ones((seq, seq), bool))[None, None], bool)
+    x = node("Gather", [weight("wte", [vocab, hidden]), "input_ids"])
+    for i in range(layers):
+        p = f"h{i}."
+        ln = node("LayerNormalization",
+                  [x, weight(p + "ln1.g", [hidden], 1.0), weight(p + "ln1.b", [hidden])],
+                  axis=-1, epsilon=1e-5)
+        qkv = node("Add", [node("MatMul", [ln, weight(p + "qkv.w", [hidden, 3 * hidden])]),
+                           weight(p + "qkv.b", [3 * hidden])])
+        sizes = const(p + "sizes", [hidden] * 3, np.int64)
+        q, k, v = node("Split", [qkv, sizes], [p + "q", p + "k", p + "v"], axis=2)
+        qh = node("Transpose", [node("Reshape", [q, "split_shape"])], perm=[0, 2, 1, 3])
+        kt = node("Transpose", [node("Reshape", [k, "split_shape"])], perm=[0, 2, 3, 1])
+        vh = node("Transpose", [node("Reshape", [v, "split_shape"])], perm=[0, 2, 1, 3])
+        scores = node("Div", [node("MatMul", [qh, kt]), "scale"])
+        masked = node("Where", ["causal", scores, "neg"])
+        probs = node("Softmax", [masked], axis=-1)
+        ctx = node("Transpose", [node("MatMul", [probs, vh])], perm=[0, 2, 1, 3])
+        merged = node("Reshape", [ctx, "merge_shape"])
+        attn = node("Add", [node("MatMul", [merged, weight(p + "o.w", [hidden, hidden])]),
+                            weight(p + "o.b", [hidden])])
+        x = node("Add", [x, attn])
+        ln2 = node("LayerNormalization",
+                   [x, weight(p + "ln2.g", [hidden], 1.0), weight(p + "ln2.b", [hidden])],
+                   axis=-1, epsilon=1e-5)
+        up = node("Add", [node("MatMul", [ln2, weight(p + "up.w", [hidden, 4 * hidden])]),
+                          weight(p + "up.b", [4 * hidden])])
+        cube = node("Mul", [node("Pow", [up, "three"]), "c1"])
+        inner = node("Mul", [node("Add", [up, cube]), "c2"])
+        gelu = node("Mul", [node("Mul", [up, "half"]),
+                            node("Add", [node("Tanh", [inner]), "one"])])
+        down = node("Add", [node("MatMul", [gelu, weight(p + "down.w", [4 * hidden, hidden])]),
+                            weight(p + "down.b", [hidden])])
+        x = node("Add", [x, down])
+    logits = node("MatMul", [x, weight("head", [hidden, vocab])], ["logits"])
+    graph = helper.make_graph(
+        nodes, "gpt", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])],
+        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [batch, seq, vocab])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("layers", type=int)
+    parser.add_argument("out")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--vocab", type=int, default=512)
+    args = parser.parse_args()
+    model = build(args.layers, args.hidden, args.heads, args.seq, args.vocab)
+    onnx.save(model, args.out)
+    weights = sum(t.ByteSize() for t in model.graph.initializer)
+    print(f"{args.out}: {len(model.graph.node)} nodes, {weights} weight bytes")
+
+
+if __name__ == "__main__":
+    main()
