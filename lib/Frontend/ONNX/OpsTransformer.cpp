@@ -192,16 +192,54 @@ template <typename OpTy> LogicalResult softmaxHandler(NodeContext &ctx) {
   return success();
 }
 
-/// LayerNormalization (17) and RMSNormalization (23): the optional mean and
-/// inverse standard deviation outputs are not supported.
+/// LayerNormalization's optional Mean and InvStdDev outputs (shape of the
+/// input with the normalized dimensions kept as 1, in the stash type, f32 by
+/// default), computed beside the nn.layer_norm that produces Y.
+LogicalResult layerNormStatistics(NodeContext &ctx, Value x, int64_t axis,
+                                  float epsilon) {
+  if (!ctx.hasOutput(1) && !ctx.hasOutput(2))
+    return success();
+  if (ctx.getAttrInt("stash_type", 1) != onnx::TensorProto_DataType_FLOAT)
+    return ctx.emitError() << "LayerNormalization stash_type "
+                           << ctx.getAttrInt("stash_type", 1)
+                           << " is not supported (float only)";
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  Type f32 = b.getF32Type();
+  if (typeOf(x).getElementType() != f32)
+    x = nn::CastOp::create(b, loc, typeOf(x).clone(f32), x);
+  int64_t rank = typeOf(x).getRank();
+  SmallVector<int64_t> axes, shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d >= axis)
+      axes.push_back(d);
+    shape.push_back(d >= axis ? 1 : typeOf(x).getDimSize(d));
+  }
+  auto statType = RankedTensorType::get(shape, f32);
+  Value mean = nn::ReduceOp::create(b, loc, statType, nn::ReduceKind::Mean, x,
+                                    axes, /*keepdims=*/true);
+  ctx.setOutput(1, mean);
+  if (!ctx.hasOutput(2))
+    return success();
+  Value centered = nn::SubOp::create(b, loc, x, mean);
+  Value square = nn::MulOp::create(b, loc, centered, centered);
+  Value variance = nn::ReduceOp::create(b, loc, statType, nn::ReduceKind::Mean,
+                                        square, axes, /*keepdims=*/true);
+  Value shifted =
+      nn::AddOp::create(b, loc, variance, scalarConstant(ctx, f32, epsilon));
+  ctx.setOutput(2, nn::RsqrtOp::create(b, loc, shifted));
+  return success();
+}
+
+/// LayerNormalization (17) and RMSNormalization (23).
 template <typename OpTy> LogicalResult normHandler(NodeContext &ctx) {
   Value x = ctx.getInput(0);
   if (!x || failed(checkFloat(ctx, x)))
     return failure();
-  for (unsigned i = 1; i < ctx.getNumOutputs(); ++i)
-    if (ctx.hasOutput(i))
-      return ctx.emitError() << ctx.getNode().op_type()
-                             << " statistics outputs are not supported";
+  if (std::is_same_v<OpTy, nn::RmsNormOp>)
+    for (unsigned i = 1; i < ctx.getNumOutputs(); ++i)
+      if (ctx.hasOutput(i))
+        return ctx.emitError() << "RMSNormalization has one output";
   int64_t rank = typeOf(x).getRank();
   FailureOr<int64_t> axis = ctx.normalizeAxis(ctx.getAttrInt("axis", -1), rank);
   if (failed(axis))
@@ -237,6 +275,8 @@ template <typename OpTy> LogicalResult normHandler(NodeContext &ctx) {
                                              *scale, *bias,
                                              b.getI64IntegerAttr(*axis),
                                              b.getF32FloatAttr(epsilon)));
+    if (failed(layerNormStatistics(ctx, x, *axis, epsilon)))
+      return failure();
   } else {
     ctx.setOutput(0, nn::RmsNormOp::create(b, ctx.getLoc(), x.getType(), x,
                                            *scale, b.getI64IntegerAttr(*axis),

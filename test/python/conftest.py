@@ -1,0 +1,72 @@
+"""Shared fixtures for the Python tests: where the built tools are, and a
+helper that compiles an onnx.helper model and returns the printed IR."""
+
+import os
+import pathlib
+import re
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("PARTITA_BUILD_DIR", ROOT / "build"))
+
+
+class CompileResult:
+    def __init__(self, proc):
+        self.returncode = proc.returncode
+        self.ir = proc.stdout
+        self.stderr = proc.stderr
+
+    def ok(self):
+        assert self.returncode == 0, self.stderr
+        return self
+
+
+@pytest.fixture
+def compile_model(tmp_path):
+    """compile_model(model, *flags) -> CompileResult."""
+    compiler = BUILD / "bin" / "partita-compile"
+    if not compiler.exists():
+        pytest.fail(f"{compiler} is missing; build first (scripts/build)")
+
+    def run(model, *flags):
+        path = tmp_path / "model.onnx"
+        onnx.save(model, path)
+        proc = subprocess.run([str(compiler), str(path), "--emit", "nn", *flags],
+                              capture_output=True, text=True, timeout=60)
+        return CompileResult(proc)
+
+    return run
+
+
+_TYPES = {"f32": np.float32, "f16": np.float16, "i64": np.int64,
+          "i32": np.int32, "i8": np.int8, "i1": np.bool_}
+
+
+def returned_constants(ir):
+    """The values a fully folded `func.func @main` returns, as numpy arrays
+    decoded from their inline `nn.constant dense<...>`."""
+    ret = re.search(r"return (.*?) :", ir)
+    assert ret, ir
+    values = []
+    for name in [v.strip() for v in ret.group(1).split(",")]:
+        m = re.search(re.escape(name) + r" = nn.constant dense<(.*?)> : tensor<(.*?)>\n", ir)
+        assert m, f"{name} is not a folded constant:\n{ir}"
+        body, type_ = m.groups()
+        *dims, elem = type_.split("x") if "x" in type_ else [type_]
+        shape = [int(d) for d in dims]
+        dtype = _TYPES[elem]
+        if body.startswith('"0x'):
+            raw = bytes.fromhex(body[3:-1])
+            arr = np.frombuffer(raw, dtype=dtype)
+        else:
+            text = body.replace("true", "1").replace("false", "0")
+            flat = [float(x) for x in re.findall(r"[-+0-9.eEinf]+", text)]
+            arr = np.array(flat, dtype=np.float64).astype(dtype)
+        if arr.size == 1 and np.prod(shape, dtype=int) != 1:
+            arr = np.full(shape, arr.reshape(()), dtype=dtype)
+        values.append(arr.reshape(shape))
+    return values

@@ -1,0 +1,288 @@
+"""Edge cases of the ONNX front end, on models built with onnx.helper.
+
+Folded results are compared with onnxruntime; graphs that keep runtime ops
+are checked for the nn ops they become (running them needs the host
+runtime, which arrives later)."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import returned_constants
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8 if opset <= 17 else 10
+    return m
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def reference(m, feeds=None):
+    sess = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds or {})
+
+
+# --- Constant folding agrees with onnxruntime -------------------------------
+
+FOLDING_CASES = {
+    "range_cast_sqrt": (
+        [helper.make_node("Range", ["s", "l", "d"], ["r"]),
+         helper.make_node("Cast", ["r"], ["rf"], to=F),
+         helper.make_node("Sqrt", ["rf"], ["y"])],
+        [const("s", np.int64(1)), const("l", np.int64(11)), const("d", np.int64(3))],
+        [vi("y", F, [4])]),
+    "trilu_of_constant_of_shape": (
+        [helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                          value=helper.make_tensor("v", F, [1], [1.0])),
+         helper.make_node("Trilu", ["ones", "k"], ["y"], upper=1)],
+        [const("shape", np.array([4, 5], np.int64)), const("k", np.int64(1))],
+        [vi("y", F, [4, 5])]),
+    "where_equal_expand": (
+        [helper.make_node("Equal", ["a", "b"], ["eq"]),
+         helper.make_node("Where", ["eq", "a", "c"], ["w"]),
+         helper.make_node("Expand", ["w", "shape"], ["y"])],
+        [const("a", np.array([1, 2, 3], np.int64)), const("b", np.array([1, 0, 3], np.int64)),
+         const("c", np.array([-1], np.int64)), const("shape", np.array([2, 1, 3], np.int64))],
+        [vi("y", I64, [2, 1, 3])]),
+    "slice_negative_and_strided": (
+        [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+        [const("x", np.arange(24, dtype=np.float32).reshape(4, 6)),
+         const("st", np.array([-3, 1], np.int64)), const("en", np.array([100, -1], np.int64)),
+         const("ax", np.array([0, 1], np.int64)), const("sp", np.array([1, 2], np.int64))],
+        [vi("y", F, [3, 2])]),
+    "gather_negative_indices": (
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+        [const("x", np.arange(12, dtype=np.int64).reshape(3, 4)),
+         const("i", np.array([[-1, 0], [2, -4]], np.int64))],
+        [vi("y", I64, [3, 2, 2])]),
+    "rotary_tables": (
+        [helper.make_node("MatMul", ["pos", "freq"], ["angles"]),
+         helper.make_node("Cos", ["angles"], ["c"]),
+         helper.make_node("Sin", ["angles"], ["s"]),
+         helper.make_node("Concat", ["c", "s"], ["y"], axis=-1)],
+        [const("pos", np.arange(6, dtype=np.float32).reshape(6, 1)),
+         const("freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)[None])],
+        [vi("y", F, [6, 8])]),
+    "integer_division_and_casts": (
+        [helper.make_node("Div", ["a", "b"], ["q"]),
+         helper.make_node("Cast", ["f"], ["t"], to=I64),
+         helper.make_node("Add", ["q", "t"], ["y"])],
+        [const("a", np.array([7, -7, 9], np.int64)), const("b", np.array([2, 2, -4], np.int64)),
+         const("f", np.array([2.7, -2.7, 0.5], np.float32))],
+        [vi("y", I64, [3])]),
+    "shape_arithmetic_split_squeeze": (
+        [helper.make_node("Split", ["x", "sizes"], ["p", "q"], axis=0),
+         helper.make_node("Squeeze", ["q", "axes"], ["y"])],
+        [const("x", np.arange(8, dtype=np.int64).reshape(4, 2)),
+         const("sizes", np.array([3, 1], np.int64)), const("axes", np.array([0], np.int64))],
+        [vi("y", I64, [2])]),
+    "pow_neg_reciprocal": (
+        [helper.make_node("Pow", ["x", "e"], ["p"]),
+         helper.make_node("Neg", ["p"], ["n"]),
+         helper.make_node("Reciprocal", ["n"], ["y"])],
+        [const("x", np.array([1.5, 2.0, 4.0], np.float32)), const("e", np.float32(0.5))],
+        [vi("y", F, [3])]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLDING_CASES))
+def test_constant_subgraph_folds_like_onnxruntime(compile_model, case):
+    nodes, inits, outputs = FOLDING_CASES[case]
+    m = model(nodes, [], outputs, inits)
+    result = compile_model(m).ok()
+    assert "nn." in result.ir
+    (got,) = returned_constants(result.ir)
+    (want,) = reference(m)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               rtol=1e-6, atol=1e-6)
+
+
+# --- Shapes: symbolic dims and shape sub-graphs -----------------------------
+
+def test_shape_subgraph_becomes_static_reshape(compile_model):
+    # Reshape(x, concat(shape(x)[0:2], [-1])) as exporters spell a flatten.
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "z", "two"], ["bs"]),
+             helper.make_node("Concat", ["bs", "m1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [const("z", np.array([0], np.int64)), const("two", np.array([2], np.int64)),
+             const("m1", np.array([-1], np.int64))]
+    m = model(nodes, [vi("x", F, ["batch", "seq", 4, 8])], [vi("y", F, ["batch", "seq", 32])],
+              inits)
+    ir = compile_model(m, "--bind", "batch=3,seq=5").ok().ir
+    assert "nn.reshape %arg0 : tensor<3x5x4x8xf32> -> tensor<3x5x32xf32>" in ir
+    assert "Shape" not in ir and "nn.concat" not in ir
+
+
+def test_shape_start_end_since_opset_15(compile_model):
+    nodes = [helper.make_node("Shape", ["x"], ["y"], start=1, end=-1)]
+    m = model(nodes, [vi("x", F, [2, 3, 4, 5])], [vi("y", I64, [2])], opset=15)
+    (got,) = returned_constants(compile_model(m).ok().ir)
+    np.testing.assert_array_equal(got, [3, 4])
+
+
+# --- Version differences ------------------------------------------------------
+
+def test_reduce_mean_axes_attribute_then_input(compile_model):
+    old = model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[-1], keepdims=1)],
+                [vi("x", F, [2, 3])], [vi("y", F, [2, 1])], opset=17)
+    new = model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=1)],
+                [vi("x", F, [2, 3])], [vi("y", F, [2, 1])],
+                [const("axes", np.array([-1], np.int64))], opset=18)
+    for m in (old, new):
+        ir = compile_model(m).ok().ir
+        assert "nn.reduce mean %arg0 axes = [1] keepdims" in ir
+
+
+def test_split_num_outputs_since_opset_18(compile_model):
+    m = model([helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)],
+              [vi("x", F, [2, 7])], [vi("a", F, [2, 3]), vi("b", F, [2, 3]), vi("c", F, [2, 1])],
+              opset=18)
+    ir = compile_model(m).ok().ir
+    assert "nn.split %arg0 axis = 1 : tensor<2x7xf32> -> tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x1xf32>" in ir
+
+
+def test_reshape_allowzero(compile_model):
+    # With allowzero a 0 in the shape is a zero-sized dimension, not a copy.
+    m = model([helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1)],
+              [vi("x", F, [0, 4])], [vi("y", F, [4, 0])],
+              [const("s", np.array([4, 0], np.int64))], opset=14)
+    assert "tensor<4x0xf32>" in compile_model(m).ok().ir
+
+
+def test_gelu_op_since_opset_20(compile_model):
+    m = model([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")],
+              [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], opset=20)
+    assert "nn.gelu %arg0 approximation = tanh" in compile_model(m).ok().ir
+
+
+def test_rms_normalization_since_opset_23(compile_model):
+    m = model([helper.make_node("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6)],
+              [vi("x", F, [2, 3, 8])], [vi("y", F, [2, 3, 8])],
+              [const("w", np.ones(8, np.float32))], opset=23)
+    ir = compile_model(m).ok().ir
+    assert "nn.rms_norm %arg0 scale(" in ir and "axis = 2 epsilon = 9.99999997E-7" in ir
+
+
+def test_layer_norm_statistics_outputs(compile_model):
+    m = model([helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean", "inv"],
+                                axis=1)],
+              [vi("x", F, [2, 4, 8])],
+              [vi("y", F, [2, 4, 8]), vi("mean", F, [2, 1, 1]), vi("inv", F, [2, 1, 1])],
+              [const("g", np.ones((4, 8), np.float32))])
+    ir = compile_model(m, "--no-raise").ok().ir
+    assert "nn.layer_norm %arg0" in ir
+    assert "nn.reduce mean %arg0 axes = [1, 2] keepdims" in ir and "nn.rsqrt" in ir
+
+
+def test_gemm_transposes_alpha_beta(compile_model):
+    m = model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1,
+                                alpha=2.0, beta=0.5)],
+              [vi("a", F, [4, 2]), vi("b", F, [3, 4]), vi("c", F, [2, 3])], [vi("y", F, [2, 3])])
+    ir = compile_model(m).ok().ir
+    assert ir.count("nn.transpose") == 2
+    assert "nn.matmul" in ir and ir.count("nn.mul") == 2 and "nn.add" in ir
+
+
+def test_gemm_bias_becomes_epilogue(compile_model):
+    m = model([helper.make_node("Gemm", ["a", "w", "bias"], ["y"])],
+              [vi("a", F, [2, 4])], [vi("y", F, [2, 3])],
+              [const("w", np.ones((4, 3), np.float32)), const("bias", np.ones(3, np.float32))])
+    ir = compile_model(m).ok().ir
+    assert " bias %" in ir and "nn.add" not in ir
+
+
+def test_matmul_vector_operands(compile_model):
+    m = model([helper.make_node("MatMul", ["v", "m"], ["y"])],
+              [vi("v", F, [4]), vi("m", F, [2, 4, 3])], [vi("y", F, [2, 3])])
+    ir = compile_model(m).ok().ir
+    assert "-> tensor<2x1x3xf32>" in ir and "tensor<2x3xf32>" in ir
+
+
+# --- Opset 23 transformer ops -----------------------------------------------
+
+def test_attention_4d_causal(compile_model):
+    m = model([helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)],
+              [vi("q", F, [2, 4, 8, 16]), vi("k", F, [2, 2, 8, 16]), vi("v", F, [2, 2, 8, 16])],
+              [vi("y", F, [2, 4, 8, 16])], opset=23)
+    assert "nn.attention %arg0, %arg1, %arg2 {causal}" in compile_model(m).ok().ir
+
+
+def test_attention_3d_grouped_heads(compile_model):
+    m = model([helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"],
+                                q_num_heads=4, kv_num_heads=2, scale=0.5)],
+              [vi("q", F, [2, 8, 64]), vi("k", F, [2, 8, 32]), vi("v", F, [2, 8, 32]),
+               vi("mask", B, [8, 8])],
+              [vi("y", F, [2, 8, 64])], opset=23)
+    ir = compile_model(m).ok().ir
+    assert ("nn.attention" in ir and "mask" in ir and "scale = 5.000000e-01" in ir
+            and "tensor<2x2x8x16xf32>" in ir)
+
+
+def test_attention_causal_with_different_lengths_is_refused(compile_model):
+    m = model([helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)],
+              [vi("q", F, [1, 2, 4, 8]), vi("k", F, [1, 2, 6, 8]), vi("v", F, [1, 2, 6, 8])],
+              [vi("y", F, [1, 2, 4, 8])], opset=23)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "Attention is_causal with query length 4 and key length 6" in result.stderr
+
+
+def test_rotary_embedding_with_positions(compile_model):
+    m = model([helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"])],
+              [vi("x", F, [2, 4, 8, 16]), vi("pos", I64, [2, 8])], [vi("y", F, [2, 4, 8, 16])],
+              [const("cos", np.ones((32, 8), np.float32)),
+               const("sin", np.zeros((32, 8), np.float32))], opset=23)
+    ir = compile_model(m).ok().ir
+    assert ir.count("nn.gather") == 2 and "nn.rope" in ir
+
+
+# --- Errors ------------------------------------------------------------------
+
+def test_unsupported_dtype(compile_model):
+    m = model([helper.make_node("Identity", ["x"], ["y"])],
+              [vi("x", TensorProto.STRING, [2])], [vi("y", TensorProto.STRING, [2])])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "input 'x' has type string, which Partita does not support" in result.stderr
+
+
+def test_negative_slice_step_is_refused(compile_model):
+    m = model([helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"], name="rev")],
+              [vi("x", F, [4])], [vi("y", F, [4])],
+              [const("st", np.array([-1], np.int64)), const("en", np.array([-5], np.int64)),
+               const("ax", np.array([0], np.int64)), const("sp", np.array([-1], np.int64))])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "node 'rev': error: Slice with step -1 is not supported" in result.stderr
+
+
+def test_dropout_in_training_mode_is_refused(compile_model):
+    m = model([helper.make_node("Dropout", ["x", "ratio", "train"], ["y"], name="drop")],
+              [vi("x", F, [4]), vi("train", B, [])], [vi("y", F, [4])],
+              [const("ratio", np.float32(0.1))])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "node 'drop': error: Dropout in training mode is not supported" in result.stderr
+
+
+def test_output_shape_mismatch_is_reported(compile_model):
+    m = model([helper.make_node("Relu", ["x"], ["y"])],
+              [vi("x", F, [2, 3])], [vi("y", F, [3, 2])])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "graph output 'y' is declared with another shape" in result.stderr
