@@ -286,3 +286,21 @@ def test_output_shape_mismatch_is_reported(compile_model):
     result = compile_model(m)
     assert result.returncode == 1
     assert "graph output 'y' is declared with another shape" in result.stderr
+
+
+def test_negative_constant_of_shape_is_an_error(compile_model):
+    # Found by mutating node tests: a negative dimension used to abort.
+    m = model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")],
+              [], [vi("y", F, [2])], [const("s", np.array([2, -3], np.int64))])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "node 'fill': error: ConstantOfShape shape has a negative dimension -3" in result.stderr
+
+
+def test_negative_split_size_is_an_error(compile_model):
+    m = model([helper.make_node("Split", ["x", "s"], ["a", "b"], axis=0, name="cut")],
+              [vi("x", F, [4])], [vi("a", F, [5]), vi("b", F, [1])],
+              [const("s", np.array([5, -1], np.int64))])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "node 'cut': error: Split size -1 is negative" in result.stderr

@@ -89,10 +89,14 @@ LogicalResult foldSize(NodeContext &ctx) {
   return success();
 }
 
-LogicalResult foldConstantOfShape(NodeContext &ctx) {
+LogicalResult constantOfShapeHandler(NodeContext &ctx) {
   FailureOr<SmallVector<int64_t>> shape = ctx.getConstantInts(0, "shape");
   if (failed(shape))
     return failure();
+  for (int64_t d : *shape)
+    if (d < 0)
+      return ctx.emitError() << "ConstantOfShape shape has a negative "
+                             << "dimension " << d;
   int dataType = onnx::TensorProto_DataType_FLOAT;
   double value = 0.0;
   if (const onnx::AttributeProto *attr = ctx.getAttr("value")) {
@@ -121,19 +125,30 @@ LogicalResult foldConstantOfShape(NodeContext &ctx) {
   return success();
 }
 
-LogicalResult foldRange(NodeContext &ctx) {
+LogicalResult rangeHandler(NodeContext &ctx) {
   const HostTensor *start = ctx.getConstant(0), *limit = ctx.getConstant(1),
                    *delta = ctx.getConstant(2);
-  if (!start || !limit || !delta)
-    return failure();
+  for (unsigned i = 0; i < 3; ++i)
+    if (!ctx.getConstant(i))
+      return ctx.emitError() << "the "
+                             << (i == 0   ? "start"
+                                 : i == 1 ? "limit"
+                                          : "delta")
+                             << " input of Range must be a constant once "
+                                "shapes are bound";
+  if (start->getNumElements() != 1 || limit->getNumElements() != 1 ||
+      delta->getNumElements() != 1)
+    return ctx.emitError() << "Range bounds must be scalars";
   double s = start->getAsDouble(0), l = limit->getAsDouble(0),
          d = delta->getAsDouble(0);
   if (d == 0)
-    return failure();
-  int64_t n =
-      std::max<int64_t>(static_cast<int64_t>(std::ceil((l - s) / d)), 0);
-  if (n > kMaxFoldedElements)
-    return failure();
+    return ctx.emitError() << "Range delta is zero";
+  double count = std::ceil((l - s) / d);
+  if (count > static_cast<double>(kMaxFoldedElements))
+    return ctx.emitError() << "Range of " << count
+                           << " elements is larger than Partita folds ("
+                           << kMaxFoldedElements << ")";
+  int64_t n = std::max<int64_t>(static_cast<int64_t>(count), 0);
   ctx.setOutput(0, makeTensor(start->dataType, {n},
                               [&](int64_t i) { return s + i * d; }));
   return success();
@@ -414,8 +429,11 @@ LogicalResult splitHandler(NodeContext &ctx) {
       sizes.push_back(std::min(piece, in[*axis] - i * piece));
   }
   int64_t total = 0;
-  for (int64_t s : sizes)
+  for (int64_t s : sizes) {
+    if (s < 0)
+      return ctx.emitError() << "Split size " << s << " is negative";
     total += s;
+  }
   if (sizes.size() != numOutputs || total != in[*axis])
     return ctx.emitError() << "Split sizes do not cover dimension " << *axis
                            << " of size " << in[*axis] << " with " << numOutputs
@@ -719,8 +737,8 @@ void add(OpRegistry &registry, StringRef name, int64_t since,
 void mlir::partita::onnx_import::registerShapeOps(OpRegistry &registry) {
   registry.add("Shape", {1, foldShape, nullptr, /*evaluatesFromTypes=*/true});
   registry.add("Size", {1, foldSize, nullptr, /*evaluatesFromTypes=*/true});
-  registry.add("ConstantOfShape", {9, foldConstantOfShape, nullptr});
-  registry.add("Range", {11, foldRange, nullptr});
+  add(registry, "ConstantOfShape", 9, constantOfShapeHandler);
+  add(registry, "Range", 11, rangeHandler);
   registry.add("Constant", {1, foldConstant, buildConstant});
   add(registry, "Reshape", 5, reshapeHandler);
   add(registry, "Flatten", 1, flattenHandler);
