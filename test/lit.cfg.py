@@ -37,6 +37,7 @@ tool_dirs = [config.partita_tools_dir, config.llvm_tools_dir]
 tools = [
     ToolSubst("partita-opt", unresolved="fatal"),
     ToolSubst("partita-compile", unresolved="fatal"),
+    ToolSubst("partita-run", unresolved="fatal"),
     ToolSubst("split-file", unresolved="fatal"),
 ]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

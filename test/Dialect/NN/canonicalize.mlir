@@ -126,3 +126,30 @@ func.func @constant_data_movement() -> (tensor<3x2xi64>, tensor<2x3xi64>, tensor
   %b = nn.broadcast_to %h : tensor<2xf32> -> tensor<4x2xf32>
   return %t, %r, %g, %b : tensor<3x2xi64>, tensor<2x3xi64>, tensor<2xi64>, tensor<4x2xf32>
 }
+
+// -----
+
+// GPT-2's Conv1D: flatten the tokens, multiply, unflatten. One batched
+// matmul does the same and keeps the sequence dimension visible.
+// CHECK-LABEL: func.func @reshapes_around_matmul
+// CHECK-SAME: (%[[X:.*]]: tensor<2x16x64xf32>, %[[W:.*]]: tensor<64x192xf32>, %[[B:.*]]: tensor<192xf32>)
+func.func @reshapes_around_matmul(%x: tensor<2x16x64xf32>, %w: tensor<64x192xf32>, %b: tensor<192xf32>) -> (tensor<2x16x192xf32>, tensor<4x8x192xf32>, tensor<64x96xf32>) {
+  // CHECK-DAG: %[[MM:.*]] = nn.matmul %[[X]], %[[W]] bias %[[B]] : (tensor<2x16x64xf32>, tensor<64x192xf32>, tensor<192xf32>) -> tensor<2x16x192xf32>
+  %0 = nn.reshape %x : tensor<2x16x64xf32> -> tensor<32x64xf32>
+  %1 = nn.matmul %0, %w bias %b : (tensor<32x64xf32>, tensor<64x192xf32>, tensor<192xf32>) -> tensor<32x192xf32>
+  %2 = nn.reshape %1 : tensor<32x192xf32> -> tensor<2x16x192xf32>
+  // Other leading dimensions: the input is reshaped to them instead.
+  // CHECK-DAG: %[[X48:.*]] = nn.reshape %[[X]] : tensor<2x16x64xf32> -> tensor<4x8x64xf32>
+  // CHECK-DAG: %[[MM48:.*]] = nn.matmul %[[X48]], %[[W]] : (tensor<4x8x64xf32>, tensor<64x192xf32>) -> tensor<4x8x192xf32>
+  %3 = nn.reshape %x : tensor<2x16x64xf32> -> tensor<32x64xf32>
+  %4 = nn.matmul %3, %w : (tensor<32x64xf32>, tensor<64x192xf32>) -> tensor<32x192xf32>
+  %5 = nn.reshape %4 : tensor<32x192xf32> -> tensor<4x8x192xf32>
+  // A reshape that splits the features is not a batched matmul.
+  // CHECK-DAG: %[[FLAT:.*]] = nn.matmul %{{.*}}, %[[W]] : (tensor<32x64xf32>, tensor<64x192xf32>) -> tensor<32x192xf32>
+  // CHECK-DAG: %[[SPLIT:.*]] = nn.reshape %[[FLAT]] : tensor<32x192xf32> -> tensor<64x96xf32>
+  %6 = nn.reshape %x : tensor<2x16x64xf32> -> tensor<32x64xf32>
+  %7 = nn.matmul %6, %w : (tensor<32x64xf32>, tensor<64x192xf32>) -> tensor<32x192xf32>
+  %8 = nn.reshape %7 : tensor<32x192xf32> -> tensor<64x96xf32>
+  // CHECK: return %[[MM]], %[[MM48]], %[[SPLIT]]
+  return %2, %5, %8 : tensor<2x16x192xf32>, tensor<4x8x192xf32>, tensor<64x96xf32>
+}

@@ -394,6 +394,46 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
   return {};
 }
 
+namespace {
+/// reshape(matmul(reshape(x) : [m, k], w) : [m, n]) : [l..., n] with
+/// prod(l) = m is matmul(reshape(x) : [l..., k], w): exporters write linear
+/// layers this way (GPT-2's Conv1D flattens the tokens), and with the
+/// batched form the sequence dimension stays visible to sharding and
+/// fusion. The new reshape usually folds into x's producer.
+struct FoldReshapesAroundMatmul : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto matmul = op.getInput().getDefiningOp<MatmulOp>();
+    if (!matmul || !matmul->hasOneUse() ||
+        matmul.getRhs().getType().getRank() != 2 ||
+        matmul.getType().getRank() != 2)
+      return failure();
+    auto merge = matmul.getLhs().getDefiningOp<ReshapeOp>();
+    if (!merge || !merge->hasOneUse())
+      return failure();
+    ArrayRef<int64_t> out = op.getType().getShape();
+    int64_t n = matmul.getType().getDimSize(1);
+    if (out.size() < 2 || out.back() != n)
+      return failure();
+    SmallVector<int64_t> lhsShape(out.drop_back());
+    lhsShape.push_back(matmul.getLhs().getType().getDimSize(1));
+    Value lhs = merge.getInput();
+    auto lhsType = merge.getInput().getType().clone(lhsShape);
+    if (lhsType != lhs.getType())
+      lhs = ReshapeOp::create(rewriter, op.getLoc(), lhsType, lhs);
+    rewriter.replaceOpWithNewOp<MatmulOp>(op, op.getType(), lhs,
+                                          matmul.getRhs(), matmul.getBias());
+    return success();
+  }
+};
+} // namespace
+
+void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                            MLIRContext *context) {
+  results.add<FoldReshapesAroundMatmul>(context);
+}
+
 OpFoldResult TransposeOp::fold(FoldAdaptor adaptor) {
   ArrayRef<int64_t> perm = getPermutation();
   if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))

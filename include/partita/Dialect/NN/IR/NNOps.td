@@ -578,6 +578,7 @@ def NN_ReshapeOp : NN_Op<"reshape"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
+  let hasCanonicalizer = 1;
 }
 
 def NN_TransposeOp : NN_Op<"transpose"> {

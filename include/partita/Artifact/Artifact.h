@@ -1,0 +1,46 @@
+//===- Artifact.h - writing the sharded binary and its report ---*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The last step of partita-compile: the rank programs and the weights they
+// name go into an artifact directory (docs/artifact.md) through the
+// runtime's ArtifactWriter, and the plan into the --report JSON (DESIGN.md).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_ARTIFACT_ARTIFACT_H
+#define PARTITA_ARTIFACT_ARTIFACT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "partita/Conversion/NNToExec/NNToExec.h"
+
+#include <map>
+#include <string>
+
+namespace mlir::partita {
+
+struct ArtifactOptions {
+  /// `host` or `cuda`.
+  std::string target = "host";
+  /// The flags the artifact was compiled with, recorded in its manifest.
+  std::map<std::string, std::string> compileOptions;
+};
+
+/// Writes the artifact for `programs` (one per rank, in rank order) of the
+/// model whose global function is `global`. Reports failures (a write
+/// error, an inconsistent program) as a diagnostic at `global`; on failure
+/// nothing is left at `path`.
+LogicalResult writeArtifact(func::FuncOp global, ArrayRef<ExecProgram> programs,
+                            const ArtifactOptions &options, StringRef path);
+
+/// Writes the --report JSON (format `partita-report/1`) for the model whose
+/// global function is `global` compiled into `programs`.
+LogicalResult writeReport(func::FuncOp global, ArrayRef<ExecProgram> programs,
+                          StringRef path);
+
+} // namespace mlir::partita
+
+#endif // PARTITA_ARTIFACT_ARTIFACT_H

@@ -1,0 +1,71 @@
+//===- NNToExec.h - nn functions to exec programs ---------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Lowers a rank's function of (local) nn ops to the exec program the runtime
+// interprets (proto/program.proto, docs/exec-program.md): elementwise chains
+// fused into their producers, reshapes turned into views, and activations
+// placed in one arena by a liveness-based buffer plan.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_CONVERSION_NNTOEXEC_NNTOEXEC_H
+#define PARTITA_CONVERSION_NNTOEXEC_NNTOEXEC_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/LLVM.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include "partita/proto/program.pb.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mlir::partita {
+
+/// A weight the program reads: bytes owned by the module's resource blobs
+/// (or by inline constants), valid while the module lives.
+struct ExecWeight {
+  std::string name;
+  ::partita::program::DType dtype;
+  SmallVector<int64_t> shape;
+  ArrayRef<char> bytes;
+};
+
+struct ExecLoweringOptions {
+  /// Fuse elementwise ops into the kernel that produces their operand.
+  bool fuseElementwise = true;
+  /// Inline constants up to this many bytes in the program; larger ones
+  /// become weights.
+  size_t maxInlineConstantBytes = 1024;
+};
+
+struct ExecProgram {
+  ::partita::program::Program program;
+  std::vector<ExecWeight> weights;
+  /// Bytes of weights that came from inline constants rather than blobs.
+  std::vector<std::unique_ptr<std::vector<char>>> ownedBytes;
+  /// Statistics for the report and the tests.
+  int64_t numKernels = 0;
+  int64_t numFusedOps = 0;
+  /// The arena the buffer plan needs, and what it would need without reuse.
+  int64_t peakActivationBytes = 0;
+  int64_t totalActivationBytes = 0;
+};
+
+/// Lowers `func` (nn ops, func.return) to the program of rank `rank` of
+/// `worldSize`. Emits a diagnostic at the offending op and fails on an op the
+/// runtime cannot run.
+FailureOr<ExecProgram> lowerToExecProgram(func::FuncOp func, int rank,
+                                          int worldSize,
+                                          const ExecLoweringOptions &options);
+
+/// The exec DType of an nn element type, or DTYPE_UNSPECIFIED.
+::partita::program::DType getExecDType(Type elementType);
+
+} // namespace mlir::partita
+
+#endif // PARTITA_CONVERSION_NNTOEXEC_NNTOEXEC_H

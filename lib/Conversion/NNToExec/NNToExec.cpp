@@ -1,0 +1,561 @@
+//===- NNToExec.cpp - nn functions to exec programs -----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Three steps over the function's ops, in program order:
+//  1. fusion: an elementwise op whose operand has no other use and whose
+//     result has that operand's type joins the producing kernel's epilogue;
+//  2. buffers: inputs and outputs are caller memory, constants are weights
+//     or inline data, reshapes are views, everything else is an activation;
+//  3. the buffer plan: each activation lives from the instruction that
+//     writes it to the last one that reads it (through views too), and
+//     activations whose lives do not overlap share arena bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Conversion/NNToExec/NNToExec.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace mlir;
+using namespace mlir::partita;
+namespace program = ::partita::program;
+
+program::DType mlir::partita::getExecDType(Type type) {
+  if (type.isF32())
+    return program::F32;
+  if (type.isF16())
+    return program::F16;
+  if (type.isBF16())
+    return program::BF16;
+  if (type.isInteger(64))
+    return program::I64;
+  if (type.isInteger(32))
+    return program::I32;
+  if (type.isInteger(8))
+    return program::I8;
+  if (type.isInteger(1))
+    return program::BOOL;
+  return program::DTYPE_UNSPECIFIED;
+}
+
+namespace {
+
+constexpr uint64_t kArenaAlignment = 64;
+
+size_t elementBytes(Type type) {
+  return type.isInteger(1) ? 1 : type.getIntOrFloatBitWidth() / 8;
+}
+
+int64_t byteSize(const program::TensorType &type) {
+  int64_t n = 1;
+  for (int64_t d : type.shape())
+    n *= d;
+  switch (type.dtype()) {
+  case program::F32:
+  case program::I32:
+    return n * 4;
+  case program::F16:
+  case program::BF16:
+    return n * 2;
+  case program::I64:
+    return n * 8;
+  default:
+    return n;
+  }
+}
+
+/// An inline dense value as the little-endian bytes the runtime reads (one
+/// byte per bool, splats expanded).
+std::vector<char> serialize(DenseElementsAttr attr) {
+  Type element = attr.getElementType();
+  size_t width = elementBytes(element);
+  std::vector<char> bytes(attr.getNumElements() * width);
+  int64_t i = 0;
+  if (isa<FloatType>(element)) {
+    for (const APFloat &v : attr.getValues<APFloat>()) {
+      uint64_t bits = v.bitcastToAPInt().getZExtValue();
+      std::memcpy(bytes.data() + i++ * width, &bits, width);
+    }
+  } else {
+    for (const APInt &v : attr.getValues<APInt>()) {
+      uint64_t bits = width == 1 && element.isInteger(1) ? v.getBoolValue()
+                                                         : v.getZExtValue();
+      std::memcpy(bytes.data() + i++ * width, &bits, width);
+    }
+  }
+  return bytes;
+}
+
+std::string locationString(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (std::string s = locationString(inner); !s.empty())
+        return s;
+  return "";
+}
+
+/// The op name of the kernel an nn op becomes ("matmul" for nn.matmul).
+StringRef kernelName(Operation *op) { return op->getName().stripDialect(); }
+
+bool isFusibleElementwise(Operation *op) {
+  return isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp, nn::MaxOp,
+             nn::MinOp, nn::AndOp, nn::OrOp, nn::XorOp, nn::NegOp, nn::AbsOp,
+             nn::ExpOp, nn::LogOp, nn::SqrtOp, nn::RsqrtOp, nn::ReciprocalOp,
+             nn::TanhOp, nn::ErfOp, nn::SigmoidOp, nn::ReluOp, nn::SiluOp,
+             nn::NotOp, nn::GeluOp>(op);
+}
+
+/// Ops that become a kernel instruction (everything but constants and
+/// reshapes, which become buffers).
+bool isKernel(Operation *op) {
+  return !isa<nn::ConstantOp, nn::ReshapeOp>(op) && op->getDialect() &&
+         op->getDialect()->getNamespace() ==
+             nn::NNDialect::getDialectNamespace();
+}
+
+program::Attribute intAttr(int64_t v) {
+  program::Attribute a;
+  a.set_i(v);
+  return a;
+}
+program::Attribute floatAttr(double v) {
+  program::Attribute a;
+  a.set_f(v);
+  return a;
+}
+program::Attribute boolAttr(bool v) {
+  program::Attribute a;
+  a.set_b(v);
+  return a;
+}
+program::Attribute stringAttr(StringRef v) {
+  program::Attribute a;
+  a.set_s(v.str());
+  return a;
+}
+program::Attribute intsAttr(ArrayRef<int64_t> v) {
+  program::Attribute a;
+  for (int64_t x : v)
+    a.mutable_ints()->add_values(x);
+  return a;
+}
+
+/// The attributes docs/exec-program.md gives each kernel.
+void setAttributes(Operation *op,
+                   google::protobuf::Map<std::string, program::Attribute> &m) {
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](nn::CompareOp o) {
+        m["direction"] =
+            stringAttr(nn::stringifyCompareDirection(o.getDirection()));
+      })
+      .Case([&](nn::GeluOp o) {
+        m["approximation"] =
+            stringAttr(nn::stringifyGeluApproximation(o.getApproximation()));
+      })
+      .Case([&](nn::ReduceOp o) {
+        m["kind"] = stringAttr(nn::stringifyReduceKind(o.getKind()));
+        m["axes"] = intsAttr(o.getAxes());
+        m["keepdims"] = boolAttr(o.getKeepdims());
+      })
+      .Case<nn::SoftmaxOp, nn::LogSoftmaxOp>(
+          [&](auto o) { m["axis"] = intAttr(o.getAxis()); })
+      .Case([&](nn::LayerNormOp o) {
+        m["axis"] = intAttr(o.getAxis());
+        m["epsilon"] = floatAttr(o.getEpsilon().convertToDouble());
+        m["has_scale"] = boolAttr(static_cast<bool>(o.getScale()));
+        m["has_bias"] = boolAttr(static_cast<bool>(o.getBias()));
+      })
+      .Case([&](nn::RmsNormOp o) {
+        m["axis"] = intAttr(o.getAxis());
+        m["epsilon"] = floatAttr(o.getEpsilon().convertToDouble());
+        m["has_scale"] = boolAttr(static_cast<bool>(o.getScale()));
+      })
+      .Case([&](nn::MatmulOp o) {
+        m["has_bias"] = boolAttr(static_cast<bool>(o.getBias()));
+      })
+      .Case([&](nn::AttentionOp o) {
+        m["causal"] = boolAttr(o.getCausal());
+        m["scale"] = floatAttr(o.getEffectiveScale());
+        m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+      })
+      .Case([&](nn::RopeOp o) {
+        m["interleaved"] = boolAttr(o.getInterleaved());
+      })
+      .Case([&](nn::GatherOp o) { m["axis"] = intAttr(o.getAxis()); })
+      .Case([&](nn::TransposeOp o) {
+        m["permutation"] = intsAttr(o.getPermutation());
+      })
+      .Case([&](nn::SliceOp o) {
+        m["start"] = intsAttr(o.getStart());
+        m["limit"] = intsAttr(o.getLimit());
+        m["stride"] = intsAttr(o.getStride());
+      })
+      .Case<nn::ConcatOp, nn::SplitOp>(
+          [&](auto o) { m["axis"] = intAttr(o.getAxis()); });
+}
+
+class Lowering {
+public:
+  Lowering(func::FuncOp func, const ExecLoweringOptions &options)
+      : func(func), options(options) {}
+
+  LogicalResult run(int rank, int worldSize);
+  ExecProgram result;
+
+private:
+  /// One epilogue step an elementwise op became.
+  struct Fused {
+    Operation *head; // The kernel whose epilogue holds the step.
+    Value input;     // The chain value it applies to.
+  };
+
+  void planFusion();
+  int32_t addBuffer(RankedTensorType type, program::Buffer::Kind kind);
+  LogicalResult lowerConstant(nn::ConstantOp op);
+  void emitKernel(Operation *op);
+  void planArena();
+
+  func::FuncOp func;
+  const ExecLoweringOptions &options;
+  program::Program &prog = result.program;
+  llvm::DenseMap<Value, int32_t> bufferOf;
+  llvm::DenseMap<Operation *, Fused> fused;
+  /// Fused ops of each head, in order.
+  llvm::DenseMap<Operation *, SmallVector<Operation *>> epilogueOf;
+  llvm::DenseMap<Operation *, unsigned> position;
+  /// Per buffer: the instruction that writes it and the last that reads it.
+  std::vector<int64_t> firstWrite, lastRead;
+};
+
+int32_t Lowering::addBuffer(RankedTensorType type, program::Buffer::Kind kind) {
+  program::Buffer *buffer = prog.add_buffers();
+  buffer->set_id(prog.buffers_size() - 1);
+  buffer->mutable_type()->set_dtype(getExecDType(type.getElementType()));
+  for (int64_t d : type.getShape())
+    buffer->mutable_type()->add_shape(d);
+  buffer->set_kind(kind);
+  firstWrite.push_back(-1);
+  lastRead.push_back(-1);
+  return buffer->id();
+}
+
+void Lowering::planFusion() {
+  if (!options.fuseElementwise)
+    return;
+  // The kernel whose result currently holds `value`, if any.
+  auto headOf = [&](Value value) -> Operation * {
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return nullptr;
+    if (auto it = fused.find(def); it != fused.end())
+      return it->second.head;
+    if (!isKernel(def) || def->getNumResults() != 1)
+      return nullptr;
+    return def;
+  };
+  // Whether `value` exists before `head` runs (so the epilogue may read it).
+  auto availableBefore = [&](Value value, Operation *head) {
+    Operation *def = value.getDefiningOp();
+    return !def || isa<nn::ConstantOp>(def) || position[def] < position[head];
+  };
+  for (Operation &op : func.getBody().front()) {
+    if (!isFusibleElementwise(&op))
+      continue;
+    Type resultType = op.getResult(0).getType();
+    for (Value input : op.getOperands()) {
+      Operation *head = headOf(input);
+      if (!head || !input.hasOneUse() || input.getType() != resultType)
+        continue;
+      if (op.getNumOperands() == 2) {
+        Value other =
+            op.getOperand(0) == input ? op.getOperand(1) : op.getOperand(0);
+        if (other == input || !availableBefore(other, head))
+          continue;
+      }
+      fused[&op] = {head, input};
+      epilogueOf[head].push_back(&op);
+      ++result.numFusedOps;
+      break;
+    }
+  }
+}
+
+LogicalResult Lowering::lowerConstant(nn::ConstantOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(op.getValue())) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return op.emitError() << "weight '" << resource.getRawHandle().getKey()
+                            << "' has no data";
+    int32_t id = addBuffer(type, program::Buffer::WEIGHT);
+    std::string name = resource.getRawHandle().getKey().str();
+    prog.mutable_buffers(id)->set_weight(name);
+    bufferOf[op] = id;
+    bool known = llvm::any_of(
+        result.weights, [&](const ExecWeight &w) { return w.name == name; });
+    if (!known)
+      result.weights.push_back({name, getExecDType(type.getElementType()),
+                                SmallVector<int64_t>(type.getShape()),
+                                blob->getData()});
+    return success();
+  }
+  auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
+  if (!dense)
+    return op.emitError() << "constant of an unsupported kind";
+  std::vector<char> bytes = serialize(dense);
+  if (bytes.size() <= options.maxInlineConstantBytes) {
+    int32_t id = addBuffer(type, program::Buffer::CONSTANT);
+    prog.mutable_buffers(id)->set_data(bytes.data(), bytes.size());
+    bufferOf[op] = id;
+    return success();
+  }
+  int32_t id = addBuffer(type, program::Buffer::WEIGHT);
+  std::string name = "constant." + std::to_string(id);
+  prog.mutable_buffers(id)->set_weight(name);
+  bufferOf[op] = id;
+  result.ownedBytes.push_back(
+      std::make_unique<std::vector<char>>(std::move(bytes)));
+  const std::vector<char> &owned = *result.ownedBytes.back();
+  result.weights.push_back({name, getExecDType(type.getElementType()),
+                            SmallVector<int64_t>(type.getShape()),
+                            ArrayRef<char>(owned.data(), owned.size())});
+  return success();
+}
+
+void Lowering::emitKernel(Operation *op) {
+  program::Instruction *inst = prog.add_instructions();
+  inst->set_location(locationString(op->getLoc()));
+  program::Kernel *kernel = inst->mutable_kernel();
+  kernel->set_op(kernelName(op).str());
+  int64_t index = prog.instructions_size() - 1;
+  auto read = [&](int32_t id) { lastRead[id] = std::max(lastRead[id], index); };
+  for (Value operand : op->getOperands()) {
+    kernel->add_operands(bufferOf.lookup(operand));
+    read(bufferOf.lookup(operand));
+  }
+  for (Value res : op->getResults()) {
+    kernel->add_results(bufferOf.lookup(res));
+    int32_t id = bufferOf.lookup(res);
+    if (firstWrite[id] < 0)
+      firstWrite[id] = index;
+  }
+  setAttributes(op, *kernel->mutable_attributes());
+  for (Operation *step : epilogueOf.lookup(op)) {
+    program::ElementwiseStep *s = kernel->add_epilogue();
+    s->set_op(kernelName(step).str());
+    s->set_operand(-1);
+    Value input = fused[step].input;
+    if (step->getNumOperands() == 2) {
+      bool inputFirst = step->getOperand(0) == input;
+      Value other = step->getOperand(inputFirst ? 1 : 0);
+      s->set_operand(bufferOf.lookup(other));
+      s->set_operand_first(!inputFirst);
+      read(bufferOf.lookup(other));
+    }
+    setAttributes(step, *s->mutable_attributes());
+  }
+  ++result.numKernels;
+}
+
+void Lowering::planArena() {
+  // Reads through a view keep the viewed activation alive.
+  auto root = [&](int32_t id) {
+    while (prog.buffers(id).kind() == program::Buffer::ALIAS)
+      id = prog.buffers(id).alias_of();
+    return id;
+  };
+  for (int32_t id = prog.buffers_size() - 1; id >= 0; --id) {
+    if (prog.buffers(id).kind() != program::Buffer::ALIAS)
+      continue;
+    int32_t r = root(id);
+    lastRead[r] = std::max(lastRead[r], lastRead[id]);
+  }
+  struct Interval {
+    int32_t id;
+    int64_t begin, end, size;
+  };
+  std::vector<Interval> intervals;
+  for (const program::Buffer &b : prog.buffers()) {
+    if (b.kind() != program::Buffer::ACTIVATION)
+      continue;
+    int64_t size = byteSize(b.type());
+    size = (size + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    int64_t begin = firstWrite[b.id()];
+    intervals.push_back({b.id(), begin, std::max(begin, lastRead[b.id()]),
+                         std::max<int64_t>(size, kArenaAlignment)});
+    result.totalActivationBytes += size;
+  }
+  // Largest first, each at the lowest offset free for its whole lifetime.
+  std::stable_sort(
+      intervals.begin(), intervals.end(),
+      [](const Interval &a, const Interval &b) { return a.size > b.size; });
+  struct Placed {
+    int64_t begin, end, offset, size;
+  };
+  std::vector<Placed> placed;
+  uint64_t arena = 0;
+  for (const Interval &iv : intervals) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const Placed &p : placed)
+      if (p.begin <= iv.end && iv.begin <= p.end)
+        busy.push_back({p.offset, p.offset + p.size});
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + iv.size <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    placed.push_back({iv.begin, iv.end, offset, iv.size});
+    prog.mutable_buffers(iv.id)->set_arena_offset(offset);
+    arena = std::max<uint64_t>(arena, offset + iv.size);
+  }
+  prog.set_arena_bytes(arena);
+  result.peakActivationBytes = arena;
+}
+
+LogicalResult Lowering::run(int rank, int worldSize) {
+  prog.set_format_version(1);
+  prog.set_rank(rank);
+  prog.set_world_size(worldSize);
+  Block &body = func.getBody().front();
+  unsigned index = 0;
+  for (Operation &op : body)
+    position[&op] = index++;
+  planFusion();
+
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  // Values an output buffer can hold directly: results of kernels (or of
+  // chains fused into them), each bound once.
+  llvm::DenseMap<Value, unsigned> outputIndex;
+  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+    Operation *def = value.getDefiningOp();
+    if (def && isKernel(def) && !outputIndex.count(value))
+      outputIndex[value] = i;
+  }
+  auto resultName = [&](unsigned i) {
+    if (auto name = func.getResultAttrOfType<StringAttr>(i, "onnx.name"))
+      return name.str();
+    return "output" + std::to_string(i);
+  };
+
+  for (BlockArgument arg : body.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type ||
+        getExecDType(type.getElementType()) == program::DTYPE_UNSPECIFIED)
+      return func.emitError() << "argument " << arg.getArgNumber()
+                              << " has a type the runtime does not support";
+    int32_t id = addBuffer(type, program::Buffer::INPUT);
+    bufferOf[arg] = id;
+    program::Binding *binding = prog.add_inputs();
+    auto name =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "onnx.name");
+    binding->set_name(name ? name.str()
+                           : "input" + std::to_string(arg.getArgNumber()));
+    binding->set_buffer(id);
+  }
+
+  SmallVector<std::pair<unsigned, int32_t>> boundOutputs;
+  for (Operation &op : body) {
+    if (isa<func::ReturnOp>(op))
+      break;
+    if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+      if (failed(lowerConstant(constant)))
+        return failure();
+      continue;
+    }
+    if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
+      int32_t id = addBuffer(reshape.getType(), program::Buffer::ALIAS);
+      prog.mutable_buffers(id)->set_alias_of(
+          bufferOf.lookup(reshape.getInput()));
+      bufferOf[reshape.getResult()] = id;
+      continue;
+    }
+    if (!isKernel(&op))
+      return op.emitError() << "the exec lowering does not handle this op";
+    if (auto it = fused.find(&op); it != fused.end()) {
+      // The step writes the head's buffer; its result is the chain's value.
+      bufferOf[op.getResult(0)] = bufferOf.lookup(it->second.input);
+      continue;
+    }
+    for (Value res : op.getResults()) {
+      auto type = cast<RankedTensorType>(res.getType());
+      if (getExecDType(type.getElementType()) == program::DTYPE_UNSPECIFIED)
+        return op.emitError()
+               << "result type " << type << " is not supported by the runtime";
+      // The final value of a chain rooted here decides whether the buffer
+      // is an output.
+      Value last = res;
+      for (Operation *step : epilogueOf.lookup(&op))
+        if (fused[step].input == last)
+          last = step->getResult(0);
+      auto it = outputIndex.find(last);
+      bool isOutput = it != outputIndex.end();
+      int32_t id = addBuffer(type, isOutput ? program::Buffer::OUTPUT
+                                            : program::Buffer::ACTIVATION);
+      bufferOf[res] = id;
+      if (isOutput)
+        boundOutputs.push_back({it->second, id});
+    }
+  }
+  // Emit kernels in program order, now that every buffer exists.
+  for (Operation &op : body)
+    if (isKernel(&op) && !fused.count(&op))
+      emitKernel(&op);
+
+  // Outputs not written by a kernel directly (inputs, weights, views, values
+  // returned twice) are copied into caller memory at the end.
+  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+    auto bound =
+        llvm::find_if(boundOutputs, [&](auto &b) { return b.first == i; });
+    int32_t id;
+    if (bound != boundOutputs.end()) {
+      id = bound->second;
+    } else {
+      id = addBuffer(cast<RankedTensorType>(value.getType()),
+                     program::Buffer::OUTPUT);
+      program::Instruction *inst = prog.add_instructions();
+      inst->set_location("return");
+      program::Kernel *copy = inst->mutable_kernel();
+      copy->set_op("copy");
+      copy->add_operands(bufferOf.lookup(value));
+      copy->add_results(id);
+      int64_t index = prog.instructions_size() - 1;
+      int32_t source = bufferOf.lookup(value);
+      lastRead[source] = std::max(lastRead[source], index);
+      firstWrite[id] = index;
+      ++result.numKernels;
+    }
+    program::Binding *binding = prog.add_outputs();
+    binding->set_name(resultName(i));
+    binding->set_buffer(id);
+  }
+  planArena();
+  return success();
+}
+
+} // namespace
+
+FailureOr<ExecProgram>
+mlir::partita::lowerToExecProgram(func::FuncOp func, int rank, int worldSize,
+                                  const ExecLoweringOptions &options) {
+  if (!func.getBody().hasOneBlock())
+    return func.emitError()
+           << "the exec lowering needs a single-block function";
+  Lowering lowering(func, options);
+  if (failed(lowering.run(rank, worldSize)))
+    return failure();
+  return std::move(lowering.result);
+}

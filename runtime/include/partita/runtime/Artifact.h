@@ -1,0 +1,176 @@
+//===- Artifact.h - the sharded binary on disk ------------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// An artifact is a directory: manifest.json, one exec program per rank
+// (programs/rank<N>.pb) and the weights in safetensors files, each distinct
+// shard stored once (docs/artifact.md is the specification).
+//
+// ArtifactWriter is what partita-compile calls: plain structs in, Status
+// out, no exceptions and no JSON types in this header, so code built without
+// exceptions can use it. Artifact is the loader: it verifies every file's
+// SHA-256 before it reads it, parses the programs and maps the weights.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_ARTIFACT_H
+#define PARTITA_RUNTIME_ARTIFACT_H
+
+#include "partita/runtime/Status.h"
+#include "partita/runtime/Tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace partita::runtime {
+
+/// The manifest's `format_version` that this code writes and reads.
+constexpr int64_t kArtifactFormatVersion = 1;
+
+struct MeshAxis {
+  std::string name;
+  int64_t size = 1;
+};
+
+/// One rank of the mesh and the program it runs.
+struct RankEntry {
+  int32_t rank = 0;
+  /// The rank's coordinate along each mesh axis, in the mesh's axis order.
+  std::vector<std::pair<std::string, int64_t>> coords;
+  int32_t stage = 0;
+  /// `programs/rank<N>.pb`; ArtifactWriter::commit fills it in.
+  std::string program;
+};
+
+/// How a global input or output is laid out over the mesh.
+struct TensorSharding {
+  /// For each tensor dimension, the mesh axes that split it (major first).
+  /// Empty means no dimension is split.
+  std::vector<std::vector<std::string>> dims;
+  /// Mesh axes over which the tensor holds partial sums.
+  std::vector<std::string> partial;
+
+  /// Every rank holds the whole tensor.
+  bool isReplicated() const;
+};
+
+/// A model input or output with its global shape.
+struct TensorSpec {
+  std::string name;
+  DType dtype = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  TensorSharding sharding;
+};
+
+struct Manifest {
+  std::string modelName;
+  /// `host` or `cuda`.
+  std::string target = "host";
+  std::vector<MeshAxis> meshAxes;
+  int32_t worldSize = 1;
+  /// One entry per rank, ordered by rank.
+  std::vector<RankEntry> ranks;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  /// The pipeline schedule as the text of a JSON object; empty for none
+  /// (null in manifest.json).
+  std::string scheduleJson;
+  std::map<std::string, std::string> compileOptions;
+  /// Filled by ArtifactWriter::commit and by the loader: the weights files
+  /// (paths relative to the artifact), and every file's `sha256:<hex>`.
+  std::vector<std::string> weightFiles;
+  std::map<std::string, std::string> files;
+};
+
+/// Builds an artifact in memory and writes it to disk in one step.
+class ArtifactWriter {
+public:
+  ArtifactWriter();
+  ~ArtifactWriter();
+  ArtifactWriter(const ArtifactWriter &) = delete;
+  ArtifactWriter &operator=(const ArtifactWriter &) = delete;
+
+  /// The manifest to fill in; commit() fills `ranks[i].program`,
+  /// `weightFiles` and `files`.
+  Manifest &manifest();
+
+  /// Records a weight. `data` is not copied: it must stay valid until
+  /// commit() returns. A name added again with the same dtype, shape and
+  /// bytes is stored once (replicated tensors); with different ones it is
+  /// an error.
+  Status addWeight(const std::string &name, DType dtype,
+                   const std::vector<int64_t> &shape, const void *data,
+                   size_t bytes);
+  /// Records the program of `rank` (serialized now, so `program` may be
+  /// released afterwards). Its `rank` field must equal `rank`.
+  Status addProgram(int32_t rank, const program::Program &program);
+  /// Records another file of the artifact (generated CUDA source, a
+  /// fatbin), at a relative path outside manifest.json, programs/, weights/.
+  Status addFile(const std::string &relativePath, std::string contents);
+  /// Weights files are split when the next tensor would take one past this
+  /// many bytes of data (default 2 GiB); a larger tensor gets its own file.
+  void setMaxWeightFileBytes(uint64_t bytes);
+
+  /// Validates the manifest against the programs, writes every file into a
+  /// fresh temporary directory next to `path`, manifest.json last, fsyncs,
+  /// and renames it to `path`. An existing `path` is replaced only if it is
+  /// an artifact (has manifest.json). On error nothing is left behind and a
+  /// previous artifact at `path` is untouched.
+  Status commit(const std::string &path);
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+/// The weights of an artifact: every tensor of its safetensors files, by
+/// name, in read-only mapped memory.
+class WeightStore {
+public:
+  WeightStore();
+  ~WeightStore();
+  WeightStore(WeightStore &&);
+  WeightStore &operator=(WeightStore &&);
+
+  /// Maps `path` and adds its tensors; `displayName` prefixes errors.
+  Status addFile(const std::string &path, const std::string &displayName);
+  /// The tensor named `name`, or null. Its memory must not be written.
+  const Tensor *find(const std::string &name) const;
+  size_t size() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+/// A loaded artifact: the manifest, each rank's program, the weights.
+class Artifact {
+public:
+  /// Opens the artifact directory at `path`. Refuses an unknown format or
+  /// version, a missing file and a file whose hash differs from the
+  /// manifest's, with a message naming the file.
+  static Status open(const std::string &path,
+                     std::unique_ptr<Artifact> &artifact);
+  ~Artifact();
+
+  const std::string &path() const;
+  const Manifest &manifest() const;
+  /// The program of `rank`, 0 <= rank < manifest().worldSize.
+  const program::Program &program(int32_t rank) const;
+  const WeightStore &weights() const;
+
+private:
+  Artifact();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_ARTIFACT_H

@@ -1,0 +1,70 @@
+//===- Executor.h - runs one rank's exec program ----------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The executor interprets a Program (proto/program.proto) for one rank: it
+// owns the activation arena, binds every buffer to memory, and runs the
+// instructions in order: kernels on the calling thread (spread over a
+// ThreadPool), collectives and point-to-point transfers on a communication
+// thread of its own, so asynchronous ones overlap the kernels that follow
+// them until their Wait.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_EXECUTOR_H
+#define PARTITA_RUNTIME_EXECUTOR_H
+
+#include "partita/runtime/Status.h"
+#include "partita/runtime/Tensor.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace partita::runtime {
+
+class Communicator;
+class ThreadPool;
+class WeightStore;
+
+/// The Program `format_version` this runtime executes.
+constexpr uint32_t kProgramFormatVersion = 1;
+
+/// A program input or output and the caller's memory for it.
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+class Executor {
+public:
+  /// Checks `program` against the weights and the communicator (rank, world
+  /// size, every buffer's type, bounds and kind, every instruction's buffer
+  /// ids and async tokens) and allocates its arena. The program, weights,
+  /// communicator and pool must outlive the executor.
+  static Status create(const program::Program &program,
+                       const WeightStore &weights, Communicator &communicator,
+                       ThreadPool &pool, std::unique_ptr<Executor> &executor);
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  /// Runs the program once. `inputs` and `outputs` name every binding of
+  /// the program exactly once, with its dtype and shape; the caller owns
+  /// their memory. An error in an instruction is prefixed with the rank and
+  /// the instruction's location, and aborts the communicator so peers fail
+  /// fast instead of waiting for this rank. One run at a time.
+  Status run(const std::vector<NamedTensor> &inputs,
+             const std::vector<NamedTensor> &outputs);
+
+private:
+  Executor();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_EXECUTOR_H

@@ -1,0 +1,72 @@
+//===- Safetensors.h - weights files of an artifact -------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Reading and writing the safetensors format (a little-endian u64 header
+// length, a JSON header naming each tensor's dtype, shape and byte range,
+// then the data). Files are mapped read-only, so a rank's weights cost no
+// copy and untouched tensors no memory. docs/artifact.md has the layout the
+// writer chooses.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_SAFETENSORS_H
+#define PARTITA_RUNTIME_SAFETENSORS_H
+
+#include "partita/runtime/Status.h"
+#include "partita/runtime/Tensor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace partita::runtime {
+
+/// `F32`, `BF16`, `I64`, `BOOL`, ... as safetensors headers spell dtypes.
+std::string safetensorsDTypeName(DType dtype);
+/// The inverse; DTYPE_UNSPECIFIED for a dtype Partita does not have.
+DType dtypeFromSafetensorsName(const std::string &name);
+
+/// One tensor to write: `bytes` bytes at `data`, row-major.
+struct SafetensorsInput {
+  std::string name;
+  DType dtype = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  const void *data = nullptr;
+  size_t bytes = 0;
+};
+
+/// Writes a new file at `path` (which must not exist) and fsyncs it. Sets
+/// `sha256Hex` to the digest of what was written, computed on the way.
+Status writeSafetensors(const std::string &path,
+                        const std::vector<SafetensorsInput> &tensors,
+                        const std::map<std::string, std::string> &metadata,
+                        std::string &sha256Hex);
+
+/// A safetensors file mapped read-only. Every tensor's range has been
+/// checked against the file size; tensor data is aligned to its element size.
+class SafetensorsFile {
+public:
+  /// Maps and validates `path`. Errors name `path`.
+  static Status open(const std::string &path,
+                     std::unique_ptr<SafetensorsFile> &file);
+  ~SafetensorsFile();
+
+  /// Tensors in file order. Their memory is read-only: writing it faults.
+  const std::vector<std::pair<std::string, Tensor>> &tensors() const;
+  /// The tensor named `name`, or null.
+  const Tensor *find(const std::string &name) const;
+  const std::map<std::string, std::string> &metadata() const;
+
+private:
+  SafetensorsFile();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_SAFETENSORS_H

@@ -1,0 +1,51 @@
+//===- Tensor.h - typed views of memory -------------------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_TENSOR_H
+#define PARTITA_RUNTIME_TENSOR_H
+
+#include "partita/proto/program.pb.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace partita::runtime {
+
+using DType = program::DType;
+
+/// Bytes per element (bool: 1).
+size_t dtypeSize(DType dtype);
+/// `f32`, `bf16`, `i64`, `bool`, ... as manifests and messages spell them.
+std::string dtypeName(DType dtype);
+/// The inverse of dtypeName; DTYPE_UNSPECIFIED for an unknown name.
+DType dtypeFromName(const std::string &name);
+
+/// A row-major tensor in memory the view does not own.
+struct Tensor {
+  void *data = nullptr;
+  DType dtype = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t byteSize() const {
+    return static_cast<size_t>(numElements()) * dtypeSize(dtype);
+  }
+  template <typename T> T *as() const { return static_cast<T *>(data); }
+};
+
+/// `[2, 16, 64]`, for messages.
+std::string shapeString(const std::vector<int64_t> &shape);
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_TENSOR_H

@@ -1,0 +1,487 @@
+//===- Artifact.cpp - the sharded binary on disk --------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Artifact.h"
+
+#include "FileUtil.h"
+#include "ManifestJson.h"
+#include "partita/runtime/Safetensors.h"
+#include "partita/runtime/Sha256.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unordered_map>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kDefaultMaxWeightFileBytes = 2ull << 30;
+/// Protobuf refuses messages of 2 GiB or more.
+constexpr size_t kMaxProgramBytes = INT_MAX;
+constexpr size_t kMaxManifestBytes = 64u << 20;
+
+std::string programPath(int32_t rank) {
+  return "programs/rank" + std::to_string(rank) + ".pb";
+}
+
+std::string weightFilePath(size_t index, size_t count) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "weights/model-%05zu-of-%05zu.safetensors",
+                index + 1, count);
+  return name;
+}
+
+bool exists(const std::string &path) {
+  struct stat info;
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+bool isDirectory(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+/// Removes a directory tree on destruction unless released: the temporary
+/// directory of a commit that failed halfway.
+class RemoveOnExit {
+public:
+  explicit RemoveOnExit(std::string path) : path(std::move(path)) {}
+  ~RemoveOnExit() {
+    if (!path.empty()) {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  }
+  void release() { path.clear(); }
+
+private:
+  std::string path;
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ArtifactWriter
+//===----------------------------------------------------------------------===//
+
+struct ArtifactWriter::Impl {
+  Manifest manifest;
+  std::vector<SafetensorsInput> weights;
+  std::unordered_map<std::string, size_t> weightIndex;
+  /// Serialized programs by rank, with the world size each was built for.
+  std::map<int32_t, std::pair<int32_t, std::string>> programs;
+  std::map<std::string, std::string> extraFiles;
+  uint64_t maxWeightFileBytes = kDefaultMaxWeightFileBytes;
+
+  Status validate() const;
+  Status writeInto(const std::string &directory, Manifest &written) const;
+};
+
+ArtifactWriter::ArtifactWriter() : impl(std::make_unique<Impl>()) {}
+ArtifactWriter::~ArtifactWriter() = default;
+
+Manifest &ArtifactWriter::manifest() { return impl->manifest; }
+
+void ArtifactWriter::setMaxWeightFileBytes(uint64_t bytes) {
+  impl->maxWeightFileBytes = bytes;
+}
+
+Status ArtifactWriter::addWeight(const std::string &name, DType dtype,
+                                 const std::vector<int64_t> &shape,
+                                 const void *data, size_t bytes) {
+  if (name.empty() || name == "__metadata__")
+    return Status::error("invalid weight name '" + name + "'");
+  if (safetensorsDTypeName(dtype).empty())
+    return Status::error("weight '" + name + "' has no valid dtype");
+  uint64_t elements = 1;
+  for (int64_t dim : shape)
+    if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
+      return Status::error("weight '" + name + "' has an invalid shape " +
+                           shapeString(shape));
+  uint64_t expected;
+  if (__builtin_mul_overflow(elements, uint64_t(dtypeSize(dtype)), &expected) ||
+      expected != bytes)
+    return Status::error("weight '" + name + "' is given " +
+                         std::to_string(bytes) + " bytes; " + dtypeName(dtype) +
+                         " " + shapeString(shape) + " needs " +
+                         std::to_string(elements * dtypeSize(dtype)));
+  if (bytes > 0 && !data)
+    return Status::error("weight '" + name + "' has no data");
+  auto known = impl->weightIndex.find(name);
+  if (known != impl->weightIndex.end()) {
+    const SafetensorsInput &first = impl->weights[known->second];
+    if (first.dtype == dtype && first.shape == shape && first.bytes == bytes &&
+        (bytes == 0 || first.data == data ||
+         std::memcmp(first.data, data, bytes) == 0))
+      return Status::ok();
+    return Status::error(
+        "weight '" + name + "' is added twice with different contents (" +
+        dtypeName(first.dtype) + " " + shapeString(first.shape) + ", then " +
+        dtypeName(dtype) + " " + shapeString(shape) +
+        "): distinct shards need distinct names");
+  }
+  impl->weightIndex[name] = impl->weights.size();
+  impl->weights.push_back({name, dtype, shape, data, bytes});
+  return Status::ok();
+}
+
+Status ArtifactWriter::addProgram(int32_t rank,
+                                  const program::Program &program) {
+  if (rank < 0)
+    return Status::error("program for negative rank " + std::to_string(rank));
+  if (program.rank() != rank)
+    return Status::error("the program added for rank " + std::to_string(rank) +
+                         " says it is rank " + std::to_string(program.rank()));
+  if (impl->programs.count(rank))
+    return Status::error("a program for rank " + std::to_string(rank) +
+                         " was already added");
+  std::string bytes;
+  if (!program.SerializeToString(&bytes))
+    return Status::error("the program of rank " + std::to_string(rank) +
+                         " cannot be serialized (2 GiB or more?)");
+  impl->programs[rank] = {program.world_size(), std::move(bytes)};
+  return Status::ok();
+}
+
+Status ArtifactWriter::addFile(const std::string &relativePath,
+                               std::string contents) {
+  if (!isSafeRelativePath(relativePath))
+    return Status::error("'" + relativePath +
+                         "' is not a relative path inside the artifact");
+  if (relativePath == "manifest.json" ||
+      relativePath.rfind("programs/", 0) == 0 ||
+      relativePath.rfind("weights/", 0) == 0)
+    return Status::error("'" + relativePath +
+                         "' is reserved for the artifact's own files");
+  if (!impl->extraFiles.emplace(relativePath, std::move(contents)).second)
+    return Status::error("file '" + relativePath + "' was already added");
+  return Status::ok();
+}
+
+Status ArtifactWriter::Impl::validate() const {
+  PARTITA_RETURN_IF_ERROR(validateManifest(manifest));
+  for (int32_t rank = 0; rank < manifest.worldSize; ++rank)
+    if (!programs.count(rank))
+      return Status::error("no program was added for rank " +
+                           std::to_string(rank));
+  for (const auto &[rank, program] : programs) {
+    if (rank >= manifest.worldSize)
+      return Status::error("a program was added for rank " +
+                           std::to_string(rank) + " of a world of " +
+                           std::to_string(manifest.worldSize));
+    // The loader refuses such a program; refusing it here tells the
+    // compiler which one is wrong.
+    if (program.first != manifest.worldSize)
+      return Status::error(
+          "the program of rank " + std::to_string(rank) +
+          " is for a world of " + std::to_string(program.first) +
+          ", the manifest's is " + std::to_string(manifest.worldSize));
+  }
+  return Status::ok();
+}
+
+Status ArtifactWriter::Impl::writeInto(const std::string &directory,
+                                       Manifest &written) const {
+  written = manifest;
+  written.weightFiles.clear();
+  written.files.clear();
+
+  std::string programDirectory = directory + "/programs";
+  if (::mkdir(programDirectory.c_str(), 0755) != 0)
+    return errnoStatus(programDirectory);
+  for (const auto &[rank, program] : programs) {
+    const std::string &bytes = program.second;
+    std::string relative = programPath(rank);
+    PARTITA_RETURN_IF_ERROR(
+        writeNewFile(directory + "/" + relative, bytes.data(), bytes.size()));
+    written.files[relative] =
+        "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
+    written.ranks[size_t(rank)].program = relative;
+  }
+  PARTITA_RETURN_IF_ERROR(syncDirectory(programDirectory));
+
+  // Group the weights into files of at most maxWeightFileBytes of data.
+  std::vector<std::vector<SafetensorsInput>> groups;
+  uint64_t groupBytes = 0;
+  for (const SafetensorsInput &weight : weights) {
+    if (groups.empty() || (!groups.back().empty() &&
+                           groupBytes + weight.bytes > maxWeightFileBytes)) {
+      groups.emplace_back();
+      groupBytes = 0;
+    }
+    groups.back().push_back(weight);
+    groupBytes += weight.bytes;
+  }
+  std::string weightDirectory = directory + "/weights";
+  if (::mkdir(weightDirectory.c_str(), 0755) != 0)
+    return errnoStatus(weightDirectory);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::string relative = weightFilePath(i, groups.size());
+    std::string digest;
+    PARTITA_RETURN_IF_ERROR(
+        writeSafetensors(directory + "/" + relative, groups[i],
+                         {{"producer", "partita"}}, digest));
+    written.weightFiles.push_back(relative);
+    written.files[relative] = "sha256:" + digest;
+  }
+  PARTITA_RETURN_IF_ERROR(syncDirectory(weightDirectory));
+
+  for (const auto &[relative, contents] : extraFiles) {
+    std::string path = directory + "/" + relative;
+    std::error_code error;
+    fs::create_directories(fs::path(path).parent_path(), error);
+    if (error)
+      return Status::error(path + ": " + error.message());
+    PARTITA_RETURN_IF_ERROR(
+        writeNewFile(path, contents.data(), contents.size()));
+    written.files[relative] =
+        "sha256:" + Sha256::hexDigest(contents.data(), contents.size());
+  }
+
+  std::string text;
+  PARTITA_RETURN_IF_ERROR(manifestToJson(written, text));
+  PARTITA_RETURN_IF_ERROR(
+      writeNewFile(directory + "/manifest.json", text.data(), text.size()));
+  return syncDirectory(directory);
+}
+
+Status ArtifactWriter::commit(const std::string &path) {
+  try {
+    PARTITA_RETURN_IF_ERROR(impl->validate());
+    fs::path target(path);
+    if (!target.has_filename())
+      target = target.parent_path();
+    if (target.empty())
+      return Status::error("no artifact path given");
+    std::string targetPath = target.string();
+    bool replacing = exists(targetPath);
+    if (replacing &&
+        (!isDirectory(targetPath) || !exists(targetPath + "/manifest.json")))
+      return Status::error("refusing to replace '" + targetPath +
+                           "': it exists and is not a Partita artifact (no "
+                           "manifest.json)");
+
+    fs::path parent = target.parent_path();
+    std::string parentPath = parent.empty() ? "." : parent.string();
+    std::string pattern =
+        parentPath + "/." + target.filename().string() + ".tmp-XXXXXX";
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    if (!::mkdtemp(buffer.data()))
+      return errnoStatus(pattern);
+    std::string temporary(buffer.data());
+    RemoveOnExit cleanup(temporary);
+    if (::chmod(temporary.c_str(), 0755) != 0)
+      return errnoStatus(temporary);
+
+    Manifest written;
+    PARTITA_RETURN_IF_ERROR(impl->writeInto(temporary, written));
+
+    if (!replacing) {
+      if (::rename(temporary.c_str(), targetPath.c_str()) != 0)
+        return errnoStatus(targetPath);
+    } else if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD,
+                           targetPath.c_str(), RENAME_EXCHANGE) != 0) {
+      // Filesystems without an atomic exchange: move the old artifact
+      // aside, then the new one in, restoring the old one on failure.
+      if (errno != EINVAL && errno != ENOSYS)
+        return errnoStatus(targetPath);
+      std::string aside = temporary + ".old";
+      if (::rename(targetPath.c_str(), aside.c_str()) != 0)
+        return errnoStatus(targetPath);
+      if (::rename(temporary.c_str(), targetPath.c_str()) != 0) {
+        Status status = errnoStatus(targetPath);
+        if (::rename(aside.c_str(), targetPath.c_str()) != 0)
+          return Status::error(status.message() +
+                               "; the previous artifact is left at " + aside);
+        return status;
+      }
+      std::error_code ignored;
+      fs::remove_all(aside, ignored);
+    }
+    // After an exchange the temporary name holds the previous artifact, which
+    // the cleanup removes; after a plain rename it names nothing.
+    impl->manifest = std::move(written);
+    return syncDirectory(parentPath);
+  } catch (const std::exception &e) {
+    return Status::error(path + ": " + e.what());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// WeightStore
+//===----------------------------------------------------------------------===//
+
+struct WeightStore::Impl {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::string> fileNames;
+  /// Tensor name -> (file index, tensor).
+  std::unordered_map<std::string, std::pair<size_t, const Tensor *>> tensors;
+};
+
+WeightStore::WeightStore() : impl(std::make_unique<Impl>()) {}
+WeightStore::~WeightStore() = default;
+WeightStore::WeightStore(WeightStore &&) = default;
+WeightStore &WeightStore::operator=(WeightStore &&) = default;
+
+Status WeightStore::addFile(const std::string &path,
+                            const std::string &displayName) {
+  std::unique_ptr<SafetensorsFile> file;
+  Status opened = SafetensorsFile::open(path, file);
+  if (!opened) {
+    // Messages name the path as opened; show the name the caller chose.
+    std::string message = opened.message();
+    if (message.rfind(path, 0) == 0)
+      message = displayName + message.substr(path.size());
+    return Status::error(message);
+  }
+  size_t index = impl->files.size();
+  for (const auto &[name, tensor] : file->tensors()) {
+    auto [it, inserted] =
+        impl->tensors.emplace(name, std::pair(index, &tensor));
+    if (!inserted)
+      return Status::error(displayName + ": tensor '" + name + "' is also in " +
+                           impl->fileNames[it->second.first]);
+  }
+  impl->files.push_back(std::move(file));
+  impl->fileNames.push_back(displayName);
+  return Status::ok();
+}
+
+const Tensor *WeightStore::find(const std::string &name) const {
+  auto it = impl->tensors.find(name);
+  return it == impl->tensors.end() ? nullptr : it->second.second;
+}
+
+size_t WeightStore::size() const { return impl->tensors.size(); }
+
+//===----------------------------------------------------------------------===//
+// Artifact
+//===----------------------------------------------------------------------===//
+
+struct Artifact::Impl {
+  std::string path;
+  Manifest manifest;
+  std::vector<program::Program> programs;
+  WeightStore weights;
+
+  Status load();
+  Status verifyFiles() const;
+  Status loadPrograms();
+};
+
+Status Artifact::Impl::verifyFiles() const {
+  for (const auto &[relative, digest] : manifest.files) {
+    if (!isSafeRelativePath(relative))
+      return Status::error(path + ": manifest.json lists '" + relative +
+                           "', which is not a path inside the artifact");
+    if (digest.rfind("sha256:", 0) != 0 || digest.size() != 7 + 64)
+      return Status::error(path + ": manifest.json: '" + relative +
+                           "' has no sha256 digest");
+    std::string file = path + "/" + relative;
+    if (!exists(file))
+      return Status::error(path + ": " + relative +
+                           ": missing (manifest.json lists it)");
+    std::string actual;
+    PARTITA_RETURN_IF_ERROR(sha256File(file, actual));
+    if (digest.compare(7, std::string::npos, actual) != 0)
+      return Status::error(path + ": " + relative +
+                           ": hash mismatch (tampered or truncated)");
+  }
+  return Status::ok();
+}
+
+Status Artifact::Impl::loadPrograms() {
+  for (const RankEntry &entry : manifest.ranks) {
+    std::string file = path + "/" + entry.program;
+    std::string bytes;
+    PARTITA_RETURN_IF_ERROR(readFile(file, kMaxProgramBytes, bytes));
+    program::Program program;
+    if (!program.ParseFromString(bytes))
+      return Status::error(path + ": " + entry.program +
+                           ": not a valid program");
+    if (program.rank() != entry.rank ||
+        program.world_size() != manifest.worldSize)
+      return Status::error(
+          path + ": " + entry.program + ": the program is for rank " +
+          std::to_string(program.rank()) + " of " +
+          std::to_string(program.world_size()) + ", the manifest says rank " +
+          std::to_string(entry.rank) + " of " +
+          std::to_string(manifest.worldSize));
+    programs.push_back(std::move(program));
+  }
+  return Status::ok();
+}
+
+Status Artifact::Impl::load() {
+  if (!isDirectory(path))
+    return Status::error(
+        path + ": " +
+        (exists(path) ? "not a directory" : "no such artifact directory"));
+  std::string manifestPath = path + "/manifest.json";
+  if (!exists(manifestPath))
+    return Status::error(path + ": not a Partita artifact (no manifest.json)");
+  std::string text;
+  PARTITA_RETURN_IF_ERROR(readFile(manifestPath, kMaxManifestBytes, text));
+  PARTITA_RETURN_IF_ERROR(manifestFromJson(text, manifestPath, manifest));
+
+  // Every file the runtime reads must be covered by a digest, so none can
+  // be changed without the manifest noticing.
+  auto covered = [&](const std::string &relative) -> Status {
+    if (!manifest.files.count(relative))
+      return Status::error(manifestPath + ": '" + relative +
+                           "' has no entry in 'files'");
+    return Status::ok();
+  };
+  for (const RankEntry &entry : manifest.ranks)
+    PARTITA_RETURN_IF_ERROR(covered(entry.program));
+  for (const std::string &relative : manifest.weightFiles)
+    PARTITA_RETURN_IF_ERROR(covered(relative));
+  PARTITA_RETURN_IF_ERROR(verifyFiles());
+  PARTITA_RETURN_IF_ERROR(loadPrograms());
+  for (const std::string &relative : manifest.weightFiles)
+    PARTITA_RETURN_IF_ERROR(
+        weights.addFile(path + "/" + relative, path + ": " + relative));
+  return Status::ok();
+}
+
+Artifact::Artifact() : impl(std::make_unique<Impl>()) {}
+Artifact::~Artifact() = default;
+
+Status Artifact::open(const std::string &path,
+                      std::unique_ptr<Artifact> &artifact) {
+  std::unique_ptr<Artifact> opened(new Artifact());
+  opened->impl->path = path;
+  // Paths with a trailing slash name the same directory; drop it so
+  // messages and file paths read naturally.
+  while (opened->impl->path.size() > 1 && opened->impl->path.back() == '/')
+    opened->impl->path.pop_back();
+  try {
+    PARTITA_RETURN_IF_ERROR(opened->impl->load());
+  } catch (const std::exception &e) {
+    return Status::error(path + ": " + e.what());
+  }
+  artifact = std::move(opened);
+  return Status::ok();
+}
+
+const std::string &Artifact::path() const { return impl->path; }
+const Manifest &Artifact::manifest() const { return impl->manifest; }
+
+const program::Program &Artifact::program(int32_t rank) const {
+  return impl->programs[size_t(rank)];
+}
+
+const WeightStore &Artifact::weights() const { return impl->weights; }

@@ -1,0 +1,590 @@
+//===- Executor.cpp - runs one rank's exec program ------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Executor.h"
+
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/Communicator.h"
+#include "partita/runtime/HostKernels.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+using program::Buffer;
+
+namespace {
+
+constexpr size_t kArenaAlignment = 64;
+
+struct FreeDeleter {
+  void operator()(void *memory) const { std::free(memory); }
+};
+using AlignedBytes = std::unique_ptr<uint8_t, FreeDeleter>;
+
+/// 64-byte aligned memory, or null for zero bytes.
+AlignedBytes allocateAligned(uint64_t bytes) {
+  if (bytes == 0)
+    return nullptr;
+  uint64_t rounded =
+      (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  return AlignedBytes(
+      static_cast<uint8_t *>(std::aligned_alloc(kArenaAlignment, rounded)));
+}
+
+/// Runs communication in submission order on one thread: the order every
+/// rank issues its collectives in, whichever of them are asynchronous.
+class CommunicationThread {
+public:
+  CommunicationThread() : worker([this] { loop(); }) {}
+  ~CommunicationThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wake.notify_one();
+    worker.join();
+  }
+
+  std::future<Status> submit(std::function<Status()> work) {
+    std::packaged_task<Status()> task(std::move(work));
+    std::future<Status> done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      queue.push_back(std::move(task));
+    }
+    wake.notify_one();
+    return done;
+  }
+
+private:
+  void loop() {
+    while (true) {
+      std::packaged_task<Status()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        wake.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty())
+          return;
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<std::packaged_task<Status()>> queue;
+  bool stopping = false;
+  std::thread worker;
+};
+
+/// How a buffer finds its memory.
+struct BufferSlot {
+  Buffer::Kind kind = Buffer::KIND_UNSPECIFIED;
+  DType dtype = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+  /// The buffer whose memory this one uses (itself unless an alias).
+  int32_t root = 0;
+  /// Memory fixed at load: arena bytes, a weight, a constant.
+  void *memory = nullptr;
+};
+
+std::string bufferName(int32_t id) { return "buffer " + std::to_string(id); }
+
+std::string typeString(DType dtype, const std::vector<int64_t> &shape) {
+  return dtypeName(dtype) + " " + shapeString(shape);
+}
+
+} // namespace
+
+struct Executor::Impl {
+  const program::Program *program = nullptr;
+  Communicator *communicator = nullptr;
+  ThreadPool *pool = nullptr;
+  std::vector<BufferSlot> slots;
+  AlignedBytes arena;
+  /// Constants copied to aligned memory, as kernels read them as arrays.
+  std::vector<AlignedBytes> constants;
+  /// Caller memory of INPUT/OUTPUT buffers during a run, by buffer id.
+  std::vector<void *> bound;
+  std::unique_ptr<CommunicationThread> communication;
+
+  Status load(const WeightStore &weights);
+  Status loadBuffer(int32_t id, const Buffer &buffer,
+                    const WeightStore &weights);
+  Status resolveAliases();
+  Status checkInstructions() const;
+  Status checkBindings() const;
+  Status
+  bind(const std::vector<NamedTensor> &tensors,
+       const google::protobuf::RepeatedPtrField<program::Binding> &bindings,
+       const char *kind);
+  Status execute();
+  Status communicate(const program::Instruction &instruction);
+
+  std::string where(size_t index) const;
+  Tensor resolve(int32_t id) const {
+    if (id < 0 || size_t(id) >= slots.size())
+      return Tensor();
+    const BufferSlot &slot = slots[size_t(id)];
+    const BufferSlot &root = slots[size_t(slot.root)];
+    void *memory = root.memory ? root.memory : bound[size_t(slot.root)];
+    return Tensor{memory, slot.dtype, slot.shape};
+  }
+};
+
+std::string Executor::Impl::where(size_t index) const {
+  const program::Instruction &instruction = program->instructions(int(index));
+  if (!instruction.location().empty())
+    return instruction.location();
+  return "instruction " + std::to_string(index);
+}
+
+Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
+                                  const WeightStore &weights) {
+  std::string name = bufferName(id);
+  if (buffer.id() != id)
+    return Status::error(name + " has id " + std::to_string(buffer.id()));
+  BufferSlot &slot = slots[size_t(id)];
+  slot.kind = buffer.kind();
+  slot.dtype = buffer.type().dtype();
+  slot.root = id;
+  slot.shape.assign(buffer.type().shape().begin(), buffer.type().shape().end());
+  size_t elementSize = dtypeSize(slot.dtype);
+  if (slot.dtype == program::DTYPE_UNSPECIFIED || elementSize == 0)
+    return Status::error(name + " has no element type");
+  uint64_t elements = 1;
+  for (int64_t dim : slot.shape)
+    if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
+      return Status::error(name + " has an invalid shape " +
+                           shapeString(slot.shape));
+  if (__builtin_mul_overflow(elements, uint64_t(elementSize), &slot.bytes))
+    return Status::error(name + " is too large");
+
+  switch (buffer.kind()) {
+  case Buffer::ACTIVATION: {
+    uint64_t end;
+    if (__builtin_add_overflow(buffer.arena_offset(), slot.bytes, &end) ||
+        end > program->arena_bytes())
+      return Status::error(name + " (" + typeString(slot.dtype, slot.shape) +
+                           " at arena offset " +
+                           std::to_string(buffer.arena_offset()) +
+                           ") lies outside the arena of " +
+                           std::to_string(program->arena_bytes()) + " bytes");
+    if (buffer.arena_offset() % elementSize != 0)
+      return Status::error(name + ": arena offset " +
+                           std::to_string(buffer.arena_offset()) +
+                           " is not aligned to its elements");
+    slot.memory = arena.get() + buffer.arena_offset();
+    return Status::ok();
+  }
+  case Buffer::INPUT:
+  case Buffer::OUTPUT:
+    return Status::ok();
+  case Buffer::WEIGHT: {
+    const Tensor *weight = weights.find(buffer.weight());
+    if (!weight)
+      return Status::error(name + ": weight '" + buffer.weight() +
+                           "' is not in the artifact's weights");
+    if (weight->dtype != slot.dtype || weight->shape != slot.shape)
+      return Status::error(name + ": weight '" + buffer.weight() + "' is " +
+                           typeString(weight->dtype, weight->shape) +
+                           " in the artifact, the program expects " +
+                           typeString(slot.dtype, slot.shape));
+    slot.memory = weight->data;
+    return Status::ok();
+  }
+  case Buffer::CONSTANT: {
+    if (buffer.data().size() != slot.bytes)
+      return Status::error(name + ": the constant holds " +
+                           std::to_string(buffer.data().size()) + " bytes, " +
+                           typeString(slot.dtype, slot.shape) + " needs " +
+                           std::to_string(slot.bytes));
+    AlignedBytes copy = allocateAligned(slot.bytes);
+    if (slot.bytes > 0 && !copy)
+      return Status::error(name + ": out of memory");
+    if (slot.bytes > 0)
+      std::memcpy(copy.get(), buffer.data().data(), slot.bytes);
+    slot.memory = copy.get();
+    constants.push_back(std::move(copy));
+    return Status::ok();
+  }
+  case Buffer::ALIAS: {
+    int32_t target = buffer.alias_of();
+    if (target < 0 || size_t(target) >= slots.size() || target == id)
+      return Status::error(name + ": aliases " + bufferName(target) +
+                           ", which is not another buffer of the program");
+    slot.root = target;
+    return Status::ok();
+  }
+  default:
+    return Status::error(name + " has an unknown kind " +
+                         std::to_string(int(buffer.kind())));
+  }
+}
+
+Status Executor::Impl::resolveAliases() {
+  for (size_t id = 0; id < slots.size(); ++id) {
+    BufferSlot &slot = slots[id];
+    if (slot.kind != Buffer::ALIAS)
+      continue;
+    const BufferSlot &target = slots[size_t(slot.root)];
+    if (target.bytes != slot.bytes)
+      return Status::error(
+          bufferName(int32_t(id)) + " (" + typeString(slot.dtype, slot.shape) +
+          ") aliases " + bufferName(slot.root) + " (" +
+          typeString(target.dtype, target.shape) + "), which has another size");
+    // Follow the chain to the buffer that owns memory; a chain longer than
+    // the buffer count is a cycle.
+    int32_t root = slot.root;
+    for (size_t steps = 0; slots[size_t(root)].kind == Buffer::ALIAS; ++steps) {
+      if (steps > slots.size())
+        return Status::error(bufferName(int32_t(id)) +
+                             " is part of a cycle of aliases");
+      root = program->buffers(root).alias_of();
+    }
+    slot.root = root;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::checkInstructions() const {
+  auto valid = [&](int32_t id) { return id >= 0 && size_t(id) < slots.size(); };
+  // Results are written: they must own writable memory, never a weight
+  // (mapped read-only), a constant or an input.
+  auto writable = [&](int32_t id) {
+    Buffer::Kind kind = slots[size_t(slots[size_t(id)].root)].kind;
+    return kind == Buffer::ACTIVATION || kind == Buffer::OUTPUT;
+  };
+  std::set<int32_t> pending;
+  for (int index = 0; index < program->instructions_size(); ++index) {
+    const program::Instruction &instruction = program->instructions(index);
+    std::string at = where(size_t(index));
+    auto checkRead = [&](int32_t id) -> Status {
+      if (!valid(id))
+        return Status::error(at + ": reads " + bufferName(id) +
+                             ", which the program does not have");
+      return Status::ok();
+    };
+    auto checkWrite = [&](int32_t id) -> Status {
+      if (!valid(id))
+        return Status::error(at + ": writes " + bufferName(id) +
+                             ", which the program does not have");
+      if (!writable(id))
+        return Status::error(at + ": writes " + bufferName(id) +
+                             ", which is read-only (an input, weight or "
+                             "constant)");
+      return Status::ok();
+    };
+    auto start = [&](bool async, int32_t token) -> Status {
+      if (async && !pending.insert(token).second)
+        return Status::error(at + ": starts token " + std::to_string(token) +
+                             " again before its wait");
+      return Status::ok();
+    };
+    switch (instruction.op_case()) {
+    case program::Instruction::kKernel: {
+      const program::Kernel &kernel = instruction.kernel();
+      for (int32_t id : kernel.operands())
+        PARTITA_RETURN_IF_ERROR(checkRead(id));
+      for (int32_t id : kernel.results())
+        PARTITA_RETURN_IF_ERROR(checkWrite(id));
+      for (const program::ElementwiseStep &step : kernel.epilogue())
+        if (step.operand() != -1)
+          PARTITA_RETURN_IF_ERROR(checkRead(step.operand()));
+      break;
+    }
+    case program::Instruction::kCollective: {
+      const program::Collective &collective = instruction.collective();
+      if (collective.kind() < program::Collective::ALL_REDUCE ||
+          collective.kind() > program::Collective::COLLECTIVE_PERMUTE)
+        return Status::error(at + ": unknown collective kind " +
+                             std::to_string(int(collective.kind())));
+      Reduction reduction;
+      if ((collective.kind() == program::Collective::ALL_REDUCE ||
+           collective.kind() == program::Collective::REDUCE_SCATTER) &&
+          !parseReduction(collective.reduction(), reduction))
+        return Status::error(at + ": unknown reduction '" +
+                             collective.reduction() + "'");
+      PARTITA_RETURN_IF_ERROR(checkRead(collective.operand()));
+      PARTITA_RETURN_IF_ERROR(checkWrite(collective.result()));
+      PARTITA_RETURN_IF_ERROR(start(collective.async(), collective.token()));
+      break;
+    }
+    case program::Instruction::kP2P: {
+      const program::PointToPoint &p2p = instruction.p2p();
+      if (p2p.kind() == program::PointToPoint::SEND)
+        PARTITA_RETURN_IF_ERROR(checkRead(p2p.buffer()));
+      else if (p2p.kind() == program::PointToPoint::RECV)
+        PARTITA_RETURN_IF_ERROR(checkWrite(p2p.buffer()));
+      else
+        return Status::error(at + ": unknown point-to-point kind " +
+                             std::to_string(int(p2p.kind())));
+      PARTITA_RETURN_IF_ERROR(start(p2p.async(), p2p.token()));
+      break;
+    }
+    case program::Instruction::kWait:
+      if (!pending.erase(instruction.wait().token()))
+        return Status::error(at + ": waits for token " +
+                             std::to_string(instruction.wait().token()) +
+                             ", which no pending asynchronous instruction "
+                             "started");
+      break;
+    default:
+      return Status::error(at + ": empty instruction");
+    }
+  }
+  if (!pending.empty())
+    return Status::error("token " + std::to_string(*pending.begin()) +
+                         " is started but never waited for");
+  return Status::ok();
+}
+
+Status Executor::Impl::checkBindings() const {
+  std::vector<int> bindingCount(slots.size(), 0);
+  auto check =
+      [&](const google::protobuf::RepeatedPtrField<program::Binding> &bindings,
+          Buffer::Kind kind, const char *what) -> Status {
+    std::set<std::string> names;
+    for (const program::Binding &binding : bindings) {
+      int32_t id = binding.buffer();
+      if (!names.insert(binding.name()).second)
+        return Status::error(std::string(what) + " '" + binding.name() +
+                             "' is bound twice");
+      if (id < 0 || size_t(id) >= slots.size() ||
+          slots[size_t(id)].kind != kind)
+        return Status::error(std::string(what) + " '" + binding.name() +
+                             "' is bound to " + bufferName(id) +
+                             ", which is not an " + what + " buffer");
+      ++bindingCount[size_t(id)];
+    }
+    return Status::ok();
+  };
+  PARTITA_RETURN_IF_ERROR(check(program->inputs(), Buffer::INPUT, "input"));
+  PARTITA_RETURN_IF_ERROR(check(program->outputs(), Buffer::OUTPUT, "output"));
+  for (size_t id = 0; id < slots.size(); ++id) {
+    Buffer::Kind kind = slots[id].kind;
+    if ((kind == Buffer::INPUT || kind == Buffer::OUTPUT) &&
+        bindingCount[id] != 1)
+      return Status::error(bufferName(int32_t(id)) + " is an " +
+                           (kind == Buffer::INPUT ? "input" : "output") +
+                           " buffer bound " + std::to_string(bindingCount[id]) +
+                           " times; it needs exactly one binding");
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::load(const WeightStore &weights) {
+  if (program->format_version() != kProgramFormatVersion)
+    return Status::error("program format version " +
+                         std::to_string(program->format_version()) +
+                         " is not supported (this runtime reads version " +
+                         std::to_string(kProgramFormatVersion) + ")");
+  if (program->rank() != communicator->rank() ||
+      program->world_size() != communicator->worldSize())
+    return Status::error(
+        "the program is for rank " + std::to_string(program->rank()) + " of " +
+        std::to_string(program->world_size()) + ", the communicator is rank " +
+        std::to_string(communicator->rank()) + " of " +
+        std::to_string(communicator->worldSize()));
+  if (program->arena_bytes() > 0) {
+    arena = allocateAligned(program->arena_bytes());
+    if (!arena)
+      return Status::error("cannot allocate the activation arena (" +
+                           std::to_string(program->arena_bytes()) + " bytes)");
+  }
+  slots.resize(size_t(program->buffers_size()));
+  bound.assign(slots.size(), nullptr);
+  for (int32_t id = 0; id < program->buffers_size(); ++id)
+    PARTITA_RETURN_IF_ERROR(loadBuffer(id, program->buffers(id), weights));
+  PARTITA_RETURN_IF_ERROR(resolveAliases());
+  PARTITA_RETURN_IF_ERROR(checkBindings());
+  PARTITA_RETURN_IF_ERROR(checkInstructions());
+  communication = std::make_unique<CommunicationThread>();
+  return Status::ok();
+}
+
+Status Executor::Impl::bind(
+    const std::vector<NamedTensor> &tensors,
+    const google::protobuf::RepeatedPtrField<program::Binding> &bindings,
+    const char *kind) {
+  std::map<std::string, const Tensor *> given;
+  for (const NamedTensor &named : tensors)
+    if (!given.emplace(named.name, &named.tensor).second)
+      return Status::error(std::string(kind) + " '" + named.name +
+                           "' is given twice");
+  std::string expected;
+  for (const program::Binding &binding : bindings)
+    expected += (expected.empty() ? "" : ", ") + binding.name();
+  for (const auto &[name, tensor] : given) {
+    bool known = false;
+    for (const program::Binding &binding : bindings)
+      known |= binding.name() == name;
+    if (!known)
+      return Status::error(std::string("the program has no ") + kind + " '" +
+                           name + "' (its " + kind + "s: " + expected + ")");
+  }
+  for (const program::Binding &binding : bindings) {
+    const BufferSlot &slot = slots[size_t(binding.buffer())];
+    std::string what = std::string(kind) + " '" + binding.name() + "'";
+    auto it = given.find(binding.name());
+    if (it == given.end())
+      return Status::error(what + " (" + typeString(slot.dtype, slot.shape) +
+                           ") is missing");
+    const Tensor &tensor = *it->second;
+    if (tensor.dtype != slot.dtype || tensor.shape != slot.shape)
+      return Status::error(what + ": expected " +
+                           typeString(slot.dtype, slot.shape) + ", got " +
+                           typeString(tensor.dtype, tensor.shape));
+    if (!tensor.data && slot.bytes > 0)
+      return Status::error(what + " has no memory");
+    bound[size_t(binding.buffer())] = tensor.data;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::communicate(const program::Instruction &instruction) {
+  if (instruction.has_p2p()) {
+    const program::PointToPoint &p2p = instruction.p2p();
+    Tensor buffer = resolve(p2p.buffer());
+    if (p2p.kind() == program::PointToPoint::SEND)
+      return communicator->send(buffer, p2p.peer(), p2p.tag());
+    return communicator->recv(buffer, p2p.peer(), p2p.tag());
+  }
+  const program::Collective &collective = instruction.collective();
+  Tensor in = resolve(collective.operand());
+  Tensor out = resolve(collective.result());
+  Group group(collective.group().begin(), collective.group().end());
+  Reduction reduction = Reduction::Sum;
+  switch (collective.kind()) {
+  case program::Collective::ALL_REDUCE:
+    (void)parseReduction(collective.reduction(), reduction);
+    return communicator->allReduce(in, out, group, reduction);
+  case program::Collective::ALL_GATHER:
+    return communicator->allGather(in, out, group, collective.dim());
+  case program::Collective::REDUCE_SCATTER:
+    (void)parseReduction(collective.reduction(), reduction);
+    return communicator->reduceScatter(in, out, group, collective.dim(),
+                                       reduction);
+  case program::Collective::ALL_TO_ALL:
+    return communicator->allToAll(in, out, group, collective.dim(),
+                                  collective.concat_dim());
+  case program::Collective::COLLECTIVE_PERMUTE:
+    return communicator->collectivePermute(in, out, group, collective.shift());
+  default:
+    return Status::error("unknown collective kind");
+  }
+}
+
+Status Executor::Impl::execute() {
+  BufferResolver resolver = [this](int32_t id) { return resolve(id); };
+  // Started asynchronous transfers, by token, with the instruction that
+  // started them (for messages).
+  std::map<int32_t, std::pair<size_t, std::future<Status>>> inFlight;
+  Status failure = Status::ok();
+  for (int index = 0; index < program->instructions_size(); ++index) {
+    const program::Instruction &instruction = program->instructions(index);
+    Status status = Status::ok();
+    size_t origin = size_t(index);
+    switch (instruction.op_case()) {
+    case program::Instruction::kKernel:
+      status = runHostKernel(instruction.kernel(), resolver, *pool);
+      break;
+    case program::Instruction::kCollective:
+    case program::Instruction::kP2P: {
+      bool async = instruction.has_collective()
+                       ? instruction.collective().async()
+                       : instruction.p2p().async();
+      int32_t token = instruction.has_collective()
+                          ? instruction.collective().token()
+                          : instruction.p2p().token();
+      std::future<Status> done = communication->submit(
+          [this, &instruction] { return communicate(instruction); });
+      if (async)
+        inFlight[token] = {origin, std::move(done)};
+      else
+        status = done.get();
+      break;
+    }
+    case program::Instruction::kWait: {
+      auto it = inFlight.find(instruction.wait().token());
+      // The load-time check pairs every wait with a started token.
+      origin = it->second.first;
+      status = it->second.second.get();
+      inFlight.erase(it);
+      break;
+    }
+    default:
+      break;
+    }
+    if (!status) {
+      failure = Status::error("rank " + std::to_string(program->rank()) + ": " +
+                              where(origin) + ": " + status.message());
+      break;
+    }
+  }
+  if (!failure) {
+    // Peers may be blocked on this rank; release them before draining the
+    // transfers in flight, which reference this run's buffers.
+    communicator->abort(failure.message());
+    for (auto &[token, started] : inFlight)
+      (void)started.second.get();
+  }
+  return failure;
+}
+
+Executor::Executor() : impl(std::make_unique<Impl>()) {}
+Executor::~Executor() = default;
+
+Status Executor::create(const program::Program &program,
+                        const WeightStore &weights, Communicator &communicator,
+                        ThreadPool &pool, std::unique_ptr<Executor> &executor) {
+  std::unique_ptr<Executor> created(new Executor());
+  created->impl->program = &program;
+  created->impl->communicator = &communicator;
+  created->impl->pool = &pool;
+  Status loaded = Status::ok();
+  try {
+    loaded = created->impl->load(weights);
+  } catch (const std::exception &e) {
+    loaded = Status::error(e.what());
+  }
+  if (!loaded)
+    return Status::error("rank " + std::to_string(program.rank()) + ": " +
+                         loaded.message());
+  executor = std::move(created);
+  return Status::ok();
+}
+
+Status Executor::run(const std::vector<NamedTensor> &inputs,
+                     const std::vector<NamedTensor> &outputs) {
+  std::string rank = "rank " + std::to_string(impl->program->rank()) + ": ";
+  try {
+    Status bound = impl->bind(inputs, impl->program->inputs(), "input");
+    if (bound)
+      bound = impl->bind(outputs, impl->program->outputs(), "output");
+    if (!bound)
+      return Status::error(rank + bound.message());
+    return impl->execute();
+  } catch (const std::exception &e) {
+    std::string message = rank + e.what();
+    impl->communicator->abort(message);
+    return Status::error(message);
+  }
+}

@@ -1,0 +1,154 @@
+//===- FileUtil.cpp - POSIX file helpers of the runtime -------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FileUtil.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace partita::runtime;
+
+Status partita::runtime::errnoStatus(const std::string &path) {
+  return Status::error(path + ": " + std::strerror(errno));
+}
+
+OutputFile::~OutputFile() {
+  if (fd >= 0)
+    ::close(fd);
+}
+
+Status OutputFile::create(const std::string &filePath) {
+  path = filePath;
+  fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errnoStatus(path);
+  return Status::ok();
+}
+
+Status OutputFile::write(const void *data, size_t bytes) {
+  const char *next = static_cast<const char *>(data);
+  while (bytes > 0) {
+    // Linux writes at most 2 GiB per call; write the rest in the next turn.
+    ssize_t wrote = ::write(fd, next, bytes);
+    if (wrote < 0 && errno == EINTR)
+      continue;
+    if (wrote < 0)
+      return errnoStatus(path);
+    next += wrote;
+    bytes -= size_t(wrote);
+  }
+  return Status::ok();
+}
+
+Status OutputFile::close() {
+  if (::fsync(fd) != 0)
+    return errnoStatus(path);
+  int closing = fd;
+  fd = -1;
+  if (::close(closing) != 0)
+    return errnoStatus(path);
+  return Status::ok();
+}
+
+Status partita::runtime::writeNewFile(const std::string &path, const void *data,
+                                      size_t bytes) {
+  OutputFile file;
+  PARTITA_RETURN_IF_ERROR(file.create(path));
+  PARTITA_RETURN_IF_ERROR(file.write(data, bytes));
+  return file.close();
+}
+
+Status partita::runtime::readFile(const std::string &path, size_t maxBytes,
+                                  std::string &out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errnoStatus(path);
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    Status status = errnoStatus(path);
+    ::close(fd);
+    return status;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return Status::error(path + ": not a regular file");
+  }
+  if (uint64_t(info.st_size) > maxBytes) {
+    ::close(fd);
+    return Status::error(path + ": " + std::to_string(info.st_size) +
+                         " bytes, more than the " + std::to_string(maxBytes) +
+                         " this reader accepts");
+  }
+  out.assign(size_t(info.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t got = ::read(fd, &out[done], out.size() - done);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      Status status = errnoStatus(path);
+      ::close(fd);
+      return status;
+    }
+    if (got == 0)
+      break;
+    done += size_t(got);
+  }
+  ::close(fd);
+  // A file that shrank while being read is reported as what it now is.
+  out.resize(done);
+  return Status::ok();
+}
+
+Status partita::runtime::syncDirectory(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return errnoStatus(path);
+  int result = ::fsync(fd);
+  Status status = result == 0 ? Status::ok() : errnoStatus(path);
+  ::close(fd);
+  return status;
+}
+
+MappedFile::~MappedFile() {
+  if (base && length > 0)
+    ::munmap(const_cast<uint8_t *>(base), length);
+}
+
+Status MappedFile::open(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errnoStatus(path);
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    Status status = errnoStatus(path);
+    ::close(fd);
+    return status;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return Status::error(path + ": not a regular file");
+  }
+  length = size_t(info.st_size);
+  if (length == 0) {
+    ::close(fd);
+    static const uint8_t kEmpty = 0;
+    base = &kEmpty;
+    return Status::ok();
+  }
+  void *mapped = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED) {
+    length = 0;
+    return errnoStatus(path);
+  }
+  base = static_cast<const uint8_t *>(mapped);
+  return Status::ok();
+}

@@ -1,0 +1,74 @@
+//===- FileUtil.h - POSIX file helpers of the runtime -----------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Small wrappers over POSIX calls that report errors as Status with the path
+// and errno text, shared by the artifact writer and loader.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_CORE_FILEUTIL_H
+#define PARTITA_RUNTIME_CORE_FILEUTIL_H
+
+#include "partita/runtime/Status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace partita::runtime {
+
+/// "path: <strerror(errno)>".
+Status errnoStatus(const std::string &path);
+
+/// A new file, written sequentially. On failure the caller removes the
+/// temporary directory that holds it, so no partial file is left behind.
+class OutputFile {
+public:
+  OutputFile() = default;
+  ~OutputFile();
+  OutputFile(const OutputFile &) = delete;
+  OutputFile &operator=(const OutputFile &) = delete;
+
+  /// Creates `path`, which must not exist yet.
+  Status create(const std::string &path);
+  Status write(const void *data, size_t bytes);
+  /// Flushes to stable storage and closes.
+  Status close();
+
+private:
+  std::string path;
+  int fd = -1;
+};
+
+/// Writes `bytes` to a new file at `path` and fsyncs it.
+Status writeNewFile(const std::string &path, const void *data, size_t bytes);
+
+/// Reads a whole regular file of at most `maxBytes` bytes.
+Status readFile(const std::string &path, size_t maxBytes, std::string &out);
+
+/// fsync of a directory, so the entries created in it are durable.
+Status syncDirectory(const std::string &path);
+
+/// A read-only, private memory map of a whole file.
+class MappedFile {
+public:
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(const MappedFile &) = delete;
+  MappedFile &operator=(const MappedFile &) = delete;
+
+  Status open(const std::string &path);
+  const uint8_t *data() const { return base; }
+  size_t size() const { return length; }
+
+private:
+  const uint8_t *base = nullptr;
+  size_t length = 0;
+};
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_CORE_FILEUTIL_H

@@ -1,0 +1,759 @@
+//===- HostCommunicator.cpp - ranks as threads of one process -------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/HostCommunicator.h"
+
+#include "partita/runtime/Float16.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <type_traits>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+using Clock = std::chrono::steady_clock;
+
+Communicator::~Communicator() = default;
+
+bool partita::runtime::parseReduction(const std::string &name,
+                                      Reduction &reduction) {
+  if (name == "sum")
+    reduction = Reduction::Sum;
+  else if (name == "max")
+    reduction = Reduction::Max;
+  else if (name == "min")
+    reduction = Reduction::Min;
+  else
+    return false;
+  return true;
+}
+
+std::string partita::runtime::reductionName(Reduction reduction) {
+  switch (reduction) {
+  case Reduction::Sum:
+    return "sum";
+  case Reduction::Max:
+    return "max";
+  case Reduction::Min:
+    return "min";
+  }
+  return "?";
+}
+
+std::string partita::runtime::groupString(const Group &group) {
+  std::string text = "[";
+  for (size_t i = 0; i < group.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(group[i]);
+  return text + "]";
+}
+
+namespace {
+
+enum class Kind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  CollectivePermute,
+  Barrier
+};
+
+const char *kindName(Kind kind) {
+  switch (kind) {
+  case Kind::AllReduce:
+    return "all_reduce";
+  case Kind::AllGather:
+    return "all_gather";
+  case Kind::ReduceScatter:
+    return "reduce_scatter";
+  case Kind::AllToAll:
+    return "all_to_all";
+  case Kind::CollectivePermute:
+    return "collective_permute";
+  case Kind::Barrier:
+    return "barrier";
+  }
+  return "?";
+}
+
+std::string durationString(std::chrono::milliseconds timeout) {
+  if (timeout.count() % 1000 == 0)
+    return std::to_string(timeout.count() / 1000) + " s";
+  return std::to_string(timeout.count()) + " ms";
+}
+
+/// What one member contributes to one collective: enough to check that all
+/// members make the same call, and its input for the others to read.
+struct Post {
+  Kind kind = Kind::Barrier;
+  DType dtype = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> inShape, outShape;
+  Reduction reduction = Reduction::Sum;
+  int64_t dim = 0, concatDim = 0, shift = 0;
+  /// Valid until every member has left the step.
+  const void *in = nullptr;
+
+  bool sameCall(const Post &other) const {
+    return kind == other.kind && dtype == other.dtype &&
+           inShape == other.inShape && outShape == other.outShape &&
+           reduction == other.reduction && dim == other.dim &&
+           concatDim == other.concatDim && shift == other.shift;
+  }
+
+  std::string describe() const {
+    std::string text = kindName(kind);
+    switch (kind) {
+    case Kind::AllReduce:
+      text += "(" + reductionName(reduction) + ")";
+      break;
+    case Kind::AllGather:
+      text += "(dim " + std::to_string(dim) + ")";
+      break;
+    case Kind::ReduceScatter:
+      text +=
+          "(" + reductionName(reduction) + ", dim " + std::to_string(dim) + ")";
+      break;
+    case Kind::AllToAll:
+      text += "(split " + std::to_string(dim) + ", concat " +
+              std::to_string(concatDim) + ")";
+      break;
+    case Kind::CollectivePermute:
+      text += "(shift " + std::to_string(shift) + ")";
+      break;
+    case Kind::Barrier:
+      return text;
+    }
+    return text + " " + dtypeName(dtype) + " " + shapeString(inShape) + " -> " +
+           shapeString(outShape);
+  }
+};
+
+/// One collective call of a group: the members' posts, by group index.
+struct Step {
+  std::vector<std::optional<Post>> posts;
+  size_t arrived = 0;
+  size_t departed = 0;
+};
+
+struct GroupState {
+  /// The number of calls each member (by group index) has made.
+  std::vector<uint64_t> calls;
+  std::map<uint64_t, std::shared_ptr<Step>> steps;
+};
+
+struct Message {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+/// Copies the box `block` at `srcStart` of a row-major `srcShape` tensor to
+/// `dstStart` of a `dstShape` tensor, one contiguous innermost row at a time.
+void copyBlock(const uint8_t *src, const std::vector<int64_t> &srcShape,
+               const std::vector<int64_t> &srcStart, uint8_t *dst,
+               const std::vector<int64_t> &dstShape,
+               const std::vector<int64_t> &dstStart,
+               const std::vector<int64_t> &block, size_t elementSize) {
+  size_t rank = block.size();
+  for (int64_t dim : block)
+    if (dim == 0)
+      return;
+  if (rank == 0) {
+    std::memcpy(dst, src, elementSize);
+    return;
+  }
+  std::vector<int64_t> srcStrides(rank, 1), dstStrides(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d) {
+    srcStrides[d - 1] = srcStrides[d] * srcShape[d];
+    dstStrides[d - 1] = dstStrides[d] * dstShape[d];
+  }
+  size_t rowBytes = size_t(block[rank - 1]) * elementSize;
+  std::vector<int64_t> index(rank, 0);
+  while (true) {
+    int64_t srcOffset = 0, dstOffset = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      srcOffset += (srcStart[d] + index[d]) * srcStrides[d];
+      dstOffset += (dstStart[d] + index[d]) * dstStrides[d];
+    }
+    std::memcpy(dst + dstOffset * elementSize, src + srcOffset * elementSize,
+                rowBytes);
+    // Advance the odometer over every dimension but the innermost.
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      if (++index[d] < block[d])
+        break;
+      index[d] = 0;
+      if (d == 0)
+        return;
+    }
+    if (rank == 1)
+      return;
+  }
+}
+
+template <typename T> struct Plain {
+  using Acc = T;
+  static T load(T value) { return value; }
+  static T store(T value) { return value; }
+};
+struct F16 {
+  using Acc = float;
+  static float load(uint16_t bits) { return f16ToFloat(bits); }
+  static uint16_t store(float value) { return floatToF16(value); }
+};
+struct BF16 {
+  using Acc = float;
+  static float load(uint16_t bits) { return bf16ToFloat(bits); }
+  static uint16_t store(float value) { return floatToBf16(value); }
+};
+template <typename T> struct Integer {
+  using Acc = int64_t;
+  static int64_t load(T value) { return value; }
+  static T store(int64_t value) { return T(value); }
+};
+struct Bool {
+  using Acc = int64_t;
+  static int64_t load(uint8_t value) { return value != 0; }
+  static uint8_t store(int64_t value) { return value != 0; }
+};
+
+template <typename Acc> Acc combine(Acc a, Acc b, Reduction reduction) {
+  switch (reduction) {
+  case Reduction::Sum:
+    if constexpr (std::is_integral_v<Acc>)
+      return Acc(uint64_t(a) + uint64_t(b)); // Integer sums wrap.
+    else
+      return a + b;
+  case Reduction::Max:
+    return b > a ? b : a;
+  case Reduction::Min:
+    return b < a ? b : a;
+  }
+  return a;
+}
+
+/// dst[i] = reduce over sources s (in order) of s[offset + i], accumulated in
+/// Acc so the order, and so the bits, are the same on every member.
+template <typename T, typename Conv>
+void reduceTyped(const std::vector<const void *> &sources, size_t offset,
+                 void *dst, size_t count, Reduction reduction) {
+  using Acc = typename Conv::Acc;
+  constexpr size_t kChunk = 1024;
+  Acc acc[kChunk];
+  T *out = static_cast<T *>(dst);
+  for (size_t begin = 0; begin < count; begin += kChunk) {
+    size_t n = std::min(kChunk, count - begin);
+    const T *first = static_cast<const T *>(sources[0]) + offset + begin;
+    for (size_t i = 0; i < n; ++i)
+      acc[i] = Conv::load(first[i]);
+    for (size_t s = 1; s < sources.size(); ++s) {
+      const T *next = static_cast<const T *>(sources[s]) + offset + begin;
+      for (size_t i = 0; i < n; ++i)
+        acc[i] = combine<Acc>(acc[i], Conv::load(next[i]), reduction);
+    }
+    for (size_t i = 0; i < n; ++i)
+      out[begin + i] = Conv::store(acc[i]);
+  }
+}
+
+void reduce(DType dtype, const std::vector<const void *> &sources,
+            size_t offset, void *dst, size_t count, Reduction reduction) {
+  switch (dtype) {
+  case program::F32:
+    return reduceTyped<float, Plain<float>>(sources, offset, dst, count,
+                                            reduction);
+  case program::F16:
+    return reduceTyped<uint16_t, F16>(sources, offset, dst, count, reduction);
+  case program::BF16:
+    return reduceTyped<uint16_t, BF16>(sources, offset, dst, count, reduction);
+  case program::I64:
+    return reduceTyped<int64_t, Integer<int64_t>>(sources, offset, dst, count,
+                                                  reduction);
+  case program::I32:
+    return reduceTyped<int32_t, Integer<int32_t>>(sources, offset, dst, count,
+                                                  reduction);
+  case program::I8:
+    return reduceTyped<int8_t, Integer<int8_t>>(sources, offset, dst, count,
+                                                reduction);
+  case program::BOOL:
+    return reduceTyped<uint8_t, Bool>(sources, offset, dst, count, reduction);
+  default:
+    return;
+  }
+}
+
+bool knownDType(DType dtype) {
+  switch (dtype) {
+  case program::F32:
+  case program::F16:
+  case program::BF16:
+  case program::I64:
+  case program::I32:
+  case program::I8:
+  case program::BOOL:
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// HostWorld
+//===----------------------------------------------------------------------===//
+
+namespace {
+class HostCommunicator;
+} // namespace
+
+struct HostWorld::State {
+  int32_t worldSize;
+  std::chrono::milliseconds timeout;
+  std::mutex mutex;
+  std::condition_variable changed;
+  /// Set once, by the first failure: every later or pending call fails with
+  /// it, as the ranks' programs can no longer meet.
+  std::string failure;
+  std::map<Group, GroupState> groups;
+  /// (source, destination, tag) -> messages in send order.
+  std::map<std::tuple<int32_t, int32_t, int64_t>, std::deque<Message>>
+      mailboxes;
+  std::vector<std::unique_ptr<HostCommunicator>> communicators;
+
+  /// Records `message` as the world's failure (unless one came first), wakes
+  /// every waiter and returns the failure. Called with `mutex` held.
+  Status fail(const std::string &message) {
+    if (failure.empty())
+      failure = message;
+    changed.notify_all();
+    return Status::error(failure);
+  }
+};
+
+namespace {
+
+class HostCommunicator final : public Communicator {
+public:
+  HostCommunicator(HostWorld::State &world, int32_t rank)
+      : world(world), myRank(rank) {}
+
+  int32_t rank() const override { return myRank; }
+  int32_t worldSize() const override { return world.worldSize; }
+
+  Status allReduce(const Tensor &in, const Tensor &out, const Group &group,
+                   Reduction reduction) override;
+  Status allGather(const Tensor &in, const Tensor &out, const Group &group,
+                   int64_t dim) override;
+  Status reduceScatter(const Tensor &in, const Tensor &out, const Group &group,
+                       int64_t dim, Reduction reduction) override;
+  Status allToAll(const Tensor &in, const Tensor &out, const Group &group,
+                  int64_t splitDim, int64_t concatDim) override;
+  Status collectivePermute(const Tensor &in, const Tensor &out,
+                           const Group &group, int64_t shift) override;
+  Status send(const Tensor &tensor, int32_t peer, int64_t tag) override;
+  Status recv(const Tensor &tensor, int32_t peer, int64_t tag) override;
+  Status barrier(const Group &group) override;
+  void abort(const std::string &reason) override;
+
+private:
+  /// Checks the call on this rank alone: the group, the dtype, the shapes.
+  Status checkLocal(Post &post, const Tensor &in, const Tensor &out,
+                    const Group &group, size_t &index) const;
+  /// Posts, waits for all members, runs `compute` on their posts (in group
+  /// order), then waits for all members to finish reading.
+  template <typename Compute>
+  Status rendezvous(const Group &group, size_t index, Post post,
+                    const Tensor &in, const Tensor &out, Compute compute);
+
+  HostWorld::State &world;
+  int32_t myRank;
+};
+
+Status HostCommunicator::checkLocal(Post &post, const Tensor &in,
+                                    const Tensor &out, const Group &group,
+                                    size_t &index) const {
+  std::string what = std::string(kindName(post.kind)) + " over group " +
+                     groupString(group) + " on rank " + std::to_string(myRank);
+  if (group.empty())
+    return Status::error(what + ": the group is empty");
+  std::set<int32_t> members;
+  for (int32_t member : group)
+    if (member < 0 || member >= world.worldSize ||
+        !members.insert(member).second)
+      return Status::error(what +
+                           ": the group must list distinct ranks of 0.." +
+                           std::to_string(world.worldSize - 1));
+  auto self = std::find(group.begin(), group.end(), myRank);
+  if (self == group.end())
+    return Status::error(what + ": this rank is not a member");
+  index = size_t(self - group.begin());
+  if (post.kind == Kind::Barrier)
+    return Status::ok();
+
+  post.dtype = in.dtype;
+  post.inShape = in.shape;
+  post.outShape = out.shape;
+  post.in = in.data;
+  if (!knownDType(in.dtype))
+    return Status::error(what + ": unsupported dtype");
+  if (out.dtype != in.dtype)
+    return Status::error(what + ": the result is " + dtypeName(out.dtype) +
+                         ", the operand " + dtypeName(in.dtype));
+  for (const Tensor *tensor : {&in, &out})
+    for (int64_t dim : tensor->shape)
+      if (dim < 0)
+        return Status::error(what + ": negative dimension in " +
+                             shapeString(tensor->shape));
+  if ((!in.data && in.numElements() > 0) ||
+      (!out.data && out.numElements() > 0))
+    return Status::error(what + ": a buffer has no memory");
+
+  int64_t n = int64_t(group.size());
+  int64_t rank = int64_t(in.shape.size());
+  auto checkDim = [&](int64_t dim, const char *name) -> Status {
+    if (dim < 0 || dim >= rank)
+      return Status::error(what + ": " + name + " " + std::to_string(dim) +
+                           " is not a dimension of " + shapeString(in.shape));
+    return Status::ok();
+  };
+  std::vector<int64_t> expected = in.shape;
+  switch (post.kind) {
+  case Kind::AllReduce:
+  case Kind::CollectivePermute:
+  case Kind::Barrier:
+    break;
+  case Kind::AllGather:
+    PARTITA_RETURN_IF_ERROR(checkDim(post.dim, "dim"));
+    expected[post.dim] *= n;
+    break;
+  case Kind::ReduceScatter:
+    PARTITA_RETURN_IF_ERROR(checkDim(post.dim, "dim"));
+    if (in.shape[post.dim] % n != 0)
+      return Status::error(what + ": dimension " + std::to_string(post.dim) +
+                           " of " + shapeString(in.shape) +
+                           " does not split into " + std::to_string(n));
+    expected[post.dim] /= n;
+    break;
+  case Kind::AllToAll:
+    PARTITA_RETURN_IF_ERROR(checkDim(post.dim, "split dim"));
+    PARTITA_RETURN_IF_ERROR(checkDim(post.concatDim, "concat dim"));
+    if (in.shape[post.dim] % n != 0)
+      return Status::error(what + ": dimension " + std::to_string(post.dim) +
+                           " of " + shapeString(in.shape) +
+                           " does not split into " + std::to_string(n));
+    expected[post.dim] /= n;
+    expected[post.concatDim] *= n;
+    break;
+  }
+  if (out.shape != expected)
+    return Status::error(what + ": the result should be " +
+                         shapeString(expected) + ", it is " +
+                         shapeString(out.shape));
+  return Status::ok();
+}
+
+template <typename Compute>
+Status HostCommunicator::rendezvous(const Group &group, size_t index, Post post,
+                                    const Tensor &in, const Tensor &out,
+                                    Compute compute) {
+  std::string what = post.describe() + " over group " + groupString(group);
+  // Others read this member's input while it writes its result: if the two
+  // share bytes, they read a copy.
+  std::vector<uint8_t> staged;
+  if (post.kind != Kind::Barrier && in.data && out.data) {
+    const uint8_t *inBegin = static_cast<const uint8_t *>(in.data);
+    const uint8_t *outBegin = static_cast<const uint8_t *>(out.data);
+    if (inBegin < outBegin + out.byteSize() &&
+        outBegin < inBegin + in.byteSize()) {
+      staged.assign(inBegin, inBegin + in.byteSize());
+      post.in = staged.data();
+    }
+  }
+
+  std::shared_ptr<Step> step;
+  std::unique_lock<std::mutex> lock(world.mutex);
+  if (!world.failure.empty())
+    return Status::error(world.failure);
+  GroupState &state = world.groups[group];
+  if (state.calls.empty())
+    state.calls.assign(group.size(), 0);
+  uint64_t call = state.calls[index]++;
+  std::shared_ptr<Step> &slot = state.steps[call];
+  if (!slot) {
+    slot = std::make_shared<Step>();
+    slot->posts.resize(group.size());
+  }
+  step = slot;
+  step->posts[index] = post;
+  ++step->arrived;
+  world.changed.notify_all();
+
+  auto deadline = Clock::now() + world.timeout;
+  while (step->arrived < group.size() && world.failure.empty()) {
+    if (world.changed.wait_until(lock, deadline) != std::cv_status::timeout)
+      continue;
+    if (step->arrived == group.size() || !world.failure.empty())
+      break;
+    std::string missing;
+    size_t missingCount = 0;
+    for (size_t i = 0; i < group.size(); ++i)
+      if (!step->posts[i]) {
+        missing += (missingCount++ ? ", " : "") + std::to_string(group[i]);
+      }
+    return world.fail(what + ": rank" + (missingCount > 1 ? "s " : " ") +
+                      missing + " did not arrive within " +
+                      durationString(world.timeout));
+  }
+  // Once every member has arrived, each of them finishes the step even if
+  // the world fails meanwhile: the others may be reading its input.
+  if (step->arrived < group.size())
+    return Status::error(world.failure);
+  lock.unlock();
+
+  Status result = Status::ok();
+  for (size_t i = 0; i < group.size() && result.isOk(); ++i)
+    if (!step->posts[i]->sameCall(*step->posts[0]))
+      result = Status::error(
+          "mismatched collectives over group " + groupString(group) +
+          " (call " + std::to_string(call) + "): rank " +
+          std::to_string(group[0]) + " called " + step->posts[0]->describe() +
+          ", rank " + std::to_string(group[i]) + " called " +
+          step->posts[i]->describe());
+  if (result.isOk()) {
+    std::vector<const void *> inputs;
+    for (const std::optional<Post> &member : step->posts)
+      inputs.push_back(member->in);
+    compute(inputs, index);
+  }
+
+  lock.lock();
+  ++step->departed;
+  world.changed.notify_all();
+  if (step->departed == group.size())
+    state.steps.erase(call);
+  deadline = Clock::now() + world.timeout;
+  while (step->departed < group.size()) {
+    if (world.changed.wait_until(lock, deadline) == std::cv_status::timeout &&
+        step->departed < group.size())
+      return world.fail(what + ": a member did not finish within " +
+                        durationString(world.timeout));
+  }
+  if (!result)
+    return world.fail(result.message());
+  return Status::ok();
+}
+
+Status HostCommunicator::allReduce(const Tensor &in, const Tensor &out,
+                                   const Group &group, Reduction reduction) {
+  Post post;
+  post.kind = Kind::AllReduce;
+  post.reduction = reduction;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(checkLocal(post, in, out, group, index));
+  return rendezvous(group, index, post, in, out,
+                    [&](const std::vector<const void *> &inputs, size_t) {
+                      reduce(in.dtype, inputs, 0, out.data,
+                             size_t(out.numElements()), reduction);
+                    });
+}
+
+Status HostCommunicator::allGather(const Tensor &in, const Tensor &out,
+                                   const Group &group, int64_t dim) {
+  Post post;
+  post.kind = Kind::AllGather;
+  post.dim = dim;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(checkLocal(post, in, out, group, index));
+  return rendezvous(
+      group, index, post, in, out,
+      [&](const std::vector<const void *> &inputs, size_t) {
+        std::vector<int64_t> zero(in.shape.size(), 0), start = zero;
+        for (size_t j = 0; j < inputs.size(); ++j) {
+          start[dim] = int64_t(j) * in.shape[dim];
+          copyBlock(static_cast<const uint8_t *>(inputs[j]), in.shape, zero,
+                    static_cast<uint8_t *>(out.data), out.shape, start,
+                    in.shape, dtypeSize(in.dtype));
+        }
+      });
+}
+
+Status HostCommunicator::reduceScatter(const Tensor &in, const Tensor &out,
+                                       const Group &group, int64_t dim,
+                                       Reduction reduction) {
+  Post post;
+  post.kind = Kind::ReduceScatter;
+  post.reduction = reduction;
+  post.dim = dim;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(checkLocal(post, in, out, group, index));
+  return rendezvous(
+      group, index, post, in, out,
+      [&](const std::vector<const void *> &inputs, size_t member) {
+        // View the input as [outer, n * piece]: this member's piece of each
+        // outer row is contiguous.
+        size_t outer = 1, piece = 1;
+        for (int64_t d = 0; d < dim; ++d)
+          outer *= size_t(in.shape[d]);
+        for (size_t d = size_t(dim); d < out.shape.size(); ++d)
+          piece *= size_t(out.shape[d]);
+        size_t n = inputs.size();
+        size_t elementSize = dtypeSize(in.dtype);
+        for (size_t o = 0; o < outer; ++o)
+          reduce(in.dtype, inputs, (o * n + member) * piece,
+                 static_cast<uint8_t *>(out.data) + o * piece * elementSize,
+                 piece, reduction);
+      });
+}
+
+Status HostCommunicator::allToAll(const Tensor &in, const Tensor &out,
+                                  const Group &group, int64_t splitDim,
+                                  int64_t concatDim) {
+  Post post;
+  post.kind = Kind::AllToAll;
+  post.dim = splitDim;
+  post.concatDim = concatDim;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(checkLocal(post, in, out, group, index));
+  return rendezvous(
+      group, index, post, in, out,
+      [&](const std::vector<const void *> &inputs, size_t member) {
+        std::vector<int64_t> piece = in.shape;
+        piece[splitDim] /= int64_t(inputs.size());
+        std::vector<int64_t> srcStart(in.shape.size(), 0);
+        std::vector<int64_t> dstStart(in.shape.size(), 0);
+        srcStart[splitDim] = int64_t(member) * piece[splitDim];
+        for (size_t j = 0; j < inputs.size(); ++j) {
+          dstStart[concatDim] = int64_t(j) * piece[concatDim];
+          copyBlock(static_cast<const uint8_t *>(inputs[j]), in.shape, srcStart,
+                    static_cast<uint8_t *>(out.data), out.shape, dstStart,
+                    piece, dtypeSize(in.dtype));
+        }
+      });
+}
+
+Status HostCommunicator::collectivePermute(const Tensor &in, const Tensor &out,
+                                           const Group &group, int64_t shift) {
+  Post post;
+  post.kind = Kind::CollectivePermute;
+  post.shift = shift;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(checkLocal(post, in, out, group, index));
+  return rendezvous(
+      group, index, post, in, out,
+      [&](const std::vector<const void *> &inputs, size_t member) {
+        int64_t n = int64_t(inputs.size());
+        int64_t source = ((int64_t(member) - shift) % n + n) % n;
+        if (out.byteSize() > 0)
+          std::memcpy(out.data, inputs[size_t(source)], out.byteSize());
+      });
+}
+
+Status HostCommunicator::barrier(const Group &group) {
+  Post post;
+  post.kind = Kind::Barrier;
+  size_t index;
+  Tensor none;
+  PARTITA_RETURN_IF_ERROR(checkLocal(post, none, none, group, index));
+  return rendezvous(group, index, post, none, none,
+                    [](const std::vector<const void *> &, size_t) {});
+}
+
+Status HostCommunicator::send(const Tensor &tensor, int32_t peer, int64_t tag) {
+  std::string what = "send from rank " + std::to_string(myRank) + " to rank " +
+                     std::to_string(peer) + " (tag " + std::to_string(tag) +
+                     ")";
+  if (peer < 0 || peer >= world.worldSize)
+    return Status::error(what + ": no such rank");
+  if (!knownDType(tensor.dtype))
+    return Status::error(what + ": unsupported dtype");
+  // The host transport is eager: the message is copied now, so send never
+  // waits for the receiver.
+  Message message{tensor.dtype, tensor.shape, {}};
+  const uint8_t *data = static_cast<const uint8_t *>(tensor.data);
+  message.bytes.assign(data, data + tensor.byteSize());
+  std::lock_guard<std::mutex> lock(world.mutex);
+  if (!world.failure.empty())
+    return Status::error(world.failure);
+  world.mailboxes[{myRank, peer, tag}].push_back(std::move(message));
+  world.changed.notify_all();
+  return Status::ok();
+}
+
+Status HostCommunicator::recv(const Tensor &tensor, int32_t peer, int64_t tag) {
+  std::string what = "recv on rank " + std::to_string(myRank) + " from rank " +
+                     std::to_string(peer) + " (tag " + std::to_string(tag) +
+                     ")";
+  if (peer < 0 || peer >= world.worldSize)
+    return Status::error(what + ": no such rank");
+  std::unique_lock<std::mutex> lock(world.mutex);
+  auto deadline = Clock::now() + world.timeout;
+  auto key = std::make_tuple(peer, myRank, tag);
+  while (true) {
+    if (!world.failure.empty())
+      return Status::error(world.failure);
+    auto box = world.mailboxes.find(key);
+    if (box != world.mailboxes.end() && !box->second.empty())
+      break;
+    if (world.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
+      box = world.mailboxes.find(key);
+      if (box == world.mailboxes.end() || box->second.empty())
+        return world.fail(what + ": rank " + std::to_string(peer) +
+                          " did not send within " +
+                          durationString(world.timeout));
+    }
+  }
+  auto box = world.mailboxes.find(key);
+  Message message = std::move(box->second.front());
+  box->second.pop_front();
+  if (box->second.empty())
+    world.mailboxes.erase(box);
+  if (message.dtype != tensor.dtype || message.shape != tensor.shape)
+    return world.fail(
+        what + ": expected " + dtypeName(tensor.dtype) + " " +
+        shapeString(tensor.shape) + ", rank " + std::to_string(peer) +
+        " sent " + dtypeName(message.dtype) + " " + shapeString(message.shape));
+  lock.unlock();
+  if (!message.bytes.empty())
+    std::memcpy(tensor.data, message.bytes.data(), message.bytes.size());
+  return Status::ok();
+}
+
+void HostCommunicator::abort(const std::string &reason) {
+  std::lock_guard<std::mutex> lock(world.mutex);
+  (void)world.fail(reason);
+}
+
+} // namespace
+
+HostWorld::HostWorld(int32_t worldSize, std::chrono::milliseconds timeout)
+    : state(std::make_unique<State>()) {
+  state->worldSize = worldSize;
+  state->timeout = timeout;
+  for (int32_t rank = 0; rank < worldSize; ++rank)
+    state->communicators.push_back(
+        std::make_unique<HostCommunicator>(*state, rank));
+}
+
+HostWorld::~HostWorld() = default;
+
+int32_t HostWorld::worldSize() const { return state->worldSize; }
+
+Communicator &HostWorld::communicator(int32_t rank) {
+  return *state->communicators[size_t(rank)];
+}

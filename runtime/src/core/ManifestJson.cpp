@@ -1,0 +1,405 @@
+//===- ManifestJson.cpp - manifest.json of an artifact --------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ManifestJson.h"
+
+#include <nlohmann/json.hpp>
+
+#include <exception>
+#include <set>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char *kFormatName = "partita-artifact";
+
+/// A malformed manifest field; caught in manifestFromJson and returned as a
+/// Status, so it never leaves this file.
+struct ManifestError {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string &where, const std::string &what) {
+  throw ManifestError{where + ": " + what};
+}
+
+const json &field(const json &object, const char *key,
+                  const std::string &where) {
+  if (!object.is_object())
+    fail(where, "not a JSON object");
+  auto it = object.find(key);
+  if (it == object.end())
+    fail(where, std::string("missing '") + key + "'");
+  return *it;
+}
+
+std::string getString(const json &object, const char *key,
+                      const std::string &where) {
+  const json &value = field(object, key, where);
+  if (!value.is_string())
+    fail(where + "." + key, "not a string");
+  return value.get<std::string>();
+}
+
+int64_t getInt(const json &value, const std::string &where) {
+  if (!value.is_number_integer())
+    fail(where, "not an integer");
+  if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(INT64_MAX))
+    fail(where, "out of range");
+  return value.get<int64_t>();
+}
+
+int64_t getInt(const json &object, const char *key, const std::string &where) {
+  return getInt(field(object, key, where), where + "." + key);
+}
+
+int32_t getInt32(const json &object, const char *key,
+                 const std::string &where) {
+  int64_t value = getInt(object, key, where);
+  if (value < INT32_MIN || value > INT32_MAX)
+    fail(where + "." + key, "out of range");
+  return int32_t(value);
+}
+
+const json &getArray(const json &object, const char *key,
+                     const std::string &where) {
+  const json &value = field(object, key, where);
+  if (!value.is_array())
+    fail(where + "." + key, "not an array");
+  return value;
+}
+
+std::vector<std::string> getStrings(const json &array,
+                                    const std::string &where) {
+  if (!array.is_array())
+    fail(where, "not an array");
+  std::vector<std::string> strings;
+  for (size_t i = 0; i < array.size(); ++i) {
+    if (!array[i].is_string())
+      fail(where + "[" + std::to_string(i) + "]", "not a string");
+    strings.push_back(array[i].get<std::string>());
+  }
+  return strings;
+}
+
+TensorSpec parseTensorSpec(const json &object, const std::string &where) {
+  TensorSpec spec;
+  spec.name = getString(object, "name", where);
+  std::string dtype = getString(object, "dtype", where);
+  spec.dtype = dtypeFromName(dtype);
+  if (spec.dtype == program::DTYPE_UNSPECIFIED)
+    fail(where + ".dtype", "unknown dtype '" + dtype + "'");
+  const json &shape = getArray(object, "shape", where);
+  for (size_t i = 0; i < shape.size(); ++i)
+    spec.shape.push_back(getInt(shape[i], where + ".shape"));
+  const json &sharding = field(object, "sharding", where);
+  const json &dims = getArray(sharding, "dims", where + ".sharding");
+  for (size_t i = 0; i < dims.size(); ++i)
+    spec.sharding.dims.push_back(getStrings(
+        dims[i], where + ".sharding.dims[" + std::to_string(i) + "]"));
+  spec.sharding.partial =
+      getStrings(getArray(sharding, "partial", where + ".sharding"),
+                 where + ".sharding.partial");
+  return spec;
+}
+
+json tensorSpecToJson(const TensorSpec &spec) {
+  json dims = json::array();
+  // Written with one entry per dimension, whether or not any is split.
+  for (size_t i = 0; i < spec.shape.size(); ++i)
+    dims.push_back(i < spec.sharding.dims.size() ? json(spec.sharding.dims[i])
+                                                 : json::array());
+  return {{"name", spec.name},
+          {"dtype", dtypeName(spec.dtype)},
+          {"shape", spec.shape},
+          {"sharding", {{"dims", dims}, {"partial", spec.sharding.partial}}}};
+}
+
+void parseManifest(const json &root, const std::string &where,
+                   Manifest &manifest) {
+  if (!root.is_object())
+    fail(where, "not a JSON object");
+  auto format = root.find("format");
+  if (format == root.end() || !format->is_string() ||
+      format->get<std::string>() != kFormatName)
+    fail(where, std::string("not a Partita artifact manifest ('format' is "
+                            "not \"") +
+                    kFormatName + "\")");
+  auto version = root.find("format_version");
+  if (version == root.end() || !version->is_number_integer())
+    fail(where, "no integer 'format_version'");
+  if (version->get<int64_t>() != kArtifactFormatVersion)
+    fail(where, "artifact format version " +
+                    std::to_string(version->get<int64_t>()) +
+                    " is not supported: this runtime reads version " +
+                    std::to_string(kArtifactFormatVersion) +
+                    "; run it with the partita-run of the compiler that "
+                    "wrote it, or compile the model again");
+
+  manifest.modelName =
+      getString(field(root, "model", where), "name", where + ".model");
+  manifest.target = getString(root, "target", where);
+
+  const json &mesh = field(root, "mesh", where);
+  const json &axes = getArray(mesh, "axes", where + ".mesh");
+  for (size_t i = 0; i < axes.size(); ++i) {
+    std::string at = where + ".mesh.axes[" + std::to_string(i) + "]";
+    manifest.meshAxes.push_back(
+        {getString(axes[i], "name", at), getInt(axes[i], "size", at)});
+  }
+  manifest.worldSize = getInt32(mesh, "world_size", where + ".mesh");
+
+  const json &ranks = getArray(root, "ranks", where);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::string at = where + ".ranks[" + std::to_string(i) + "]";
+    RankEntry entry;
+    entry.rank = getInt32(ranks[i], "rank", at);
+    const json &coords = field(ranks[i], "coords", at);
+    if (!coords.is_object())
+      fail(at + ".coords", "not a JSON object");
+    for (auto it = coords.begin(); it != coords.end(); ++it)
+      entry.coords.emplace_back(it.key(),
+                                getInt(it.value(), at + ".coords." + it.key()));
+    entry.stage = getInt32(ranks[i], "stage", at);
+    entry.program = getString(ranks[i], "program", at);
+    manifest.ranks.push_back(std::move(entry));
+  }
+
+  manifest.weightFiles =
+      getStrings(getArray(root, "weights", where), where + ".weights");
+  const json &inputs = getArray(root, "inputs", where);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    manifest.inputs.push_back(parseTensorSpec(
+        inputs[i], where + ".inputs[" + std::to_string(i) + "]"));
+  const json &outputs = getArray(root, "outputs", where);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    manifest.outputs.push_back(parseTensorSpec(
+        outputs[i], where + ".outputs[" + std::to_string(i) + "]"));
+
+  const json &schedule = field(root, "schedule", where);
+  if (!schedule.is_null() && !schedule.is_object())
+    fail(where + ".schedule", "neither an object nor null");
+  manifest.scheduleJson = schedule.is_null() ? "" : schedule.dump();
+
+  const json &options = field(root, "compile_options", where);
+  if (!options.is_object())
+    fail(where + ".compile_options", "not a JSON object");
+  for (auto it = options.begin(); it != options.end(); ++it) {
+    if (!it.value().is_string())
+      fail(where + ".compile_options." + it.key(), "not a string");
+    manifest.compileOptions[it.key()] = it.value().get<std::string>();
+  }
+
+  const json &files = field(root, "files", where);
+  if (!files.is_object())
+    fail(where + ".files", "not a JSON object");
+  for (auto it = files.begin(); it != files.end(); ++it) {
+    if (!it.value().is_string())
+      fail(where + ".files." + it.key(), "not a string");
+    manifest.files[it.key()] = it.value().get<std::string>();
+  }
+}
+
+Status checkSharding(const TensorSpec &spec, const std::string &where,
+                     const std::set<std::string> &axisNames) {
+  const TensorSharding &sharding = spec.sharding;
+  if (!sharding.dims.empty() && sharding.dims.size() != spec.shape.size())
+    return Status::error(
+        where + ": sharding names " + std::to_string(sharding.dims.size()) +
+        " dimensions, the shape has " + std::to_string(spec.shape.size()));
+  std::set<std::string> used;
+  auto use = [&](const std::string &axis) -> Status {
+    if (!axisNames.count(axis))
+      return Status::error(where + ": sharding names '" + axis +
+                           "', which is not a mesh axis");
+    if (!used.insert(axis).second)
+      return Status::error(where + ": sharding uses mesh axis '" + axis +
+                           "' twice");
+    return Status::ok();
+  };
+  for (const std::vector<std::string> &axes : sharding.dims)
+    for (const std::string &axis : axes)
+      PARTITA_RETURN_IF_ERROR(use(axis));
+  for (const std::string &axis : sharding.partial)
+    PARTITA_RETURN_IF_ERROR(use(axis));
+  return Status::ok();
+}
+
+Status checkTensorSpecs(const std::vector<TensorSpec> &specs,
+                        const std::string &kind,
+                        const std::set<std::string> &axisNames) {
+  std::set<std::string> names;
+  for (const TensorSpec &spec : specs) {
+    std::string where = kind + " '" + spec.name + "'";
+    if (spec.name.empty())
+      return Status::error(kind + " with an empty name");
+    if (!names.insert(spec.name).second)
+      return Status::error(where + " is listed twice");
+    if (spec.dtype == program::DTYPE_UNSPECIFIED)
+      return Status::error(where + " has no dtype");
+    for (int64_t dim : spec.shape)
+      if (dim < 0)
+        return Status::error(where + " has a negative dimension in " +
+                             shapeString(spec.shape));
+    PARTITA_RETURN_IF_ERROR(checkSharding(spec, where, axisNames));
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+bool TensorSharding::isReplicated() const {
+  for (const std::vector<std::string> &axes : dims)
+    if (!axes.empty())
+      return false;
+  return partial.empty();
+}
+
+bool partita::runtime::isSafeRelativePath(const std::string &path) {
+  if (path.empty() || path.front() == '/')
+    return false;
+  size_t start = 0;
+  while (true) {
+    size_t slash = path.find('/', start);
+    std::string component = path.substr(
+        start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (component.empty() || component == "." || component == "..")
+      return false;
+    if (slash == std::string::npos)
+      return true;
+    start = slash + 1;
+  }
+}
+
+Status partita::runtime::validateManifest(const Manifest &manifest) {
+  if (manifest.target != "host" && manifest.target != "cuda")
+    return Status::error("target '" + manifest.target +
+                         "' is neither 'host' nor 'cuda'");
+  if (manifest.worldSize < 1)
+    return Status::error("world size " + std::to_string(manifest.worldSize) +
+                         " is not positive");
+  std::set<std::string> axisNames;
+  int64_t meshSize = 1;
+  for (const MeshAxis &axis : manifest.meshAxes) {
+    if (axis.name.empty() || !axisNames.insert(axis.name).second)
+      return Status::error("mesh axis names must be distinct and non-empty");
+    if (axis.size < 1)
+      return Status::error("mesh axis '" + axis.name + "' has size " +
+                           std::to_string(axis.size));
+    if (__builtin_mul_overflow(meshSize, axis.size, &meshSize))
+      return Status::error("the mesh is too large");
+  }
+  if (meshSize != manifest.worldSize)
+    return Status::error("the mesh holds " + std::to_string(meshSize) +
+                         " ranks, the world size is " +
+                         std::to_string(manifest.worldSize));
+  if (manifest.ranks.size() != size_t(manifest.worldSize))
+    return Status::error(
+        "the manifest lists " + std::to_string(manifest.ranks.size()) +
+        " ranks for a world of " + std::to_string(manifest.worldSize));
+  for (size_t i = 0; i < manifest.ranks.size(); ++i) {
+    const RankEntry &entry = manifest.ranks[i];
+    std::string where = "rank " + std::to_string(entry.rank);
+    if (entry.rank != int32_t(i))
+      return Status::error("ranks must be listed in order: entry " +
+                           std::to_string(i) + " is " + where);
+    if (entry.coords.size() != manifest.meshAxes.size())
+      return Status::error(where + " has " +
+                           std::to_string(entry.coords.size()) +
+                           " coordinates for a mesh of " +
+                           std::to_string(manifest.meshAxes.size()) + " axes");
+    for (size_t a = 0; a < entry.coords.size(); ++a) {
+      const MeshAxis &axis = manifest.meshAxes[a];
+      const auto &[name, coord] = entry.coords[a];
+      if (name != axis.name)
+        return Status::error(where + ": coordinate '" + name +
+                             "' where mesh axis '" + axis.name +
+                             "' was expected");
+      if (coord < 0 || coord >= axis.size)
+        return Status::error(where + ": coordinate " + name + "=" +
+                             std::to_string(coord) + " is outside the axis");
+    }
+    if (entry.stage < 0)
+      return Status::error(where + " has a negative stage");
+  }
+  PARTITA_RETURN_IF_ERROR(
+      checkTensorSpecs(manifest.inputs, "input", axisNames));
+  return checkTensorSpecs(manifest.outputs, "output", axisNames);
+}
+
+Status partita::runtime::manifestToJson(const Manifest &manifest,
+                                        std::string &text) {
+  try {
+    json axes = json::array();
+    for (const MeshAxis &axis : manifest.meshAxes)
+      axes.push_back({{"name", axis.name}, {"size", axis.size}});
+    json ranks = json::array();
+    for (const RankEntry &entry : manifest.ranks) {
+      json coords = json::object();
+      for (const auto &[name, coord] : entry.coords)
+        coords[name] = coord;
+      ranks.push_back({{"rank", entry.rank},
+                       {"coords", coords},
+                       {"stage", entry.stage},
+                       {"program", entry.program}});
+    }
+    json inputs = json::array(), outputs = json::array();
+    for (const TensorSpec &spec : manifest.inputs)
+      inputs.push_back(tensorSpecToJson(spec));
+    for (const TensorSpec &spec : manifest.outputs)
+      outputs.push_back(tensorSpecToJson(spec));
+    json schedule = nullptr;
+    if (!manifest.scheduleJson.empty()) {
+      schedule = json::parse(manifest.scheduleJson, nullptr,
+                             /*allow_exceptions=*/false);
+      if (schedule.is_discarded() || !schedule.is_object())
+        return Status::error("the schedule is not a JSON object");
+    }
+    json root = json::object();
+    root["format"] = kFormatName;
+    root["format_version"] = kArtifactFormatVersion;
+    root["model"] = {{"name", manifest.modelName}};
+    root["target"] = manifest.target;
+    root["mesh"] = {{"axes", axes}, {"world_size", manifest.worldSize}};
+    root["ranks"] = ranks;
+    root["weights"] = manifest.weightFiles;
+    root["inputs"] = inputs;
+    root["outputs"] = outputs;
+    root["schedule"] = schedule;
+    root["compile_options"] = manifest.compileOptions;
+    root["files"] = manifest.files;
+    text = root.dump(2) + "\n";
+  } catch (const std::exception &e) {
+    // Strings that are not UTF-8 are what the JSON writer refuses.
+    return Status::error(std::string("cannot write manifest.json: ") +
+                         e.what());
+  }
+  return Status::ok();
+}
+
+Status partita::runtime::manifestFromJson(const std::string &text,
+                                          const std::string &where,
+                                          Manifest &manifest) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded())
+    return Status::error(where + ": not valid JSON");
+  Manifest parsed;
+  try {
+    parseManifest(root, where, parsed);
+  } catch (const ManifestError &error) {
+    return Status::error(error.message);
+  } catch (const std::exception &e) {
+    return Status::error(where + ": " + e.what());
+  }
+  Status valid = validateManifest(parsed);
+  if (!valid)
+    return Status::error(where + ": " + valid.message());
+  manifest = std::move(parsed);
+  return Status::ok();
+}

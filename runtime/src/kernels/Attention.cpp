@@ -1,0 +1,423 @@
+//===- Attention.cpp - blockwise attention and rotary embeddings ----------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Attention never forms the [sq, skv] score matrix. Each task owns a block
+// of kQueryBlock query rows of one (batch, head) and walks the keys in
+// blocks of kKeyBlock with an online softmax: a running maximum and sum per
+// row, rescaling the partial output when the maximum grows. Memory is one
+// block of scores and one of output per task. Key blocks wholly above the
+// causal diagonal, or wholly masked out by a bool mask, are skipped.
+//
+// The two products per block (Q K^T, P V) are small matrices; they run in a
+// register-tiled loop here rather than in OpenBLAS, whose own threads would
+// oversubscribe the cores when called from every pool worker.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelSupport.h"
+#include "MathApprox.h"
+
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace partita::runtime::kernels {
+
+namespace {
+
+constexpr int64_t kQueryBlock = 32;
+constexpr int64_t kKeyBlock = 64;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Eight floats as one value: a ymm register in the AVX2 clone, a pair of
+/// xmm registers in the baseline one.
+typedef float Vec8 __attribute__((vector_size(32)));
+
+/// A full tile of C (+)= A B: R rows by 16 columns, the accumulators held
+/// in registers across the whole contraction.
+template <int R>
+inline void gemmTile(int64_t depth, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+  Vec8 acc[R][2];
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) {
+      if (accumulate)
+        std::memcpy(&acc[r][h], c + r * ldc + 8 * h, sizeof(Vec8));
+      else
+        acc[r][h] = Vec8{};
+    }
+  for (int64_t t = 0; t < depth; ++t) {
+    Vec8 b0, b1;
+    std::memcpy(&b0, b + t * ldb, sizeof(Vec8));
+    std::memcpy(&b1, b + t * ldb + 8, sizeof(Vec8));
+    for (int r = 0; r < R; ++r) {
+      float av = a[r * lda + t];
+      acc[r][0] += av * b0;
+      acc[r][1] += av * b1;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h)
+      std::memcpy(c + r * ldc + 8 * h, &acc[r][h], sizeof(Vec8));
+}
+
+/// The columns right of the last full tile, one row at a time.
+inline void gemmEdge(int64_t rows, int64_t cols, int64_t depth, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float *c,
+                     int64_t ldc, bool accumulate) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float acc[16];
+    for (int64_t w = 0; w < cols; ++w)
+      acc[w] = accumulate ? c[i * ldc + w] : 0.0f;
+    for (int64_t t = 0; t < depth; ++t) {
+      float av = a[i * lda + t];
+      for (int64_t w = 0; w < cols; ++w)
+        acc[w] += av * b[t * ldb + w];
+    }
+    for (int64_t w = 0; w < cols; ++w)
+      c[i * ldc + w] = acc[w];
+  }
+}
+
+/// C[rows, cols] (+)= A[rows, depth] B[depth, cols], row-major fp32.
+PARTITA_HOT void smallGemm(int64_t rows, int64_t cols, int64_t depth,
+                           const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float *c, int64_t ldc,
+                           bool accumulate) {
+  constexpr int64_t kWidth = 16;
+  int64_t fullCols = cols / kWidth * kWidth;
+  for (int64_t j = 0; j < fullCols; j += kWidth) {
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4)
+      gemmTile<4>(depth, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
+                  accumulate);
+    for (; i < rows; ++i)
+      gemmTile<1>(depth, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
+                  accumulate);
+  }
+  if (fullCols < cols)
+    gemmEdge(rows, cols - fullCols, depth, a, lda, b + fullCols, ldb,
+             c + fullCols, ldc, accumulate);
+}
+
+/// The online-softmax update of one row of scores: turns `s` into
+/// probabilities against the new running maximum, rescales the output row,
+/// and updates the running maximum `m` and sum `l`.
+PARTITA_HOT void softmaxUpdate(float *s, int64_t n, float *o, int64_t dv,
+                               float &m, float &l) {
+  // Eight lanes for the max and the sum, so that both loops vectorize.
+  constexpr int kLanes = 8;
+  float lanes[kLanes];
+  for (int k = 0; k < kLanes; ++k)
+    lanes[k] = kNegInf;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k)
+      lanes[k] = s[j + k] > lanes[k] ? s[j + k] : lanes[k];
+  float mx = kNegInf;
+  for (; j < n; ++j)
+    mx = s[j] > mx ? s[j] : mx;
+  for (int k = 0; k < kLanes; ++k)
+    mx = lanes[k] > mx ? lanes[k] : mx;
+  if (mx == kNegInf) { // Every key of this block is masked for the row.
+    for (j = 0; j < n; ++j)
+      s[j] = 0.0f;
+    return;
+  }
+  float mNew = mx > m ? mx : m;
+  float correction = expApprox(m - mNew);
+  for (j = 0; j < n; ++j)
+    s[j] = expApprox(s[j] - mNew);
+  for (int k = 0; k < kLanes; ++k)
+    lanes[k] = 0.0f;
+  for (j = 0; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k)
+      lanes[k] += s[j + k];
+  float sum = 0.0f;
+  for (; j < n; ++j)
+    sum += s[j];
+  for (int k = 0; k < kLanes; ++k)
+    sum += lanes[k];
+  l = l * correction + sum;
+  m = mNew;
+  if (correction != 1.0f)
+    for (int64_t c = 0; c < dv; ++c)
+      o[c] *= correction;
+}
+
+template <typename M>
+void addFloatMask(float *s, int64_t n, const M *mask, int64_t stride) {
+  for (int64_t j = 0; j < n; ++j)
+    s[j] += loadFloat(mask[j * stride]);
+}
+
+void applyBoolMask(float *s, int64_t n, const uint8_t *mask, int64_t stride) {
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = mask[j * stride] ? s[j] : kNegInf;
+}
+
+struct AttentionShape {
+  int64_t batch, qHeads, kvHeads, sq, skv, d, dv;
+  float scale;
+  bool causal;
+  const Tensor *mask;     // Null without one.
+  int64_t maskStrides[4]; // Per [b, hq, sq, skv]; 0 where it broadcasts.
+};
+
+template <typename T>
+void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
+                    const T *k, const T *v, T *out) {
+  int64_t queryBlocks = (g.sq + kQueryBlock - 1) / kQueryBlock;
+  int64_t group = g.qHeads / g.kvHeads;
+  int64_t offset = g.skv - g.sq; // Causal: row i sees keys j <= i + offset.
+  int64_t tasks = g.batch * g.qHeads * queryBlocks;
+  int64_t d = g.d, dv = g.dv;
+  pool.parallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> qs(kQueryBlock * d), kt(d * kKeyBlock),
+        vb(std::is_same_v<T, float> ? 0 : kKeyBlock * dv),
+        s(kQueryBlock * kKeyBlock), o(kQueryBlock * dv), m(kQueryBlock),
+        l(kQueryBlock);
+    for (int64_t task = t0; task < t1; ++task) {
+      int64_t qb = task % queryBlocks;
+      int64_t h = (task / queryBlocks) % g.qHeads;
+      int64_t b = task / queryBlocks / g.qHeads;
+      int64_t hk = h / group;
+      int64_t i0 = qb * kQueryBlock;
+      int64_t nq = std::min(kQueryBlock, g.sq - i0);
+      const T *qBase = q + ((b * g.qHeads + h) * g.sq + i0) * d;
+      const T *kBase = k + (b * g.kvHeads + hk) * g.skv * d;
+      const T *vBase = v + (b * g.kvHeads + hk) * g.skv * dv;
+      for (int64_t i = 0; i < nq * d; ++i)
+        qs[i] = loadFloat(qBase[i]) * g.scale;
+      std::fill(o.begin(), o.begin() + nq * dv, 0.0f);
+      std::fill(m.begin(), m.end(), kNegInf);
+      std::fill(l.begin(), l.end(), 0.0f);
+
+      // Keys past the last row's causal limit are masked for every row.
+      int64_t keyEnd =
+          g.causal
+              ? std::min(g.skv, std::max<int64_t>(0, i0 + nq - 1 + offset + 1))
+              : g.skv;
+      const char *maskRows = nullptr;
+      if (g.mask)
+        maskRows = bytesOf(*g.mask) +
+                   (b * g.maskStrides[0] + h * g.maskStrides[1] +
+                    i0 * g.maskStrides[2]) *
+                       static_cast<int64_t>(dtypeSize(g.mask->dtype));
+      bool boolMask = g.mask && g.mask->dtype == program::BOOL;
+      size_t maskElement = g.mask ? dtypeSize(g.mask->dtype) : 0;
+
+      for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
+        int64_t nk = std::min(kKeyBlock, keyEnd - j0);
+        if (boolMask) {
+          bool any = false;
+          const uint8_t *mk = reinterpret_cast<const uint8_t *>(maskRows);
+          for (int64_t i = 0; i < nq && !any; ++i)
+            for (int64_t j = 0; j < nk && !any; ++j)
+              any = mk[i * g.maskStrides[2] + (j0 + j) * g.maskStrides[3]];
+          if (!any)
+            continue;
+        }
+        // Scores: (q * scale) K^T, with K transposed into [d, keys].
+        for (int64_t j = 0; j < nk; ++j) {
+          const T *kRow = kBase + (j0 + j) * d;
+          for (int64_t t = 0; t < d; ++t)
+            kt[t * kKeyBlock + j] = loadFloat(kRow[t]);
+        }
+        smallGemm(nq, nk, d, qs.data(), d, kt.data(), kKeyBlock, s.data(),
+                  kKeyBlock, false);
+        for (int64_t i = 0; i < nq; ++i) {
+          float *sRow = s.data() + i * kKeyBlock;
+          if (g.causal) {
+            int64_t firstMasked = i0 + i + offset + 1 - j0;
+            for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
+              sRow[j] = kNegInf;
+          }
+          if (g.mask) {
+            const char *mRow =
+                maskRows + (i * g.maskStrides[2] + j0 * g.maskStrides[3]) *
+                               static_cast<int64_t>(maskElement);
+            int64_t stride = g.maskStrides[3];
+            switch (g.mask->dtype) {
+            case program::BOOL:
+              applyBoolMask(sRow, nk, reinterpret_cast<const uint8_t *>(mRow),
+                            stride);
+              break;
+            case program::F32:
+              addFloatMask(sRow, nk, reinterpret_cast<const float *>(mRow),
+                           stride);
+              break;
+            case program::F16:
+              addFloatMask(sRow, nk, reinterpret_cast<const Half *>(mRow),
+                           stride);
+              break;
+            default:
+              addFloatMask(sRow, nk, reinterpret_cast<const BFloat16 *>(mRow),
+                           stride);
+              break;
+            }
+          }
+          softmaxUpdate(sRow, nk, o.data() + i * dv, dv, m[i], l[i]);
+        }
+        // Output: o += P V.
+        const float *vBlock;
+        if constexpr (std::is_same_v<T, float>) {
+          vBlock = vBase + j0 * dv;
+        } else {
+          for (int64_t i = 0; i < nk * dv; ++i)
+            vb[i] = loadFloat(vBase[j0 * dv + i]);
+          vBlock = vb.data();
+        }
+        smallGemm(nq, dv, nk, s.data(), kKeyBlock, vBlock, dv, o.data(), dv,
+                  true);
+      }
+      // Rows that saw no key at all (l == 0) come out as zeros.
+      T *outBase = out + ((b * g.qHeads + h) * g.sq + i0) * dv;
+      for (int64_t i = 0; i < nq; ++i) {
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        for (int64_t c = 0; c < dv; ++c)
+          outBase[i * dv + c] = storeFloat<T>(o[i * dv + c] * inv);
+      }
+    }
+  });
+}
+
+template <typename T>
+void ropeTyped(ThreadPool &pool, const T *x, const T *cosTable,
+               const T *sinTable, T *y, int64_t batch, int64_t heads,
+               int64_t seq, int64_t d, int64_t half, bool cosPerBatch,
+               bool interleaved) {
+  int64_t rows = batch * heads * seq;
+  pool.parallelFor(rows, grainFor(d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t pos = r % seq, b = r / (heads * seq);
+      int64_t tableRow = ((cosPerBatch ? b : 0) * seq + pos) * half;
+      const T *c = cosTable + tableRow;
+      const T *s = sinTable + tableRow;
+      const T *xr = x + r * d;
+      T *yr = y + r * d;
+      for (int64_t i = 0; i < half; ++i) {
+        int64_t i1 = interleaved ? 2 * i : i;
+        int64_t i2 = interleaved ? 2 * i + 1 : i + half;
+        float x1 = loadFloat(xr[i1]), x2 = loadFloat(xr[i2]);
+        float cv = loadFloat(c[i]), sv = loadFloat(s[i]);
+        yr[i1] = storeFloat<T>(x1 * cv - x2 * sv);
+        yr[i2] = storeFloat<T>(x2 * cv + x1 * sv);
+      }
+      for (int64_t i = 2 * half; i < d; ++i)
+        yr[i] = xr[i];
+    }
+  });
+}
+
+} // namespace
+
+Status runAttention(KernelContext &ctx) {
+  bool causal, hasMask;
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("causal", causal, false));
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_mask", hasMask, false));
+  if (static_cast<int>(ctx.operands.size()) != 3 + int(hasMask))
+    return ctx.error(
+        "expected " + std::to_string(3 + int(hasMask)) +
+        " operands for has_mask = " + (hasMask ? "true" : "false") + ", got " +
+        std::to_string(ctx.operands.size()));
+  const Tensor &q = ctx.operands[0], &k = ctx.operands[1], &v = ctx.operands[2];
+  const Tensor &result = ctx.results[0];
+  PARTITA_RETURN_IF_ERROR(ctx.expectFloat(q, "q"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(k, q.dtype, "k"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(v, q.dtype, "v"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(result, q.dtype, "the result"));
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+    return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
+                     ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
+  AttentionShape g;
+  g.batch = q.shape[0];
+  g.qHeads = q.shape[1];
+  g.sq = q.shape[2];
+  g.d = q.shape[3];
+  g.kvHeads = k.shape[1];
+  g.skv = k.shape[2];
+  g.dv = v.shape[3];
+  g.causal = causal;
+  if (k.shape[0] != g.batch || v.shape[0] != g.batch ||
+      v.shape[1] != g.kvHeads || v.shape[2] != g.skv || k.shape[3] != g.d ||
+      g.kvHeads == 0 || g.qHeads % g.kvHeads != 0)
+    return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
+                     shapeString(k.shape) + ", v " + shapeString(v.shape));
+  PARTITA_RETURN_IF_ERROR(
+      ctx.expectShape(result, {g.batch, g.qHeads, g.sq, g.dv}, "the result"));
+  double scale =
+      1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(g.d, 1)));
+  if (ctx.attrs.has("scale"))
+    PARTITA_RETURN_IF_ERROR(ctx.attrs.getFloat("scale", scale));
+  g.scale = static_cast<float>(scale);
+  g.mask = hasMask ? &ctx.operands[3] : nullptr;
+  if (g.mask) {
+    const Tensor &mask = *g.mask;
+    if (mask.dtype != program::BOOL && !isFloatDType(mask.dtype))
+      return ctx.error("the mask has element type " + dtypeName(mask.dtype) +
+                       ", expected bool or a float type");
+    int64_t target[4] = {g.batch, g.qHeads, g.sq, g.skv};
+    if (mask.shape.size() > 4)
+      return ctx.error("the mask has rank above 4: " + shapeString(mask.shape));
+    std::vector<int64_t> strides = contiguousStrides(mask.shape);
+    size_t lead = 4 - mask.shape.size();
+    for (size_t dim = 0; dim < 4; ++dim) {
+      int64_t size = dim < lead ? 1 : mask.shape[dim - lead];
+      if (size != target[dim] && size != 1)
+        return ctx.error("the mask " + shapeString(mask.shape) +
+                         " does not broadcast to " +
+                         shapeString({g.batch, g.qHeads, g.sq, g.skv}));
+      g.maskStrides[dim] = size == 1 || dim < lead ? 0 : strides[dim - lead];
+    }
+  }
+  if (result.numElements() == 0)
+    return Status::ok();
+  return visitFloat(ctx, q.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attentionTyped<T>(ctx.pool, g, q.as<T>(), k.as<T>(), v.as<T>(),
+                      result.as<T>());
+    return Status::ok();
+  });
+}
+
+Status runRope(KernelContext &ctx) {
+  bool interleaved;
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("interleaved", interleaved, false));
+  const Tensor &x = ctx.operands[0], &cosT = ctx.operands[1],
+               &sinT = ctx.operands[2];
+  const Tensor &result = ctx.results[0];
+  PARTITA_RETURN_IF_ERROR(ctx.expectFloat(x, "the input"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(cosT, x.dtype, "cos"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(sinT, x.dtype, "sin"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(result, x.dtype, "the result"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(result, x.shape, "the result"));
+  if (x.shape.size() != 4)
+    return ctx.error("the input needs rank 4, got " + shapeString(x.shape));
+  int64_t batch = x.shape[0], heads = x.shape[1], seq = x.shape[2],
+          d = x.shape[3];
+  if (cosT.shape.size() != 3)
+    return ctx.error("cos needs rank 3 [b or 1, s, r/2], got " +
+                     shapeString(cosT.shape));
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(sinT, cosT.shape, "sin"));
+  int64_t half = cosT.shape[2];
+  bool perBatch = cosT.shape[0] != 1;
+  if ((perBatch && cosT.shape[0] != batch) || cosT.shape[1] != seq ||
+      2 * half > d)
+    return ctx.error("cos " + shapeString(cosT.shape) +
+                     " does not fit the input " + shapeString(x.shape));
+  if (x.numElements() == 0)
+    return Status::ok();
+  return visitFloat(ctx, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ropeTyped<T>(ctx.pool, x.as<T>(), cosT.as<T>(), sinT.as<T>(),
+                 result.as<T>(), batch, heads, seq, d, half, perBatch,
+                 interleaved);
+    return Status::ok();
+  });
+}
+
+} // namespace partita::runtime::kernels

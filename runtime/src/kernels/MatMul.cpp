@@ -1,0 +1,280 @@
+//===- MatMul.cpp - batched matrix products through OpenBLAS --------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// cblas_sgemm does the arithmetic, one call per block of the output, the
+// blocks spread over the kernel's ThreadPool. OpenBLAS is kept at one
+// thread: its own workers busy-wait (sched_yield) for about 0.1 s after
+// every call, which on a loaded machine took ~40% of the CPU from the pool
+// threads running the next kernels (measured with perf on the GPT-2
+// shapes), so one set of threads, the pool's, does all the work.
+//
+// A weight without batch dimensions folds the activation's batch into the
+// rows (one [b*s, k] x [k, n] product). Each product is split along n or m,
+// whichever makes the blocks re-pack the smaller operand; many small
+// batched products run one per task instead. f16 and bf16 are widened to
+// fp32 scratch first.
+//
+// The thread that computed a block finishes it at once, while it is in
+// cache: bias, narrowing to f16/bf16, and the fused epilogue (a matmul,
+// its GELU and its residual add are one pass over the output).
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelSupport.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <memory>
+#include <type_traits>
+
+namespace partita::runtime::kernels {
+
+namespace {
+
+template <typename T>
+PARTITA_HOT void widenRun(const T *__restrict src, int64_t n,
+                          float *__restrict dst) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = loadFloat(src[i]);
+}
+
+template <typename T>
+PARTITA_HOT void narrowRun(const float *__restrict src, int64_t n,
+                           T *__restrict dst) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = storeFloat<T>(src[i]);
+}
+
+/// An fp32 view of a float tensor: the tensor itself, or a widened copy.
+template <typename T> struct Fp32 {
+  std::unique_ptr<float[]> owned;
+  const float *data = nullptr;
+
+  Fp32(ThreadPool &pool, const Tensor &t) {
+    if constexpr (std::is_same_v<T, float>) {
+      data = t.as<float>();
+    } else {
+      int64_t n = t.numElements();
+      owned.reset(new float[std::max<int64_t>(n, 1)]);
+      const T *src = t.as<T>();
+      float *dst = owned.get();
+      pool.parallelFor(n, grainFor(1, 1 << 16), [&](int64_t b, int64_t e) {
+        widenRun(src + b, e - b, dst + b);
+      });
+      data = dst;
+    }
+  }
+};
+
+/// C[rows, cols] = A[rows, k] B[k, cols], with B's rows `ldb` apart and
+/// C's `ldb` apart too (a column block of a wider product).
+void gemm(int64_t rows, int64_t cols, int64_t k, const float *a, int64_t ldb,
+          const float *b, float *c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+              static_cast<int>(cols), static_cast<int>(k), 1.0f, a,
+              static_cast<int>(k), b, static_cast<int>(ldb), 0.0f, c,
+              static_cast<int>(ldb));
+}
+
+/// One product on the whole pool, calling `finish(begin, length)` on the
+/// flat ranges of each block (offset by `base`) as soon as it is computed.
+/// Splitting n makes every block pack all of A; splitting m, all of B:
+/// split the dimension whose operand is smaller.
+template <typename Finish>
+void parallelGemm(ThreadPool &pool, int64_t m, int64_t n, int64_t k,
+                  const float *a, const float *b, float *c, int64_t base,
+                  const Finish &finish) {
+  // Below ~2 MFLOP a block's packing outweighs the parallelism.
+  constexpr int64_t kMinBlockWork = 1 << 20;
+  constexpr int64_t kAlign = 16;
+  bool splitN = m * k <= k * n;
+  int64_t extent = splitN ? n : m;
+  int64_t units = (extent + kAlign - 1) / kAlign;
+  int64_t unitWork = std::max<int64_t>(1, (splitN ? m : n) * k * kAlign);
+  // One block per thread: blocks of a product are equal, and fewer blocks
+  // pack less.
+  int64_t threads = static_cast<int64_t>(pool.size());
+  int64_t grain =
+      std::max(kMinBlockWork / unitWork, (units + threads - 1) / threads);
+  pool.parallelFor(units, std::max<int64_t>(1, grain),
+                   [&](int64_t u0, int64_t u1) {
+                     int64_t lo = u0 * kAlign;
+                     int64_t hi = std::min(extent, u1 * kAlign);
+                     if (splitN) {
+                       gemm(m, hi - lo, k, a, n, b + lo, c + lo);
+                       for (int64_t r = 0; r < m; ++r)
+                         finish(base + r * n + lo, hi - lo);
+                     } else {
+                       gemm(hi - lo, n, k, a + lo * k, n, b, c + lo * n);
+                       finish(base + lo * n, (hi - lo) * n);
+                     }
+                   });
+}
+
+/// Keeps OpenBLAS at one thread (see the file comment). Checked on every
+/// call, as code outside the runtime may have raised it since.
+void useSingleThreadedBlas() {
+  if (openblas_get_num_threads() != 1)
+    openblas_set_num_threads(1);
+}
+
+PARTITA_HOT void addBiasRun(float *__restrict c, int64_t n,
+                            const float *__restrict bias) {
+  for (int64_t j = 0; j < n; ++j)
+    c[j] += bias[j];
+}
+
+/// What happens to a finished block of the fp32 product.
+template <typename T> struct BlockFinisher {
+  float *c;
+  T *out; // The result when it is not f32 (c is scratch then).
+  const float *bias;
+  int64_t n;
+  const RangeEpilogue *epilogue;
+
+  void operator()(int64_t begin, int64_t length) const {
+    if (bias) // The range may span rows: add the bias row piece by piece.
+      for (int64_t done = 0; done < length;) {
+        int64_t col = (begin + done) % n;
+        int64_t len = std::min(n - col, length - done);
+        addBiasRun(c + begin + done, len, bias + col);
+        done += len;
+      }
+    if constexpr (!std::is_same_v<T, float>)
+      narrowRun(c + begin, length, out + begin);
+    if (epilogue)
+      epilogue->run(begin, length);
+  }
+};
+
+} // namespace
+
+Status runMatmul(KernelContext &ctx) {
+  bool hasBias;
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_bias", hasBias, false));
+  if (static_cast<int>(ctx.operands.size()) != 2 + int(hasBias))
+    return ctx.error(
+        "expected " + std::to_string(2 + int(hasBias)) +
+        " operands for has_bias = " + (hasBias ? "true" : "false") + ", got " +
+        std::to_string(ctx.operands.size()));
+  const Tensor &lhs = ctx.operands[0];
+  const Tensor &rhs = ctx.operands[1];
+  const Tensor &result = ctx.results[0];
+  PARTITA_RETURN_IF_ERROR(ctx.expectFloat(lhs, "lhs"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(rhs, lhs.dtype, "rhs"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(result, lhs.dtype, "the result"));
+  if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
+    return ctx.error("operands need rank 2 or more, got " +
+                     shapeString(lhs.shape) + " and " + shapeString(rhs.shape));
+  size_t lr = lhs.shape.size(), rr = rhs.shape.size();
+  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1];
+  int64_t n = rhs.shape[rr - 1];
+  if (rhs.shape[rr - 2] != k)
+    return ctx.error("contracted sizes differ: lhs " + shapeString(lhs.shape) +
+                     ", rhs " + shapeString(rhs.shape));
+  std::vector<int64_t> lhsBatch(lhs.shape.begin(), lhs.shape.end() - 2);
+  std::vector<int64_t> rhsBatch(rhs.shape.begin(), rhs.shape.end() - 2);
+  std::vector<int64_t> batch(std::max(lhsBatch.size(), rhsBatch.size()));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    size_t fromEnd = batch.size() - i;
+    int64_t l =
+        fromEnd <= lhsBatch.size() ? lhsBatch[lhsBatch.size() - fromEnd] : 1;
+    int64_t r =
+        fromEnd <= rhsBatch.size() ? rhsBatch[rhsBatch.size() - fromEnd] : 1;
+    if (l != r && l != 1 && r != 1)
+      return ctx.error("batch dimensions do not broadcast: lhs " +
+                       shapeString(lhs.shape) + ", rhs " +
+                       shapeString(rhs.shape));
+    batch[i] = l == 1 ? r : l;
+  }
+  std::vector<int64_t> expected = batch;
+  expected.push_back(m);
+  expected.push_back(n);
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(result, expected, "the result"));
+  if (hasBias) {
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectDType(ctx.operands[2], lhs.dtype, "bias"));
+    PARTITA_RETURN_IF_ERROR(ctx.expectShape(ctx.operands[2], {n}, "bias"));
+  }
+  int64_t batches = 1, lhsBatches = 1, rhsBatches = 1;
+  for (int64_t d : batch)
+    batches *= d;
+  for (int64_t d : lhsBatch)
+    lhsBatches *= d;
+  for (int64_t d : rhsBatch)
+    rhsBatches *= d;
+  if (batches * m * n == 0)
+    return Status::ok();
+  if (batches * m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+    return ctx.error("matrices above 2^31 rows or columns are not supported "
+                     "by cblas");
+
+  // The matrix each output batch reads from lhs and from rhs.
+  std::vector<int64_t> lhsIndex(batches), rhsIndex(batches);
+  for (auto [from, index] :
+       {std::pair(&lhsBatch, &lhsIndex), std::pair(&rhsBatch, &rhsIndex)}) {
+    BroadcastMap map;
+    map.build(*from, batch);
+    std::vector<int64_t> &dst = *index;
+    map.forEachRun(0, batches,
+                   [&](int64_t off, int64_t src, int64_t len, int64_t stride) {
+                     for (int64_t t = 0; t < len; ++t)
+                       dst[off + t] = src + t * stride;
+                   });
+  }
+
+  useSingleThreadedBlas();
+  RangeEpilogue epilogue;
+  if (ctx.mayFuseEpilogue && ctx.kernel.epilogue_size() > 0) {
+    PARTITA_RETURN_IF_ERROR(epilogue.build(ctx, result));
+    ctx.epilogueDone = true;
+  }
+  return visitFloat(ctx, lhs.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Fp32<T> a(ctx.pool, lhs), b(ctx.pool, rhs);
+    std::unique_ptr<Fp32<T>> bias;
+    if (hasBias)
+      bias = std::make_unique<Fp32<T>>(ctx.pool, ctx.operands[2]);
+    std::unique_ptr<float[]> ownedC;
+    float *c;
+    if constexpr (std::is_same_v<T, float>) {
+      c = result.as<float>();
+    } else {
+      ownedC.reset(new float[batches * m * n]);
+      c = ownedC.get();
+    }
+    BlockFinisher<T> finish{c, result.as<T>(), bias ? bias->data : nullptr, n,
+                            epilogue.empty() ? nullptr : &epilogue};
+    int64_t rows = batches * m;
+    const float *aData = a.data, *bData = b.data;
+    if (k == 0) { // Nothing to contract: the bias alone, or zeros.
+      ctx.pool.parallelFor(rows, grainFor(n, 1 << 16),
+                           [&](int64_t r0, int64_t r1) {
+                             std::fill(c + r0 * n, c + r1 * n, 0.0f);
+                             finish(r0 * n, (r1 - r0) * n);
+                           });
+    } else if (rhsBatches == 1 && lhsBatches == batches) {
+      parallelGemm(ctx.pool, rows, n, k, aData, bData, c, 0, finish);
+    } else if (batches >= static_cast<int64_t>(ctx.pool.size())) {
+      ctx.pool.parallelFor(batches, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t i = b0; i < b1; ++i) {
+          gemm(m, n, k, aData + lhsIndex[i] * m * k, n,
+               bData + rhsIndex[i] * k * n, c + i * m * n);
+          finish(i * m * n, m * n);
+        }
+      });
+    } else {
+      for (int64_t i = 0; i < batches; ++i)
+        parallelGemm(ctx.pool, m, n, k, aData + lhsIndex[i] * m * k,
+                     bData + rhsIndex[i] * k * n, c + i * m * n, i * m * n,
+                     finish);
+    }
+    return Status::ok();
+  });
+}
+
+} // namespace partita::runtime::kernels

@@ -1,0 +1,68 @@
+//===- Tensor.cpp - element types and shapes ------------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Tensor.h"
+
+namespace partita::runtime {
+
+size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case program::F32:
+  case program::I32:
+    return 4;
+  case program::F16:
+  case program::BF16:
+    return 2;
+  case program::I64:
+    return 8;
+  case program::I8:
+  case program::BOOL:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+std::string dtypeName(DType dtype) {
+  switch (dtype) {
+  case program::F32:
+    return "f32";
+  case program::F16:
+    return "f16";
+  case program::BF16:
+    return "bf16";
+  case program::I64:
+    return "i64";
+  case program::I32:
+    return "i32";
+  case program::I8:
+    return "i8";
+  case program::BOOL:
+    return "bool";
+  default:
+    return "unspecified";
+  }
+}
+
+DType dtypeFromName(const std::string &name) {
+  for (DType d : {program::F32, program::F16, program::BF16, program::I64,
+                  program::I32, program::I8, program::BOOL})
+    if (dtypeName(d) == name)
+      return d;
+  return program::DTYPE_UNSPECIFIED;
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+} // namespace partita::runtime

@@ -1,0 +1,134 @@
+//===- ThreadPool.cpp - the workers kernels split rows across -------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// parallelFor publishes a job of equal chunks; workers and the calling
+// thread claim chunks from an atomic counter until none is left, so uneven
+// chunks (causal attention) balance themselves. A parallelFor issued from
+// inside a chunk runs inline: the workers may all be busy with the outer job.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/HostKernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace partita::runtime {
+
+namespace {
+
+/// Set while a thread runs chunks of some job, to run nested loops inline.
+thread_local bool insideParallelFor = false;
+
+struct Job {
+  const std::function<void(int64_t, int64_t)> *fn;
+  int64_t n;
+  int64_t numChunks;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  int users = 0; // Workers holding a pointer to the job; under the mutex.
+
+  /// Runs chunks until none is left to claim.
+  void runChunks() {
+    bool wasInside = insideParallelFor;
+    insideParallelFor = true;
+    for (int64_t c; (c = next.fetch_add(1)) < numChunks;) {
+      (*fn)(c *n / numChunks, (c + 1) * n / numChunks);
+      done.fetch_add(1);
+    }
+    insideParallelFor = wasInside;
+  }
+};
+
+} // namespace
+
+struct ThreadPool::Impl {
+  std::mutex mutex;
+  std::condition_variable workAvailable;
+  std::condition_variable jobFinished;
+  std::deque<Job *> jobs;
+  bool stopping = false;
+  std::vector<std::thread> workers;
+  unsigned size = 1;
+
+  void workerLoop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      workAvailable.wait(lock, [&] { return stopping || !jobs.empty(); });
+      if (jobs.empty())
+        return; // Stopping, with nothing left to help with.
+      Job *job = jobs.front();
+      ++job->users;
+      lock.unlock();
+      job->runChunks();
+      lock.lock();
+      // Every chunk is claimed: stop offering the job to other workers.
+      auto it = std::find(jobs.begin(), jobs.end(), job);
+      if (it != jobs.end())
+        jobs.erase(it);
+      --job->users;
+      jobFinished.notify_all();
+    }
+  }
+};
+
+ThreadPool::ThreadPool(unsigned threads) : impl(std::make_unique<Impl>()) {
+  if (threads == 0)
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  impl->size = threads;
+  // The calling thread is one of the `threads`: it runs chunks too.
+  for (unsigned i = 1; i < threads; ++i)
+    impl->workers.emplace_back([this] { impl->workerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    impl->stopping = true;
+  }
+  impl->workAvailable.notify_all();
+  for (std::thread &t : impl->workers)
+    t.join();
+}
+
+unsigned ThreadPool::size() const { return impl->size; }
+
+void ThreadPool::parallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)> &fn) {
+  if (n <= 0)
+    return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t maxChunks = n / grain;
+  if (impl->workers.empty() || maxChunks <= 1 || insideParallelFor) {
+    fn(0, n);
+    return;
+  }
+  // A few chunks per thread, so that a slow chunk does not hold up the end.
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.numChunks = std::min<int64_t>(maxChunks, int64_t(impl->size) * 4);
+  {
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    impl->jobs.push_back(&job);
+  }
+  impl->workAvailable.notify_all();
+  job.runChunks();
+  std::unique_lock<std::mutex> lock(impl->mutex);
+  auto it = std::find(impl->jobs.begin(), impl->jobs.end(), &job);
+  if (it != impl->jobs.end())
+    impl->jobs.erase(it);
+  // The job lives on this stack: wait until no worker can still touch it.
+  impl->jobFinished.wait(
+      lock, [&] { return job.done.load() == job.numChunks && job.users == 0; });
+}
+
+} // namespace partita::runtime

@@ -1,0 +1,380 @@
+//===- ArtifactTest.cpp - artifact writer and loader ----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/Sha256.h"
+
+#include "TestUtil.h"
+
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <sys/resource.h>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+using test::TemporaryDirectory;
+
+namespace {
+
+program::Program rankProgram(int32_t rank, int32_t worldSize) {
+  program::Program p;
+  p.set_format_version(1);
+  p.set_rank(rank);
+  p.set_world_size(worldSize);
+  program::Buffer *buffer = p.add_buffers();
+  buffer->set_id(0);
+  buffer->set_kind(program::Buffer::WEIGHT);
+  buffer->set_weight("w.shard" + std::to_string(rank));
+  buffer->mutable_type()->set_dtype(program::F32);
+  buffer->mutable_type()->add_shape(4);
+  return p;
+}
+
+/// A tp=2 artifact: a replicated weight stored once, one shard per rank.
+class ArtifactTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    for (int i = 0; i < 4; ++i) {
+      replicated[i] = float(i) + 0.5f;
+      shards[0][i] = float(i);
+      shards[1][i] = float(-i);
+    }
+  }
+
+  void fill(ArtifactWriter &writer, const std::string &modelName = "tiny") {
+    Manifest &manifest = writer.manifest();
+    manifest.modelName = modelName;
+    manifest.meshAxes = {{"dp", 1}, {"tp", 2}};
+    manifest.worldSize = 2;
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      RankEntry entry;
+      entry.rank = rank;
+      entry.coords = {{"dp", 0}, {"tp", rank}};
+      manifest.ranks.push_back(entry);
+      ASSERT_OK(writer.addProgram(rank, rankProgram(rank, 2)));
+      ASSERT_OK(writer.addWeight("w.replicated", program::F32, {4}, replicated,
+                                 sizeof(replicated)));
+      ASSERT_OK(writer.addWeight("w.shard" + std::to_string(rank), program::F32,
+                                 {4}, shards[rank], sizeof(shards[rank])));
+    }
+    TensorSpec input{"ids", program::I64, {2, 8}, {}};
+    TensorSpec output{"logits", program::F32, {2, 8, 16}, {}};
+    output.sharding.dims = {{}, {}, {"tp"}};
+    manifest.inputs = {input};
+    manifest.outputs = {output};
+    manifest.scheduleJson = R"({"kind": "gpipe", "microbatches": 2})";
+    manifest.compileOptions = {{"mesh", "dp=1,tp=2"}};
+  }
+
+  std::string commitTo(const TemporaryDirectory &directory,
+                       const std::string &modelName = "tiny") {
+    ArtifactWriter writer;
+    fill(writer, modelName);
+    std::string path = directory.path("art");
+    Status status = writer.commit(path);
+    EXPECT_TRUE(status.isOk()) << status.message();
+    return path;
+  }
+
+  float replicated[4];
+  float shards[2][4];
+};
+
+nlohmann::json readManifest(const std::string &artifact) {
+  return nlohmann::json::parse(test::readBytes(artifact + "/manifest.json"));
+}
+
+void writeManifest(const std::string &artifact, const nlohmann::json &json) {
+  test::writeBytes(artifact + "/manifest.json", json.dump(2));
+}
+
+TEST_F(ArtifactTest, RoundTrip) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(path, artifact));
+  const Manifest &manifest = artifact->manifest();
+  EXPECT_EQ(manifest.modelName, "tiny");
+  EXPECT_EQ(manifest.target, "host");
+  ASSERT_EQ(manifest.meshAxes.size(), 2u);
+  EXPECT_EQ(manifest.meshAxes[1].name, "tp");
+  EXPECT_EQ(manifest.meshAxes[1].size, 2);
+  EXPECT_EQ(manifest.worldSize, 2);
+  ASSERT_EQ(manifest.ranks.size(), 2u);
+  EXPECT_EQ(manifest.ranks[1].program, "programs/rank1.pb");
+  EXPECT_EQ(manifest.ranks[1].coords[1].second, 1);
+  ASSERT_EQ(manifest.outputs.size(), 1u);
+  EXPECT_EQ(manifest.outputs[0].sharding.dims[2],
+            std::vector<std::string>{"tp"});
+  EXPECT_FALSE(manifest.outputs[0].sharding.isReplicated());
+  EXPECT_TRUE(manifest.inputs[0].sharding.isReplicated());
+  EXPECT_EQ(manifest.inputs[0].sharding.dims.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(manifest.scheduleJson)["microbatches"], 2);
+  EXPECT_EQ(manifest.compileOptions.at("mesh"), "dp=1,tp=2");
+  EXPECT_EQ(
+      manifest.weightFiles,
+      std::vector<std::string>{"weights/model-00001-of-00001.safetensors"});
+  EXPECT_EQ(manifest.files.size(), 3u);
+
+  EXPECT_EQ(artifact->program(1).SerializeAsString(),
+            rankProgram(1, 2).SerializeAsString());
+  // The replicated weight is stored once.
+  EXPECT_EQ(artifact->weights().size(), 3u);
+  const Tensor *shard = artifact->weights().find("w.shard1");
+  ASSERT_NE(shard, nullptr);
+  EXPECT_EQ(std::memcmp(shard->data, shards[1], sizeof(shards[1])), 0);
+  EXPECT_EQ(readManifest(path)["format"], "partita-artifact");
+  EXPECT_EQ(readManifest(path)["format_version"], 1);
+  EXPECT_TRUE(
+      readManifest(path)["files"]["programs/rank0.pb"].get<std::string>().rfind(
+          "sha256:", 0) == 0);
+}
+
+TEST_F(ArtifactTest, SameNameDifferentContentsIsAnError) {
+  ArtifactWriter writer;
+  ASSERT_OK(writer.addWeight("w", program::F32, {4}, shards[0], 16));
+  EXPECT_OK(writer.addWeight("w", program::F32, {4}, shards[0], 16));
+  float copy[4];
+  std::memcpy(copy, shards[0], sizeof(copy));
+  EXPECT_OK(writer.addWeight("w", program::F32, {4}, copy, 16));
+  EXPECT_ERROR_CONTAINS(writer.addWeight("w", program::F32, {4}, shards[1], 16),
+                        "'w' is added twice with different contents");
+  EXPECT_ERROR_CONTAINS(writer.addWeight("w", program::F32, {2, 2}, copy, 16),
+                        "different contents");
+  EXPECT_ERROR_CONTAINS(writer.addWeight("v", program::F32, {3}, copy, 16),
+                        "needs 12");
+}
+
+TEST_F(ArtifactTest, SplitsWeightFiles) {
+  TemporaryDirectory directory;
+  ArtifactWriter writer;
+  fill(writer);
+  writer.setMaxWeightFileBytes(20);
+  ASSERT_OK(writer.commit(directory.path("art")));
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(directory.path("art"), artifact));
+  EXPECT_EQ(artifact->manifest().weightFiles.size(), 3u);
+  EXPECT_EQ(artifact->manifest().weightFiles[2],
+            "weights/model-00003-of-00003.safetensors");
+  for (const char *name : {"w.replicated", "w.shard0", "w.shard1"})
+    EXPECT_NE(artifact->weights().find(name), nullptr) << name;
+}
+
+TEST_F(ArtifactTest, ReplacesAPreviousArtifact) {
+  TemporaryDirectory directory;
+  commitTo(directory, "first");
+  std::string path = commitTo(directory, "second");
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(path, artifact));
+  EXPECT_EQ(artifact->manifest().modelName, "second");
+  // Neither the temporary directory nor the old artifact is left behind.
+  EXPECT_EQ(directory.entries(), std::vector<std::string>{"art"});
+}
+
+TEST_F(ArtifactTest, RefusesToReplaceOtherDirectories) {
+  TemporaryDirectory directory;
+  std::string path = directory.path("art");
+  std::filesystem::create_directory(path);
+  test::writeBytes(path + "/precious.txt", "keep me");
+  ArtifactWriter writer;
+  fill(writer);
+  EXPECT_ERROR_CONTAINS(writer.commit(path),
+                        "it exists and is not a Partita artifact");
+  EXPECT_EQ(test::readBytes(path + "/precious.txt"), "keep me");
+
+  test::writeBytes(directory.path("file"), "a file");
+  EXPECT_ERROR_CONTAINS(writer.commit(directory.path("file")),
+                        "is not a Partita artifact");
+  EXPECT_EQ(directory.entries(), (std::vector<std::string>{"art", "file"}));
+}
+
+TEST_F(ArtifactTest, InvalidManifestWritesNothing) {
+  TemporaryDirectory directory;
+  ArtifactWriter missingProgram;
+  fill(missingProgram);
+  missingProgram.manifest().worldSize = 3;
+  missingProgram.manifest().meshAxes[1].size = 3;
+  missingProgram.manifest().ranks.push_back({2, {{"dp", 0}, {"tp", 2}}, 0, ""});
+  EXPECT_ERROR_CONTAINS(missingProgram.commit(directory.path("art")),
+                        "no program was added for rank 2");
+
+  ArtifactWriter badMesh;
+  fill(badMesh);
+  badMesh.manifest().meshAxes[1].size = 4;
+  EXPECT_ERROR_CONTAINS(badMesh.commit(directory.path("art")),
+                        "the mesh holds 4 ranks, the world size is 2");
+
+  ArtifactWriter badAxis;
+  fill(badAxis);
+  badAxis.manifest().outputs[0].sharding.dims[2] = {"pp"};
+  EXPECT_ERROR_CONTAINS(badAxis.commit(directory.path("art")),
+                        "'pp', which is not a mesh axis");
+
+  ArtifactWriter badSchedule;
+  fill(badSchedule);
+  badSchedule.manifest().scheduleJson = "[1]";
+  EXPECT_ERROR_CONTAINS(badSchedule.commit(directory.path("art")),
+                        "schedule is not a JSON object");
+  EXPECT_TRUE(directory.entries().empty());
+}
+
+/// An error while the files are written (here: the file size limit, which
+/// makes write() fail with EFBIG) leaves nothing new behind.
+TEST_F(ArtifactTest, FailureMidWriteLeavesNothing) {
+  TemporaryDirectory directory;
+  std::vector<float> big(1 << 18, 1.0f);
+  auto failingCommit = [&](const std::string &path) {
+    ArtifactWriter writer;
+    fill(writer, "big");
+    EXPECT_OK(writer.addWeight("big", program::F32, {int64_t(big.size())},
+                               big.data(), big.size() * sizeof(float)));
+    struct rlimit saved;
+    ::getrlimit(RLIMIT_FSIZE, &saved);
+    struct rlimit limited = saved;
+    limited.rlim_cur = 64 << 10;
+    auto previous = std::signal(SIGXFSZ, SIG_IGN);
+    ::setrlimit(RLIMIT_FSIZE, &limited);
+    Status status = writer.commit(path);
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, previous);
+    return status;
+  };
+  EXPECT_ERROR_CONTAINS(failingCommit(directory.path("art")), "File too large");
+  EXPECT_TRUE(directory.entries().empty());
+
+  std::string path = commitTo(directory, "old");
+  EXPECT_ERROR_CONTAINS(failingCommit(path), "File too large");
+  EXPECT_EQ(directory.entries(), std::vector<std::string>{"art"});
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(path, artifact));
+  EXPECT_EQ(artifact->manifest().modelName, "old");
+}
+
+TEST_F(ArtifactTest, RefusesUnknownFormatsAndVersions) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  std::unique_ptr<Artifact> artifact;
+
+  nlohmann::json manifest = readManifest(path);
+  manifest["format_version"] = 2;
+  writeManifest(path, manifest);
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "artifact format version 2 is not supported: this "
+                        "runtime reads version 1");
+
+  manifest["format"] = "something-else";
+  writeManifest(path, manifest);
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "not a Partita artifact manifest");
+
+  test::writeBytes(path + "/manifest.json", "{ truncated");
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), "not valid JSON");
+
+  std::filesystem::remove(path + "/manifest.json");
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "not a Partita artifact (no manifest.json)");
+  EXPECT_ERROR_CONTAINS(Artifact::open(directory.path("absent"), artifact),
+                        "no such artifact directory");
+  EXPECT_EQ(artifact, nullptr);
+}
+
+TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  nlohmann::json original = readManifest(path);
+  std::unique_ptr<Artifact> artifact;
+  struct Case {
+    std::function<void(nlohmann::json &)> edit;
+    const char *message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &m) { m["ranks"][1]["stage"] = "one"; },
+       "ranks[1].stage: not an integer"},
+      {[](auto &m) { m.erase("mesh"); }, "missing 'mesh'"},
+      {[](auto &m) { m["inputs"][0]["dtype"] = "f64"; }, "unknown dtype 'f64'"},
+      {[](auto &m) { m["mesh"]["world_size"] = 4; },
+       "the mesh holds 2 ranks, the world size is 4"},
+      {[](auto &m) { m["ranks"][1]["coords"]["tp"] = 5; },
+       "coordinate tp=5 is outside the axis"},
+      {[](auto &m) {
+         m["files"]["../escape"] = m["files"]["programs/rank0.pb"];
+       },
+       "'../escape', which is not a path inside the artifact"},
+      {[](auto &m) { m["files"].erase("programs/rank1.pb"); },
+       "'programs/rank1.pb' has no entry in 'files'"},
+      {[](auto &m) { m["schedule"] = 3; }, "neither an object nor null"},
+  };
+  for (const Case &c : cases) {
+    nlohmann::json manifest = original;
+    c.edit(manifest);
+    writeManifest(path, manifest);
+    EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
+  }
+}
+
+TEST_F(ArtifactTest, RefusesTamperedTruncatedAndMissingFiles) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  std::string weights = path + "/weights/model-00001-of-00001.safetensors";
+  std::string program = path + "/programs/rank1.pb";
+  std::string weightBytes = test::readBytes(weights);
+  std::string programBytes = test::readBytes(program);
+  std::unique_ptr<Artifact> artifact;
+
+  std::string tampered = weightBytes;
+  tampered[tampered.size() - 1] ^= 1;
+  test::writeBytes(weights, tampered);
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "weights/model-00001-of-00001.safetensors: hash "
+                        "mismatch (tampered or truncated)");
+  test::writeBytes(weights, weightBytes);
+
+  test::writeBytes(program, programBytes.substr(0, programBytes.size() / 2));
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "programs/rank1.pb: hash mismatch (tampered or "
+                        "truncated)");
+
+  std::filesystem::remove(program);
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "programs/rank1.pb: missing (manifest.json lists it)");
+  test::writeBytes(program, programBytes);
+  EXPECT_OK(Artifact::open(path, artifact));
+}
+
+/// Files whose digests were updated along with them: the hash matches, the
+/// contents are still refused.
+TEST_F(ArtifactTest, RefusesMalformedFilesWithMatchingHashes) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  std::unique_ptr<Artifact> artifact;
+  auto replace = [&](const std::string &relative, const std::string &bytes) {
+    test::writeBytes(path + "/" + relative, bytes);
+    nlohmann::json manifest = readManifest(path);
+    manifest["files"][relative] =
+        "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
+    writeManifest(path, manifest);
+  };
+  std::string programBytes = test::readBytes(path + "/programs/rank0.pb");
+  replace("programs/rank0.pb", "\xff\xff\xff");
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "programs/rank0.pb: not a valid program");
+  replace("programs/rank0.pb", rankProgram(1, 2).SerializeAsString());
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "the program is for rank 1 of 2, the manifest says "
+                        "rank 0 of 2");
+  replace("programs/rank0.pb", programBytes);
+
+  std::string weights = "weights/model-00001-of-00001.safetensors";
+  replace(weights, std::string("\x10\0\0\0\0\0\0\0{}", 10));
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "weights/model-00001-of-00001.safetensors: header "
+                        "length 16 exceeds the file");
+}
+
+} // namespace

@@ -1,0 +1,443 @@
+//===- ExecutorTest.cpp - running hand-built programs ---------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Executor.h"
+
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/HostCommunicator.h"
+#include "partita/runtime/HostKernels.h"
+
+#include "TestUtil.h"
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+using program::Buffer;
+
+namespace {
+
+constexpr std::chrono::milliseconds kPatient = std::chrono::seconds(60);
+
+/// Builds a Program buffer by buffer and instruction by instruction.
+class ProgramBuilder {
+public:
+  ProgramBuilder(int32_t rank = 0, int32_t worldSize = 1) {
+    p.set_format_version(kProgramFormatVersion);
+    p.set_rank(rank);
+    p.set_world_size(worldSize);
+  }
+
+  int32_t buffer(Buffer::Kind kind, DType dtype, std::vector<int64_t> shape) {
+    Buffer *b = p.add_buffers();
+    b->set_id(p.buffers_size() - 1);
+    b->set_kind(kind);
+    b->mutable_type()->set_dtype(dtype);
+    for (int64_t d : shape)
+      b->mutable_type()->add_shape(d);
+    return b->id();
+  }
+  int32_t input(const std::string &name, DType dtype,
+                std::vector<int64_t> shape) {
+    int32_t id = buffer(Buffer::INPUT, dtype, std::move(shape));
+    program::Binding *binding = p.add_inputs();
+    binding->set_name(name);
+    binding->set_buffer(id);
+    return id;
+  }
+  int32_t output(const std::string &name, DType dtype,
+                 std::vector<int64_t> shape) {
+    int32_t id = buffer(Buffer::OUTPUT, dtype, std::move(shape));
+    program::Binding *binding = p.add_outputs();
+    binding->set_name(name);
+    binding->set_buffer(id);
+    return id;
+  }
+  /// An activation placed after the previous ones, 64-byte aligned.
+  int32_t activation(DType dtype, std::vector<int64_t> shape) {
+    int32_t id = buffer(Buffer::ACTIVATION, dtype, shape);
+    int64_t bytes = int64_t(dtypeSize(dtype));
+    for (int64_t d : shape)
+      bytes *= d;
+    p.mutable_buffers(id)->set_arena_offset(p.arena_bytes());
+    p.set_arena_bytes((p.arena_bytes() + uint64_t(bytes) + 63) / 64 * 64);
+    return id;
+  }
+  int32_t constant(const std::vector<float> &values,
+                   std::vector<int64_t> shape) {
+    int32_t id = buffer(Buffer::CONSTANT, program::F32, std::move(shape));
+    p.mutable_buffers(id)->set_data(values.data(),
+                                    values.size() * sizeof(float));
+    return id;
+  }
+  int32_t weight(const std::string &name, DType dtype,
+                 std::vector<int64_t> shape) {
+    int32_t id = buffer(Buffer::WEIGHT, dtype, std::move(shape));
+    p.mutable_buffers(id)->set_weight(name);
+    return id;
+  }
+  int32_t alias(int32_t of, DType dtype, std::vector<int64_t> shape) {
+    int32_t id = buffer(Buffer::ALIAS, dtype, std::move(shape));
+    p.mutable_buffers(id)->set_alias_of(of);
+    return id;
+  }
+  program::Kernel *kernel(const std::string &op, std::vector<int32_t> operands,
+                          std::vector<int32_t> results,
+                          const std::string &location = "") {
+    program::Instruction *instruction = p.add_instructions();
+    instruction->set_location(location);
+    program::Kernel *k = instruction->mutable_kernel();
+    k->set_op(op);
+    for (int32_t id : operands)
+      k->add_operands(id);
+    for (int32_t id : results)
+      k->add_results(id);
+    return k;
+  }
+  program::Collective *collective(program::Collective::Kind kind,
+                                  int32_t operand, int32_t result,
+                                  std::vector<int32_t> group) {
+    program::Instruction *instruction = p.add_instructions();
+    instruction->set_location("collective");
+    program::Collective *c = instruction->mutable_collective();
+    c->set_kind(kind);
+    c->set_operand(operand);
+    c->set_result(result);
+    for (int32_t rank : group)
+      c->add_group(rank);
+    return c;
+  }
+  void wait(int32_t token) {
+    p.add_instructions()->mutable_wait()->set_token(token);
+  }
+
+  program::Program p;
+};
+
+void setBool(program::Kernel *kernel, const std::string &name, bool value) {
+  (*kernel->mutable_attributes())[name].set_b(value);
+}
+
+program::ElementwiseStep *step(program::Kernel *kernel, const std::string &op,
+                               int32_t operand = -1) {
+  program::ElementwiseStep *s = kernel->add_epilogue();
+  s->set_op(op);
+  s->set_operand(operand);
+  return s;
+}
+
+/// One rank, no weights: what most tests need.
+struct SingleRank {
+  HostWorld world{1, kPatient};
+  ThreadPool pool{2};
+  WeightStore weights;
+
+  Status create(const program::Program &p,
+                std::unique_ptr<Executor> &executor) {
+    return Executor::create(p, weights, world.communicator(0), pool, executor);
+  }
+};
+
+Tensor view(std::vector<float> &data, std::vector<int64_t> shape) {
+  return Tensor{data.data(), program::F32, std::move(shape)};
+}
+
+/// y = relu(x @ w + bias) + residual, the matmul's epilogue doing the rest.
+TEST(Executor, MatmulWithEpilogue) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2, 3});
+  int32_t w = b.constant({1, -1, 2, 0, 0.5f, 1}, {3, 2});
+  int32_t bias = b.constant({0.25f, -4}, {2});
+  int32_t residual = b.constant({10, 20}, {2});
+  int32_t y = b.output("y", program::F32, {2, 2});
+  program::Kernel *matmul = b.kernel("matmul", {x, w, bias}, {y});
+  setBool(matmul, "has_bias", true);
+  step(matmul, "relu");
+  step(matmul, "add", residual);
+
+  SingleRank rank;
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(rank.create(b.p, executor));
+  std::vector<float> xs = {1, 2, 3, -1, 0, 2}, ys(4);
+  ASSERT_OK(
+      executor->run({{"x", view(xs, {2, 3})}}, {{"y", view(ys, {2, 2})}}));
+  // x @ w = [[1+4+1.5, -1+0+3], [-1+0+1, 1+0+2]] = [[6.5, 2], [0, 3]].
+  EXPECT_EQ(ys, (std::vector<float>{16.75f, 20, 10.25f, 20}));
+}
+
+/// An alias reads an input with another shape, and a kernel writes an
+/// output through an alias of an activation.
+TEST(Executor, AliasesAreReshapes) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2, 3});
+  int32_t flat = b.alias(x, program::F32, {6});
+  int32_t negated = b.activation(program::F32, {6});
+  int32_t square = b.alias(negated, program::F32, {3, 2});
+  int32_t y = b.output("y", program::F32, {3, 2});
+  b.kernel("neg", {flat}, {negated});
+  b.kernel("copy", {square}, {y});
+
+  SingleRank rank;
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(rank.create(b.p, executor));
+  std::vector<float> xs = {1, 2, 3, 4, 5, 6}, ys(6);
+  ASSERT_OK(
+      executor->run({{"x", view(xs, {2, 3})}}, {{"y", view(ys, {3, 2})}}));
+  EXPECT_EQ(ys, (std::vector<float>{-1, -2, -3, -4, -5, -6}));
+}
+
+TEST(Executor, Constants) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2, 2});
+  int32_t c = b.constant({0.5f, -2}, {2});
+  int32_t y = b.output("y", program::F32, {2, 2});
+  b.kernel("mul", {x, c}, {y});
+  SingleRank rank;
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(rank.create(b.p, executor));
+  std::vector<float> xs = {1, 2, 3, 4}, ys(4);
+  // Runs twice: nothing of the first run leaks into the second.
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_OK(
+        executor->run({{"x", view(xs, {2, 2})}}, {{"y", view(ys, {2, 2})}}));
+    EXPECT_EQ(ys, (std::vector<float>{0.5f, -4, 1.5f, -8}));
+    xs = {2, 4, 6, 8};
+    for (float &value : xs)
+      value /= 2;
+  }
+}
+
+/// A matmul whose weight comes from an artifact written by ArtifactWriter.
+TEST(Executor, WeightsFromAnArtifact) {
+  test::TemporaryDirectory directory;
+  std::vector<float> weight = {1, 2, 3, 4, 5, 6};
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {1, 2});
+  int32_t w = b.weight("proj.weight", program::F32, {2, 3});
+  int32_t y = b.output("y", program::F32, {1, 3});
+  b.kernel("matmul", {x, w}, {y});
+
+  ArtifactWriter writer;
+  writer.manifest().modelName = "weights";
+  writer.manifest().ranks = {RankEntry{}};
+  ASSERT_OK(writer.addProgram(0, b.p));
+  ASSERT_OK(writer.addWeight("proj.weight", program::F32, {2, 3}, weight.data(),
+                             weight.size() * sizeof(float)));
+  ASSERT_OK(writer.commit(directory.path("art")));
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(directory.path("art"), artifact));
+
+  HostWorld world(1, kPatient);
+  ThreadPool pool(1);
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(Executor::create(artifact->program(0), artifact->weights(),
+                             world.communicator(0), pool, executor));
+  std::vector<float> xs = {1, -1}, ys(3);
+  ASSERT_OK(
+      executor->run({{"x", view(xs, {1, 2})}}, {{"y", view(ys, {1, 3})}}));
+  EXPECT_EQ(ys, (std::vector<float>{-3, -3, -3}));
+
+  // The program's view of the weight must match the file's.
+  b.p.mutable_buffers(w)->mutable_type()->set_shape(0, 3);
+  b.p.mutable_buffers(w)->mutable_type()->set_shape(1, 2);
+  EXPECT_ERROR_CONTAINS(Executor::create(b.p, artifact->weights(),
+                                         world.communicator(0), pool, executor),
+                        "buffer 1: weight 'proj.weight' is f32 [2, 3] in the "
+                        "artifact, the program expects f32 [3, 2]");
+  b.p.mutable_buffers(w)->set_weight("absent");
+  EXPECT_ERROR_CONTAINS(Executor::create(b.p, artifact->weights(),
+                                         world.communicator(0), pool, executor),
+                        "weight 'absent' is not in the artifact's weights");
+}
+
+/// Each rank doubles its input, starts an all-reduce, computes something
+/// else meanwhile, waits, and adds its input: y = sum_r(2 x_r) + x, z = -x.
+TEST(Executor, AsyncAllReduceOnTwoRanks) {
+  std::vector<program::Program> programs;
+  for (int32_t r = 0; r < 2; ++r) {
+    ProgramBuilder b(r, 2);
+    int32_t x = b.input("x", program::F32, {4});
+    int32_t two = b.constant({2}, {1});
+    int32_t doubled = b.activation(program::F32, {4});
+    int32_t summed = b.activation(program::F32, {4});
+    int32_t y = b.output("y", program::F32, {4});
+    int32_t z = b.output("z", program::F32, {4});
+    b.kernel("mul", {x, two}, {doubled});
+    program::Collective *reduce =
+        b.collective(program::Collective::ALL_REDUCE, doubled, summed, {0, 1});
+    reduce->set_reduction("sum");
+    reduce->set_async(true);
+    reduce->set_token(5);
+    b.kernel("neg", {x}, {z});
+    b.wait(5);
+    b.kernel("add", {summed, x}, {y});
+    programs.push_back(b.p);
+  }
+  HostWorld world(2, kPatient);
+  WeightStore weights;
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  std::vector<std::unique_ptr<Executor>> executors(2);
+  for (int32_t r = 0; r < 2; ++r) {
+    pools.push_back(std::make_unique<ThreadPool>(1));
+    ASSERT_OK(Executor::create(programs[size_t(r)], weights,
+                               world.communicator(r), *pools.back(),
+                               executors[size_t(r)]));
+  }
+  std::vector<std::vector<float>> xs = {{1, 2, 3, 4}, {10, 20, 30, 40}};
+  std::vector<std::vector<float>> ys(2, std::vector<float>(4)),
+      zs(2, std::vector<float>(4));
+  std::vector<Status> statuses(2);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      statuses[r] =
+          executors[r]->run({{"x", view(xs[r], {4})}},
+                            {{"y", view(ys[r], {4})}, {"z", view(zs[r], {4})}});
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  for (size_t r = 0; r < 2; ++r) {
+    ASSERT_OK(statuses[r]);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(ys[r][i], 2 * (xs[0][i] + xs[1][i]) + xs[r][i]);
+      EXPECT_EQ(zs[r][i], -xs[r][i]);
+    }
+  }
+}
+
+TEST(Executor, RunChecksNamesDtypesAndShapes) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2, 3});
+  int32_t y = b.output("y", program::F32, {2, 3});
+  b.kernel("neg", {x}, {y});
+  SingleRank rank;
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(rank.create(b.p, executor));
+  std::vector<float> xs(6), ys(6);
+  std::vector<int64_t> ids(6);
+  NamedTensor output{"y", view(ys, {2, 3})};
+  EXPECT_ERROR_CONTAINS(executor->run({}, {output}),
+                        "input 'x' (f32 [2, 3]) is missing");
+  EXPECT_ERROR_CONTAINS(
+      executor->run({{"x", view(xs, {2, 3})}, {"q", view(xs, {2, 3})}},
+                    {output}),
+      "rank 0: the program has no input 'q' (its inputs: x)");
+  EXPECT_ERROR_CONTAINS(executor->run({{"x", view(xs, {3, 2})}}, {output}),
+                        "input 'x': expected f32 [2, 3], got f32 [3, 2]");
+  EXPECT_ERROR_CONTAINS(
+      executor->run({{"x", Tensor{ids.data(), program::I64, {2, 3}}}},
+                    {output}),
+      "input 'x': expected f32 [2, 3], got i64 [2, 3]");
+  EXPECT_ERROR_CONTAINS(executor->run({{"x", view(xs, {2, 3})}}, {}),
+                        "output 'y' (f32 [2, 3]) is missing");
+  EXPECT_OK(executor->run({{"x", view(xs, {2, 3})}}, {output}));
+}
+
+TEST(Executor, KernelErrorsNameTheLocation) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2});
+  int32_t y = b.output("y", program::F32, {2});
+  b.kernel("frobnicate", {x}, {y}, "/block.0/Frob");
+  SingleRank rank;
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(rank.create(b.p, executor));
+  std::vector<float> xs(2), ys(2);
+  Status status = executor->run({{"x", view(xs, {2})}}, {{"y", view(ys, {2})}});
+  EXPECT_ERROR_CONTAINS(status, "rank 0: /block.0/Frob: ");
+  EXPECT_ERROR_CONTAINS(status, "frobnicate");
+}
+
+struct InvalidCase {
+  const char *what;
+  std::function<void(ProgramBuilder &)> build;
+  const char *message;
+};
+
+TEST(Executor, RefusesInvalidPrograms) {
+  std::vector<InvalidCase> cases = {
+      {"version", [](ProgramBuilder &b) { b.p.set_format_version(7); },
+       "program format version 7 is not supported"},
+      {"rank", [](ProgramBuilder &b) { b.p.set_rank(1); },
+       "the program is for rank 1 of 1, the communicator is rank 0 of 1"},
+      {"arena",
+       [](ProgramBuilder &b) {
+         int32_t a = b.activation(program::F32, {4});
+         b.p.mutable_buffers(a)->set_arena_offset(56);
+       },
+       "lies outside the arena of 64 bytes"},
+      {"constant",
+       [](ProgramBuilder &b) {
+         int32_t c = b.constant({1, 2}, {2});
+         b.p.mutable_buffers(c)->mutable_type()->set_shape(0, 3);
+       },
+       "the constant holds 8 bytes, f32 [3] needs 12"},
+      {"alias size",
+       [](ProgramBuilder &b) {
+         int32_t a = b.activation(program::F32, {4});
+         b.alias(a, program::F32, {5});
+       },
+       "which has another size"},
+      {"alias cycle",
+       [](ProgramBuilder &b) {
+         int32_t first = b.alias(1, program::F32, {2});
+         b.alias(first, program::F32, {2});
+       },
+       "cycle of aliases"},
+      {"dtype",
+       [](ProgramBuilder &b) { b.buffer(Buffer::ACTIVATION, {}, {2}); },
+       "buffer 0 has no element type"},
+      {"unbound input",
+       [](ProgramBuilder &b) { b.buffer(Buffer::INPUT, program::F32, {2}); },
+       "buffer 0 is an input buffer bound 0 times"},
+      {"unknown buffer",
+       [](ProgramBuilder &b) { b.kernel("neg", {3}, {4}, "/Neg"); },
+       "rank 0: /Neg: reads buffer 3, which the program does not have"},
+      {"read-only result",
+       [](ProgramBuilder &b) {
+         int32_t c = b.constant({1}, {1});
+         b.kernel("neg", {c}, {c}, "/Neg");
+       },
+       "/Neg: writes buffer 0, which is read-only"},
+      {"unknown token", [](ProgramBuilder &b) { b.wait(3); },
+       "waits for token 3, which no pending asynchronous instruction "
+       "started"},
+      {"unwaited token",
+       [](ProgramBuilder &b) {
+         int32_t a = b.activation(program::F32, {2});
+         int32_t r = b.activation(program::F32, {2});
+         program::Collective *c =
+             b.collective(program::Collective::ALL_REDUCE, a, r, {0});
+         c->set_reduction("sum");
+         c->set_async(true);
+         c->set_token(9);
+       },
+       "token 9 is started but never waited for"},
+      {"reduction",
+       [](ProgramBuilder &b) {
+         int32_t a = b.activation(program::F32, {2});
+         b.collective(program::Collective::ALL_REDUCE, a, a, {0})
+             ->set_reduction("avg");
+       },
+       "unknown reduction 'avg'"},
+      {"empty", [](ProgramBuilder &b) { b.p.add_instructions(); },
+       "instruction 0: empty instruction"},
+  };
+  for (const InvalidCase &c : cases) {
+    ProgramBuilder b;
+    c.build(b);
+    SingleRank rank;
+    std::unique_ptr<Executor> executor;
+    Status status = rank.create(b.p, executor);
+    EXPECT_FALSE(status.isOk()) << c.what;
+    EXPECT_NE(status.message().find(c.message), std::string::npos)
+        << c.what << ": " << status.message();
+  }
+}
+
+} // namespace

@@ -1,0 +1,194 @@
+//===- SafetensorsTest.cpp - weights files --------------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Safetensors.h"
+#include "partita/runtime/Sha256.h"
+
+#include "TestUtil.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <numeric>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+
+namespace {
+
+struct Owned {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+Owned makeTensor(const std::string &name, DType dtype,
+                 std::vector<int64_t> shape, uint8_t seed) {
+  int64_t elements = 1;
+  for (int64_t dim : shape)
+    elements *= dim;
+  std::vector<uint8_t> bytes(size_t(elements) * dtypeSize(dtype));
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = uint8_t(seed + i * 7);
+  return {name, dtype, std::move(shape), std::move(bytes)};
+}
+
+std::vector<SafetensorsInput> inputsOf(const std::vector<Owned> &tensors) {
+  std::vector<SafetensorsInput> inputs;
+  for (const Owned &t : tensors)
+    inputs.push_back(
+        {t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+  return inputs;
+}
+
+/// A file with header `json` (padded so the data starts 64-byte aligned)
+/// and `dataBytes` bytes of data.
+std::string rawFile(std::string json, size_t dataBytes) {
+  json.append((64 - (8 + json.size()) % 64) % 64, ' ');
+  std::string bytes(8, '\0');
+  uint64_t length = json.size();
+  std::memcpy(&bytes[0], &length, 8);
+  return bytes + json + std::string(dataBytes, '\x01');
+}
+
+TEST(Safetensors, RoundTrip) {
+  test::TemporaryDirectory directory;
+  // Sizes that are and are not multiples of 64 bytes, of every dtype.
+  std::vector<Owned> tensors = {makeTensor("bytes", program::I8, {3}, 1),
+                                makeTensor("half", program::F16, {5}, 2),
+                                makeTensor("matrix", program::F32, {4, 16}, 3),
+                                makeTensor("ids", program::I64, {3}, 4),
+                                makeTensor("flags", program::BOOL, {2, 1}, 5),
+                                makeTensor("bf", program::BF16, {32}, 6),
+                                makeTensor("ints", program::I32, {7}, 7),
+                                makeTensor("empty", program::F32, {0, 4}, 8),
+                                makeTensor("scalar", program::F32, {}, 9)};
+  std::string path = directory.path("w.safetensors");
+  std::string digest;
+  ASSERT_OK(writeSafetensors(path, inputsOf(tensors), {{"producer", "test"}},
+                             digest));
+  std::string bytes = test::readBytes(path);
+  EXPECT_EQ(digest, Sha256::hexDigest(bytes.data(), bytes.size()));
+
+  std::unique_ptr<SafetensorsFile> file;
+  ASSERT_OK(SafetensorsFile::open(path, file));
+  EXPECT_EQ(file->metadata().at("producer"), "test");
+  EXPECT_EQ(file->tensors().size(), tensors.size());
+  for (const Owned &expected : tensors) {
+    const Tensor *tensor = file->find(expected.name);
+    ASSERT_NE(tensor, nullptr) << expected.name;
+    EXPECT_EQ(tensor->dtype, expected.dtype);
+    EXPECT_EQ(tensor->shape, expected.shape);
+    ASSERT_EQ(tensor->byteSize(), expected.bytes.size());
+    const auto *data = static_cast<const uint8_t *>(tensor->data);
+    EXPECT_EQ(std::vector<uint8_t>(data, data + tensor->byteSize()),
+              expected.bytes)
+        << expected.name;
+    auto address = reinterpret_cast<uintptr_t>(tensor->data);
+    EXPECT_EQ(address % dtypeSize(expected.dtype), 0u) << expected.name;
+    if (expected.bytes.size() % 64 == 0) {
+      EXPECT_EQ(address % 64, 0u) << expected.name;
+    }
+  }
+  EXPECT_EQ(file->find("absent"), nullptr);
+
+  // The header is standard: data starts 64-byte aligned and the tensors
+  // cover the data section without holes.
+  uint64_t headerBytes;
+  std::memcpy(&headerBytes, bytes.data(), 8);
+  EXPECT_EQ((8 + headerBytes) % 64, 0u);
+  auto header = nlohmann::json::parse(bytes.substr(8, headerBytes));
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it)
+    if (it.key() != "__metadata__")
+      ranges.emplace_back(it.value()["data_offsets"][0].get<uint64_t>(),
+                          it.value()["data_offsets"][1].get<uint64_t>());
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t next = 0;
+  for (const auto &[begin, end] : ranges) {
+    EXPECT_EQ(begin, next);
+    next = end;
+  }
+  EXPECT_EQ(next, bytes.size() - 8 - headerBytes);
+}
+
+TEST(Safetensors, WriterRefusesInconsistentTensors) {
+  test::TemporaryDirectory directory;
+  std::string digest;
+  float data[4] = {};
+  EXPECT_ERROR_CONTAINS(
+      writeSafetensors(directory.path("a"),
+                       {{"x", program::F32, {2, 3}, data, sizeof(data)}}, {},
+                       digest),
+      "needs 24");
+  EXPECT_ERROR_CONTAINS(
+      writeSafetensors(directory.path("b"),
+                       {{"x", program::F32, {4}, data, sizeof(data)},
+                        {"x", program::F32, {4}, data, sizeof(data)}},
+                       {}, digest),
+      "appears twice");
+}
+
+struct MalformedCase {
+  const char *what;
+  std::string file;
+  const char *message;
+};
+
+TEST(Safetensors, RefusesMalformedFiles) {
+  const std::string f32 = R"("dtype":"F32","shape":[2],"data_offsets":)";
+  std::vector<MalformedCase> cases = {
+      {"short", "abc", "truncated safetensors file"},
+      {"length", std::string("\xff\xff\xff\xff\x00\x00\x00\x00{}", 10),
+       "exceeds the file"},
+      {"json", rawFile("{not json", 0), "not a JSON object"},
+      {"array", rawFile("[1, 2]", 0), "not a JSON object"},
+      {"entry", rawFile(R"({"t": 3})", 0), "tensor 't': not a JSON object"},
+      {"dtype", rawFile(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8),
+       "no 'dtype'"},
+      {"f64",
+       rawFile(R"({"t":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
+       "dtype 'F64' is not one Partita reads"},
+      {"shape",
+       rawFile(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
+       "'shape' is not a list of sizes"},
+      {"overflow",
+       rawFile(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],)"
+               R"("data_offsets":[0,8]}})",
+               8),
+       "not a list of sizes"},
+      {"offsets", rawFile("{\"t\":{" + f32 + "[0]}}", 8),
+       "no 'data_offsets' pair"},
+      {"bounds", rawFile("{\"t\":{" + f32 + "[8,16]}}", 8),
+       "lie outside the data section (8 bytes)"},
+      {"reversed", rawFile("{\"t\":{" + f32 + "[8,0]}}", 8),
+       "lie outside the data section"},
+      {"size", rawFile("{\"t\":{" + f32 + "[0,4]}}", 8), "f32 [2] needs 8"},
+      {"aligned",
+       rawFile("{\"t\":{" + f32 +
+                   "[1,9]}, \"pad\":{\"dtype\":\"I8\","
+                   "\"shape\":[1],\"data_offsets\":[0,1]}}",
+               9),
+       "not aligned"},
+      {"metadata", rawFile(R"({"__metadata__":{"k":1}})", 0),
+       "'__metadata__' value 'k' is not a string"},
+      {"utf8", rawFile("{\"\xff\":{}}", 0), "not a JSON object"},
+  };
+  test::TemporaryDirectory directory;
+  for (const MalformedCase &c : cases) {
+    std::string path = directory.path(c.what);
+    test::writeBytes(path, c.file);
+    std::unique_ptr<SafetensorsFile> file;
+    Status status = SafetensorsFile::open(path, file);
+    EXPECT_FALSE(status.isOk()) << c.what;
+    EXPECT_NE(status.message().find(c.message), std::string::npos)
+        << c.what << ": " << status.message();
+    EXPECT_NE(status.message().find(path), std::string::npos) << c.what;
+  }
+}
+
+} // namespace

@@ -1,0 +1,164 @@
+//===- MatMulTest.cpp - batched matmul with broadcasting and bias ---------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelTestUtil.h"
+
+#include <thread>
+
+namespace partita::runtime::test {
+namespace {
+
+std::vector<int64_t> broadcastBatch(std::vector<int64_t> a,
+                                    std::vector<int64_t> b) {
+  std::vector<int64_t> out(std::max(a.size(), b.size()), 1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    size_t fromEnd = out.size() - i;
+    int64_t x = fromEnd <= a.size() ? a[a.size() - fromEnd] : 1;
+    int64_t y = fromEnd <= b.size() ? b[b.size() - fromEnd] : 1;
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+std::vector<double> refMatmul(const Buffer &lhs, const Buffer &rhs,
+                              const Buffer *bias,
+                              const std::vector<int64_t> &outShape) {
+  size_t lr = lhs.shape.size(), rr = rhs.shape.size(), orank = outShape.size();
+  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1], n = rhs.shape[rr - 1];
+  std::vector<int64_t> batch(outShape.begin(), outShape.end() - 2);
+  std::vector<int64_t> lb(lhs.shape.begin(), lhs.shape.end() - 2);
+  std::vector<int64_t> rb(rhs.shape.begin(), rhs.shape.end() - 2);
+  int64_t batches = 1;
+  for (int64_t d : batch)
+    batches *= d;
+  std::vector<double> out(batches * m * n);
+  for (int64_t b = 0; b < batches; ++b) {
+    int64_t li = batch.empty() ? 0 : broadcastIndex(b, batch, lb);
+    int64_t ri = batch.empty() ? 0 : broadcastIndex(b, batch, rb);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = bias ? bias->get(j) : 0.0;
+        for (int64_t t = 0; t < k; ++t)
+          acc += lhs.get((li * m + i) * k + t) * rhs.get((ri * k + t) * n + j);
+        out[(b * m + i) * n + j] = acc;
+      }
+  }
+  (void)orank;
+  return out;
+}
+
+TEST(MatMulTest, ShapesBatchesAndBias) {
+  std::mt19937 rng(40);
+  struct Case {
+    std::vector<int64_t> lhs, rhs;
+  };
+  std::vector<Case> cases = {
+      {{5, 7}, {7, 3}},        {{1, 1}, {1, 1}},
+      {{2, 9, 16}, {16, 33}},  {{3, 4, 5}, {3, 5, 6}},
+      {{4, 5}, {2, 3, 5, 7}},  {{2, 1, 6, 8}, {1, 3, 8, 5}},
+      {{1, 17, 31}, {31, 19}}, {{64, 65}, {65, 67}},
+      {{2, 3, 1, 4}, {4, 2}},  {{3, 0, 4}, {4, 5}},
+  };
+  for (DType dtype : kFloatTypes)
+    for (const Case &c : cases)
+      for (bool hasBias : {false, true}) {
+        SCOPED_TRACE(typeName(dtype) + " " + shapeString(c.lhs) + " x " +
+                     shapeString(c.rhs) + (hasBias ? " + bias" : ""));
+        Buffer lhs = randomBuffer(rng, dtype, c.lhs);
+        Buffer rhs = randomBuffer(rng, dtype, c.rhs);
+        Buffer bias = randomBuffer(rng, dtype, {c.rhs.back()});
+        std::vector<int64_t> shape = broadcastBatch(
+            {c.lhs.begin(), c.lhs.end() - 2}, {c.rhs.begin(), c.rhs.end() - 2});
+        shape.push_back(c.lhs[c.lhs.size() - 2]);
+        shape.push_back(c.rhs.back());
+        Buffer out(dtype, shape);
+        KernelBuilder k("matmul");
+        k.operand(lhs).operand(rhs);
+        if (hasBias)
+          k.operand(bias);
+        Status s = k.result(out).attr("has_bias", hasBias).run(testPool());
+        ASSERT_TRUE(s.isOk()) << s.message();
+        std::vector<double> expected =
+            refMatmul(lhs, rhs, hasBias ? &bias : nullptr, shape);
+        for (double &e : expected)
+          e = roundTo(dtype, e);
+        Tolerance tol = toleranceFor(dtype, 1e-4);
+        tol.atol = std::max(tol.atol, 1e-5);
+        EXPECT_TRUE(allClose(out.values(), expected, tol));
+      }
+}
+
+TEST(MatMulTest, ConcurrentKernelsOnSeparatePools) {
+  // partita-run runs each rank on its own thread and pool: OpenBLAS is
+  // entered from several threads at once.
+  std::mt19937 rng(41);
+  Buffer lhs = randomBuffer(rng, program::F32, {96, 200});
+  Buffer rhs = randomBuffer(rng, program::F32, {200, 160});
+  Buffer expected(program::F32, {96, 160});
+  ASSERT_TRUE(
+      KernelBuilder("matmul").operand(lhs).operand(rhs).result(expected).run(
+          testPool()));
+  std::vector<std::thread> ranks;
+  std::vector<int> mismatches(4, 0);
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      ThreadPool pool(2);
+      for (int rep = 0; rep < 20; ++rep) {
+        Buffer out(program::F32, {96, 160});
+        Status s =
+            KernelBuilder("matmul").operand(lhs).operand(rhs).result(out).run(
+                pool);
+        if (!s.isOk() || std::memcmp(out.data(), expected.data(),
+                                     96 * 160 * sizeof(float)) != 0)
+          ++mismatches[r];
+      }
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+TEST(MatMulTest, ZeroContractionGivesBias) {
+  Buffer lhs(program::F32, {3, 0}), rhs(program::F32, {0, 2}),
+      bias(program::F32, {2}), out(program::F32, {3, 2});
+  bias.setValues({1.5, -2.0});
+  out.setValues({9, 9, 9, 9, 9, 9});
+  ASSERT_TRUE(KernelBuilder("matmul")
+                  .operand(lhs)
+                  .operand(rhs)
+                  .operand(bias)
+                  .result(out)
+                  .attr("has_bias", true)
+                  .run(testPool()));
+  EXPECT_EQ(out.values(), (std::vector<double>{1.5, -2, 1.5, -2, 1.5, -2}));
+}
+
+TEST(MatMulTest, ShapeErrorsNameTheOp) {
+  Buffer a(program::F32, {2, 3}), b(program::F32, {4, 5}),
+      out(program::F32, {2, 5});
+  Status s =
+      KernelBuilder("matmul").operand(a).operand(b).result(out).run(testPool());
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("matmul"), std::string::npos);
+  Buffer ints(program::I32, {3, 5});
+  Buffer intOut(program::I32, {2, 5});
+  Buffer ia(program::I32, {2, 3});
+  s = KernelBuilder("matmul").operand(ia).operand(ints).result(intOut).run(
+      testPool());
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("i32"), std::string::npos) << s.message();
+  Buffer c(program::F32, {3, 5}), bias(program::F32, {5});
+  s = KernelBuilder("matmul")
+          .operand(a)
+          .operand(c)
+          .operand(bias)
+          .result(out)
+          .run(testPool());
+  EXPECT_FALSE(s.isOk()) << "bias without has_bias";
+}
+
+} // namespace
+} // namespace partita::runtime::test

@@ -1,0 +1,491 @@
+//===- partita-run.cpp - runs a Partita artifact --------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// partita-run ART --input NAME=FILE ... [--output-dir DIR] [--ranks N]
+//             [--repeat N] [--warmup N] [--timeout SECONDS] [--threads N]
+//
+// Loads a host artifact, runs all its ranks as threads of this process,
+// writes each output as DIR/NAME.npy and prints one summary line per
+// output (and the latency with --repeat). Exit status: 0 ok, 1 error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/Executor.h"
+#include "partita/runtime/Float16.h"
+#include "partita/runtime/HostCommunicator.h"
+#include "partita/runtime/HostKernels.h"
+#include "partita/runtime/TensorFile.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sys/stat.h>
+#include <thread>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+
+namespace {
+
+constexpr const char *kUsage =
+    "usage: partita-run ART --input NAME=FILE ... [--output-dir DIR]\n"
+    "                   [--ranks N] [--repeat N] [--warmup N]\n"
+    "                   [--timeout SECONDS] [--threads N]\n"
+    "\n"
+    "Runs the artifact directory ART (written by partita-compile) with all\n"
+    "its ranks as threads of this process.\n"
+    "  --input NAME=FILE   a model input, from a .npy file or an ONNX\n"
+    "                      TensorProto .pb file (once per input)\n"
+    "  --output-dir DIR    write each output as DIR/NAME.npy\n"
+    "  --ranks N           the number of ranks (default: the artifact's)\n"
+    "  --repeat N          time N runs and print the latency\n"
+    "  --warmup N          untimed runs before them (default 1 with --repeat)\n"
+    "  --timeout SECONDS   deadline of every wait between ranks (default 120)\n"
+    "  --threads N         kernel threads per rank (default: cores / ranks)\n";
+
+struct Options {
+  std::string artifact;
+  std::vector<std::pair<std::string, std::string>> inputs;
+  std::string outputDirectory;
+  int64_t ranks = -1;
+  int64_t repeat = 0;
+  int64_t warmup = -1;
+  double timeoutSeconds = 120;
+  int64_t threads = 0;
+};
+
+int fail(const std::string &message) {
+  std::fprintf(stderr, "partita-run: error: %s\n", message.c_str());
+  return 1;
+}
+
+bool parseCount(const std::string &text, int64_t &value) {
+  char *end = nullptr;
+  errno = 0;
+  long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || parsed < 0)
+    return false;
+  value = parsed;
+  return true;
+}
+
+Status parseOptions(int argc, char **argv, Options &options, bool &help) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      help = true;
+      return Status::ok();
+    }
+    if (arg.rfind("--", 0) != 0) {
+      if (!options.artifact.empty())
+        return Status::error("unexpected argument '" + arg +
+                             "' (the artifact is '" + options.artifact + "')");
+      options.artifact = arg;
+      continue;
+    }
+    std::string value;
+    size_t equals = arg.find('=');
+    std::string flag = arg.substr(0, equals);
+    if (equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+    } else {
+      if (i + 1 >= args.size())
+        return Status::error(flag + " needs a value");
+      value = args[++i];
+    }
+    auto count = [&](int64_t &target) -> Status {
+      if (!parseCount(value, target))
+        return Status::error(flag + " takes a non-negative integer, not '" +
+                             value + "'");
+      return Status::ok();
+    };
+    if (flag == "--input") {
+      size_t split = value.find('=');
+      if (split == std::string::npos || split == 0 || split + 1 == value.size())
+        return Status::error("--input takes NAME=FILE, not '" + value + "'");
+      options.inputs.emplace_back(value.substr(0, split),
+                                  value.substr(split + 1));
+    } else if (flag == "--output-dir") {
+      options.outputDirectory = value;
+    } else if (flag == "--ranks") {
+      PARTITA_RETURN_IF_ERROR(count(options.ranks));
+    } else if (flag == "--repeat") {
+      PARTITA_RETURN_IF_ERROR(count(options.repeat));
+    } else if (flag == "--warmup") {
+      PARTITA_RETURN_IF_ERROR(count(options.warmup));
+    } else if (flag == "--threads") {
+      PARTITA_RETURN_IF_ERROR(count(options.threads));
+    } else if (flag == "--timeout") {
+      char *end = nullptr;
+      options.timeoutSeconds = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(options.timeoutSeconds > 0) ||
+          options.timeoutSeconds > 1e6)
+        return Status::error("--timeout takes a positive number of seconds, "
+                             "not '" +
+                             value + "'");
+    } else {
+      return Status::error("unknown option " + flag);
+    }
+  }
+  if (options.artifact.empty())
+    return Status::error("no artifact given");
+  return Status::ok();
+}
+
+std::string specString(const TensorSpec &spec) {
+  return dtypeName(spec.dtype) + " " + shapeString(spec.shape);
+}
+
+std::string shardingString(const TensorSharding &sharding) {
+  std::string text = "dims [";
+  for (size_t i = 0; i < sharding.dims.size(); ++i) {
+    text += i ? ", [" : "[";
+    for (size_t j = 0; j < sharding.dims[i].size(); ++j)
+      text += (j ? ", " : "") + sharding.dims[i][j];
+    text += "]";
+  }
+  text += "], partial [";
+  for (size_t i = 0; i < sharding.partial.size(); ++i)
+    text += (i ? ", " : "") + sharding.partial[i];
+  return text + "]";
+}
+
+/// Reads the --input files and matches them against the manifest's inputs.
+Status readInputs(const Manifest &manifest, const Options &options,
+                  std::map<std::string, HostTensor> &inputs) {
+  std::string known;
+  for (const TensorSpec &spec : manifest.inputs)
+    known +=
+        (known.empty() ? "" : ", ") + spec.name + " (" + specString(spec) + ")";
+  for (const auto &input : options.inputs) {
+    const std::string &name = input.first, &file = input.second;
+    auto spec = std::find_if(
+        manifest.inputs.begin(), manifest.inputs.end(),
+        [&](const TensorSpec &candidate) { return candidate.name == name; });
+    if (spec == manifest.inputs.end())
+      return Status::error("the model has no input '" + name +
+                           "'; its inputs are: " + known);
+    if (inputs.count(name))
+      return Status::error("input '" + name + "' is given twice");
+    HostTensor tensor;
+    PARTITA_RETURN_IF_ERROR(readTensorFile(file, tensor));
+    // NumPy has no bfloat16: a bf16 input comes as float32 and is rounded.
+    if (spec->dtype == program::BF16 && tensor.dtype() == program::F32) {
+      HostTensor rounded;
+      PARTITA_RETURN_IF_ERROR(rounded.allocate(program::BF16, tensor.shape()));
+      for (int64_t i = 0; i < tensor.tensor().numElements(); ++i)
+        rounded.tensor().as<uint16_t>()[i] =
+            floatToBf16(tensor.tensor().as<float>()[i]);
+      tensor = std::move(rounded);
+    }
+    if (tensor.dtype() != spec->dtype || tensor.shape() != spec->shape)
+      return Status::error("input '" + name + "' (" + file + "): expected " +
+                           specString(*spec) + ", got " +
+                           dtypeName(tensor.dtype()) + " " +
+                           shapeString(tensor.shape()));
+    inputs[name] = std::move(tensor);
+  }
+  for (const TensorSpec &spec : manifest.inputs)
+    if (!inputs.count(spec.name))
+      return Status::error("missing input '" + spec.name + "' (" +
+                           specString(spec) + "): pass --input " + spec.name +
+                           "=FILE");
+  return Status::ok();
+}
+
+/// What one rank runs with: its executor, pool and output memory.
+struct RankRun {
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Executor> executor;
+  std::vector<NamedTensor> inputs;
+  std::vector<NamedTensor> outputs;
+  std::vector<HostTensor> outputMemory;
+  Status status;
+};
+
+Status prepareRank(const Artifact &artifact, int32_t rank,
+                   Communicator &communicator, unsigned threads,
+                   const std::map<std::string, HostTensor> &inputs,
+                   RankRun &run) {
+  const program::Program &program = artifact.program(rank);
+  run.pool = std::make_unique<ThreadPool>(threads);
+  PARTITA_RETURN_IF_ERROR(Executor::create(
+      program, artifact.weights(), communicator, *run.pool, run.executor));
+  // Every rank reads the whole (replicated) input; a pipeline stage binds
+  // only the inputs it uses.
+  for (const program::Binding &binding : program.inputs()) {
+    auto it = inputs.find(binding.name());
+    if (it == inputs.end())
+      return Status::error("rank " + std::to_string(rank) + " reads input '" +
+                           binding.name() +
+                           "', which the manifest does not list");
+    run.inputs.push_back({binding.name(), it->second.tensor()});
+  }
+  run.outputMemory.resize(size_t(program.outputs_size()));
+  for (int i = 0; i < program.outputs_size(); ++i) {
+    const program::Binding &binding = program.outputs(i);
+    if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
+      return Status::error("rank " + std::to_string(rank) + ": output '" +
+                           binding.name() + "' has no buffer");
+    const program::TensorType &type = program.buffers(binding.buffer()).type();
+    HostTensor &memory = run.outputMemory[size_t(i)];
+    Status allocated = memory.allocate(
+        type.dtype(), {type.shape().begin(), type.shape().end()});
+    if (!allocated)
+      return Status::error("rank " + std::to_string(rank) + ": output '" +
+                           binding.name() + "': " + allocated.message());
+    run.outputs.push_back({binding.name(), memory.tensor()});
+  }
+  return Status::ok();
+}
+
+/// Runs every rank once, concurrently; returns the first failure in rank
+/// order (each message names its rank).
+Status runAll(std::vector<RankRun> &runs) {
+  std::vector<std::thread> threads;
+  for (RankRun &run : runs)
+    threads.emplace_back(
+        [&run] { run.status = run.executor->run(run.inputs, run.outputs); });
+  for (std::thread &thread : threads)
+    thread.join();
+  std::string messages;
+  for (const RankRun &run : runs)
+    if (!run.status)
+      messages += (messages.empty() ? "" : "\n  ") + run.status.message();
+  return messages.empty() ? Status::ok() : Status::error(messages);
+}
+
+double elementAt(const Tensor &tensor, int64_t i) {
+  switch (tensor.dtype) {
+  case program::F32:
+    return tensor.as<float>()[i];
+  case program::F16:
+    return f16ToFloat(tensor.as<uint16_t>()[i]);
+  case program::BF16:
+    return bf16ToFloat(tensor.as<uint16_t>()[i]);
+  case program::I64:
+    return double(tensor.as<int64_t>()[i]);
+  case program::I32:
+    return tensor.as<int32_t>()[i];
+  case program::I8:
+    return tensor.as<int8_t>()[i];
+  case program::BOOL:
+    return tensor.as<uint8_t>()[i] != 0;
+  default:
+    return 0;
+  }
+}
+
+std::string summary(const std::string &name, const Tensor &tensor) {
+  double low = INFINITY, high = -INFINITY, sum = 0;
+  int64_t nans = 0, count = tensor.numElements();
+  for (int64_t i = 0; i < count; ++i) {
+    double value = elementAt(tensor, i);
+    if (std::isnan(value)) {
+      ++nans;
+      continue;
+    }
+    low = std::min(low, value);
+    high = std::max(high, value);
+    sum += value;
+  }
+  char line[256];
+  if (count == nans)
+    std::snprintf(line, sizeof(line), " (no numbers)");
+  else
+    std::snprintf(line, sizeof(line), " min %.6g max %.6g mean %.6g", low, high,
+                  sum / double(count - nans));
+  std::string text = name + ": " + dtypeName(tensor.dtype) + " " +
+                     shapeString(tensor.shape) + line;
+  if (nans)
+    text += " nan " + std::to_string(nans);
+  return text;
+}
+
+Status makeDirectories(const std::string &path) {
+  std::string partial;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    partial = path.substr(0, slash);
+    if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 &&
+        errno != EEXIST)
+      return Status::error(partial + ": " + std::strerror(errno));
+    if (slash == std::string::npos)
+      break;
+    start = slash + 1;
+  }
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return Status::error(path + ": not a directory");
+  return Status::ok();
+}
+
+/// Output file names: ONNX names may hold `/` or `:`, which a file name
+/// cannot or should not.
+std::string fileNameFor(const std::string &name) {
+  std::string file = name;
+  for (char &c : file)
+    if (c == '/' || c == '\\' || c == ':')
+      c = '_';
+  return file;
+}
+
+/// Tokens per run: the product of the first two dimensions (batch x
+/// sequence) of the first integer input, else the batch (the first
+/// dimension of the first input).
+int64_t tokensPerRun(const Manifest &manifest) {
+  for (const TensorSpec &spec : manifest.inputs) {
+    if (spec.dtype != program::I64 && spec.dtype != program::I32)
+      continue;
+    int64_t tokens = 1;
+    for (size_t d = 0; d < std::min<size_t>(2, spec.shape.size()); ++d)
+      tokens *= spec.shape[d];
+    return tokens;
+  }
+  if (!manifest.inputs.empty() && !manifest.inputs[0].shape.empty())
+    return manifest.inputs[0].shape[0];
+  return 1;
+}
+
+int runMain(int argc, char **argv) {
+  Options options;
+  bool help = false;
+  Status parsed = parseOptions(argc, argv, options, help);
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!parsed)
+    return fail(parsed.message() + " (partita-run --help shows the usage)");
+
+  std::unique_ptr<Artifact> artifact;
+  Status opened = Artifact::open(options.artifact, artifact);
+  if (!opened)
+    return fail(opened.message());
+  const Manifest &manifest = artifact->manifest();
+  if (manifest.target != "host")
+    return fail(options.artifact + " was compiled for --target " +
+                manifest.target +
+                "; this build of partita-run runs host artifacts only (the "
+                "CUDA backend comes later): compile with --target host");
+  int32_t worldSize = manifest.worldSize;
+  if (options.ranks >= 0 && options.ranks != worldSize)
+    return fail("--ranks " + std::to_string(options.ranks) +
+                " does not match the artifact: its mesh has " +
+                std::to_string(worldSize) +
+                " ranks, and a host artifact runs all of them in this "
+                "process; compile with another --mesh for another count");
+  for (const TensorSpec &spec : manifest.inputs)
+    if (!spec.sharding.isReplicated())
+      return fail("input '" + spec.name + "' is sharded (" +
+                  shardingString(spec.sharding) +
+                  "); partita-run feeds every rank the whole input and "
+                  "cannot split it yet");
+  for (const TensorSpec &spec : manifest.outputs)
+    if (!spec.sharding.isReplicated())
+      return fail("output '" + spec.name + "' is sharded (" +
+                  shardingString(spec.sharding) +
+                  "); partita-run cannot assemble sharded outputs yet");
+
+  std::map<std::string, HostTensor> inputs;
+  Status read = readInputs(manifest, options, inputs);
+  if (!read)
+    return fail(read.message());
+
+  unsigned threads = unsigned(options.threads);
+  if (threads == 0)
+    threads =
+        std::max(1u, std::thread::hardware_concurrency() / unsigned(worldSize));
+  HostWorld world(worldSize, std::chrono::milliseconds(int64_t(
+                                 std::ceil(options.timeoutSeconds * 1000))));
+  std::vector<RankRun> runs(static_cast<size_t>(worldSize));
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    Status prepared = prepareRank(*artifact, rank, world.communicator(rank),
+                                  threads, inputs, runs[size_t(rank)]);
+    if (!prepared)
+      return fail(prepared.message());
+  }
+
+  // Each output comes from the first rank that binds it: rank 0, unless a
+  // pipeline puts the last stage elsewhere.
+  std::vector<std::pair<const TensorSpec *, const Tensor *>> outputs;
+  for (const TensorSpec &spec : manifest.outputs) {
+    const Tensor *found = nullptr;
+    for (size_t r = 0; r < runs.size() && !found; ++r)
+      for (const NamedTensor &named : runs[r].outputs)
+        if (named.name == spec.name) {
+          found = &named.tensor;
+          break;
+        }
+    if (!found)
+      return fail("output '" + spec.name + "' is produced by no rank");
+    if (found->dtype != spec.dtype || found->shape != spec.shape)
+      return fail("output '" + spec.name + "' is " + specString(spec) +
+                  " in the manifest, but its rank produces " +
+                  dtypeName(found->dtype) + " " + shapeString(found->shape));
+    outputs.emplace_back(&spec, found);
+  }
+
+  int64_t warmup = options.warmup >= 0  ? options.warmup
+                   : options.repeat > 0 ? 1
+                                        : 0;
+  int64_t timed = std::max<int64_t>(options.repeat, 1);
+  std::vector<double> latencies;
+  for (int64_t iteration = 0; iteration < warmup + timed; ++iteration) {
+    auto start = std::chrono::steady_clock::now();
+    Status ran = runAll(runs);
+    auto end = std::chrono::steady_clock::now();
+    if (!ran)
+      return fail(ran.message());
+    if (iteration >= warmup)
+      latencies.push_back(
+          std::chrono::duration<double, std::milli>(end - start).count());
+  }
+
+  if (!options.outputDirectory.empty()) {
+    Status made = makeDirectories(options.outputDirectory);
+    if (!made)
+      return fail(made.message());
+  }
+  for (const auto &[spec, tensor] : outputs) {
+    std::string line = summary(spec->name, *tensor);
+    if (!options.outputDirectory.empty()) {
+      std::string path =
+          options.outputDirectory + "/" + fileNameFor(spec->name) + ".npy";
+      Status written = writeNpy(path, *tensor);
+      if (!written)
+        return fail(written.message());
+      line += " -> " + path;
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  if (options.repeat > 0) {
+    double sum = 0, best = latencies[0];
+    for (double latency : latencies) {
+      sum += latency;
+      best = std::min(best, latency);
+    }
+    double mean = sum / double(latencies.size());
+    std::printf("latency: mean %.3f ms, min %.3f ms over %lld runs (%lld "
+                "warmup); %.1f tokens/s\n",
+                mean, best, static_cast<long long>(latencies.size()),
+                static_cast<long long>(warmup),
+                double(tokensPerRun(manifest)) * 1000.0 / mean);
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) { return runMain(argc, argv); }
