@@ -90,8 +90,10 @@ def main():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=1)
     args = parser.parse_args()
-    model = build(args.layers, args.hidden, args.heads, args.seq, args.vocab)
+    model = build(args.layers, args.hidden, args.heads, args.seq, args.vocab,
+                  args.batch)
     onnx.save(model, args.out)
     weights = sum(t.ByteSize() for t in model.graph.initializer)
     print(f"{args.out}: {len(model.graph.node)} nodes, {weights} weight bytes")

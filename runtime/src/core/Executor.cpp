@@ -6,6 +6,8 @@
 
 #include "partita/runtime/Executor.h"
 
+#include "partita/runtime/Device.h"
+
 #include "partita/runtime/Artifact.h"
 #include "partita/runtime/Communicator.h"
 #include "partita/runtime/HostKernels.h"
@@ -116,9 +118,16 @@ std::string typeString(DType dtype, const std::vector<int64_t> &shape) {
 struct Executor::Impl {
   const program::Program *program = nullptr;
   Communicator *communicator = nullptr;
-  ThreadPool *pool = nullptr;
+  Device *device = nullptr;
+  /// The host device made for the ThreadPool overload of create().
+  std::unique_ptr<HostDevice> ownedDevice;
   std::vector<BufferSlot> slots;
-  AlignedBytes arena;
+  /// The activation arena, in device memory.
+  struct ArenaDeleter {
+    Device *device;
+    void operator()(uint8_t *memory) const { device->deallocate(memory); }
+  };
+  std::unique_ptr<uint8_t, ArenaDeleter> arena{nullptr, ArenaDeleter{nullptr}};
   /// Constants copied to aligned memory, as kernels read them as arrays.
   std::vector<AlignedBytes> constants;
   /// Caller memory of INPUT/OUTPUT buffers during a run, by buffer id.
@@ -403,11 +412,20 @@ Status Executor::Impl::load(const WeightStore &weights) {
         std::to_string(program->world_size()) + ", the communicator is rank " +
         std::to_string(communicator->rank()) + " of " +
         std::to_string(communicator->worldSize()));
+  if (!device->sharesHostMemory())
+    return Status::error(device->name() +
+                         ": this executor runs only on devices that share "
+                         "host memory");
   if (program->arena_bytes() > 0) {
-    arena = allocateAligned(program->arena_bytes());
-    if (!arena)
+    void *memory = nullptr;
+    Status allocated =
+        device->allocate(program->arena_bytes(), kArenaAlignment, &memory);
+    if (!allocated)
       return Status::error("cannot allocate the activation arena (" +
-                           std::to_string(program->arena_bytes()) + " bytes)");
+                           std::to_string(program->arena_bytes()) +
+                           " bytes): " + allocated.message());
+    arena = std::unique_ptr<uint8_t, ArenaDeleter>(
+        static_cast<uint8_t *>(memory), ArenaDeleter{device});
   }
   slots.resize(size_t(program->buffers_size()));
   bound.assign(slots.size(), nullptr);
@@ -504,7 +522,7 @@ Status Executor::Impl::execute() {
     size_t origin = size_t(index);
     switch (instruction.op_case()) {
     case program::Instruction::kKernel:
-      status = runHostKernel(instruction.kernel(), resolver, *pool);
+      status = device->runKernel(instruction.kernel(), resolver);
       break;
     case program::Instruction::kCollective:
     case program::Instruction::kP2P: {
@@ -555,10 +573,21 @@ Executor::~Executor() = default;
 Status Executor::create(const program::Program &program,
                         const WeightStore &weights, Communicator &communicator,
                         ThreadPool &pool, std::unique_ptr<Executor> &executor) {
+  auto device = std::make_unique<HostDevice>(pool);
+  Device &ref = *device;
+  PARTITA_RETURN_IF_ERROR(
+      create(program, weights, communicator, ref, executor));
+  executor->impl->ownedDevice = std::move(device);
+  return Status::ok();
+}
+
+Status Executor::create(const program::Program &program,
+                        const WeightStore &weights, Communicator &communicator,
+                        Device &device, std::unique_ptr<Executor> &executor) {
   std::unique_ptr<Executor> created(new Executor());
   created->impl->program = &program;
   created->impl->communicator = &communicator;
-  created->impl->pool = &pool;
+  created->impl->device = &device;
   Status loaded = Status::ok();
   try {
     loaded = created->impl->load(weights);

@@ -26,6 +26,7 @@
 namespace partita::runtime {
 
 class Communicator;
+class Device;
 class ThreadPool;
 class WeightStore;
 
@@ -44,6 +45,10 @@ public:
   /// size, every buffer's type, bounds and kind, every instruction's buffer
   /// ids and async tokens) and allocates its arena. The program, weights,
   /// communicator and pool must outlive the executor.
+  static Status create(const program::Program &program,
+                       const WeightStore &weights, Communicator &communicator,
+                       Device &device, std::unique_ptr<Executor> &executor);
+  /// The same on the host device, with kernels on `pool`.
   static Status create(const program::Program &program,
                        const WeightStore &weights, Communicator &communicator,
                        ThreadPool &pool, std::unique_ptr<Executor> &executor);
