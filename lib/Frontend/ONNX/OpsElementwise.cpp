@@ -76,6 +76,23 @@ LogicalResult foldBinary(NodeContext &ctx, FloatFn floatFn, IntFn intFn,
   return success();
 }
 
+/// Folds a binary node with a bool result: `fn(a, i, b, j)` compares element
+/// i of a with element j of b, broadcasting numpy-style.
+template <typename Fn> LogicalResult foldToBool(NodeContext &ctx, Fn fn) {
+  const HostTensor *a = ctx.getConstant(0), *b = ctx.getConstant(1);
+  if (!a || !b)
+    return failure();
+  FailureOr<SmallVector<int64_t>> shape = broadcast(a->shape, b->shape);
+  if (failed(shape))
+    return failure();
+  SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
+  SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
+  ctx.setOutput(
+      0, makeTensor(onnx::TensorProto_DataType_BOOL, *shape,
+                    [&](int64_t i) { return fn(*a, ai[i], *b, bi[i]); }));
+  return success();
+}
+
 /// Checks that the operands of an elementwise node broadcast and agree on
 /// element type; nn would otherwise reject the op less clearly.
 LogicalResult checkOperands(NodeContext &ctx, ArrayRef<Value> operands) {
@@ -139,13 +156,10 @@ void addBinary(OpRegistry &registry, StringRef name, int64_t since,
                 build});
 }
 
-LogicalResult buildCompare(NodeContext &ctx, nn::CompareDirection direction,
-                           bool swap) {
+LogicalResult buildCompare(NodeContext &ctx, nn::CompareDirection direction) {
   Value a = ctx.getInput(0), b = ctx.getInput(1);
   if (!a || !b || failed(checkOperands(ctx, {a, b})))
     return failure();
-  if (swap)
-    std::swap(a, b);
   SmallVector<int64_t> shape =
       *broadcast(cast<RankedTensorType>(a.getType()).getShape(),
                  cast<RankedTensorType>(b.getType()).getShape());
@@ -375,27 +389,15 @@ void mlir::partita::onnx_import::registerElementwiseOps(OpRegistry &registry) {
         return std::min(a, b);
       });
   auto logical = [&](StringRef name, BuildFn build, bool (*fn)(bool, bool)) {
-    registry.add(
-        name, {7,
-               [fn](NodeContext &ctx) -> LogicalResult {
-                 const HostTensor *a = ctx.getConstant(0),
-                                  *b = ctx.getConstant(1);
-                 if (!a || !b)
-                   return failure();
-                 FailureOr<SmallVector<int64_t>> shape =
-                     broadcast(a->shape, b->shape);
-                 if (failed(shape))
-                   return failure();
-                 SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
-                 SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
-                 ctx.setOutput(0, makeTensor(onnx::TensorProto_DataType_BOOL,
-                                             *shape, [&](int64_t i) {
-                                               return fn(a->getAsInt(ai[i]),
-                                                         b->getAsInt(bi[i]));
-                                             }));
-                 return success();
-               },
-               build});
+    registry.add(name, {7,
+                        [fn](NodeContext &ctx) {
+                          return foldToBool(
+                              ctx, [fn](const HostTensor &a, int64_t i,
+                                        const HostTensor &b, int64_t j) {
+                                return fn(a.getAsInt(i), b.getAsInt(j));
+                              });
+                        },
+                        build});
   };
   logical("And", buildBinary<nn::AndOp>, [](bool a, bool b) { return a && b; });
   logical("Or", buildBinary<nn::OrOp>, [](bool a, bool b) { return a || b; });
@@ -435,47 +437,33 @@ void mlir::partita::onnx_import::registerElementwiseOps(OpRegistry &registry) {
          return success();
        }});
 
-  auto compare = [&](StringRef name, nn::CompareDirection dir, bool swap,
+  auto compare = [&](StringRef name, nn::CompareDirection dir,
                      bool (*fn)(double, double)) {
     registry.add(
-        name,
-        {7,
-         [fn](NodeContext &ctx) -> LogicalResult {
-           const HostTensor *a = ctx.getConstant(0), *b = ctx.getConstant(1);
-           if (!a || !b)
-             return failure();
-           FailureOr<SmallVector<int64_t>> shape =
-               broadcast(a->shape, b->shape);
-           if (failed(shape))
-             return failure();
-           SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
-           SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
-           bool ints = !a->isFloat() && !b->isFloat();
-           ctx.setOutput(0, makeTensor(onnx::TensorProto_DataType_BOOL, *shape,
-                                       [&](int64_t i) {
-                                         if (ints) {
-                                           int64_t x = a->getAsInt(ai[i]),
-                                                   y = b->getAsInt(bi[i]);
-                                           return fn(x < y ? -1 : x > y, 0);
-                                         }
-                                         return fn(a->getAsDouble(ai[i]),
-                                                   b->getAsDouble(bi[i]));
-                                       }));
-           return success();
-         },
-         [dir, swap](NodeContext &ctx) {
-           return buildCompare(ctx, dir, swap);
-         }});
+        name, {7,
+               [fn](NodeContext &ctx) {
+                 return foldToBool(ctx, [fn](const HostTensor &a, int64_t i,
+                                             const HostTensor &b, int64_t j) {
+                   // Integers compare exactly (through their
+                   // sign).
+                   if (!a.isFloat() && !b.isFloat()) {
+                     int64_t x = a.getAsInt(i), y = b.getAsInt(j);
+                     return fn(x < y ? -1 : x > y, 0);
+                   }
+                   return fn(a.getAsDouble(i), b.getAsDouble(j));
+                 });
+               },
+               [dir](NodeContext &ctx) { return buildCompare(ctx, dir); }});
   };
-  compare("Equal", nn::CompareDirection::EQ, false,
+  compare("Equal", nn::CompareDirection::EQ,
           [](double a, double b) { return a == b; });
-  compare("Less", nn::CompareDirection::LT, false,
+  compare("Less", nn::CompareDirection::LT,
           [](double a, double b) { return a < b; });
-  compare("Greater", nn::CompareDirection::GT, false,
+  compare("Greater", nn::CompareDirection::GT,
           [](double a, double b) { return a > b; });
-  compare("LessOrEqual", nn::CompareDirection::LE, false,
+  compare("LessOrEqual", nn::CompareDirection::LE,
           [](double a, double b) { return a <= b; });
-  compare("GreaterOrEqual", nn::CompareDirection::GE, false,
+  compare("GreaterOrEqual", nn::CompareDirection::GE,
           [](double a, double b) { return a >= b; });
 
   addUnary<nn::NegOp>(registry, "Neg", 6, negFn, /*keepInts=*/true);

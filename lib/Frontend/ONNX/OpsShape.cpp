@@ -197,31 +197,27 @@ LogicalResult foldConstant(NodeContext &ctx) {
       ctx.setOutput(0, std::move(t));
       return success();
     }
-    if (name == "value_float" || name == "value_floats") {
-      std::vector<double> v;
-      if (name == "value_float")
-        v.push_back(attr.f());
+    // value_float(s) / value_int(s): a scalar, or a vector of the list.
+    bool isFloat = name == "value_float" || name == "value_floats";
+    bool isInt = name == "value_int" || name == "value_ints";
+    if (isFloat || isInt) {
+      bool scalar = name == "value_float" || name == "value_int";
+      std::vector<double> floats;
+      std::vector<int64_t> ints;
+      if (isFloat && scalar)
+        floats.push_back(attr.f());
+      else if (isFloat)
+        floats.assign(attr.floats().begin(), attr.floats().end());
+      else if (scalar)
+        ints.push_back(attr.i());
       else
-        v.assign(attr.floats().begin(), attr.floats().end());
-      HostTensor t(onnx::TensorProto_DataType_FLOAT,
-                   name == "value_float"
-                       ? SmallVector<int64_t>()
-                       : SmallVector<int64_t>{static_cast<int64_t>(v.size())});
-      t.mutableFloats() = std::move(v);
-      ctx.setOutput(0, std::move(t));
-      return success();
-    }
-    if (name == "value_int" || name == "value_ints") {
-      std::vector<int64_t> v;
-      if (name == "value_int")
-        v.push_back(attr.i());
-      else
-        v.assign(attr.ints().begin(), attr.ints().end());
-      HostTensor t(onnx::TensorProto_DataType_INT64,
-                   name == "value_int"
-                       ? SmallVector<int64_t>()
-                       : SmallVector<int64_t>{static_cast<int64_t>(v.size())});
-      t.mutableInts() = std::move(v);
+        ints.assign(attr.ints().begin(), attr.ints().end());
+      int64_t n = isFloat ? floats.size() : ints.size();
+      HostTensor t(isFloat ? onnx::TensorProto_DataType_FLOAT
+                           : onnx::TensorProto_DataType_INT64,
+                   scalar ? SmallVector<int64_t>() : SmallVector<int64_t>{n});
+      t.mutableFloats() = std::move(floats);
+      t.mutableInts() = std::move(ints);
       ctx.setOutput(0, std::move(t));
       return success();
     }

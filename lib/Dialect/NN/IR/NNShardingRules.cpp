@@ -372,10 +372,25 @@ ShardingRule SliceOp::getShardingRule() {
   return rule;
 }
 
+/// Concat and split: every dimension but `axis` is shared by all tensors;
+/// each tensor's `axis` is a piece of its own.
+static void addPiecewiseFactors(ShardingRule &rule, ArrayRef<TensorRef> tensors,
+                                ArrayRef<ArrayRef<int64_t>> shapes,
+                                unsigned axis) {
+  for (unsigned d = 0; d < shapes.front().size(); ++d) {
+    if (d == axis) {
+      addOpaqueAlong(rule, tensors, shapes, d);
+      continue;
+    }
+    SmallVector<DimRef> dims;
+    for (TensorRef ref : tensors)
+      dims.push_back({ref, d});
+    rule.addShared(shapes.front()[d], FactorKind::Parallel, dims);
+  }
+}
+
 ShardingRule ConcatOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
-  unsigned axis = getAxis();
-  ArrayRef<int64_t> out = getType().getShape();
   SmallVector<TensorRef> tensors;
   SmallVector<ArrayRef<int64_t>> shapes;
   for (auto [i, input] : llvm::enumerate(getInputs())) {
@@ -383,39 +398,19 @@ ShardingRule ConcatOp::getShardingRule() {
     shapes.push_back(shapeOf(input));
   }
   tensors.push_back(result(0));
-  shapes.push_back(out);
-  for (unsigned d = 0; d < out.size(); ++d) {
-    if (d == axis) {
-      addOpaqueAlong(rule, tensors, shapes, d);
-      continue;
-    }
-    SmallVector<DimRef> dims;
-    for (TensorRef ref : tensors)
-      dims.push_back({ref, d});
-    rule.addShared(out[d], FactorKind::Parallel, dims);
-  }
+  shapes.push_back(getType().getShape());
+  addPiecewiseFactors(rule, tensors, shapes, getAxis());
   return rule;
 }
 
 ShardingRule SplitOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
-  unsigned axis = getAxis();
-  ArrayRef<int64_t> in = getInput().getType().getShape();
   SmallVector<TensorRef> tensors = {operand(0)};
-  SmallVector<ArrayRef<int64_t>> shapes = {in};
+  SmallVector<ArrayRef<int64_t>> shapes = {getInput().getType().getShape()};
   for (auto [i, res] : llvm::enumerate(getResults())) {
     tensors.push_back(result(i));
     shapes.push_back(shapeOf(res));
   }
-  for (unsigned d = 0; d < in.size(); ++d) {
-    if (d == axis) {
-      addOpaqueAlong(rule, tensors, shapes, d);
-      continue;
-    }
-    SmallVector<DimRef> dims;
-    for (TensorRef ref : tensors)
-      dims.push_back({ref, d});
-    rule.addShared(in[d], FactorKind::Parallel, dims);
-  }
+  addPiecewiseFactors(rule, tensors, shapes, getAxis());
   return rule;
 }
