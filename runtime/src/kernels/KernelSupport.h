@@ -28,6 +28,9 @@
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&          \
     !defined(__clang__)
 #define PARTITA_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+// Where a kernel may also carry a function compiled for AVX-512
+// (target("arch=x86-64-v4")), chosen with __builtin_cpu_supports.
+#define PARTITA_HAVE_AVX512_PATH 1
 #else
 #define PARTITA_HOT
 #endif

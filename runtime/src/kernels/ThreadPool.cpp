@@ -9,12 +9,18 @@
 // chunks (causal attention) balance themselves. A parallelFor issued from
 // inside a chunk runs inline: the workers may all be busy with the outer job.
 //
+// Kernels come back to back, and many take tens of microseconds, about what
+// a futex wake-up costs: so a worker that runs out of work spins for a short
+// while (kSpin) before it sleeps, and the caller spins likewise for the
+// workers' last chunks before it blocks.
+//
 //===----------------------------------------------------------------------===//
 
 #include "partita/runtime/HostKernels.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -27,6 +33,24 @@ namespace {
 
 /// Set while a thread runs chunks of some job, to run nested loops inline.
 thread_local bool insideParallelFor = false;
+
+/// How long an idle thread spins for work before it blocks.
+constexpr std::chrono::microseconds kSpin(50);
+
+/// Spins until `done()` or kSpin has passed; true if `done()`.
+template <typename F> bool spinUntil(F done) {
+  auto deadline = std::chrono::steady_clock::now() + kSpin;
+  while (!done()) {
+    for (int i = 0; i < 64; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      return done();
+  }
+  return true;
+}
 
 struct Job {
   const std::function<void(int64_t, int64_t)> *fn;
@@ -55,6 +79,9 @@ struct ThreadPool::Impl {
   std::condition_variable workAvailable;
   std::condition_variable jobFinished;
   std::deque<Job *> jobs;
+  /// Counts jobs published, so that spinning workers see a new one without
+  /// the mutex. Incremented under the mutex.
+  std::atomic<uint64_t> published{0};
   bool stopping = false;
   std::vector<std::thread> workers;
   unsigned size = 1;
@@ -62,6 +89,12 @@ struct ThreadPool::Impl {
   void workerLoop() {
     std::unique_lock<std::mutex> lock(mutex);
     while (true) {
+      if (!stopping && jobs.empty()) {
+        uint64_t seen = published.load();
+        lock.unlock();
+        spinUntil([&] { return published.load() != seen; });
+        lock.lock();
+      }
       workAvailable.wait(lock, [&] { return stopping || !jobs.empty(); });
       if (jobs.empty())
         return; // Stopping, with nothing left to help with.
@@ -119,9 +152,11 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   {
     std::lock_guard<std::mutex> lock(impl->mutex);
     impl->jobs.push_back(&job);
+    impl->published.fetch_add(1);
   }
   impl->workAvailable.notify_all();
   job.runChunks();
+  spinUntil([&] { return job.done.load() == job.numChunks; });
   std::unique_lock<std::mutex> lock(impl->mutex);
   auto it = std::find(impl->jobs.begin(), impl->jobs.end(), &job);
   if (it != impl->jobs.end())
