@@ -544,7 +544,7 @@ double scalarValue(const Tensor &t) {
   case program::F32:
     return *t.as<float>();
   case program::F16:
-    return halfToFloat(t.as<Half>()->bits);
+    return f16ToFloat(t.as<Half>()->bits);
   case program::BF16:
     return bf16ToFloat(t.as<BFloat16>()->bits);
   case program::I64:

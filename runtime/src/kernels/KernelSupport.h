@@ -13,6 +13,7 @@
 #ifndef PARTITA_RUNTIME_KERNELS_KERNELSUPPORT_H
 #define PARTITA_RUNTIME_KERNELS_KERNELSUPPORT_H
 
+#include "partita/runtime/Float16.h"
 #include "partita/runtime/HostKernels.h"
 
 #include <algorithm>
@@ -57,62 +58,6 @@ struct Bool8 {
   uint8_t value;
 };
 
-inline float bitsToFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-inline uint32_t floatToBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-/// Branch-free so loops over it vectorize; exact for every half value,
-/// subnormals included (after Maratyszcza's FP16 library).
-inline float halfToFloat(uint16_t h) {
-  uint32_t w = static_cast<uint32_t>(h) << 16;
-  uint32_t sign = w & 0x80000000u;
-  uint32_t twoW = w + w;
-  float normalized = bitsToFloat((twoW >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-  float denormalized = bitsToFloat((twoW >> 17) | (126u << 23)) - 0.5f;
-  uint32_t magnitude =
-      twoW < (1u << 27) ? floatToBits(denormalized) : floatToBits(normalized);
-  return bitsToFloat(sign | magnitude);
-}
-
-/// Round to nearest even, through the FPU's own rounding: scaling moves the
-/// bits to drop below the half mantissa, and one float add rounds them.
-inline uint16_t floatToHalf(float f) {
-  float base = (std::fabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
-  uint32_t w = floatToBits(f);
-  uint32_t shl1W = w + w;
-  uint32_t sign = w & 0x80000000u;
-  uint32_t bias = shl1W & 0xFF000000u;
-  bias = bias < 0x71000000u ? 0x71000000u : bias;
-  base = bitsToFloat((bias >> 1) + 0x07800000u) + base;
-  uint32_t bits = floatToBits(base);
-  uint32_t expBits = (bits >> 13) & 0x00007C00u;
-  uint32_t mantissaBits = bits & 0x00000FFFu;
-  uint32_t nonsign = expBits + mantissaBits;
-  return static_cast<uint16_t>((sign >> 16) |
-                               (shl1W > 0xFF000000u ? 0x7E00u : nonsign));
-}
-
-inline float bf16ToFloat(uint16_t b) {
-  return bitsToFloat(static_cast<uint32_t>(b) << 16);
-}
-
-/// Round to nearest even; NaNs stay NaNs (quieted) instead of rounding up
-/// into infinity.
-inline uint16_t floatToBf16(float f) {
-  uint32_t u = floatToBits(f);
-  uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  uint32_t quietNaN = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quietNaN
-                                                               : rounded);
-}
-
 /// Storage type -> compute type (fp32 for floats, int64 for integers and
 /// bool), with the conversions on load and store.
 template <typename T> struct Storage;
@@ -123,8 +68,8 @@ template <> struct Storage<float> {
 };
 template <> struct Storage<Half> {
   using Compute = float;
-  static float load(Half v) { return halfToFloat(v.bits); }
-  static Half store(float v) { return Half{floatToHalf(v)}; }
+  static float load(Half v) { return f16ToFloat(v.bits); }
+  static Half store(float v) { return Half{floatToF16(v)}; }
 };
 template <> struct Storage<BFloat16> {
   using Compute = float;

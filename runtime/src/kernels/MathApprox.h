@@ -31,7 +31,7 @@ inline float expApprox(float x) {
   float xc = std::min(std::max(x, -88.0f), 88.8f);
   float t = xc * 1.44269504088896341f + kMagic;
   float n = t - kMagic;
-  int32_t ni = static_cast<int32_t>(floatToBits(t) - floatToBits(kMagic));
+  int32_t ni = static_cast<int32_t>(floatBits(t) - floatBits(kMagic));
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -42,8 +42,8 @@ inline float expApprox(float x) {
   p = p * r + 5.0000001201e-1f;
   float y = p * (r * r) + r + 1.0f;
   int32_t half = ni >> 1;
-  float scale1 = bitsToFloat(static_cast<uint32_t>(half + 127) << 23);
-  float scale2 = bitsToFloat(static_cast<uint32_t>(ni - half + 127) << 23);
+  float scale1 = floatFromBits(static_cast<uint32_t>(half + 127) << 23);
+  float scale2 = floatFromBits(static_cast<uint32_t>(ni - half + 127) << 23);
   y = y * scale1 * scale2;
   // Below -87.3 the result is subnormal or zero; flushing it to zero keeps
   // exp(-inf) = 0, which masked softmax rows rely on.
@@ -83,7 +83,7 @@ template <typename F, typename U>
   F n = t - kMagic;
   // The biased exponent n + 127, in unsigned arithmetic so that the
   // meaningless values of flushed inputs cannot overflow.
-  U biased = toBits(t) - floatToBits(kMagic) + 127u;
+  U biased = toBits(t) - floatBits(kMagic) + 127u;
   F r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   // A degree-6 fit of e^r on [-ln2/2, ln2/2] (relative error 4e-9 with

@@ -13,6 +13,7 @@
 #ifndef PARTITA_RUNTIME_FLOAT16_H
 #define PARTITA_RUNTIME_FLOAT16_H
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -34,44 +35,46 @@ inline float bf16ToFloat(uint16_t bits) {
   return floatFromBits(uint32_t(bits) << 16);
 }
 
+/// Round to nearest even; NaNs stay NaNs (quieted) instead of rounding up
+/// into infinity. Branch-free, like the others here, so that loops over
+/// them vectorize (the host kernels convert whole rows with them).
 inline uint16_t floatToBf16(float value) {
-  uint32_t bits = floatBits(value);
-  // Keep NaNs quiet NaNs; rounding could carry them into infinity.
-  if ((bits & 0x7fffffff) > 0x7f800000)
-    return uint16_t((bits >> 16) | 0x40);
-  uint32_t roundingBias = 0x7fff + ((bits >> 16) & 1);
-  return uint16_t((bits + roundingBias) >> 16);
+  uint32_t u = floatBits(value);
+  uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  uint32_t quietNaN = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quietNaN
+                                                               : rounded);
 }
 
-inline float f16ToFloat(uint16_t bits) {
-  uint32_t sign = uint32_t(bits & 0x8000) << 16;
-  uint32_t exponent = (bits >> 10) & 0x1f;
-  uint32_t mantissa = bits & 0x3ff;
-  if (exponent == 0x1f) // Infinity or NaN.
-    return floatFromBits(sign | 0x7f800000 | (mantissa << 13));
-  if (exponent != 0)
-    return floatFromBits(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  // Zero or subnormal: mantissa * 2^-24, exact in fp32.
-  float magnitude = float(mantissa) * (1.0f / 16777216.0f);
-  return sign ? -magnitude : magnitude;
+/// Exact for every half value, subnormals included (after Maratyszcza's
+/// FP16 library).
+inline float f16ToFloat(uint16_t h) {
+  uint32_t w = static_cast<uint32_t>(h) << 16;
+  uint32_t sign = w & 0x80000000u;
+  uint32_t twoW = w + w;
+  float normalized = floatFromBits((twoW >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  float denormalized = floatFromBits((twoW >> 17) | (126u << 23)) - 0.5f;
+  uint32_t magnitude =
+      twoW < (1u << 27) ? floatBits(denormalized) : floatBits(normalized);
+  return floatFromBits(sign | magnitude);
 }
 
+/// Round to nearest even, through the FPU's own rounding: scaling moves the
+/// bits to drop below the half mantissa, and one float add rounds them.
 inline uint16_t floatToF16(float value) {
-  uint32_t bits = floatBits(value);
-  uint16_t sign = uint16_t((bits >> 16) & 0x8000);
-  uint32_t magnitude = bits & 0x7fffffff;
-  if (magnitude > 0x7f800000) // NaN stays a quiet NaN.
-    return uint16_t(sign | 0x7e00 | ((magnitude >> 13) & 0x3ff));
-  if (magnitude >= 0x477ff000) // Rounds to infinity (>= 65520).
-    return uint16_t(sign | 0x7c00);
-  if (magnitude < 0x38800000) { // Below the smallest normal f16: subnormal.
-    // Adding 0.5 (2^-1) aligns the mantissa so that fp32 rounding (to
-    // nearest even) leaves the f16 subnormal in the low bits.
-    float shifted = floatFromBits(magnitude) + 0.5f;
-    return uint16_t(sign | (floatBits(shifted) - floatBits(0.5f)));
-  }
-  uint32_t roundingBias = 0xfff + ((magnitude >> 13) & 1);
-  return uint16_t(sign | ((magnitude - 0x38000000 + roundingBias) >> 13));
+  float base = (std::fabs(value) * 0x1.0p+112f) * 0x1.0p-110f;
+  uint32_t w = floatBits(value);
+  uint32_t shl1W = w + w;
+  uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1W & 0xFF000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  base = floatFromBits((bias >> 1) + 0x07800000u) + base;
+  uint32_t bits = floatBits(base);
+  uint32_t expBits = (bits >> 13) & 0x00007C00u;
+  uint32_t mantissaBits = bits & 0x00000FFFu;
+  uint32_t nonsign = expBits + mantissaBits;
+  return static_cast<uint16_t>((sign >> 16) |
+                               (shl1W > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
 } // namespace partita::runtime
