@@ -90,6 +90,18 @@ FOLDING_CASES = {
         [const("x", np.arange(8, dtype=np.int64).reshape(4, 2)),
          const("sizes", np.array([3, 1], np.int64)), const("axes", np.array([0], np.int64))],
         [vi("y", I64, [2])]),
+    # f16 attribute values live in int32_data as bit patterns, bools as 0/1.
+    "constant_f16_and_bool_fill": (
+        [helper.make_node("Constant", [], ["h"],
+                          value=helper.make_tensor("v", TensorProto.FLOAT16, [2],
+                                                   [1.5, -2.0])),
+         helper.make_node("Cast", ["h"], ["hf"], to=F),
+         helper.make_node("ConstantOfShape", ["shape"], ["mask"],
+                          value=helper.make_tensor("t", B, [1], [True])),
+         helper.make_node("Cast", ["mask"], ["mf"], to=F),
+         helper.make_node("Mul", ["hf", "mf"], ["y"])],
+        [const("shape", np.array([2], np.int64))],
+        [vi("y", F, [2])]),
     "pow_neg_reciprocal": (
         [helper.make_node("Pow", ["x", "e"], ["p"]),
          helper.make_node("Neg", ["p"], ["n"]),

@@ -127,6 +127,10 @@ public:
   int getInputDataType(unsigned i) const;
   ArrayRef<int64_t> getInputShape(unsigned i);
 
+  /// A tensor attribute read as initializers are (raw or typed data, halves,
+  /// bools), with a diagnostic at the node when it is malformed.
+  FailureOr<HostTensor> readTensor(const onnx::TensorProto &proto);
+
   /// Integer list of a constant input (axes, shape, ...): failure with a
   /// diagnostic if the input is not constant.
   FailureOr<SmallVector<int64_t>> getConstantInts(unsigned i, StringRef what);

@@ -126,12 +126,16 @@ public:
   FailureOr<ElementsAttr> toElementsAttr(const HostTensor &tensor,
                                          StringRef name, Location loc);
 
-private:
-  LogicalResult checkOpsets();
-  LogicalResult importInitializers();
+  /// Reads a tensor proto (an initializer, `initializer` its index, or an
+  /// attribute). Moves raw bytes out of `proto` rather than copying them.
   FailureOr<HostTensor>
   tensorFromProto(onnx::TensorProto &proto, Location loc,
                   std::optional<size_t> initializer = std::nullopt);
+
+private:
+  LogicalResult checkOpsets();
+  LogicalResult importInitializers();
+
   LogicalResult bindInputs(SmallVectorImpl<std::string> &inputNames,
                            SmallVectorImpl<Type> &inputTypes);
   LogicalResult sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order);
@@ -776,6 +780,11 @@ ArrayRef<int64_t> NodeContext::getInputShape(unsigned i) {
   if (info->value)
     return info->type.getShape();
   return info->constant->shape;
+}
+
+FailureOr<HostTensor> NodeContext::readTensor(const onnx::TensorProto &proto) {
+  onnx::TensorProto copy = proto;
+  return importer.tensorFromProto(copy, loc);
 }
 
 FailureOr<SmallVector<int64_t>> NodeContext::getConstantInts(unsigned i,

@@ -97,31 +97,24 @@ LogicalResult constantOfShapeHandler(NodeContext &ctx) {
     if (d < 0)
       return ctx.emitError() << "ConstantOfShape shape has a negative "
                              << "dimension " << d;
-  int dataType = onnx::TensorProto_DataType_FLOAT;
-  double value = 0.0;
+  // The fill value: a one-element tensor attribute, f32 0 by default.
+  HostTensor fill(onnx::TensorProto_DataType_FLOAT, {});
+  fill.mutableFloats().push_back(0.0);
   if (const onnx::AttributeProto *attr = ctx.getAttr("value")) {
-    dataType = attr->t().data_type();
-    onnx::TensorProto proto = attr->t();
-    if (proto.has_raw_data() && dataTypeSize(dataType) &&
-        proto.raw_data().size() >= dataTypeSize(dataType)) {
-      HostTensor one = HostTensor::fromRaw(
-          dataType, {},
-          RawBytes{proto.raw_data().data(), dataTypeSize(dataType), nullptr});
-      value = one.getAsDouble(0);
-    } else if (proto.float_data_size()) {
-      value = proto.float_data(0);
-    } else if (proto.int64_data_size()) {
-      value = static_cast<double>(proto.int64_data(0));
-    } else if (proto.int32_data_size()) {
-      value = proto.int32_data(0);
-    } else if (proto.double_data_size()) {
-      value = proto.double_data(0);
-    }
+    FailureOr<HostTensor> value = ctx.readTensor(attr->t());
+    if (failed(value))
+      return failure();
+    if (value->getNumElements() != 1)
+      return ctx.emitError() << "ConstantOfShape value must have one element";
+    fill = std::move(*value);
   }
-  if (!dataTypeSize(dataType) || product(*shape) > kMaxFoldedElements)
-    return failure();
-  ctx.setOutput(0,
-                makeTensor(dataType, *shape, [&](int64_t) { return value; }));
+  if (product(*shape) > kMaxFoldedElements)
+    return ctx.emitError() << "ConstantOfShape of " << product(*shape)
+                           << " elements is larger than Partita folds ("
+                           << kMaxFoldedElements << ")";
+  double value = fill.getAsDouble(0);
+  ctx.setOutput(
+      0, makeTensor(fill.dataType, *shape, [&](int64_t) { return value; }));
   return success();
 }
 
@@ -154,47 +147,17 @@ LogicalResult rangeHandler(NodeContext &ctx) {
   return success();
 }
 
-LogicalResult foldConstant(NodeContext &ctx) {
+/// Constant: a tensor attribute (read as initializers are) or one of the
+/// value_float(s) / value_int(s) lists.
+LogicalResult constantHandler(NodeContext &ctx) {
   const onnx::NodeProto &node = ctx.getNode();
   for (const onnx::AttributeProto &attr : node.attribute()) {
     StringRef name = attr.name();
     if (name == "value") {
-      // Small tensor protos are expanded; raw bytes are copied once.
-      const onnx::TensorProto &proto = attr.t();
-      int dataType = proto.data_type();
-      SmallVector<int64_t> shape(proto.dims().begin(), proto.dims().end());
-      if (!dataTypeSize(dataType))
+      FailureOr<HostTensor> value = ctx.readTensor(attr.t());
+      if (failed(value))
         return failure();
-      if (proto.has_raw_data()) {
-        if (proto.raw_data().size() != product(shape) * dataTypeSize(dataType))
-          return failure();
-        auto holder = std::make_shared<std::string>(proto.raw_data());
-        ctx.setOutput(0, HostTensor::fromRaw(
-                             dataType, shape,
-                             RawBytes{holder->data(), holder->size(), holder}));
-        return success();
-      }
-      HostTensor t(dataType, shape);
-      if (isFloatType(dataType)) {
-        if (dataType == onnx::TensorProto_DataType_DOUBLE)
-          t.mutableFloats().assign(proto.double_data().begin(),
-                                   proto.double_data().end());
-        else
-          t.mutableFloats().assign(proto.float_data().begin(),
-                                   proto.float_data().end());
-        if (static_cast<int64_t>(t.mutableFloats().size()) != product(shape))
-          return failure();
-      } else {
-        if (dataType == onnx::TensorProto_DataType_INT64)
-          t.mutableInts().assign(proto.int64_data().begin(),
-                                 proto.int64_data().end());
-        else
-          t.mutableInts().assign(proto.int32_data().begin(),
-                                 proto.int32_data().end());
-        if (static_cast<int64_t>(t.mutableInts().size()) != product(shape))
-          return failure();
-      }
-      ctx.setOutput(0, std::move(t));
+      ctx.setOutput(0, std::move(*value));
       return success();
     }
     // value_float(s) / value_int(s): a scalar, or a vector of the list.
@@ -222,10 +185,6 @@ LogicalResult foldConstant(NodeContext &ctx) {
       return success();
     }
   }
-  return failure();
-}
-
-LogicalResult buildConstant(NodeContext &ctx) {
   return ctx.emitError() << "Constant has no value Partita can read (sparse "
                             "or string values are not supported)";
 }
@@ -735,7 +694,7 @@ void mlir::partita::onnx_import::registerShapeOps(OpRegistry &registry) {
   registry.add("Size", {1, foldSize, nullptr, /*evaluatesFromTypes=*/true});
   add(registry, "ConstantOfShape", 9, constantOfShapeHandler);
   add(registry, "Range", 11, rangeHandler);
-  registry.add("Constant", {1, foldConstant, buildConstant});
+  add(registry, "Constant", 1, constantHandler);
   add(registry, "Reshape", 5, reshapeHandler);
   add(registry, "Flatten", 1, flattenHandler);
   add(registry, "Squeeze", 1, squeezeHandler);
