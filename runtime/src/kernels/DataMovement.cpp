@@ -345,27 +345,38 @@ Status runSlice(KernelContext &ctx) {
   return Status::ok();
 }
 
+/// Concat's operands and split's results: pieces of `whole` along `axis`,
+/// of its type and of its shape elsewhere, whose sizes add up to its own.
+Status checkPieces(KernelContext &ctx, const Tensor &whole,
+                   const std::vector<Tensor> &pieces, int64_t axis,
+                   const std::string &piece, const std::string &wholeName) {
+  int64_t rank = static_cast<int64_t>(whole.shape.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Tensor &t = pieces[i];
+    std::string what = piece + " " + std::to_string(i);
+    PARTITA_RETURN_IF_ERROR(ctx.expectDType(t, whole.dtype, what));
+    std::vector<int64_t> expected = whole.shape;
+    if (static_cast<int64_t>(t.shape.size()) == rank)
+      expected[axis] = t.shape[axis];
+    PARTITA_RETURN_IF_ERROR(ctx.expectShape(t, expected, what));
+    total += t.shape[axis];
+  }
+  if (total != whole.shape[axis])
+    return ctx.error("the " + piece + "s' sizes along the axis sum to " +
+                     std::to_string(total) + ", the " + wholeName + " has " +
+                     std::to_string(whole.shape[axis]));
+  return Status::ok();
+}
+
 Status runConcat(KernelContext &ctx) {
   const Tensor &result = ctx.results[0];
   int64_t axis;
   PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("axis", axis));
   int64_t rank = static_cast<int64_t>(result.shape.size());
   PARTITA_RETURN_IF_ERROR(normalizeAxis(ctx, axis, rank));
-  int64_t total = 0;
-  for (size_t i = 0; i < ctx.operands.size(); ++i) {
-    const Tensor &in = ctx.operands[i];
-    std::string what = "operand " + std::to_string(i);
-    PARTITA_RETURN_IF_ERROR(ctx.expectDType(in, result.dtype, what));
-    std::vector<int64_t> expected = result.shape;
-    if (static_cast<int64_t>(in.shape.size()) == rank)
-      expected[axis] = in.shape[axis];
-    PARTITA_RETURN_IF_ERROR(ctx.expectShape(in, expected, what));
-    total += in.shape[axis];
-  }
-  if (total != result.shape[axis])
-    return ctx.error("the operands' sizes along the axis sum to " +
-                     std::to_string(total) + ", the result has " +
-                     std::to_string(result.shape[axis]));
+  PARTITA_RETURN_IF_ERROR(
+      checkPieces(ctx, result, ctx.operands, axis, "operand", "result"));
   size_t es = dtypeSize(result.dtype);
   std::vector<int64_t> outStrides = contiguousStrides(result.shape);
   int64_t offset = 0;
@@ -385,21 +396,8 @@ Status runSplit(KernelContext &ctx) {
   PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("axis", axis));
   int64_t rank = static_cast<int64_t>(input.shape.size());
   PARTITA_RETURN_IF_ERROR(normalizeAxis(ctx, axis, rank));
-  int64_t total = 0;
-  for (size_t i = 0; i < ctx.results.size(); ++i) {
-    const Tensor &out = ctx.results[i];
-    std::string what = "result " + std::to_string(i);
-    PARTITA_RETURN_IF_ERROR(ctx.expectDType(out, input.dtype, what));
-    std::vector<int64_t> expected = input.shape;
-    if (static_cast<int64_t>(out.shape.size()) == rank)
-      expected[axis] = out.shape[axis];
-    PARTITA_RETURN_IF_ERROR(ctx.expectShape(out, expected, what));
-    total += out.shape[axis];
-  }
-  if (total != input.shape[axis])
-    return ctx.error("the results' sizes along the axis sum to " +
-                     std::to_string(total) + ", the input has " +
-                     std::to_string(input.shape[axis]));
+  PARTITA_RETURN_IF_ERROR(
+      checkPieces(ctx, input, ctx.results, axis, "result", "input"));
   size_t es = dtypeSize(input.dtype);
   std::vector<int64_t> inStrides = contiguousStrides(input.shape);
   int64_t offset = 0;
