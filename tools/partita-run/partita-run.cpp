@@ -7,8 +7,9 @@
 // partita-run ART --input NAME=FILE ... [--output-dir DIR] [--ranks N]
 //             [--repeat N] [--warmup N] [--timeout SECONDS] [--threads N]
 //
-// Loads a host artifact, runs all its ranks as threads of this process,
-// writes each output as DIR/NAME.npy and prints one summary line per
+// Loads a host artifact, runs all its ranks as threads of this process
+// (each reading its shard of every input), assembles each output from the
+// ranks' shards, writes it as DIR/NAME.npy and prints one summary line per
 // output (and the latency with --repeat). Exit status: 0 ok, 1 error.
 //
 //===----------------------------------------------------------------------===//
@@ -18,6 +19,7 @@
 #include "partita/runtime/Float16.h"
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/HostKernels.h"
+#include "partita/runtime/Sharding.h"
 #include "partita/runtime/TensorFile.h"
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sys/stat.h>
 #include <thread>
 
@@ -146,20 +149,6 @@ std::string specString(const TensorSpec &spec) {
   return dtypeName(spec.dtype) + " " + shapeString(spec.shape);
 }
 
-std::string shardingString(const TensorSharding &sharding) {
-  std::string text = "dims [";
-  for (size_t i = 0; i < sharding.dims.size(); ++i) {
-    text += i ? ", [" : "[";
-    for (size_t j = 0; j < sharding.dims[i].size(); ++j)
-      text += (j ? ", " : "") + sharding.dims[i][j];
-    text += "]";
-  }
-  text += "], partial [";
-  for (size_t i = 0; i < sharding.partial.size(); ++i)
-    text += (i ? ", " : "") + sharding.partial[i];
-  return text + "]";
-}
-
 /// Reads the --input files and matches them against the manifest's inputs.
 Status readInputs(const Manifest &manifest, const Options &options,
                   std::map<std::string, HostTensor> &inputs) {
@@ -203,12 +192,14 @@ Status readInputs(const Manifest &manifest, const Options &options,
   return Status::ok();
 }
 
-/// What one rank runs with: its executor, pool and output memory.
+/// What one rank runs with: its executor, pool, its shards of the sharded
+/// inputs and its output memory.
 struct RankRun {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Executor> executor;
   std::vector<NamedTensor> inputs;
   std::vector<NamedTensor> outputs;
+  std::vector<HostTensor> inputMemory;
   std::vector<HostTensor> outputMemory;
   Status status;
 };
@@ -217,19 +208,51 @@ Status prepareRank(const Artifact &artifact, int32_t rank,
                    Communicator &communicator, unsigned threads,
                    const std::map<std::string, HostTensor> &inputs,
                    RankRun &run) {
+  const Manifest &manifest = artifact.manifest();
   const program::Program &program = artifact.program(rank);
+  std::string where = "rank " + std::to_string(rank);
   run.pool = std::make_unique<ThreadPool>(threads);
   PARTITA_RETURN_IF_ERROR(Executor::create(
       program, artifact.weights(), communicator, *run.pool, run.executor));
-  // Every rank reads the whole (replicated) input; a pipeline stage binds
-  // only the inputs it uses.
+  // A replicated input is read in place by every rank; a sharded one is
+  // copied, each rank getting its block. A pipeline stage binds only the
+  // inputs it uses.
   for (const program::Binding &binding : program.inputs()) {
     auto it = inputs.find(binding.name());
-    if (it == inputs.end())
-      return Status::error("rank " + std::to_string(rank) + " reads input '" +
-                           binding.name() +
+    auto spec = std::find_if(manifest.inputs.begin(), manifest.inputs.end(),
+                             [&](const TensorSpec &candidate) {
+                               return candidate.name == binding.name();
+                             });
+    if (it == inputs.end() || spec == manifest.inputs.end())
+      return Status::error(where + " reads input '" + binding.name() +
                            "', which the manifest does not list");
-    run.inputs.push_back({binding.name(), it->second.tensor()});
+    std::string what = "input '" + binding.name() + "'";
+    std::vector<int64_t> shape;
+    Status located = localShape(*spec, manifest, rank, shape);
+    if (!located)
+      return Status::error(what + ": " + located.message());
+    if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
+      return Status::error(where + ": " + what + " has no buffer");
+    const program::TensorType &type = program.buffers(binding.buffer()).type();
+    std::vector<int64_t> read(type.shape().begin(), type.shape().end());
+    if (type.dtype() != spec->dtype || read != shape)
+      return Status::error(what + " is " + specString(*spec) +
+                           " in the manifest with sharding " +
+                           shardingString(spec->sharding) + ", so " + where +
+                           " should read " + dtypeName(spec->dtype) + " " +
+                           shapeString(shape) + ", but its program reads " +
+                           dtypeName(type.dtype()) + " " + shapeString(read));
+    if (spec->sharding.isReplicated()) {
+      run.inputs.push_back({binding.name(), it->second.tensor()});
+      continue;
+    }
+    HostTensor shard;
+    Status extracted = extractShard(it->second.tensor(), spec->sharding,
+                                    manifest, rank, shard);
+    if (!extracted)
+      return Status::error(what + ": " + extracted.message());
+    run.inputs.push_back({binding.name(), shard.tensor()});
+    run.inputMemory.push_back(std::move(shard));
   }
   run.outputMemory.resize(size_t(program.outputs_size()));
   for (int i = 0; i < program.outputs_size(); ++i) {
@@ -263,6 +286,93 @@ Status runAll(std::vector<RankRun> &runs) {
     if (!run.status)
       messages += (messages.empty() ? "" : "\n  ") + run.status.message();
   return messages.empty() ? Status::ok() : Status::error(messages);
+}
+
+/// Where an output comes from: the first rank that binds a replicated one
+/// (rank 0, unless a pipeline puts the last stage elsewhere), every rank
+/// that binds a sharded one, assembled into `global`.
+struct OutputPlan {
+  const TensorSpec *spec = nullptr;
+  bool sharded = false;
+  std::vector<std::pair<int32_t, const Tensor *>> shards;
+  HostTensor global;
+
+  const Tensor &tensor() const {
+    return sharded ? global.tensor() : *shards[0].second;
+  }
+};
+
+Status planOutput(const Manifest &manifest, const TensorSpec &spec,
+                  const std::vector<RankRun> &runs, OutputPlan &plan) {
+  std::string what = "output '" + spec.name + "'";
+  plan.spec = &spec;
+  plan.sharded = !spec.sharding.isReplicated();
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (const NamedTensor &named : runs[r].outputs)
+      if (named.name == spec.name)
+        plan.shards.emplace_back(int32_t(r), &named.tensor);
+    if (!plan.sharded && !plan.shards.empty())
+      break;
+  }
+  if (plan.shards.empty())
+    return Status::error(what + " is produced by no rank");
+  if (!plan.sharded) {
+    const Tensor &found = *plan.shards[0].second;
+    if (found.dtype != spec.dtype || found.shape != spec.shape)
+      return Status::error(what + " is " + specString(spec) +
+                           " in the manifest, but its rank produces " +
+                           dtypeName(found.dtype) + " " +
+                           shapeString(found.shape));
+    return Status::ok();
+  }
+
+  // Every distinct shard must come from some rank, or part of the output
+  // would silently stay zero.
+  std::set<int64_t> covered;
+  int64_t count = 1;
+  for (const auto &[rank, tensor] : plan.shards) {
+    std::vector<int64_t> shape;
+    Status located = localShape(spec, manifest, rank, shape);
+    if (!located)
+      return Status::error(what + ": " + located.message());
+    if (tensor->dtype != spec.dtype || tensor->shape != shape)
+      return Status::error(
+          what + " is " + specString(spec) + " in the manifest with sharding " +
+          shardingString(spec.sharding) + ", so rank " + std::to_string(rank) +
+          " should produce " + dtypeName(spec.dtype) + " " +
+          shapeString(shape) + ", but it produces " + dtypeName(tensor->dtype) +
+          " " + shapeString(tensor->shape));
+    int64_t index = 0;
+    Status indexed = shardIndex(spec.sharding, manifest, rank, index, count);
+    if (!indexed)
+      return Status::error(what + ": " + indexed.message());
+    covered.insert(index);
+  }
+  if (int64_t(covered.size()) != count)
+    return Status::error(what + " (sharding " + shardingString(spec.sharding) +
+                         ") is split into " + std::to_string(count) +
+                         " shards, but the ranks that produce it hold only " +
+                         std::to_string(covered.size()) + " of them");
+  Status allocated = plan.global.allocate(spec.dtype, spec.shape);
+  if (!allocated)
+    return Status::error(what + ": " + allocated.message());
+  return Status::ok();
+}
+
+/// Copies every rank's shard of a sharded output into its global tensor;
+/// ranks that differ only on replicating axes write the same block.
+Status assemble(const Manifest &manifest, OutputPlan &plan) {
+  if (!plan.sharded)
+    return Status::ok();
+  Tensor global = plan.global.tensor();
+  for (const auto &[rank, tensor] : plan.shards) {
+    Status inserted =
+        insertShard(*tensor, plan.spec->sharding, manifest, rank, global);
+    if (!inserted)
+      return Status::error("output '" + plan.spec->name +
+                           "': " + inserted.message());
+  }
+  return Status::ok();
 }
 
 double elementAt(const Tensor &tensor, int64_t i) {
@@ -386,17 +496,11 @@ int runMain(int argc, char **argv) {
                 std::to_string(worldSize) +
                 " ranks, and a host artifact runs all of them in this "
                 "process; compile with another --mesh for another count");
-  for (const TensorSpec &spec : manifest.inputs)
-    if (!spec.sharding.isReplicated())
-      return fail("input '" + spec.name + "' is sharded (" +
-                  shardingString(spec.sharding) +
-                  "); partita-run feeds every rank the whole input and "
-                  "cannot split it yet");
   for (const TensorSpec &spec : manifest.outputs)
-    if (!spec.sharding.isReplicated())
-      return fail("output '" + spec.name + "' is sharded (" +
+    if (!spec.sharding.partial.empty())
+      return fail("output '" + spec.name + "' holds partial sums (sharding " +
                   shardingString(spec.sharding) +
-                  "); partita-run cannot assemble sharded outputs yet");
+                  "): the program should have reduced them (a compiler bug)");
 
   std::map<std::string, HostTensor> inputs;
   Status read = readInputs(manifest, options, inputs);
@@ -417,24 +521,12 @@ int runMain(int argc, char **argv) {
       return fail(prepared.message());
   }
 
-  // Each output comes from the first rank that binds it: rank 0, unless a
-  // pipeline puts the last stage elsewhere.
-  std::vector<std::pair<const TensorSpec *, const Tensor *>> outputs;
-  for (const TensorSpec &spec : manifest.outputs) {
-    const Tensor *found = nullptr;
-    for (size_t r = 0; r < runs.size() && !found; ++r)
-      for (const NamedTensor &named : runs[r].outputs)
-        if (named.name == spec.name) {
-          found = &named.tensor;
-          break;
-        }
-    if (!found)
-      return fail("output '" + spec.name + "' is produced by no rank");
-    if (found->dtype != spec.dtype || found->shape != spec.shape)
-      return fail("output '" + spec.name + "' is " + specString(spec) +
-                  " in the manifest, but its rank produces " +
-                  dtypeName(found->dtype) + " " + shapeString(found->shape));
-    outputs.emplace_back(&spec, found);
+  std::vector<OutputPlan> outputs(manifest.outputs.size());
+  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+    Status planned =
+        planOutput(manifest, manifest.outputs[i], runs, outputs[i]);
+    if (!planned)
+      return fail(planned.message());
   }
 
   int64_t warmup = options.warmup >= 0  ? options.warmup
@@ -458,12 +550,17 @@ int runMain(int argc, char **argv) {
     if (!made)
       return fail(made.message());
   }
-  for (const auto &[spec, tensor] : outputs) {
-    std::string line = summary(spec->name, *tensor);
+  for (OutputPlan &output : outputs) {
+    Status assembled = assemble(manifest, output);
+    if (!assembled)
+      return fail(assembled.message());
+    const TensorSpec *spec = output.spec;
+    const Tensor &tensor = output.tensor();
+    std::string line = summary(spec->name, tensor);
     if (!options.outputDirectory.empty()) {
       std::string path =
           options.outputDirectory + "/" + fileNameFor(spec->name) + ".npy";
-      Status written = writeNpy(path, *tensor);
+      Status written = writeNpy(path, tensor);
       if (!written)
         return fail(written.message());
       line += " -> " + path;
