@@ -6,15 +6,16 @@ dist.mesh @mesh [dp = 1, tp = 4]
 // CHECK-LABEL: func.func @group_of_one
 // CHECK-SAME: %[[X:.*]]: tensor<8x16xf32>
 func.func @group_of_one(%x: tensor<8x16xf32>)
-    -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) {
+    -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) {
   // CHECK-NOT: dist.
-  // CHECK: return %[[X]], %[[X]], %[[X]], %[[X]], %[[X]]
+  // CHECK: return %[[X]], %[[X]], %[[X]], %[[X]], %[[X]], %[[X]]
   %0 = dist.all_reduce sum %x on @mesh axes [dp] : tensor<8x16xf32>
   %1 = dist.all_gather %x on @mesh axes [dp] gather_dim 0 : tensor<8x16xf32> -> tensor<8x16xf32>
   %2 = dist.reduce_scatter sum %x on @mesh axes [dp] scatter_dim 1 : tensor<8x16xf32> -> tensor<8x16xf32>
   %3 = dist.all_to_all %x on @mesh axes [dp] split_dim 1 concat_dim 0 : tensor<8x16xf32> -> tensor<8x16xf32>
   %4 = dist.collective_permute %x on @mesh axes [dp] shift 1 : tensor<8x16xf32>
-  return %0, %1, %2, %3, %4 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>
+  %5 = dist.all_slice %x on @mesh axes [dp] slice_dim 1 : tensor<8x16xf32> -> tensor<8x16xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>
 }
 
 // -----

@@ -285,6 +285,84 @@ func.func @reduce_scatter_wrong_local_shape(%x: tensor<8x8xf32>) {
 }
 
 //===----------------------------------------------------------------------===//
+// dist.all_slice
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @all_slice_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_slice_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.all_slice %x on @mesh axes [tp] slice_dim 0 : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_slice_no_axes(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_slice_c2: the group names no mesh axis}}
+  %0 = dist.all_slice %x on @mesh axes [] slice_dim 0 : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_slice_dim_out_of_range(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all_slice_c3: slice_dim 1 is out of range for an operand of rank 1}}
+  %0 = dist.all_slice %x on @mesh axes [tp] slice_dim 1 : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_slice_indivisible(%x: tensor<6xf32>) {
+  // expected-error @+1 {{all_slice_c4: dimension slice_dim = 0 has size 6, which is not divisible by the group size 4}}
+  %0 = dist.all_slice %x on @mesh axes [tp] slice_dim 0 : tensor<6xf32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @all_slice_wrong_local_shape(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{all_slice_c5: expected result type 'tensor<8x2xf32>' for group size 4, got 'tensor<2x8xf32>'}}
+  %0 = dist.all_slice %x on @mesh axes [tp] slice_dim 1 : tensor<8x8xf32> -> tensor<2x8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// dist.axis_index
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @axis_index_unknown_mesh() {
+  // expected-error @+1 {{axis_index_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.axis_index on @mesh axes [tp] : tensor<i64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @axis_index_axis_twice() {
+  // expected-error @+1 {{axis_index_c2: axis 'tp' appears more than once}}
+  %0 = dist.axis_index on @mesh axes [tp, tp] : tensor<i64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 4]
+func.func @axis_index_unknown_axis() {
+  // expected-error @+1 {{axis_index_c2: 'dp' is not an axis of mesh @mesh}}
+  %0 = dist.axis_index on @mesh axes [dp] : tensor<i64>
+  return
+}
+
+//===----------------------------------------------------------------------===//
 // dist.all_to_all
 //===----------------------------------------------------------------------===//
 

@@ -264,3 +264,17 @@ func.func @stages(%x: tensor<2x128xf32>) -> tensor<2x128xf32> {
 // CHECK-LABEL: func.func private @tokens
 // CHECK-SAME: !dist.token<tensor<4x8xf32>>, !dist.token<none>
 func.func private @tokens(!dist.token<tensor<4x8xf32>>, !dist.token<none>)
+
+// -----
+
+dist.mesh @mesh [dp = 2, tp = 4]
+
+// CHECK-LABEL: func.func @all_slice_and_axis_index
+// CHECK-SAME: %[[W:.*]]: tensor<64x256xf32>
+func.func @all_slice_and_axis_index(%w: tensor<64x256xf32>) -> (tensor<64x32xf32>, tensor<i64>) {
+  // CHECK: dist.all_slice %[[W]] on @mesh axes [dp, tp] slice_dim 1 : tensor<64x256xf32> -> tensor<64x32xf32>
+  %0 = dist.all_slice %w on @mesh axes [dp, tp] slice_dim 1 : tensor<64x256xf32> -> tensor<64x32xf32>
+  // CHECK: dist.axis_index on @mesh axes [tp] : tensor<i64>
+  %1 = dist.axis_index on @mesh axes [tp] : tensor<i64>
+  return %0, %1 : tensor<64x32xf32>, tensor<i64>
+}

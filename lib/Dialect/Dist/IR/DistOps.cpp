@@ -258,6 +258,9 @@ template <typename OpTy> LogicalResult verifyCollective(OpTy op) {
   } else if constexpr (isOneOf<OpTy, ReduceScatterOp, ReduceScatterStartOp>) {
     if (failed(checkDim(op.getScatterDim(), "scatter_dim")))
       return failure();
+  } else if constexpr (isOneOf<OpTy, AllSliceOp>) {
+    if (failed(checkDim(op.getSliceDim(), "slice_dim")))
+      return failure();
   } else if constexpr (isOneOf<OpTy, AllToAllOp, AllToAllStartOp>) {
     if (failed(checkDim(op.getSplitDim(), "split_dim")) ||
         failed(checkDim(op.getConcatDim(), "concat_dim")))
@@ -311,6 +314,12 @@ LogicalResult verifyCollectiveSymbolUses(OpTy op,
   } else if constexpr (isOneOf<OpTy, ReduceScatterOp, ReduceScatterStartOp>) {
     uint64_t dim = op.getScatterDim();
     if (!inRange(dim) || failed(checkDivisible(dim, "scatter_dim")))
+      return failure();
+    shape[dim] /= n;
+    resultConstraint = 5;
+  } else if constexpr (isOneOf<OpTy, AllSliceOp>) {
+    uint64_t dim = op.getSliceDim();
+    if (!inRange(dim) || failed(checkDivisible(dim, "slice_dim")))
       return failure();
     shape[dim] /= n;
     resultConstraint = 5;
@@ -558,6 +567,25 @@ OpFoldResult ReduceScatterOp::fold(FoldAdaptor) {
 }
 
 OpFoldResult AllToAllOp::fold(FoldAdaptor) { return foldSingletonGroup(*this); }
+
+OpFoldResult AllSliceOp::fold(FoldAdaptor) { return foldSingletonGroup(*this); }
+
+SmallVector<StringRef> AxisIndexOp::getGroupAxes() {
+  return getStringRefs(getAxes());
+}
+
+LogicalResult AxisIndexOp::verify() {
+  return verifyGroupAxes(*this, "axis_index", 2, getAxes());
+}
+
+LogicalResult
+AxisIndexOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<MeshOp> mesh =
+      verifyMeshSymbol(*this, "axis_index", getMeshAttr(), symbolTable);
+  if (failed(mesh))
+    return failure();
+  return verifyAxesOnMesh(*this, "axis_index", 2, *mesh, getAxes());
+}
 
 OpFoldResult CollectivePermuteOp::fold(FoldAdaptor) {
   // A rotation by a multiple of the ring length moves nothing.

@@ -685,6 +685,84 @@ defm Dist_Recv : Dist_PointToPoint<"recv",
   }]>;
 
 //===----------------------------------------------------------------------===//
+// Device-local ops without communication
+//===----------------------------------------------------------------------===//
+
+def Dist_AllSliceOp : Dist_CollectiveBase<"all_slice", [Pure],
+    (ins I64Attr:$slice_dim), "getResult().getType()"> {
+  let summary = "Keeps this device's block of a tensor every device holds";
+  let description = [{
+    `dist.all_slice` is the inverse of `dist.all_gather`, and moves no data:
+    every device of the group holds the same tensor, splits it along
+    `slice_dim` into as many equal blocks as the group has devices, and keeps
+    the block of its group position. Partitioning uses it where a value that
+    is whole on every device must become split (a replicated weight feeding
+    a column-parallel matmul, a batch entering a data-parallel region). When
+    the operand is a constant, lowering to a rank's program keeps only that
+    rank's block of the weight.
+
+    The position of a device in the group linearises its coordinates on
+    `axes` with the first axis major. A group of size 1 makes the op an
+    identity, and it folds away.
+
+    ```mlir
+    %s = dist.all_slice %w on @mesh axes [tp] slice_dim 1
+        : tensor<64x256xf32> -> tensor<64x128xf32>
+    ```
+
+    **Constraints**
+
+    1. `all_slice_c1`: `mesh` names a `dist.mesh`.
+    2. `all_slice_c2`: `axes` is a non-empty list of distinct axes of the
+       mesh.
+    3. `all_slice_c3`: `0 <= slice_dim < rank(input)`.
+    4. `all_slice_c4`: dimension `slice_dim` of the operand is divisible by
+       the group size.
+    5. `all_slice_c5`: the result type is the operand type with dimension
+       `slice_dim` divided by the group size.
+  }];
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` custom<AxisList>($axes) `slice_dim` $slice_dim
+      attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def Dist_AxisIndexOp : Dist_Op<"axis_index", [
+    Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "This device's position in a group of the mesh";
+  let description = [{
+    `dist.axis_index` returns, as a 0-d `i64` tensor, the position of the
+    running device in the group spanned by `axes`: its coordinates on those
+    axes linearised with the first axis major. Partitioning uses it where a
+    device computes with the offset of its block, as a vocab-parallel
+    embedding does to find which rows of the table it holds. Lowering to a
+    rank's program makes it a constant.
+
+    ```mlir
+    %i = dist.axis_index on @mesh axes [tp] : tensor<i64>
+    ```
+
+    **Constraints**
+
+    1. `axis_index_c1`: `mesh` names a `dist.mesh`.
+    2. `axis_index_c2`: `axes` is a non-empty list of distinct axes of the
+       mesh.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes);
+  let results = (outs 0DTensorOf<[I64]>:$result);
+  let assemblyFormat = [{
+    `on` $mesh `axes` custom<AxisList>($axes) attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The names of the group's axes, major to minor.
+    ::llvm::SmallVector<::llvm::StringRef> getGroupAxes();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // Wait
 //===----------------------------------------------------------------------===//
 
