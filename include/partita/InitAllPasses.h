@@ -8,6 +8,7 @@
 #define PARTITA_INITALLPASSES_H
 
 #include "mlir/Transforms/Passes.h"
+#include "partita/Dialect/Dist/Transforms/Passes.h"
 #include "partita/Dialect/NN/Transforms/Passes.h"
 #include "partita/Pipelines/Pipelines.h"
 

@@ -12,6 +12,7 @@
 #ifndef PARTITA_PASSES_TD
 #define PARTITA_PASSES_TD
 
+include "partita/Dialect/Dist/Transforms/Passes.td"
 include "partita/Dialect/NN/Transforms/Passes.td"
 
 #endif // PARTITA_PASSES_TD

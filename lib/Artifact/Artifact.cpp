@@ -6,6 +6,7 @@
 
 #include "partita/Artifact/Artifact.h"
 
+#include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/runtime/Artifact.h"
 #include "llvm/Support/FileSystem.h"
@@ -28,21 +29,62 @@ std::string modelName(func::FuncOp global) {
 
 /// The global inputs or outputs of the model, replicated on every rank
 /// until sharding places them.
-std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp global, bool results) {
+/// The module's mesh, if the function was partitioned.
+dist::MeshOp meshOf(func::FuncOp func) {
+  if (auto module = func->getParentOfType<ModuleOp>())
+    for (auto mesh : module.getOps<dist::MeshOp>())
+      return mesh;
+  return {};
+}
+
+/// The coordinates of `rank` on the mesh, first axis major.
+std::vector<std::pair<std::string, int64_t>> coordsOf(dist::MeshOp mesh,
+                                                      int64_t rank) {
+  std::vector<std::pair<std::string, int64_t>> coords;
+  if (!mesh)
+    return coords;
+  SmallVector<StringRef> names = mesh.getAxisNameRefs();
+  ArrayRef<int64_t> sizes = mesh.getAxisSizes();
+  coords.resize(names.size());
+  for (int64_t i = static_cast<int64_t>(names.size()) - 1; i >= 0; --i) {
+    coords[i] = {names[i].str(), rank % sizes[i]};
+    rank /= sizes[i];
+  }
+  return coords;
+}
+
+/// The function's inputs or outputs with their global shapes and
+/// shardings (a partitioned function's types are the local ones).
+std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results) {
   std::vector<rt::TensorSpec> specs;
-  ArrayRef<Type> types = results ? global.getFunctionType().getResults()
-                                 : global.getFunctionType().getInputs();
+  dist::MeshOp mesh = meshOf(func);
+  ArrayRef<Type> types = results ? func.getFunctionType().getResults()
+                                 : func.getFunctionType().getInputs();
   for (auto [i, type] : llvm::enumerate(types)) {
     auto tensor = cast<RankedTensorType>(type);
-    StringAttr name =
-        results ? global.getResultAttrOfType<StringAttr>(i, "onnx.name")
-                : global.getArgAttrOfType<StringAttr>(i, "onnx.name");
+    StringAttr name = results
+                          ? func.getResultAttrOfType<StringAttr>(i, "onnx.name")
+                          : func.getArgAttrOfType<StringAttr>(i, "onnx.name");
+    auto sharding =
+        results
+            ? func.getResultAttrOfType<dist::ShardingAttr>(i, "dist.sharding")
+            : func.getArgAttrOfType<dist::ShardingAttr>(i, "dist.sharding");
     rt::TensorSpec spec;
     spec.name =
         name ? name.str() : (results ? "output" : "input") + std::to_string(i);
     spec.dtype = getExecDType(tensor.getElementType());
     spec.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
     spec.sharding.dims.resize(tensor.getRank());
+    if (sharding && mesh) {
+      SmallVector<int64_t> global =
+          sharding.getGlobalShape(tensor.getShape(), mesh);
+      spec.shape.assign(global.begin(), global.end());
+      for (int64_t d = 0; d < tensor.getRank(); ++d)
+        for (StringRef axis : sharding.getAxesOfDim(d))
+          spec.sharding.dims[d].push_back(axis.str());
+      for (StringRef axis : sharding.getPartialAxisNames())
+        spec.sharding.partial.push_back(axis.str());
+    }
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -59,12 +101,17 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
   manifest.modelName = modelName(global);
   manifest.target = options.target;
   manifest.worldSize = programs.size();
+  if (dist::MeshOp mesh = meshOf(global))
+    for (auto [name, size] :
+         llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes()))
+      manifest.meshAxes.push_back({name.str(), size});
   manifest.inputs = tensorSpecs(global, /*results=*/false);
   manifest.outputs = tensorSpecs(global, /*results=*/true);
   manifest.compileOptions = options.compileOptions;
   for (auto [rank, exec] : llvm::enumerate(programs)) {
     rt::RankEntry entry;
     entry.rank = rank;
+    entry.coords = coordsOf(meshOf(global), rank);
     manifest.ranks.push_back(entry);
     for (const ExecWeight &w : exec.weights) {
       rt::Status status = writer.addWeight(
@@ -82,57 +129,102 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
   return success();
 }
 
-LogicalResult mlir::partita::writeReport(func::FuncOp global,
-                                         ArrayRef<ExecProgram> programs,
-                                         StringRef path) {
+ModelSummary mlir::partita::summarizeModel(func::FuncOp global) {
   // The model's size as the global function states it: parameters are the
   // elements of floating-point constants, flops 2mnk per matmul.
-  int64_t nnOps = 0, params = 0, flops = 0;
+  ModelSummary summary;
+  summary.name = modelName(global);
   global.walk([&](Operation *op) {
     if (!isa<nn::NNDialect>(op->getDialect()))
       return;
     if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
       auto type = cast<RankedTensorType>(constant.getType());
       if (isa<FloatType>(type.getElementType()))
-        params += type.getNumElements();
+        summary.params += type.getNumElements();
       return;
     }
-    ++nnOps;
+    ++summary.nnOps;
     if (auto matmul = dyn_cast<nn::MatmulOp>(op)) {
       auto result = cast<RankedTensorType>(matmul.getType());
-      flops += 2 * result.getNumElements() *
-               matmul.getLhs().getType().getShape().back();
+      summary.flops += 2 * result.getNumElements() *
+                       matmul.getLhs().getType().getShape().back();
     }
   });
+  return summary;
+}
 
+LogicalResult mlir::partita::writeReport(const ModelSummary &model,
+                                         func::FuncOp main,
+                                         ArrayRef<ExecProgram> programs,
+                                         StringRef path) {
+  dist::MeshOp mesh = meshOf(main);
   llvm::json::Array ranks;
   for (auto [rank, exec] : llvm::enumerate(programs)) {
     int64_t weightBytes = 0;
     for (const ExecWeight &w : exec.weights)
       weightBytes += w.bytes.size();
+    llvm::json::Object coords;
+    for (auto &[axis, coord] : coordsOf(mesh, rank))
+      coords[axis] = coord;
+    // One entry per (kind, axes), summed over the program.
+    std::vector<ExecCollectiveStat> merged;
+    for (const ExecCollectiveStat &c : exec.collectives) {
+      auto it = llvm::find_if(merged, [&](const ExecCollectiveStat &m) {
+        return m.kind == c.kind && m.axes == c.axes;
+      });
+      if (it == merged.end()) {
+        merged.push_back(c);
+        continue;
+      }
+      it->count += c.count;
+      it->payload += c.payload;
+      it->bytes += c.bytes;
+    }
+    llvm::json::Array collectives;
+    for (const ExecCollectiveStat &c : merged) {
+      llvm::json::Array axes;
+      for (const std::string &axis : c.axes)
+        axes.push_back(axis);
+      collectives.push_back(llvm::json::Object{{"kind", c.kind},
+                                               {"axes", std::move(axes)},
+                                               {"count", c.count},
+                                               {"payload", c.payload},
+                                               {"bytes", c.bytes}});
+    }
     ranks.push_back(llvm::json::Object{
         {"rank", static_cast<int64_t>(rank)},
-        {"coords", llvm::json::Object{}},
+        {"coords", std::move(coords)},
         {"stage", 0},
         {"weight_bytes", weightBytes},
         {"peak_activation_bytes", exec.peakActivationBytes},
         {"activation_bytes_without_reuse", exec.totalActivationBytes},
         {"kernels", exec.numKernels},
         {"fused_elementwise_ops", exec.numFusedOps},
-        {"collectives", llvm::json::Array{}},
+        {"collectives", std::move(collectives)},
         {"p2p", llvm::json::Array{}},
     });
   }
+  llvm::json::Array axes;
+  if (mesh)
+    for (auto [name, size] :
+         llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes()))
+      axes.push_back(llvm::json::Object{{"name", name}, {"size", size}});
+  llvm::json::Array remarks;
+  if (auto module = main->getParentOfType<ModuleOp>())
+    if (auto list = module->getAttrOfType<ArrayAttr>("dist.remarks"))
+      for (auto remark : list.getAsValueRange<StringAttr>())
+        remarks.push_back(remark);
   llvm::json::Object report{
       {"format", "partita-report/1"},
-      {"model", llvm::json::Object{{"name", modelName(global)},
-                                   {"nn_ops", nnOps},
-                                   {"params", params},
-                                   {"flops", flops}}},
-      {"mesh", llvm::json::Object{{"axes", llvm::json::Array{}},
+      {"model", llvm::json::Object{{"name", model.name},
+                                   {"nn_ops", model.nnOps},
+                                   {"params", model.params},
+                                   {"flops", model.flops}}},
+      {"mesh", llvm::json::Object{{"axes", std::move(axes)},
                                   {"world_size",
                                    static_cast<int64_t>(programs.size())}}},
       {"ranks", std::move(ranks)},
+      {"remarks", std::move(remarks)},
       {"pipeline", llvm::json::Object{{"stages", 1},
                                       {"microbatches", 1},
                                       {"schedule", "none"},
@@ -141,7 +233,7 @@ LogicalResult mlir::partita::writeReport(func::FuncOp global,
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);
   if (ec)
-    return global.emitError()
+    return main.emitError()
            << "cannot write the report '" << path << "': " << ec.message();
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";
   return success();

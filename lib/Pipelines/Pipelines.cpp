@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "partita/Dialect/Dist/Transforms/Passes.h"
 #include "partita/Dialect/NN/Transforms/Passes.h"
 
 using namespace mlir;
@@ -29,7 +30,36 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
   func.addPass(createCanonicalizerPass());
 }
 
+void mlir::partita::buildPlanPipeline(OpPassManager &pm,
+                                      const ShardPipelineOptions &options) {
+  AnnotatePassOptions annotate;
+  annotate.mesh = options.mesh;
+  annotate.strategy = options.strategy;
+  pm.addPass(createAnnotatePass(annotate));
+  // The strategy's rewrites (fused segments, repeated key/value heads)
+  // leave dead weights behind.
+  pm.nest<func::FuncOp>().addPass(createCanonicalizerPass());
+  pm.addPass(createPropagateShardingPass());
+}
+
+void mlir::partita::buildPartitionPipeline(OpPassManager &pm) {
+  pm.addPass(createPartitionPass());
+  OpPassManager &func = pm.nest<func::FuncOp>();
+  func.addPass(createCancelCollectivesPass());
+  // One dist.axis_index per group, and no dead global weights.
+  func.addPass(createCSEPass());
+  func.addPass(createCanonicalizerPass());
+}
+
 void mlir::partita::registerPartitaPipelines() {
+  PassPipelineRegistration<ShardPipelineOptions>(
+      "partita-shard-pipeline",
+      "Plan, propagate and partition (partita-compile --mesh ... --emit "
+      "local)",
+      [](OpPassManager &pm, const ShardPipelineOptions &options) {
+        buildPlanPipeline(pm, options);
+        buildPartitionPipeline(pm);
+      });
   PassPipelineRegistration<NNPipelineOptions>(
       "partita-nn-pipeline",
       "Clean up and raise imported nn IR (partita-compile --emit nn)",

@@ -4,8 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// partita-compile MODEL.onnx -o ART [--bind name=value,...] [--target host]
-// partita-compile MODEL.onnx --emit nn|exec [-o FILE]
+// partita-compile MODEL.onnx -o ART [--mesh dp=2,tp=2] [--bind name=value,...]
+//                 [--target host] [--report FILE.json] [--explain]
+// partita-compile MODEL.onnx --emit nn|dist|local|exec [-o FILE]
 //
 // Imports an ONNX model (binary or textual syntax), runs the pipeline up to
 // the requested stage, and writes the artifact or prints the stage. Errors
@@ -16,12 +17,16 @@
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "partita/Artifact/Artifact.h"
 #include "partita/Conversion/NNToExec/NNToExec.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/Frontend/ONNX/Import.h"
 #include "partita/InitAllDialects.h"
 #include "partita/Pipelines/Pipelines.h"
@@ -68,6 +73,21 @@ cl::opt<std::string> reportFile("report",
                                 cl::desc("Write the plan (partita-report/1) as "
                                          "JSON to this file"),
                                 cl::value_desc("FILE.json"), cl::init(""));
+cl::opt<std::string>
+    meshSpec("mesh",
+             cl::desc("Mesh axes and sizes, e.g. dp=2,tp=4 (default: one "
+                      "device)"),
+             cl::value_desc("axis=size,..."), cl::init(""));
+cl::opt<std::string>
+    strategy("strategy",
+             cl::desc("How the mesh is used: megatron (tp: Megatron tensor "
+                      "parallelism, dp: batch) or none (only annotations "
+                      "in the IR)"),
+             cl::init("megatron"));
+cl::opt<bool> explain("explain",
+                      cl::desc("Print each weight's sharding and each "
+                               "collective with the reason it was inserted"),
+                      cl::init(false));
 cl::opt<bool> noRaise("no-raise",
                       cl::desc("Print the nn ops as imported, unraised"),
                       cl::init(false));
@@ -107,8 +127,44 @@ int printStage(llvm::function_ref<void(llvm::raw_ostream &)> print) {
   return 0;
 }
 
-StringRef stageName(EmitStage stage) {
-  return emit.getParser().getOption(static_cast<int>(stage));
+/// One line per weight of the planned (global) function: name, type and
+/// sharding.
+std::vector<std::string> describeWeights(func::FuncOp main) {
+  std::vector<std::string> lines;
+  dist::MeshOp mesh;
+  if (auto module = main->getParentOfType<ModuleOp>())
+    for (auto m : module.getOps<dist::MeshOp>())
+      mesh = m;
+  if (!mesh)
+    return lines;
+  main.walk([&](nn::ConstantOp constant) {
+    auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue());
+    if (!resource)
+      return;
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    os << "  " << resource.getRawHandle().getKey() << "  " << constant.getType()
+       << "  "
+       << dist::formatSharding(
+              dist::getValueSharding(constant.getResult(), mesh));
+    lines.push_back(line);
+  });
+  return lines;
+}
+
+/// The --explain listing: weights, then rank 0's collectives in program
+/// order with the op that needed each.
+void printExplanation(ArrayRef<std::string> weights, const ExecProgram &rank0) {
+  llvm::raw_ostream &os = llvm::outs();
+  os << "weights (name, global type, sharding):\n";
+  for (const std::string &line : weights)
+    os << line << "\n";
+  os << "collectives of rank 0 (kind, axes, payload bytes, reason):\n";
+  for (const ExecCollectiveStat &c : rank0.collectives) {
+    os << "  " << c.kind << " [";
+    llvm::interleaveComma(c.axes, os);
+    os << "]  " << c.payload << "  " << c.reason << "\n";
+  }
 }
 
 int compile(MLIRContext &context) {
@@ -120,16 +176,29 @@ int compile(MLIRContext &context) {
                     "yet; this build compiles for --target host\n";
     return 1;
   }
-  if (emit != EmitStage::NN && emit != EmitStage::Exec &&
-      emit != EmitStage::Artifact) {
-    llvm::errs() << "partita-compile: error: --emit " << stageName(emit)
-                 << " is not implemented yet; this build provides --emit nn, "
-                    "--emit exec and artifacts\n";
+  if (emit == EmitStage::CUDA) {
+    llvm::errs() << "partita-compile: error: --emit cuda is not implemented "
+                    "yet; this build provides --emit nn, dist, local, exec "
+                    "and artifacts\n";
     return 1;
   }
   if (emit == EmitStage::Artifact && outputFile.empty()) {
     llvm::errs() << "partita-compile: error: give the artifact directory with "
-                    "-o ART, or print a stage with --emit nn|exec\n";
+                    "-o ART, or print a stage with --emit nn|dist|local|exec\n";
+    return 1;
+  }
+  if (!meshSpec.empty()) {
+    std::string error;
+    if (failed(dist::parseMeshAxes(meshSpec, error))) {
+      llvm::errs() << "partita-compile: error: --mesh " << meshSpec << ": "
+                   << error << "\n";
+      return 1;
+    }
+  }
+  if (strategy != "megatron" && strategy != "none") {
+    llvm::errs() << "partita-compile: error: --strategy expects megatron or "
+                    "none, got '"
+                 << strategy << "'\n";
     return 1;
   }
 
@@ -157,31 +226,74 @@ int compile(MLIRContext &context) {
     return 1;
   pipelineTiming.stop();
 
-  if (emit == EmitStage::NN && reportFile.empty()) {
-    TimingScope printTiming = root.nest("Output");
-    return printStage([&](llvm::raw_ostream &os) { module->print(os); });
-  }
-
-  auto main = module->lookupSymbol<func::FuncOp>("main");
-  FailureOr<ExecProgram> exec;
-  {
-    TimingScope lowerTiming = root.nest("Exec lowering");
-    exec = lowerToExecProgram(main, /*rank=*/0, /*worldSize=*/1,
-                              ExecLoweringOptions());
-  }
-  if (failed(exec))
-    return 1;
-  SmallVector<ExecProgram, 1> programs;
-  programs.push_back(std::move(*exec));
-  if (!reportFile.empty() &&
-      failed(writeReport(main, programs, reportFile.getValue())))
-    return 1;
   if (emit == EmitStage::NN)
     return printStage([&](llvm::raw_ostream &os) { module->print(os); });
+
+  auto main = module->lookupSymbol<func::FuncOp>("main");
+  ModelSummary model = summarizeModel(main);
+  std::vector<std::string> weightLines;
+  int64_t worldSize = 1;
+  if (!meshSpec.empty()) {
+    PassManager plan(&context);
+    if (failed(applyPassManagerCLOptions(plan)))
+      return 1;
+    TimingScope planTiming = root.nest("Sharding plan");
+    plan.enableTiming(planTiming);
+    ShardPipelineOptions shardOptions;
+    shardOptions.mesh = meshSpec;
+    shardOptions.strategy = strategy;
+    buildPlanPipeline(plan, shardOptions);
+    if (failed(plan.run(*module)))
+      return 1;
+    planTiming.stop();
+    if (emit == EmitStage::Dist)
+      return printStage([&](llvm::raw_ostream &os) { module->print(os); });
+    if (explain)
+      weightLines = describeWeights(main);
+
+    PassManager partition(&context);
+    if (failed(applyPassManagerCLOptions(partition)))
+      return 1;
+    TimingScope partitionTiming = root.nest("Partition");
+    partition.enableTiming(partitionTiming);
+    buildPartitionPipeline(partition);
+    if (failed(partition.run(*module)))
+      return 1;
+    partitionTiming.stop();
+    for (auto mesh : module->getOps<dist::MeshOp>())
+      worldSize = mesh.getNumDevices();
+  } else if (emit == EmitStage::Dist) {
+    return printStage([&](llvm::raw_ostream &os) { module->print(os); });
+  }
+  if (emit == EmitStage::Local)
+    return printStage([&](llvm::raw_ostream &os) { module->print(os); });
+
+  SmallVector<ExecProgram> programs;
+  {
+    TimingScope lowerTiming = root.nest("Exec lowering");
+    for (int64_t rank = 0; rank < worldSize; ++rank) {
+      FailureOr<ExecProgram> exec = lowerToExecProgram(
+          main, static_cast<int>(rank), static_cast<int>(worldSize),
+          ExecLoweringOptions());
+      if (failed(exec))
+        return 1;
+      programs.push_back(std::move(*exec));
+    }
+  }
+  if (explain)
+    printExplanation(weightLines, programs.front());
+  if (!reportFile.empty() &&
+      failed(writeReport(model, main, programs, reportFile.getValue())))
+    return 1;
   if (emit == EmitStage::Exec) {
     std::string text;
-    google::protobuf::TextFormat::PrintToString(programs.front().program,
-                                                &text);
+    for (auto [rank, exec] : llvm::enumerate(programs)) {
+      std::string one;
+      google::protobuf::TextFormat::PrintToString(exec.program, &one);
+      if (programs.size() > 1)
+        text += "# rank " + std::to_string(rank) + "\n";
+      text += one;
+    }
     return printStage([&](llvm::raw_ostream &os) { os << text; });
   }
 
@@ -197,6 +309,10 @@ int compile(MLIRContext &context) {
     artifact.compileOptions["bind"] = bound;
   if (noRaise)
     artifact.compileOptions["no-raise"] = "true";
+  if (!meshSpec.empty()) {
+    artifact.compileOptions["mesh"] = meshSpec;
+    artifact.compileOptions["strategy"] = strategy;
+  }
   return failed(writeArtifact(main, programs, artifact, outputFile)) ? 1 : 0;
 }
 

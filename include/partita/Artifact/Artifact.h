@@ -29,17 +29,29 @@ struct ArtifactOptions {
   std::map<std::string, std::string> compileOptions;
 };
 
-/// Writes the artifact for `programs` (one per rank, in rank order) of the
-/// model whose global function is `global`. Reports failures (a write
-/// error, an inconsistent program) as a diagnostic at `global`; on failure
-/// nothing is left at `path`.
-LogicalResult writeArtifact(func::FuncOp global, ArrayRef<ExecProgram> programs,
+/// Writes the artifact for `programs` (one per rank, in rank order) of
+/// `main`: the global function, or the one partitioned over the module's
+/// dist.mesh, whose argument and result `dist.sharding`s give the
+/// manifest's global shapes and shardings. Reports failures (a write error,
+/// an inconsistent program) as a diagnostic at `main`; on failure nothing
+/// is left at `path`.
+LogicalResult writeArtifact(func::FuncOp main, ArrayRef<ExecProgram> programs,
                             const ArtifactOptions &options, StringRef path);
 
-/// Writes the --report JSON (format `partita-report/1`) for the model whose
-/// global function is `global` compiled into `programs`.
-LogicalResult writeReport(func::FuncOp global, ArrayRef<ExecProgram> programs,
-                          StringRef path);
+/// What the report says of the model itself, taken from the global
+/// function before partitioning.
+struct ModelSummary {
+  std::string name;
+  int64_t nnOps = 0;
+  int64_t params = 0;
+  int64_t flops = 0;
+};
+ModelSummary summarizeModel(func::FuncOp global);
+
+/// Writes the --report JSON (format `partita-report/1`) for `main` compiled
+/// into `programs`.
+LogicalResult writeReport(const ModelSummary &model, func::FuncOp main,
+                          ArrayRef<ExecProgram> programs, StringRef path);
 
 } // namespace mlir::partita
 

@@ -28,6 +28,24 @@ struct NNPipelineOptions : public PassPipelineOptions<NNPipelineOptions> {
 /// From freshly imported nn to clean transformer-level nn.
 void buildNNPipeline(OpPassManager &pm, const NNPipelineOptions &options);
 
+struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
+  Option<std::string> mesh{*this, "mesh",
+                           llvm::cl::desc("Mesh axes and sizes, e.g. "
+                                          "dp=2,tp=4"),
+                           llvm::cl::init("")};
+  Option<std::string> strategy{*this, "strategy",
+                               llvm::cl::desc("megatron or none"),
+                               llvm::cl::init("megatron")};
+};
+
+/// Global nn to nn with a sharding on every value: the strategy's
+/// annotations, then propagation (partita-compile --emit dist).
+void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
+
+/// Global nn with shardings to the SPMD program of every device: partition,
+/// then cancel collectives and clean up (partita-compile --emit local).
+void buildPartitionPipeline(OpPassManager &pm);
+
 /// Registers every pipeline with the pass registry (for partita-opt).
 void registerPartitaPipelines();
 

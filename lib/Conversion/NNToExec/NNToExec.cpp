@@ -13,12 +13,19 @@
 //     writes it to the last one that reads it (through views too), and
 //     activations whose lives do not overlap share arena bytes.
 //
+// A partitioned (SPMD) function becomes the program of one rank here: its
+// dist collectives become collective instructions over the rank's groups,
+// dist.axis_index a constant, and dist.all_slice of a constant the rank's
+// block of the weight (other slices a slice kernel).
+//
 //===----------------------------------------------------------------------===//
 
 #include "partita/Conversion/NNToExec/NNToExec.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -206,6 +213,57 @@ void setAttributes(Operation *op,
           [&](auto o) { m["axis"] = intAttr(o.getAxis()); });
 }
 
+/// Where a rank sits in the mesh of a partitioned function.
+class RankPlace {
+public:
+  RankPlace() = default;
+  RankPlace(dist::MeshOp mesh, int64_t rank) : mesh(mesh) {
+    sizes.assign(mesh.getAxisSizes().begin(), mesh.getAxisSizes().end());
+    coords.resize(sizes.size());
+    for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
+      coords[i] = rank % sizes[i];
+      rank /= sizes[i];
+    }
+  }
+
+  /// The rank's position in the group spanned by `axes`.
+  int64_t position(ArrayRef<StringRef> axes) const {
+    int64_t p = 0;
+    for (StringRef axis : axes) {
+      unsigned i = *mesh.getAxisIndex(axis);
+      p = p * sizes[i] + coords[i];
+    }
+    return p;
+  }
+
+  /// The global ranks of the rank's group spanned by `axes`, in group order.
+  SmallVector<int32_t> group(ArrayRef<StringRef> axes) const {
+    SmallVector<int64_t> c(coords);
+    SmallVector<int32_t> ranks;
+    std::function<void(unsigned)> visit = [&](unsigned k) {
+      if (k == axes.size()) {
+        int64_t r = 0;
+        for (size_t i = 0; i < sizes.size(); ++i)
+          r = r * sizes[i] + c[i];
+        ranks.push_back(static_cast<int32_t>(r));
+        return;
+      }
+      unsigned i = *mesh.getAxisIndex(axes[k]);
+      for (int64_t v = 0; v < sizes[i]; ++v) {
+        c[i] = v;
+        visit(k + 1);
+      }
+    };
+    visit(0);
+    return ranks;
+  }
+
+private:
+  // Op accessors are not const; the handle itself is.
+  mutable dist::MeshOp mesh;
+  SmallVector<int64_t> sizes, coords;
+};
+
 class Lowering {
 public:
   Lowering(func::FuncOp func, const ExecLoweringOptions &options)
@@ -215,6 +273,21 @@ public:
   ExecProgram result;
 
 private:
+  /// A constant, or a rank's block of one, kept on the host until an
+  /// instruction needs it as a buffer.
+  struct HostData {
+    std::string name;
+    RankedTensorType type;
+    ArrayRef<char> bytes;
+  };
+
+  LogicalResult deferConstant(nn::ConstantOp op);
+  void deferSlice(dist::AllSliceOp op);
+  int32_t materialize(Value value);
+  void emitCollective(Operation *op);
+  void emitSlice(dist::AllSliceOp op);
+  ArrayRef<char> own(std::vector<char> bytes);
+
   /// One epilogue step an elementwise op became.
   struct Fused {
     Operation *head; // The kernel whose epilogue holds the step.
@@ -237,7 +310,191 @@ private:
   llvm::DenseMap<Operation *, unsigned> position;
   /// Per buffer: the instruction that writes it and the last that reads it.
   std::vector<int64_t> firstWrite, lastRead;
+  RankPlace place;
+  llvm::DenseMap<Value, HostData> hostData;
 };
+
+/// Whether every use of `value` is a dist.all_slice (so the whole tensor
+/// need not be a buffer).
+bool onlySliced(Value value) {
+  return !value.use_empty() && llvm::all_of(value.getUsers(), [](Operation *u) {
+    return isa<dist::AllSliceOp>(u);
+  });
+}
+
+bool isCollective(Operation *op) {
+  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
+             dist::AllToAllOp, dist::CollectivePermuteOp>(op);
+}
+
+ArrayRef<char> Lowering::own(std::vector<char> bytes) {
+  result.ownedBytes.push_back(
+      std::make_unique<std::vector<char>>(std::move(bytes)));
+  const std::vector<char> &owned = *result.ownedBytes.back();
+  return ArrayRef<char>(owned.data(), owned.size());
+}
+
+LogicalResult Lowering::deferConstant(nn::ConstantOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  HostData data{"", type, {}};
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(op.getValue())) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return op.emitError() << "weight '" << resource.getRawHandle().getKey()
+                            << "' has no data";
+    data.name = resource.getRawHandle().getKey().str();
+    data.bytes = blob->getData();
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(op.getValue())) {
+    data.name = "constant." + std::to_string(hostData.size());
+    data.bytes = own(serialize(dense));
+  } else {
+    return op.emitError() << "constant of an unsupported kind";
+  }
+  hostData[op.getResult()] = std::move(data);
+  return success();
+}
+
+void Lowering::deferSlice(dist::AllSliceOp op) {
+  const HostData &from = hostData.find(op.getInput())->second;
+  auto type = cast<RankedTensorType>(op.getType());
+  SmallVector<StringRef> axes = op.getGroupAxes();
+  int64_t dim = op.getSliceDim();
+  int64_t block = place.position(axes);
+  int64_t parts = from.type.getDimSize(dim) / type.getDimSize(dim);
+  // Bytes of one index of `dim` (everything inside it), and how many
+  // blocks of the dimensions outside it there are.
+  size_t width =
+      from.bytes.size() / std::max<int64_t>(from.type.getNumElements(), 1);
+  size_t inner = width;
+  for (int64_t d = dim + 1; d < type.getRank(); ++d)
+    inner *= type.getDimSize(d);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= type.getDimSize(d);
+  size_t chunk = inner * type.getDimSize(dim);
+  std::vector<char> bytes(chunk * outer);
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(bytes.data() + o * chunk,
+                from.bytes.data() + (o * parts + block) * chunk, chunk);
+  HostData data{from.name + ".shard" + std::to_string(dim) + "_" +
+                    std::to_string(block) + "of" + std::to_string(parts),
+                type, own(std::move(bytes))};
+  hostData[op.getResult()] = std::move(data);
+}
+
+int32_t Lowering::materialize(Value value) {
+  if (int32_t id = bufferOf.lookup(value); bufferOf.count(value))
+    return id;
+  const HostData &data = hostData.find(value)->second;
+  bool inline_ = data.bytes.size() <= options.maxInlineConstantBytes;
+  int32_t id = addBuffer(data.type, inline_ ? program::Buffer::CONSTANT
+                                            : program::Buffer::WEIGHT);
+  bufferOf[value] = id;
+  if (inline_) {
+    prog.mutable_buffers(id)->set_data(data.bytes.data(), data.bytes.size());
+    return id;
+  }
+  prog.mutable_buffers(id)->set_weight(data.name);
+  bool known = llvm::any_of(
+      result.weights, [&](const ExecWeight &w) { return w.name == data.name; });
+  if (!known)
+    result.weights.push_back(
+        {data.name, getExecDType(data.type.getElementType()),
+         SmallVector<int64_t>(data.type.getShape()), data.bytes});
+  return id;
+}
+
+void Lowering::emitCollective(Operation *op) {
+  program::Instruction *inst = prog.add_instructions();
+  inst->set_location(locationString(op->getLoc()));
+  program::Collective *c = inst->mutable_collective();
+  auto axes = dist::getStringRefs(op->getAttrOfType<ArrayAttr>("axes"));
+  for (int32_t r : place.group(axes))
+    c->add_group(r);
+  int32_t in = bufferOf.lookup(op->getOperand(0));
+  int32_t out = bufferOf.lookup(op->getResult(0));
+  c->set_operand(in);
+  c->set_result(out);
+  int64_t index = prog.instructions_size() - 1;
+  lastRead[in] = std::max(lastRead[in], index);
+  if (firstWrite[out] < 0)
+    firstWrite[out] = index;
+
+  // The report's payload (the unsharded side's buffer) and the bytes a
+  // rank sends under the ring algorithm.
+  auto bytesOf = [&](Value v) {
+    return byteSize(prog.buffers(bufferOf.lookup(v)).type());
+  };
+  int64_t n = static_cast<int64_t>(c->group_size());
+  ExecCollectiveStat stat;
+  stat.kind = op->getName().stripDialect().str();
+  for (StringRef axis : axes)
+    stat.axes.push_back(axis.str());
+  stat.count = 1;
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](dist::AllReduceOp o) {
+        c->set_kind(program::Collective::ALL_REDUCE);
+        c->set_reduction(dist::stringifyReductionKind(o.getReduction()).str());
+        stat.payload = bytesOf(o.getInput());
+        stat.bytes = 2 * (n - 1) * stat.payload / n;
+      })
+      .Case([&](dist::AllGatherOp o) {
+        c->set_kind(program::Collective::ALL_GATHER);
+        c->set_dim(o.getGatherDim());
+        stat.payload = bytesOf(o.getResult());
+        stat.bytes = (n - 1) * stat.payload / n;
+      })
+      .Case([&](dist::ReduceScatterOp o) {
+        c->set_kind(program::Collective::REDUCE_SCATTER);
+        c->set_reduction(dist::stringifyReductionKind(o.getReduction()).str());
+        c->set_dim(o.getScatterDim());
+        stat.payload = bytesOf(o.getInput());
+        stat.bytes = (n - 1) * stat.payload / n;
+      })
+      .Case([&](dist::AllToAllOp o) {
+        c->set_kind(program::Collective::ALL_TO_ALL);
+        c->set_dim(o.getSplitDim());
+        c->set_concat_dim(o.getConcatDim());
+        stat.payload = bytesOf(o.getInput());
+        stat.bytes = (n - 1) * stat.payload / n;
+      })
+      .Case([&](dist::CollectivePermuteOp o) {
+        c->set_kind(program::Collective::COLLECTIVE_PERMUTE);
+        c->set_shift(o.getShift());
+        stat.payload = bytesOf(o.getInput());
+        stat.bytes = stat.payload;
+      });
+  if (auto reason = op->getAttrOfType<StringAttr>("dist.reason"))
+    stat.reason = reason.str();
+  result.collectives.push_back(std::move(stat));
+}
+
+void Lowering::emitSlice(dist::AllSliceOp op) {
+  program::Instruction *inst = prog.add_instructions();
+  inst->set_location(locationString(op->getLoc()));
+  program::Kernel *kernel = inst->mutable_kernel();
+  kernel->set_op("slice");
+  int32_t in = bufferOf.lookup(op.getInput());
+  int32_t out = bufferOf.lookup(op.getResult());
+  kernel->add_operands(in);
+  kernel->add_results(out);
+  auto type = cast<RankedTensorType>(op.getType());
+  int64_t dim = op.getSliceDim();
+  int64_t block = place.position(op.getGroupAxes());
+  SmallVector<int64_t> start(type.getRank(), 0), limit(type.getShape()),
+      stride(type.getRank(), 1);
+  start[dim] = block * type.getDimSize(dim);
+  limit[dim] = start[dim] + type.getDimSize(dim);
+  auto &attrs = *kernel->mutable_attributes();
+  attrs["start"] = intsAttr(start);
+  attrs["limit"] = intsAttr(limit);
+  attrs["stride"] = intsAttr(stride);
+  int64_t index = prog.instructions_size() - 1;
+  lastRead[in] = std::max(lastRead[in], index);
+  if (firstWrite[out] < 0)
+    firstWrite[out] = index;
+  ++result.numKernels;
+}
 
 int32_t Lowering::addBuffer(RankedTensorType type, program::Buffer::Kind kind) {
   program::Buffer *buffer = prog.add_buffers();
@@ -430,6 +687,17 @@ LogicalResult Lowering::run(int rank, int worldSize) {
   prog.set_format_version(1);
   prog.set_rank(rank);
   prog.set_world_size(worldSize);
+  if (auto module = func->getParentOfType<ModuleOp>()) {
+    auto meshes = module.getOps<dist::MeshOp>();
+    if (!meshes.empty()) {
+      dist::MeshOp mesh = *meshes.begin();
+      if (mesh.getNumDevices() != worldSize)
+        return func.emitError()
+               << "the program is partitioned for " << mesh.getNumDevices()
+               << " devices, not " << worldSize;
+      place = RankPlace(mesh, rank);
+    }
+  }
   Block &body = func.getBody().front();
   unsigned index = 0;
   for (Operation &op : body)
@@ -442,7 +710,13 @@ LogicalResult Lowering::run(int rank, int worldSize) {
   llvm::DenseMap<Value, unsigned> outputIndex;
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
     Operation *def = value.getDefiningOp();
-    if (def && isKernel(def) && !outputIndex.count(value))
+    bool writes =
+        def && (isKernel(def) || isCollective(def) ||
+                (isa<dist::AllSliceOp>(def) &&
+                 !onlySliced(cast<dist::AllSliceOp>(def).getInput()) &&
+                 !isa_and_nonnull<nn::ConstantOp, dist::AllSliceOp>(
+                     def->getOperand(0).getDefiningOp())));
+    if (writes && !outputIndex.count(value))
       outputIndex[value] = i;
   }
   auto resultName = [&](unsigned i) {
@@ -472,9 +746,30 @@ LogicalResult Lowering::run(int rank, int worldSize) {
     if (isa<func::ReturnOp>(op))
       break;
     if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+      // A weight only sliced stays on the host: each rank keeps its block.
+      if (onlySliced(constant.getResult())) {
+        if (failed(deferConstant(constant)))
+          return failure();
+        continue;
+      }
       if (failed(lowerConstant(constant)))
         return failure();
       continue;
+    }
+    if (auto index = dyn_cast<dist::AxisIndexOp>(op)) {
+      int64_t position = place.position(index.getGroupAxes());
+      int32_t id = addBuffer(index.getType(), program::Buffer::CONSTANT);
+      prog.mutable_buffers(id)->set_data(&position, sizeof(position));
+      bufferOf[index.getResult()] = id;
+      continue;
+    }
+    if (auto slice = dyn_cast<dist::AllSliceOp>(op)) {
+      if (hostData.count(slice.getInput())) {
+        deferSlice(slice);
+        if (!onlySliced(slice.getResult()))
+          materialize(slice.getResult());
+        continue;
+      }
     }
     if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
       int32_t id = addBuffer(reshape.getType(), program::Buffer::ALIAS);
@@ -483,8 +778,14 @@ LogicalResult Lowering::run(int rank, int worldSize) {
       bufferOf[reshape.getResult()] = id;
       continue;
     }
-    if (!isKernel(&op))
+    bool instruction =
+        isKernel(&op) || isCollective(&op) || isa<dist::AllSliceOp>(op);
+    if (!instruction) {
+      if (isa<dist::DistDialect>(op.getDialect()))
+        return op.emitError()
+               << "the exec lowering does not handle this op yet";
       return op.emitError() << "the exec lowering does not handle this op";
+    }
     if (auto it = fused.find(&op); it != fused.end()) {
       // The step writes the head's buffer; its result is the chain's value.
       bufferOf[op.getResult(0)] = bufferOf.lookup(it->second.input);
@@ -510,10 +811,16 @@ LogicalResult Lowering::run(int rank, int worldSize) {
         boundOutputs.push_back({it->second, id});
     }
   }
-  // Emit kernels in program order, now that every buffer exists.
-  for (Operation &op : body)
+  // Emit instructions in program order, now that every buffer exists.
+  for (Operation &op : body) {
     if (isKernel(&op) && !fused.count(&op))
       emitKernel(&op);
+    else if (isCollective(&op))
+      emitCollective(&op);
+    else if (auto slice = dyn_cast<dist::AllSliceOp>(op);
+             slice && !hostData.count(slice.getResult()))
+      emitSlice(slice);
+  }
 
   // Outputs not written by a kernel directly (inputs, weights, views, values
   // returned twice) are copied into caller memory at the end.

@@ -35,6 +35,19 @@ struct ExecWeight {
   ArrayRef<char> bytes;
 };
 
+/// One collective of a rank's program, as the report counts it.
+struct ExecCollectiveStat {
+  std::string kind; // all_reduce, all_gather, ...
+  std::vector<std::string> axes;
+  int64_t count = 0;
+  /// Bytes of the collective's unsharded-side buffer, and what the rank
+  /// sends under the ring algorithm (docs: DESIGN.md, Report).
+  int64_t payload = 0;
+  int64_t bytes = 0;
+  /// Why partitioning inserted it (`dist.reason`), if recorded.
+  std::string reason;
+};
+
 struct ExecLoweringOptions {
   /// Fuse elementwise ops into the kernel that produces their operand.
   bool fuseElementwise = true;
@@ -54,11 +67,14 @@ struct ExecProgram {
   /// The arena the buffer plan needs, and what it would need without reuse.
   int64_t peakActivationBytes = 0;
   int64_t totalActivationBytes = 0;
+  /// Every collective instruction, in program order.
+  std::vector<ExecCollectiveStat> collectives;
 };
 
-/// Lowers `func` (nn ops, func.return) to the program of rank `rank` of
-/// `worldSize`. Emits a diagnostic at the offending op and fails on an op the
-/// runtime cannot run.
+/// Lowers `func` (nn ops, func.return; for a partitioned function also dist
+/// collectives, all_slice and axis_index on the module's dist.mesh) to the
+/// program of rank `rank` of `worldSize`. Emits a diagnostic at the offending
+/// op and fails on an op the runtime cannot run.
 FailureOr<ExecProgram> lowerToExecProgram(func::FuncOp func, int rank,
                                           int worldSize,
                                           const ExecLoweringOptions &options);

@@ -1,0 +1,135 @@
+//===- Passes.td - sharding passes -------------------------*- tablegen -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD
+#define PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
+  let summary = "Pin the shardings a parallel strategy decides";
+  // `}]` ends a TableGen code block, so the example splices it in with `#`.
+  let description = [{
+    Declares the mesh given by `mesh` as `dist.mesh @mesh` (unless the
+    module declares one already) and puts `dist.annotate` ops, marked
+    `dist.strategy`, on the few values that decide the plan of `strategy`.
+    Propagation fills in the rest; a person's own annotations (unmarked)
+    outrank these.
+
+    `megatron` (tensor parallelism on `tp`, data parallelism on `dp`):
+
+    - weights of matmuls that produce attention's queries, keys or values,
+      and of the first matmuls of an MLP (whose results reach the next
+      matmul through activations and products only), are split on their
+      output features over `tp` (column parallel);
+    - weights of the matmul after attention and of the MLP's last matmul
+      are split on their input features (row parallel), so each layer's
+      attention and MLP end in one all-reduce;
+    - embedding tables are split on their rows (vocab parallel), and the
+      weight of a matmul that produces a function result (the LM head) on
+      its output features;
+    - every function argument and result is split on dimension 0 (the
+      batch) over `dp`; results are otherwise whole on every device.
+
+    Before annotating, two rewrites keep every rank's share of the model
+    its own: a matmul whose result is split into equal segments (a fused
+    Q/K/V or gate/up weight) gets its weight's columns permuted so that a
+    contiguous `tp` block holds each rank's part of every segment, and the
+    split is rewritten to match; and when the key/value heads of grouped
+    attention do not divide `tp` (but the query heads do), the key/value
+    heads are repeated per query head with `nn.gather`, their projections
+    stay replicated, and the module's `dist.remarks` says so.
+
+    ```mlir
+    %w = nn.constant dense_resource<mlp.up> : tensor<64x256xf32>
+    %0 = dist.annotate %w sharding<@mesh, [{}, {tp}] # "}]" # [{> {dist.strategy}
+        : tensor<64x256xf32>
+    ```
+  }];
+  let options = [
+    Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
+           "Mesh axes and sizes, e.g. dp=2,tp=4 (default: the module's "
+           "dist.mesh)">,
+    Option<"strategy", "strategy", "std::string", /*default=*/"\"megatron\"",
+           "The parallel strategy: megatron or none">,
+  ];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect",
+                           "::mlir::partita::nn::NNDialect"];
+}
+
+def PropagateShardingPass : Pass<"partita-propagate-sharding",
+                                 "::mlir::ModuleOp"> {
+  let summary = "Give every value a sharding from the annotations";
+  let description = [{
+    Fills in the sharding of every tensor value from the `dist.annotate`
+    ops, through each op's sharding rule, forward and backward until
+    nothing changes. A value's sharding is projected onto the op's factors
+    (which mesh axes split each factor); each factor takes the proposal of
+    highest priority (an annotation a person wrote, then one a strategy put
+    in, then what propagation derived from either, which keeps its source's
+    priority); proposals of equal priority that disagree keep their common
+    prefix; and an axis goes to one factor of an op only, the factor of
+    higher priority (then lower index) first. Factors that must be whole
+    (normalization axes, key/value sequence, max/min/mean reductions,
+    opaque ones) take no axes. A value nothing reaches is replicated.
+
+    Reshapes are ordinary ops here: their rule maps merged and split
+    dimensions onto shared factors, so `[b, s, h*d] -> [b, s, h, d]` carries
+    a split of the hidden dimension to the heads and back.
+
+    The result is recorded as attributes: `dist.shardings` on every op with
+    tensor results (one `#dist.sharding` per result, with `partial` axes
+    where a reduction factor is split), and `dist.sharding` on function
+    arguments and results.
+  }];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+}
+
+def PartitionPass : Pass<"partita-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrite global shapes to each device's local shapes";
+  let description = [{
+    Turns the propagated global program into the one program every device
+    runs (SPMD): each op computes on its local shapes, and where the
+    sharding an operand has differs from the one its op needs (from the
+    op's factor assignment), the cheapest collectives that move the data
+    are inserted: a partial axis becomes `dist.reduce_scatter` when the
+    target splits a dimension over it, else `dist.all_reduce`; an axis that
+    moves from one dimension to another `dist.all_to_all`; a dimension that
+    loses axes `dist.all_gather`; one that gains axes `dist.all_slice`. Any
+    subset of a multi-axis mesh works. Each collective records in
+    `dist.reason` which op needed which sharding.
+
+    A split lookup factor (a vocab-parallel embedding or gather) becomes a
+    lookup in the local rows with indices shifted by the rank's block
+    offset (`dist.axis_index`) and rows not held zeroed: a partial sum.
+
+    Constants stay global and are sliced with `dist.all_slice`, which the
+    per-rank lowering turns into each rank's share of the weight. A split
+    that does not divide a dimension is an error naming the value, the
+    dimension and the axis.
+  }];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect",
+                           "::mlir::partita::nn::NNDialect"];
+}
+
+def CancelCollectivesPass : Pass<"partita-cancel-collectives"> {
+  let summary = "Remove collectives that cancel and fuse ones that combine";
+  let description = [{
+    Cleans up what partitioning leaves where reshards meet:
+
+    - `dist.all_slice` of a `dist.all_gather` over the same axes and
+      dimension is the gather's operand; a gather of a slice likewise;
+    - `dist.all_slice` of a `dist.all_reduce` (sum) over axes the reduction
+      covers becomes one `dist.reduce_scatter` (half the bytes);
+    - a `max` or `min` `dist.all_reduce` of a value that is the same on every
+      device of the group (produced by a collective over those axes) is
+      that value;
+    - collectives over a group of one device fold away.
+  }];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+}
+
+#endif // PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD

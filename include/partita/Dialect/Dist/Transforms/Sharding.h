@@ -1,0 +1,106 @@
+//===- Sharding.h - What the sharding passes share ---------------*- C++
+//-*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The sharding passes talk about an op through its sharding rule only: a
+// tensor sharding is projected onto the rule's factors (which mesh axes
+// split each factor), and a factor assignment is turned back into the
+// sharding each operand needs and each result gets. Everything here is
+// written against factors, never against a particular op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DIALECT_DIST_TRANSFORMS_SHARDING_H
+#define PARTITA_DIALECT_DIST_TRANSFORMS_SHARDING_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/NN/IR/ShardingRule.h"
+
+#include <string>
+#include <utility>
+
+namespace mlir::partita::dist {
+
+/// Discardable attributes the sharding passes read and write.
+/// On an op: the sharding of each of its results (propagation's output).
+constexpr llvm::StringLiteral kResultShardingsAttr = "dist.shardings";
+/// On a function argument or result: its sharding.
+constexpr llvm::StringLiteral kShardingAttr = "dist.sharding";
+/// On a dist.annotate: a strategy put it there (lower priority than one a
+/// person wrote).
+constexpr llvm::StringLiteral kStrategyAttr = "dist.strategy";
+/// On a collective: why partitioning inserted it.
+constexpr llvm::StringLiteral kReasonAttr = "dist.reason";
+/// On the module: remarks of the plan for the report (strings).
+constexpr llvm::StringLiteral kRemarksAttr = "dist.remarks";
+
+/// Propagation priorities: lower wins.
+constexpr int kUserPriority = 0;
+constexpr int kStrategyPriority = 1;
+
+/// Mesh axes in order, as `--mesh dp=2,tp=4` gives them.
+using MeshAxes = SmallVector<std::pair<std::string, int64_t>>;
+
+/// Parses `name=size[,name=size...]`. On error returns failure and sets
+/// `error` to a message naming the offending part.
+FailureOr<MeshAxes> parseMeshAxes(StringRef text, std::string &error);
+
+/// The module's one `dist.mesh`; null when it has none. Emits an error and
+/// returns failure when it has several.
+FailureOr<MeshOp> getModuleMesh(ModuleOp module);
+
+using AxisList = SmallVector<StringRef, 2>;
+/// The axes that split each factor of a rule, indexed by factor.
+using FactorAxes = SmallVector<AxisList>;
+
+/// Whether shards of `factor` can be computed independently: parallel
+/// factors, lookups, and reductions that combine by sum (which leave
+/// partial sums). Normalization axes, key/value sequences, other
+/// reductions and opaque factors must be whole on every device.
+bool isShardable(const ShardingFactor &factor);
+
+/// Splits `axes` (the axes of one dimension, major first) over the
+/// dimension's factors, major first: an axis goes to the current factor if
+/// its size divides what of the factor is still unsplit; a factor split
+/// whole passes on to the next. Stops at the first axis that does not fit.
+/// Returns one axis list per entry of `factors`.
+SmallVector<AxisList> projectDim(const ShardingRule &rule,
+                                 const DimFactors &factors,
+                                 ArrayRef<StringRef> axes, MeshOp mesh);
+
+/// The axes of a dimension under an assignment: those of its factors,
+/// major first, up to the first factor that is not split whole.
+AxisList getDimAxes(const ShardingRule &rule, const DimFactors &factors,
+                    const FactorAxes &assignment, MeshOp mesh);
+
+/// The sharding of tensor `ref` of the rule under `assignment`. With
+/// `withPartial`, the axes of shardable reduction and lookup factors that
+/// the tensor does not have become its partial axes (a result's).
+ShardingAttr getTensorSharding(const ShardingRule &rule,
+                               ShardingRule::TensorRef ref,
+                               const FactorAxes &assignment, MeshOp mesh,
+                               bool withPartial);
+
+/// The assignment an op with these operand and result shardings computes
+/// with: parallel factors take the axes the results give them; reduction and
+/// lookup factors take the axes an operand gives them that are partial in
+/// the results. Null shardings count as replicated.
+FactorAxes inferAssignment(const ShardingRule &rule,
+                           ArrayRef<ShardingAttr> operands,
+                           ArrayRef<ShardingAttr> results, MeshOp mesh);
+
+/// The sharding `value` has after propagation: a function argument's
+/// `dist.sharding`, a result's entry of its op's `dist.shardings`, a
+/// dist.annotate's or dist.reshard's own; replicated when none is recorded.
+ShardingAttr getValueSharding(Value value, MeshOp mesh);
+
+/// `sharding` printed compactly, e.g. `[{dp}, {}, {tp}] partial [tp]`.
+std::string formatSharding(ShardingAttr sharding);
+
+} // namespace mlir::partita::dist
+
+#endif // PARTITA_DIALECT_DIST_TRANSFORMS_SHARDING_H

@@ -1,0 +1,490 @@
+//===- Annotate.cpp - the shardings a strategy decides --------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The Megatron strategy recognizes the roles of matmuls from the dataflow
+// around them (what feeds attention, what attention feeds, what reaches the
+// next matmul through activations only) and pins their weights; every other
+// sharding comes from propagation.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/Dist/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::partita {
+#define GEN_PASS_DEF_ANNOTATEPASS
+#include "partita/Dialect/Dist/Transforms/Passes.h.inc"
+} // namespace mlir::partita
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::dist;
+
+namespace {
+
+constexpr llvm::StringLiteral kMeshName = "mesh";
+
+nn::ConstantOp getConstant(Value value) {
+  return value ? value.getDefiningOp<nn::ConstantOp>() : nn::ConstantOp();
+}
+
+/// How a person would name a weight: its initializer's name.
+std::string weightName(nn::ConstantOp constant) {
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
+    return resource.getRawHandle().getKey().str();
+  if (auto name = dyn_cast<NameLoc>(constant.getLoc()))
+    return name.getName().str();
+  return "a constant";
+}
+
+std::string opName(Operation *op) {
+  if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+    return "'" + name.getName().str() + "'";
+  return op->getName().getStringRef().str();
+}
+
+bool isElementwise(Operation *op) {
+  return isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp, nn::ExpOp,
+             nn::TanhOp, nn::ErfOp, nn::SigmoidOp, nn::ReluOp, nn::SiluOp,
+             nn::GeluOp, nn::CastOp>(op);
+}
+
+/// The first operand of `op` that is not a constant.
+Value firstVariable(Operation *op) {
+  for (Value operand : op->getOperands())
+    if (!getConstant(operand))
+      return operand;
+  return {};
+}
+
+/// The matmul with a constant weight that produces `value`, looking through
+/// ops that keep features in place (layout changes, rotary embedding's
+/// slices and products, elementwise ops); null if there is none.
+nn::MatmulOp projectionOf(Value value) {
+  while (value) {
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return {};
+    if (auto matmul = dyn_cast<nn::MatmulOp>(def))
+      return getConstant(matmul.getRhs()) ? matmul : nn::MatmulOp();
+    if (isa<nn::ReshapeOp, nn::TransposeOp, nn::SplitOp, nn::SliceOp,
+            nn::ConcatOp>(def) ||
+        isElementwise(def))
+      value = firstVariable(def);
+    else
+      return {};
+  }
+  return {};
+}
+
+/// Whether `value` comes from an attention op through layout changes.
+bool isAttentionOutput(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (isa<nn::AttentionOp>(def))
+      return true;
+    if (!isa<nn::ReshapeOp, nn::TransposeOp>(def))
+      return false;
+    value = def->getOperand(0);
+  }
+  return false;
+}
+
+/// The matmuls with constant weights that `value` comes from through
+/// elementwise ops, reshapes and splits only (an MLP's up projections as
+/// seen from its down projection). Empty when some path reaches anything
+/// else.
+SmallVector<nn::MatmulOp> mlpInputsOf(Value value) {
+  SmallVector<nn::MatmulOp> found;
+  SmallVector<Value> work{value};
+  llvm::SmallPtrSet<Operation *, 8> seen;
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def)
+      return {};
+    if (!seen.insert(def).second)
+      continue;
+    if (auto matmul = dyn_cast<nn::MatmulOp>(def)) {
+      if (!getConstant(matmul.getRhs()))
+        return {};
+      found.push_back(matmul);
+      continue;
+    }
+    if (isa<nn::ConstantOp>(def))
+      continue;
+    if (!isElementwise(def) && !isa<nn::ReshapeOp, nn::SplitOp>(def))
+      return {};
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  return found;
+}
+
+class Megatron {
+public:
+  Megatron(MeshOp mesh, int64_t tp, int64_t dp, SmallVector<Attribute> &remarks)
+      : mesh(mesh), tp(tp), dp(dp), remarks(remarks) {}
+  LogicalResult run(func::FuncOp func);
+
+private:
+  LogicalResult splitSegments(nn::SplitOp split);
+  void repeatKeyValueHeads(nn::AttentionOp attention);
+  /// Pins operand `index` of `user` to the sharding that splits dimension
+  /// `dim` over `axis`; fails with an error naming the value if the split
+  /// is uneven.
+  LogicalResult pin(Operation *user, unsigned index, int64_t dim,
+                    StringRef axis, StringRef role);
+  LogicalResult annotateTensorParallel(func::FuncOp func);
+  LogicalResult annotateBatch(func::FuncOp func);
+
+  MeshOp mesh;
+  int64_t tp, dp;
+  SmallVector<Attribute> &remarks;
+  /// (user, operand) pairs pinned already.
+  llvm::DenseSet<std::pair<Operation *, unsigned>> pinned;
+};
+
+LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
+                            StringRef axis, StringRef role) {
+  if (!pinned.insert({user, index}).second)
+    return success();
+  Value value = user->getOperand(index);
+  auto type = cast<RankedTensorType>(value.getType());
+  if (dim < 0)
+    dim += type.getRank();
+  int64_t size = *mesh.getAxisSize(axis);
+  if (type.getDimSize(dim) % size != 0) {
+    std::string what =
+        "operand " + std::to_string(index) + " of " + opName(user);
+    if (auto constant = getConstant(value))
+      what = "weight '" + weightName(constant) + "'";
+    return user->emitError()
+           << "cannot split " << what << " (" << role << ") over " << axis
+           << "=" << size << ": dimension " << dim << " has size "
+           << type.getDimSize(dim) << ", which " << axis << " does not divide";
+  }
+  SmallVector<SmallVector<StringRef>> dims(type.getRank());
+  dims[dim].push_back(axis);
+  auto sharding =
+      ShardingAttr::get(user->getContext(), mesh.getSymName(), dims);
+  OpBuilder b(user);
+  if (Operation *def = value.getDefiningOp())
+    b.setInsertionPointAfter(def);
+  auto annotate = AnnotateOp::create(b, user->getLoc(), value, sharding);
+  annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+  user->setOperand(index, annotate);
+  return success();
+}
+
+/// The bytes of a constant's value; empty for a splat (which any
+/// permutation leaves alone).
+ArrayRef<char> constantBytes(nn::ConstantOp constant) {
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
+    if (AsmResourceBlob *blob = resource.getRawHandle().getBlob())
+      return blob->getData();
+  if (auto dense = dyn_cast<DenseElementsAttr>(constant.getValue()))
+    if (!dense.isSplat())
+      return dense.getRawData();
+  return {};
+}
+
+/// A constant like `constant` whose last dimension is permuted:
+/// column `j` of the result is column `permutation[j]` of the original.
+Value permuteColumns(OpBuilder &b, nn::ConstantOp constant,
+                     ArrayRef<int64_t> permutation, StringRef suffix) {
+  auto type = cast<RankedTensorType>(constant.getType());
+  ArrayRef<char> bytes = constantBytes(constant);
+  if (bytes.empty())
+    return constant; // A splat: every column is the same.
+  int64_t columns = type.getShape().back();
+  size_t width = bytes.size() / type.getNumElements();
+  std::vector<char> out(bytes.size());
+  int64_t rows = type.getNumElements() / columns;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < columns; ++j)
+      std::memcpy(out.data() + (r * columns + j) * width,
+                  bytes.data() + (r * columns + permutation[j]) * width, width);
+  ElementsAttr value;
+  if (isa<DenseResourceElementsAttr>(constant.getValue())) {
+    AsmResourceBlob blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
+        ArrayRef<char>(out), width);
+    value = DenseResourceElementsAttr::get(
+        type, (weightName(constant) + suffix).str(), std::move(blob));
+  } else {
+    value = DenseElementsAttr::getFromRawBuffer(type, out);
+  }
+  return nn::ConstantOp::create(b, constant.getLoc(), value);
+}
+
+LogicalResult Megatron::splitSegments(nn::SplitOp split) {
+  auto matmul = split.getInput().getDefiningOp<nn::MatmulOp>();
+  if (!matmul || !matmul->hasOneUse())
+    return success();
+  auto inType = cast<RankedTensorType>(split.getInput().getType());
+  int64_t rank = inType.getRank();
+  if (static_cast<int64_t>(split.getAxis()) != rank - 1)
+    return success();
+  nn::ConstantOp weight = getConstant(matmul.getRhs());
+  nn::ConstantOp bias = getConstant(matmul.getBias());
+  if (!weight || (matmul.getBias() && !bias) ||
+      cast<RankedTensorType>(weight.getType()).getRank() != 2)
+    return success();
+  int64_t segments = split.getNumResults();
+  int64_t total = inType.getShape().back();
+  int64_t piece = total / segments;
+  for (Value result : split.getResults())
+    if (cast<RankedTensorType>(result.getType()).getShape().back() != piece)
+      return success();
+  if (segments < 2 || piece % tp != 0)
+    return success();
+
+  // Column (r * segments + i) * block + c of the new weight is column
+  // i * piece + r * block + c of the old one: rank r's block holds its part
+  // of every segment.
+  int64_t block = piece / tp;
+  SmallVector<int64_t> permutation(total);
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t i = 0; i < segments; ++i)
+      for (int64_t c = 0; c < block; ++c)
+        permutation[(r * segments + i) * block + c] = i * piece + r * block + c;
+  OpBuilder b(matmul);
+  std::string suffix = ".segments_tp" + std::to_string(tp);
+  Value newWeight = permuteColumns(b, weight, permutation, suffix);
+  Value newBias = bias ? permuteColumns(b, bias, permutation, suffix) : Value();
+  Location loc = matmul.getLoc();
+  auto fused =
+      nn::MatmulOp::create(b, loc, inType, matmul.getLhs(), newWeight, newBias);
+
+  // [..., segments * piece] -> [..., tp, segments, block], split the
+  // segments, and read each back as [..., piece].
+  SmallVector<int64_t> grouped(inType.getShape().drop_back());
+  grouped.append({tp, segments, block});
+  Value view = nn::ReshapeOp::create(b, loc, inType.clone(grouped), fused);
+  SmallVector<int64_t> pieceShape(grouped);
+  pieceShape[rank] = 1;
+  SmallVector<Type> pieceTypes(segments, inType.clone(pieceShape));
+  auto pieces =
+      nn::SplitOp::create(b, loc, pieceTypes, view, static_cast<int64_t>(rank));
+  for (auto [old, now] : llvm::zip(split.getResults(), pieces.getResults()))
+    old.replaceAllUsesWith(
+        nn::ReshapeOp::create(b, loc, old.getType(), now).getResult());
+  split.erase();
+  matmul.erase();
+  for (nn::ConstantOp c : {weight, bias})
+    if (c && c->use_empty())
+      c.erase();
+  return success();
+}
+
+void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
+  auto query = cast<RankedTensorType>(attention.getQuery().getType());
+  auto key = cast<RankedTensorType>(attention.getKey().getType());
+  int64_t heads = query.getDimSize(1), kvHeads = key.getDimSize(1);
+  if (kvHeads == heads || kvHeads % tp == 0 || heads % tp != 0)
+    return;
+  OpBuilder b(attention);
+  Location loc = attention.getLoc();
+  SmallVector<int64_t> which(heads);
+  for (int64_t h = 0; h < heads; ++h)
+    which[h] = h / (heads / kvHeads);
+  auto indexType = RankedTensorType::get({heads}, b.getI64Type());
+  Value indices = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(indexType, ArrayRef(which))));
+  for (unsigned operand : {1u, 2u}) {
+    Value kv = attention->getOperand(operand);
+    auto type = cast<RankedTensorType>(kv.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[1] = heads;
+    Value repeated = nn::GatherOp::create(b, loc, type.clone(shape), kv,
+                                          indices, static_cast<int64_t>(1));
+    attention->setOperand(operand, repeated);
+  }
+  remarks.push_back(StringAttr::get(
+      attention.getContext(),
+      "attention " + opName(attention) + ": " + std::to_string(kvHeads) +
+          " key/value heads do not divide tp=" + std::to_string(tp) +
+          "; the key/value projections are replicated and each rank "
+          "repeats the key/value heads its " +
+          std::to_string(heads / tp) + " query heads use"));
+}
+
+LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
+  SmallVector<nn::SplitOp> splits;
+  func.walk([&](nn::SplitOp split) { splits.push_back(split); });
+  for (nn::SplitOp split : splits)
+    if (failed(splitSegments(split)))
+      return failure();
+  func.walk([&](nn::AttentionOp a) { repeatKeyValueHeads(a); });
+
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) { ops.push_back(op); });
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  for (Operation *op : ops) {
+    if (auto attention = dyn_cast<nn::AttentionOp>(op)) {
+      for (Value input :
+           {attention.getQuery(), attention.getKey(), attention.getValue()})
+        if (nn::MatmulOp matmul = projectionOf(input))
+          if (failed(pin(matmul, 1, -1, "tp", "attention projection")))
+            return failure();
+      continue;
+    }
+    if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
+      if (getConstant(embedding.getTable()) &&
+          failed(pin(embedding, 0, 0, "tp", "vocab-parallel embedding")))
+        return failure();
+      continue;
+    }
+    auto matmul = dyn_cast<nn::MatmulOp>(op);
+    if (!matmul || !getConstant(matmul.getRhs()))
+      continue;
+    if (isAttentionOutput(matmul.getLhs())) {
+      if (failed(pin(matmul, 1, -2, "tp", "attention output projection")))
+        return failure();
+      continue;
+    }
+    SmallVector<nn::MatmulOp> inputs = mlpInputsOf(matmul.getLhs());
+    if (!inputs.empty()) {
+      if (failed(pin(matmul, 1, -2, "tp", "MLP down projection")))
+        return failure();
+      for (nn::MatmulOp up : inputs)
+        if (failed(pin(up, 1, -1, "tp", "MLP up projection")))
+          return failure();
+      continue;
+    }
+    // The LM head: a matmul whose result the function returns.
+    Value result = matmul.getResult();
+    while (result.hasOneUse() &&
+           isa<nn::ReshapeOp, nn::TransposeOp>(*result.user_begin()))
+      result = result.user_begin()->getResult(0);
+    if (llvm::is_contained(ret.getOperands(), result) &&
+        failed(pin(matmul, 1, -1, "tp", "LM head")))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult Megatron::annotateBatch(func::FuncOp func) {
+  MLIRContext *context = func.getContext();
+  auto batchSharding = [&](RankedTensorType type) {
+    SmallVector<SmallVector<StringRef>> dims(type.getRank());
+    if (dp > 1 && type.getRank() > 0)
+      dims[0].push_back("dp");
+    return ShardingAttr::get(context, mesh.getSymName(), dims);
+  };
+  auto checkBatch = [&](RankedTensorType type,
+                        StringRef what) -> LogicalResult {
+    if (dp <= 1 || type.getRank() == 0 || type.getDimSize(0) % dp == 0)
+      return success();
+    return func.emitError()
+           << "cannot split " << what << " over dp=" << dp
+           << ": its batch dimension 0 has size " << type.getDimSize(0)
+           << ", which dp does not divide";
+  };
+  auto nameOf = [&](DictionaryAttr attrs, StringRef kind, unsigned i) {
+    if (attrs)
+      if (auto name = attrs.getAs<StringAttr>("onnx.name"))
+        return (kind + " '" + name.getValue() + "'").str();
+    return (kind + " " + Twine(i)).str();
+  };
+  Block &body = func.getBody().front();
+  OpBuilder b(&body, body.begin());
+  if (dp > 1) {
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (!type || arg.use_empty())
+        continue;
+      if (failed(
+              checkBatch(type, nameOf(func.getArgAttrDict(arg.getArgNumber()),
+                                      "input", arg.getArgNumber()))))
+        return failure();
+      auto annotate =
+          AnnotateOp::create(b, arg.getLoc(), arg, batchSharding(type));
+      annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+      arg.replaceAllUsesExcept(annotate, annotate);
+    }
+  }
+  // Results: split on the batch over dp, whole over every other axis.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  b.setInsertionPoint(ret);
+  for (OpOperand &operand : ret->getOpOperands()) {
+    auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+    if (!type)
+      continue;
+    unsigned i = operand.getOperandNumber();
+    if (failed(
+            checkBatch(type, nameOf(func.getResultAttrDict(i), "output", i))))
+      return failure();
+    auto annotate =
+        AnnotateOp::create(b, ret.getLoc(), operand.get(), batchSharding(type));
+    annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+    operand.set(annotate);
+  }
+  return success();
+}
+
+LogicalResult Megatron::run(func::FuncOp func) {
+  if (tp > 1 && failed(annotateTensorParallel(func)))
+    return failure();
+  return annotateBatch(func);
+}
+
+struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
+  using AnnotatePassBase::AnnotatePassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<MeshOp> existing = getModuleMesh(module);
+    if (failed(existing))
+      return signalPassFailure();
+    MeshOp mesh = *existing;
+    if (!mesh.getOperation() && !this->mesh.empty()) {
+      std::string error;
+      FailureOr<MeshAxes> axes = parseMeshAxes(this->mesh, error);
+      if (failed(axes)) {
+        module.emitError() << "--mesh " << this->mesh << ": " << error;
+        return signalPassFailure();
+      }
+      SmallVector<StringRef> names;
+      SmallVector<int64_t> sizes;
+      for (auto &[name, size] : *axes) {
+        names.push_back(name);
+        sizes.push_back(size);
+      }
+      OpBuilder b(module.getBodyRegion());
+      mesh = MeshOp::create(b, module.getLoc(), kMeshName, names, sizes);
+      if (failed(mesh.verify())) {
+        mesh.erase();
+        return signalPassFailure();
+      }
+    } else if (mesh && !this->mesh.empty()) {
+      module.emitError() << "--mesh " << this->mesh << " given, but the "
+                         << "module declares @" << mesh.getSymName();
+      return signalPassFailure();
+    }
+    if (!mesh || strategy == "none")
+      return;
+    if (strategy != "megatron") {
+      module.emitError() << "unknown strategy '" << strategy
+                         << "'; expected megatron or none";
+      return signalPassFailure();
+    }
+    SmallVector<Attribute> remarks;
+    Megatron megatron(mesh, mesh.getAxisSize("tp").value_or(1),
+                      mesh.getAxisSize("dp").value_or(1), remarks);
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func.isExternal() && failed(megatron.run(func)))
+        return signalPassFailure();
+    if (!remarks.empty())
+      module->setAttr(kRemarksAttr, ArrayAttr::get(&getContext(), remarks));
+  }
+};
+
+} // namespace

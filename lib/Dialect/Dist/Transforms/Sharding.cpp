@@ -1,0 +1,230 @@
+//===- Sharding.cpp - What the sharding passes share ----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::dist;
+
+FailureOr<MeshAxes> dist::parseMeshAxes(StringRef text, std::string &error) {
+  MeshAxes axes;
+  llvm::StringSet<> seen;
+  SmallVector<StringRef> parts;
+  text.split(parts, ',');
+  for (StringRef part : parts) {
+    part = part.trim();
+    auto [name, size] = part.split('=');
+    name = name.trim();
+    int64_t value = 0;
+    if (name.empty() || size.trim().getAsInteger(10, value)) {
+      error = ("'" + part + "' is not of the form axis=size").str();
+      return failure();
+    }
+    if (value < 1) {
+      error = ("axis '" + name + "' has size " + Twine(value) +
+               "; sizes are at least 1")
+                  .str();
+      return failure();
+    }
+    if (!seen.insert(name).second) {
+      error = ("axis '" + name + "' is given twice").str();
+      return failure();
+    }
+    axes.push_back({name.str(), value});
+  }
+  return axes;
+}
+
+FailureOr<MeshOp> dist::getModuleMesh(ModuleOp module) {
+  MeshOp found;
+  for (auto mesh : module.getOps<MeshOp>()) {
+    if (found)
+      return mesh.emitError()
+             << "the sharding passes handle one mesh per module; @"
+             << found.getSymName() << " is declared already";
+    found = mesh;
+  }
+  return found;
+}
+
+bool dist::isShardable(const ShardingFactor &factor) {
+  switch (factor.kind) {
+  case FactorKind::Parallel:
+  case FactorKind::Lookup:
+    return true;
+  case FactorKind::Reduction:
+    return factor.combiner == FactorCombiner::Sum;
+  default:
+    return false;
+  }
+}
+
+SmallVector<AxisList> dist::projectDim(const ShardingRule &rule,
+                                       const DimFactors &factors,
+                                       ArrayRef<StringRef> axes, MeshOp mesh) {
+  SmallVector<AxisList> out(factors.size());
+  unsigned current = 0;
+  int64_t remaining = factors.empty() ? 1 : rule.getFactor(factors[0]).size;
+  for (StringRef axis : axes) {
+    // Skip factors split whole already.
+    while (current < factors.size() && remaining == 1) {
+      if (++current < factors.size())
+        remaining = rule.getFactor(factors[current]).size;
+    }
+    if (current >= factors.size())
+      break;
+    std::optional<int64_t> size = mesh.getAxisSize(axis);
+    if (!size || remaining % *size != 0)
+      break;
+    out[current].push_back(axis);
+    remaining /= *size;
+  }
+  return out;
+}
+
+AxisList dist::getDimAxes(const ShardingRule &rule, const DimFactors &factors,
+                          const FactorAxes &assignment, MeshOp mesh) {
+  AxisList axes;
+  for (unsigned factor : factors) {
+    int64_t split = 1;
+    for (StringRef axis : assignment[factor]) {
+      axes.push_back(axis);
+      split *= mesh.getAxisSize(axis).value_or(1);
+    }
+    // A minor factor can only be split if this one is split whole.
+    if (split != rule.getFactor(factor).size)
+      break;
+  }
+  return axes;
+}
+
+ShardingAttr dist::getTensorSharding(const ShardingRule &rule,
+                                     ShardingRule::TensorRef ref,
+                                     const FactorAxes &assignment, MeshOp mesh,
+                                     bool withPartial) {
+  const TensorFactors &tensor = rule.getTensor(ref);
+  SmallVector<SmallVector<StringRef>> dims;
+  llvm::SmallDenseSet<unsigned> present;
+  for (const DimFactors &factors : tensor) {
+    AxisList axes = getDimAxes(rule, factors, assignment, mesh);
+    dims.emplace_back(axes.begin(), axes.end());
+    present.insert(factors.begin(), factors.end());
+  }
+  SmallVector<StringRef> partial;
+  if (withPartial) {
+    for (unsigned f = 0; f < rule.getNumFactors(); ++f) {
+      FactorKind kind = rule.getFactor(f).kind;
+      if (present.contains(f) || !isShardable(rule.getFactor(f)) ||
+          (kind != FactorKind::Reduction && kind != FactorKind::Lookup))
+        continue;
+      partial.append(assignment[f].begin(), assignment[f].end());
+    }
+    // Partial axes in mesh order, so equal shardings compare equal.
+    SmallVector<StringRef> meshOrder = mesh.getAxisNameRefs();
+    llvm::sort(partial, [&](StringRef a, StringRef b) {
+      return llvm::find(meshOrder, a) < llvm::find(meshOrder, b);
+    });
+  }
+  return ShardingAttr::get(mesh.getContext(), mesh.getSymName(), dims, partial);
+}
+
+FactorAxes dist::inferAssignment(const ShardingRule &rule,
+                                 ArrayRef<ShardingAttr> operands,
+                                 ArrayRef<ShardingAttr> results, MeshOp mesh) {
+  FactorAxes assignment(rule.getNumFactors());
+  llvm::SmallDenseSet<unsigned> assigned;
+  llvm::StringSet<> used;
+  auto take = [&](const TensorFactors &tensor, ShardingAttr sharding,
+                  function_ref<bool(unsigned, StringRef)> accept) {
+    if (!sharding)
+      return;
+    for (auto [dim, factors] : llvm::enumerate(tensor)) {
+      SmallVector<AxisList> split =
+          projectDim(rule, factors, sharding.getAxesOfDim(dim), mesh);
+      for (auto [i, factor] : llvm::enumerate(factors)) {
+        if (assigned.contains(factor) || split[i].empty() ||
+            !isShardable(rule.getFactor(factor)))
+          continue;
+        AxisList axes;
+        for (StringRef axis : split[i]) {
+          if (used.contains(axis) || !accept(factor, axis))
+            break;
+          axes.push_back(axis);
+        }
+        if (axes.empty())
+          continue;
+        for (StringRef axis : axes)
+          used.insert(axis);
+        assignment[factor] = axes;
+        assigned.insert(factor);
+      }
+    }
+  };
+  for (auto [i, tensor] : llvm::enumerate(rule.getResults()))
+    if (i < results.size())
+      take(tensor, results[i], [](unsigned, StringRef) { return true; });
+  // Partial axes of the results name the reduction and lookup factors'
+  // axes.
+  llvm::StringSet<> partial;
+  for (ShardingAttr result : results)
+    if (result)
+      for (StringRef axis : result.getPartialAxisNames())
+        partial.insert(axis);
+  for (auto [i, tensor] : llvm::enumerate(rule.getOperands()))
+    if (i < operands.size())
+      take(tensor, operands[i], [&](unsigned factor, StringRef axis) {
+        FactorKind kind = rule.getFactor(factor).kind;
+        return (kind == FactorKind::Reduction || kind == FactorKind::Lookup) &&
+               partial.contains(axis);
+      });
+  return assignment;
+}
+
+ShardingAttr dist::getValueSharding(Value value, MeshOp mesh) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+              arg.getArgNumber(), kShardingAttr))
+        return sharding;
+  } else if (Operation *op = value.getDefiningOp()) {
+    if (auto annotate = dyn_cast<AnnotateOp>(op))
+      return annotate.getSharding();
+    if (auto reshard = dyn_cast<ReshardOp>(op))
+      return reshard.getSharding();
+    if (auto all = op->getAttrOfType<ArrayAttr>(kResultShardingsAttr)) {
+      unsigned index = cast<OpResult>(value).getResultNumber();
+      if (index < all.size())
+        if (auto sharding = dyn_cast<ShardingAttr>(all[index]))
+          return sharding;
+    }
+  }
+  return ShardingAttr::getReplicated(mesh.getContext(), mesh.getSymName(),
+                                     type.getRank());
+}
+
+std::string dist::formatSharding(ShardingAttr sharding) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  for (int64_t dim = 0; dim < sharding.getRank(); ++dim) {
+    os << (dim ? ", {" : "{");
+    llvm::interleaveComma(sharding.getAxesOfDim(dim), os);
+    os << "}";
+  }
+  os << "]";
+  if (sharding.isPartial()) {
+    os << " partial [";
+    llvm::interleaveComma(sharding.getPartialAxisNames(), os);
+    os << "]";
+  }
+  return text;
+}
