@@ -42,7 +42,7 @@ std::string weightName(nn::ConstantOp constant) {
     return resource.getRawHandle().getKey().str();
   if (auto name = dyn_cast<NameLoc>(constant.getLoc()))
     return name.getName().str();
-  return "a constant";
+  return "";
 }
 
 std::string opName(Operation *op) {
@@ -164,7 +164,8 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
     std::string what =
         "operand " + std::to_string(index) + " of " + opName(user);
     if (auto constant = getConstant(value))
-      what = "weight '" + weightName(constant) + "'";
+      if (std::string name = weightName(constant); !name.empty())
+        what = "weight '" + name + "'";
     return user->emitError()
            << "cannot split " << what << " (" << role << ") over " << axis
            << "=" << size << ": dimension " << dim << " has size "
@@ -215,8 +216,10 @@ Value permuteColumns(OpBuilder &b, nn::ConstantOp constant,
   if (isa<DenseResourceElementsAttr>(constant.getValue())) {
     AsmResourceBlob blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
         ArrayRef<char>(out), width);
+    std::string name = weightName(constant);
     value = DenseResourceElementsAttr::get(
-        type, (weightName(constant) + suffix).str(), std::move(blob));
+        type, ((name.empty() ? "weight" : name) + suffix).str(),
+        std::move(blob));
   } else {
     value = DenseElementsAttr::getFromRawBuffer(type, out);
   }

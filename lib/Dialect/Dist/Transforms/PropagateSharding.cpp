@@ -84,8 +84,20 @@ ValueState &Propagation::stateOf(Value value) {
 bool Propagation::update(Value value, unsigned dim, ArrayRef<StringRef> axes,
                          int priority) {
   DimState &state = stateOf(value)[dim];
-  if (priority >= state.priority)
+  if (priority > state.priority)
     return false;
+  if (priority == state.priority) {
+    // Equal priorities that disagree keep what they agree on; a dimension
+    // only ever loses axes this way, so sweeps still end.
+    size_t common = 0;
+    while (common < state.axes.size() && common < axes.size() &&
+           state.axes[common] == axes[common])
+      ++common;
+    if (common == state.axes.size())
+      return false;
+    state.axes.resize(common);
+    return true;
+  }
   state.axes.assign(axes.begin(), axes.end());
   state.priority = priority;
   return true;
@@ -136,13 +148,21 @@ FactorAxes Propagation::assign(Operation *op, const ShardingRule &rule,
       }
     }
   }
-  // An axis splits one factor of the op: higher priority, then lower index,
-  // first.
+  // An axis splits one factor of the op: higher priority first; on a tie a
+  // reduction or lookup factor first (the result then holds a partial sum
+  // that a reduce-scatter can split, instead of the op's input being
+  // gathered); then lower index.
+  auto splitsWork = [&](unsigned f) {
+    FactorKind kind = rule.getFactor(f).kind;
+    return kind == FactorKind::Reduction || kind == FactorKind::Lookup;
+  };
   SmallVector<unsigned> order(numFactors);
   for (unsigned f = 0; f < numFactors; ++f)
     order[f] = f;
   llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return best[a].priority < best[b].priority;
+    if (best[a].priority != best[b].priority)
+      return best[a].priority < best[b].priority;
+    return splitsWork(a) && !splitsWork(b);
   });
   FactorAxes assignment(numFactors);
   priorities.assign(numFactors, kOpen);

@@ -1,0 +1,30 @@
+// RUN: partita-opt %s -split-input-file -verify-diagnostics --partita-annotate="mesh=tp=4"
+// RUN: not partita-opt %s --partita-annotate="mesh=tp=0" 2>&1 | FileCheck %s --check-prefix=SIZE
+// RUN: not partita-opt %s --partita-annotate="mesh=tp" 2>&1 | FileCheck %s --check-prefix=FORM
+// RUN: not partita-opt %s --partita-annotate="mesh=tp=2,tp=2" 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: not partita-opt %s --partita-annotate="mesh=tp=2 strategy=alpa" 2>&1 | FileCheck %s --check-prefix=STRATEGY
+
+// SIZE: error: --mesh tp=0: axis 'tp' has size 0; sizes are at least 1
+// FORM: error: --mesh tp: 'tp' is not of the form axis=size
+// TWICE: error: --mesh tp=2,tp=2: axis 'tp' is given twice
+// STRATEGY: error: unknown strategy 'alpa'; expected megatron or none
+
+// The weight a strategy splits must divide evenly; the error names it, its
+// role, the dimension and the axis.
+func.func @uneven(%x: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  %w1 = nn.constant dense<0.5> : tensor<16x6xf32>
+  %w2 = nn.constant dense<0.5> : tensor<6x16xf32>
+  %h = nn.matmul %x, %w1 : (tensor<2x8x16xf32>, tensor<16x6xf32>) -> tensor<2x8x6xf32>
+  %g = nn.relu %h : tensor<2x8x6xf32>
+  // expected-error @+1 {{cannot split operand 1 of nn.matmul (MLP down projection) over tp=4: dimension 0 has size 6, which tp does not divide}}
+  %d = nn.matmul %g, %w2 : (tensor<2x8x6xf32>, tensor<6x16xf32>) -> tensor<2x8x16xf32>
+  return %d : tensor<2x8x16xf32>
+}
+
+// -----
+
+// A module that declares its mesh keeps it; --mesh may not replace it.
+// expected-error @below {{--mesh tp=4 given, but the module declares @mine}}
+module {
+  dist.mesh @mine [tp = 2]
+}

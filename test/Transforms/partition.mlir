@@ -1,0 +1,96 @@
+// RUN: partita-opt %s --partita-propagate-sharding --partita-partition | FileCheck %s
+
+// Each mismatch between the sharding a value has and the one its user
+// needs becomes the collectives that move the data; every function gets
+// local types.
+
+dist.mesh @mesh [dp = 2, tp = 2]
+
+// A partial sum: all-reduced where the user wants it whole,
+// reduce-scattered where it wants it split.
+// CHECK-LABEL: func.func @reduce
+// CHECK-SAME: (%[[X:.*]]: tensor<4x4xf32> {{.*}}, %[[W:.*]]: tensor<4x8xf32>
+// CHECK-SAME: -> (tensor<4x8xf32> {{.*}}, tensor<2x8xf32>
+// CHECK: %[[Y:.*]] = nn.matmul %[[X]], %[[W]] : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK: %[[WHOLE:.*]] = dist.all_reduce sum %[[Y]] on @mesh axes [tp] {dist.reason = "result 0: it has [{}, {}] partial [tp], needs [{}, {}]"}
+// CHECK: %[[ROWS:.*]] = dist.reduce_scatter sum %[[Y]] on @mesh axes [tp] scatter_dim 0
+// CHECK: return %[[WHOLE]], %[[ROWS]]
+func.func @reduce(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a = dist.annotate %w sharding<@mesh, [{tp}, {}]> : tensor<8x8xf32>
+  %y = nn.matmul %x, %a : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %whole = dist.annotate %y sharding<@mesh, [{}, {}]> : tensor<4x8xf32>
+  %rows = dist.annotate %y sharding<@mesh, [{tp}, {}]> : tensor<4x8xf32>
+  return %whole, %rows : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// An axis moving between dimensions is one all-to-all; a multi-axis split
+// is gathered and sliced over both axes at once.
+// CHECK-LABEL: func.func @move
+// CHECK-SAME: (%[[X:.*]]: tensor<1x8xf32>
+// CHECK: %[[COLS:.*]] = dist.all_to_all %[[X]] on @mesh axes [tp] split_dim 1 concat_dim 0 {{.*}} : tensor<1x8xf32> -> tensor<2x4xf32>
+// CHECK: %[[WHOLE:.*]] = dist.all_gather %[[X]] on @mesh axes [dp, tp] gather_dim 0 {{.*}} : tensor<1x8xf32> -> tensor<4x8xf32>
+// CHECK: %[[MORE:.*]] = dist.all_slice %[[WHOLE]] on @mesh axes [dp, tp] slice_dim 1 {{.*}} : tensor<4x8xf32> -> tensor<4x2xf32>
+// CHECK: return %[[COLS]], %[[WHOLE]], %[[MORE]]
+func.func @move(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a = dist.annotate %x sharding<@mesh, [{dp, tp}, {}]> : tensor<4x8xf32>
+  %cols = dist.annotate %a sharding<@mesh, [{dp}, {tp}]> : tensor<4x8xf32>
+  %whole = dist.annotate %a sharding<@mesh, [{}, {}]> : tensor<4x8xf32>
+  %more = dist.annotate %whole sharding<@mesh, [{}, {dp, tp}]> : tensor<4x8xf32>
+  return %cols, %whole, %more : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// A bias entering a partial sum is added on the first device of the group
+// only.
+// CHECK-LABEL: func.func @bias
+// CHECK-SAME: %[[B:[^:]*]]: tensor<8xf32>
+// CHECK: %[[I:.*]] = dist.axis_index on @mesh axes [tp] : tensor<i64>
+// CHECK: %[[FIRST:.*]] = nn.compare eq, %[[I]]
+// CHECK: %[[ONCE:.*]] = nn.where %[[FIRST]], %[[B]]
+// CHECK: %[[Y:.*]] = nn.matmul %{{.*}}, %{{.*}} bias %[[ONCE]] : (tensor<4x4xf32>, tensor<4x8xf32>, tensor<8xf32>)
+// CHECK: dist.all_reduce sum %[[Y]] on @mesh axes [tp]
+func.func @bias(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %a = dist.annotate %w sharding<@mesh, [{tp}, {}]> : tensor<8x8xf32>
+  %y = nn.matmul %x, %a bias %b : (tensor<4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// A vocab-parallel lookup: indices shifted by the device's first row, rows
+// it does not hold zeroed, then summed.
+// CHECK-LABEL: func.func @vocab
+// CHECK-SAME: (%[[IDS:.*]]: tensor<2x4xi64> {{.*}}, %[[TABLE:.*]]: tensor<16x8xf32>
+// CHECK: %[[I:.*]] = dist.axis_index on @mesh axes [tp]
+// CHECK: %[[OFFSET:.*]] = nn.mul %[[I]], %{{.*}}
+// CHECK: %[[SHIFTED:.*]] = nn.sub %[[IDS]], %[[OFFSET]]
+// CHECK: %[[HELD:.*]] = nn.and
+// CHECK: %[[SAFE:.*]] = nn.where %[[HELD]], %[[SHIFTED]]
+// CHECK: %[[ROWS:.*]] = nn.embedding %[[TABLE]], %[[SAFE]] : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+// CHECK: %[[MASK:.*]] = nn.reshape %[[HELD]] : tensor<2x4xi1> -> tensor<2x4x1xi1>
+// CHECK: %[[ZEROED:.*]] = nn.where %[[MASK]], %[[ROWS]]
+// CHECK: dist.all_reduce sum %[[ZEROED]] on @mesh axes [tp]
+func.func @vocab(%ids: tensor<2x4xi64>, %table: tensor<32x8xf32>) -> tensor<2x4x8xf32> {
+  %t = dist.annotate %table sharding<@mesh, [{tp}, {}]> : tensor<32x8xf32>
+  %e = nn.embedding %t, %ids : (tensor<32x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  return %e : tensor<2x4x8xf32>
+}
+
+// A slice keeps its limits on the split dimension local.
+// CHECK-LABEL: func.func @slice
+// CHECK: nn.slice %{{.*}} start = [0, 2] limit = [2, 6] stride = [1, 1] : tensor<2x8xf32> -> tensor<2x4xf32>
+func.func @slice(%x: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  %a = dist.annotate %x sharding<@mesh, [{dp}, {}]> : tensor<4x8xf32>
+  %s = nn.slice %a start = [0, 2] limit = [4, 6] stride = [1, 1] : tensor<4x8xf32> -> tensor<4x4xf32>
+  return %s : tensor<4x4xf32>
+}
+
+// Constants stay global; each device slices its block.
+// CHECK-LABEL: func.func @weight
+// CHECK: %[[W:.*]] = nn.constant dense<1.000000e+00> : tensor<4x8xf32>
+// CHECK: %[[ROWS:.*]] = dist.all_slice %[[W]] on @mesh axes [dp] slice_dim 0
+// CHECK: %[[BLOCK:.*]] = dist.all_slice %[[ROWS]] on @mesh axes [tp] slice_dim 1 {{.*}} -> tensor<2x4xf32>
+// CHECK: nn.relu %[[BLOCK]]
+func.func @weight() -> tensor<4x8xf32> {
+  %w = nn.constant dense<1.0> : tensor<4x8xf32>
+  %a = dist.annotate %w sharding<@mesh, [{dp}, {tp}]> : tensor<4x8xf32>
+  %r = nn.relu %a : tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
