@@ -1,0 +1,22 @@
+// RUN: partita-opt %s --partita-shard-pipeline="mesh=tp=2" | FileCheck %s
+
+// partita-opt reproduces what partita-compile --mesh tp=2 --emit local runs
+// after the nn pipeline: plan, propagate, partition, cancel, clean up.
+// CHECK: dist.mesh @mesh [tp = 2]
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME: (%[[X:.*]]: tensor<4x16xf32> {dist.sharding = #dist.sharding<@mesh, [{}, {}]>})
+// CHECK-DAG: %[[W1:.*]] = dist.all_slice %{{.*}} on @mesh axes [tp] slice_dim 1 {{.*}} : tensor<16x64xf32> -> tensor<16x32xf32>
+// CHECK-DAG: %[[W2:.*]] = dist.all_slice %{{.*}} on @mesh axes [tp] slice_dim 0 {{.*}} : tensor<64x16xf32> -> tensor<32x16xf32>
+// CHECK: %[[H:.*]] = nn.matmul %[[X]], %[[W1]] : (tensor<4x16xf32>, tensor<16x32xf32>) -> tensor<4x32xf32>
+// CHECK: %[[G:.*]] = nn.gelu %[[H]]
+// CHECK: %[[D:.*]] = nn.matmul %[[G]], %[[W2]] : (tensor<4x32xf32>, tensor<32x16xf32>) -> tensor<4x16xf32>
+// CHECK: %[[R:.*]] = dist.all_reduce sum %[[D]] on @mesh axes [tp]
+// CHECK: return %[[R]]
+func.func @mlp(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %w1 = nn.constant dense<0.5> : tensor<16x64xf32>
+  %w2 = nn.constant dense<0.25> : tensor<64x16xf32>
+  %h = nn.matmul %x, %w1 : (tensor<4x16xf32>, tensor<16x64xf32>) -> tensor<4x64xf32>
+  %g = nn.gelu %h approximation = none : tensor<4x64xf32>
+  %d = nn.matmul %g, %w2 : (tensor<4x64xf32>, tensor<64x16xf32>) -> tensor<4x16xf32>
+  return %d : tensor<4x16xf32>
+}
