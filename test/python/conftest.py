@@ -1,6 +1,7 @@
 """Shared fixtures for the Python tests: where the built tools are, and a
 helper that compiles an onnx.helper model and returns the printed IR."""
 
+import json
 import os
 import pathlib
 import re
@@ -12,6 +13,31 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("PARTITA_BUILD_DIR", ROOT / "build"))
+
+
+def compile_and_run(directory, model, inputs, *flags):
+    """Compiles `model` into an artifact under `directory` (with a report),
+    runs it with partita-run on `inputs` (name -> array), and returns
+    (outputs by name, report dict)."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    art = directory / "art"
+    report = directory / "report.json"
+    compiled = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(model), "-o", str(art),
+         "--report", str(report), *flags],
+        capture_output=True, text=True, timeout=300)
+    assert compiled.returncode == 0, compiled.stderr
+    args = [str(BUILD / "bin" / "partita-run"), str(art),
+            "--output-dir", str(directory / "out")]
+    for name, value in inputs.items():
+        path = directory / f"{name}.npy"
+        np.save(path, value)
+        args += ["--input", f"{name}={path}"]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    outputs = {p.stem: np.load(p) for p in (directory / "out").glob("*.npy")}
+    return outputs, json.loads(report.read_text())
 
 
 class CompileResult:

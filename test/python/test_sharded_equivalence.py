@@ -4,40 +4,17 @@ onnxruntime (fp32: rtol 1e-4); and the report's all-reduce traffic is the
 Megatron optimum, 2·b·s·h fp32 elements per layer, computed here from the
 model's own dimensions."""
 
-import json
 import re
-import subprocess
 
 import numpy as np
 import onnx
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import ROOT, compile_and_run
 
 MODELS = ROOT / "test" / "models"
 NAMES = ["gpt2", "llama", "bert"]
 MESHES = ["tp=2", "tp=4", "dp=2", "dp=2,tp=2"]
-
-
-def compile_and_run(directory, model, inputs, *flags):
-    directory.mkdir(parents=True, exist_ok=True)
-    art = directory / "art"
-    report = directory / "report.json"
-    compiled = subprocess.run(
-        [str(BUILD / "bin" / "partita-compile"), str(model), "-o", str(art),
-         "--report", str(report), *flags],
-        capture_output=True, text=True, timeout=300)
-    assert compiled.returncode == 0, compiled.stderr
-    args = [str(BUILD / "bin" / "partita-run"), str(art),
-            "--output-dir", str(directory / "out")]
-    for name, value in inputs.items():
-        path = directory / f"{name}.npy"
-        np.save(path, value)
-        args += ["--input", f"{name}={path}"]
-    run = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    outputs = {p.stem: np.load(p) for p in (directory / "out").glob("*.npy")}
-    return outputs, json.loads(report.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -127,6 +127,19 @@ int printStage(llvm::function_ref<void(llvm::raw_ostream &)> print) {
   return 0;
 }
 
+/// Runs the passes `build` adds on `module`, timed as `name` under `root`
+/// (--mlir-timing) and with MLIR's pass manager flags applied.
+LogicalResult runStage(ModuleOp module, TimingScope &root, StringRef name,
+                       llvm::function_ref<void(PassManager &)> build) {
+  PassManager pm(module.getContext());
+  if (failed(applyPassManagerCLOptions(pm)))
+    return failure();
+  TimingScope timing = root.nest(name);
+  pm.enableTiming(timing);
+  build(pm);
+  return pm.run(module);
+}
+
 /// One line per weight of the planned (global) function: name, type and
 /// sharding.
 std::vector<std::string> describeWeights(func::FuncOp main) {
@@ -214,17 +227,12 @@ int compile(MLIRContext &context) {
   if (!module)
     return 1;
 
-  PassManager pm(&context);
-  if (failed(applyPassManagerCLOptions(pm)))
-    return 1;
-  TimingScope pipelineTiming = root.nest("Pipeline");
-  pm.enableTiming(pipelineTiming);
   NNPipelineOptions nnOptions;
   nnOptions.raise = !noRaise;
-  buildNNPipeline(pm, nnOptions);
-  if (failed(pm.run(*module)))
+  if (failed(runStage(*module, root, "Pipeline", [&](PassManager &pm) {
+        buildNNPipeline(pm, nnOptions);
+      })))
     return 1;
-  pipelineTiming.stop();
 
   if (emit == EmitStage::NN)
     return printStage([&](llvm::raw_ostream &os) { module->print(os); });
@@ -234,32 +242,21 @@ int compile(MLIRContext &context) {
   std::vector<std::string> weightLines;
   int64_t worldSize = 1;
   if (!meshSpec.empty()) {
-    PassManager plan(&context);
-    if (failed(applyPassManagerCLOptions(plan)))
-      return 1;
-    TimingScope planTiming = root.nest("Sharding plan");
-    plan.enableTiming(planTiming);
     ShardPipelineOptions shardOptions;
     shardOptions.mesh = meshSpec;
     shardOptions.strategy = strategy;
-    buildPlanPipeline(plan, shardOptions);
-    if (failed(plan.run(*module)))
+    if (failed(runStage(*module, root, "Sharding plan", [&](PassManager &pm) {
+          buildPlanPipeline(pm, shardOptions);
+        })))
       return 1;
-    planTiming.stop();
     if (emit == EmitStage::Dist)
       return printStage([&](llvm::raw_ostream &os) { module->print(os); });
     if (explain)
       weightLines = describeWeights(main);
 
-    PassManager partition(&context);
-    if (failed(applyPassManagerCLOptions(partition)))
+    if (failed(runStage(*module, root, "Partition",
+                        [](PassManager &pm) { buildPartitionPipeline(pm); })))
       return 1;
-    TimingScope partitionTiming = root.nest("Partition");
-    partition.enableTiming(partitionTiming);
-    buildPartitionPipeline(partition);
-    if (failed(partition.run(*module)))
-      return 1;
-    partitionTiming.stop();
     for (auto mesh : module->getOps<dist::MeshOp>())
       worldSize = mesh.getNumDevices();
   } else if (emit == EmitStage::Dist) {
