@@ -1,5 +1,9 @@
 // RUN: partita-opt %s -split-input-file --partita-annotate="mesh=dp=2,tp=2" | FileCheck %s
 // RUN: partita-opt %s -split-input-file --partita-annotate="mesh=tp=4" | FileCheck %s --check-prefix=TP4
+// RUN: partita-opt %s -split-input-file --partita-annotate="mesh=pp=1,dp=2,tp=2,sp=1" | FileCheck %s --check-prefix=SIZE1
+
+// Axes of size 1 that the strategy does not use are fine.
+// SIZE1: dist.mesh @mesh [pp = 1, dp = 2, tp = 2, sp = 1]
 
 // The Megatron plan of one layer: vocab-parallel embedding, column-parallel
 // fused QKV (segments permuted) and MLP up, row-parallel attention output

@@ -479,6 +479,16 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                          << "'; expected megatron or none";
       return signalPassFailure();
     }
+    for (auto [name, size] :
+         llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
+      if (size == 1 || name == "dp" || name == "tp")
+        continue;
+      mesh.emitError() << "the megatron strategy splits over dp and tp; axis '"
+                       << name << "' (size " << size
+                       << ") would only replicate the model (pipeline and "
+                          "sequence parallelism are not implemented yet)";
+      return signalPassFailure();
+    }
     SmallVector<Attribute> remarks;
     Megatron megatron(mesh, mesh.getAxisSize("tp").value_or(1),
                       mesh.getAxisSize("dp").value_or(1), remarks);
