@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -383,8 +384,8 @@ void Lowering::deferSlice(dist::AllSliceOp op) {
 }
 
 int32_t Lowering::materialize(Value value) {
-  if (int32_t id = bufferOf.lookup(value); bufferOf.count(value))
-    return id;
+  if (auto it = bufferOf.find(value); it != bufferOf.end())
+    return it->second;
   const HostData &data = hostData.find(value)->second;
   bool inline_ = data.bytes.size() <= options.maxInlineConstantBytes;
   int32_t id = addBuffer(data.type, inline_ ? program::Buffer::CONSTANT

@@ -253,8 +253,6 @@ void Propagation::record(func::FuncOp func) {
           getTensorSharding(rule, ShardingRule::result(i), assignment, mesh,
                             /*withPartial=*/true);
       shardings.push_back(sharding);
-      for (int64_t dim = 0; dim < sharding.getRank(); ++dim)
-        stateOf(op->getResult(i))[dim].axes = sharding.getAxesOfDim(dim);
     }
     op->setAttr(kResultShardingsAttr, ArrayAttr::get(context, shardings));
   });
