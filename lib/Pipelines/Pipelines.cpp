@@ -35,6 +35,7 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
   AnnotatePassOptions annotate;
   annotate.mesh = options.mesh;
   annotate.strategy = options.strategy;
+  annotate.spMode = options.spMode;
   pm.addPass(createAnnotatePass(annotate));
   // The strategy's rewrites (fused segments, repeated key/value heads)
   // leave dead weights behind.

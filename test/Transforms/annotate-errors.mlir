@@ -9,7 +9,7 @@
 // FORM: error: --mesh tp: 'tp' is not of the form axis=size
 // TWICE: error: --mesh tp=2,tp=2: axis 'tp' is given twice
 // STRATEGY: error: unknown strategy 'alpa'; expected megatron or none
-// AXIS: error: the megatron strategy splits over dp and tp; axis 'pp' (size 2) would only replicate the model (pipeline and sequence parallelism are not implemented yet)
+// AXIS: error: the megatron strategy splits over dp and tp; axis 'pp' (size 2) would only replicate the model (pipeline parallelism is not implemented yet)
 
 // The weight a strategy splits must divide evenly; the error names it, its
 // role, the dimension and the axis.

@@ -11,7 +11,7 @@
 
 // CHECK: dist.mesh @mesh [dp = 2, tp = 2]
 // CHECK-LABEL: func.func @layer
-// CHECK: %[[IDS:.*]] = dist.annotate %arg0 sharding<@mesh, [{dp}, {}]> {dist.strategy}
+// CHECK: %[[IDS:.*]] = dist.annotate %arg0 sharding<@mesh, [{dp}, {}]> {dist.priority = 3 : i64, dist.strategy}
 // CHECK: %[[TABLE:.*]] = dist.annotate %{{.*}} sharding<@mesh, [{tp}, {}]> {dist.strategy} : tensor<32x16xf32>
 // CHECK: %[[WQKV:.*]] = dist.annotate %{{.*}} sharding<@mesh, [{}, {tp}]> {dist.strategy} : tensor<16x48xf32>
 // CHECK: %[[WO:.*]] = dist.annotate %{{.*}} sharding<@mesh, [{tp}, {}]> {dist.strategy} : tensor<16x16xf32>
@@ -28,7 +28,7 @@
 // CHECK: nn.matmul %{{.*}}, %[[W1]]
 // CHECK: nn.matmul %{{.*}}, %[[W2]]
 // CHECK: %[[LOGITS:.*]] = nn.matmul %{{.*}}, %[[HEAD]]
-// CHECK: %[[OUT:.*]] = dist.annotate %[[LOGITS]] sharding<@mesh, [{dp}, {}, {}]> {dist.strategy}
+// CHECK: %[[OUT:.*]] = dist.annotate %[[LOGITS]] sharding<@mesh, [{dp}, {}, {}]> {dist.priority = 3 : i64, dist.strategy}
 // CHECK: return %[[OUT]]
 func.func @layer(%ids: tensor<2x8xi64>) -> tensor<2x8x32xf32> {
   %table = nn.constant dense<0.5> : tensor<32x16xf32>

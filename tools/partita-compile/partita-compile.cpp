@@ -84,6 +84,13 @@ cl::opt<std::string>
                       "parallelism, dp: batch) or none (only annotations "
                       "in the IR)"),
              cl::init("megatron"));
+cl::opt<std::string>
+    spMode("sp-mode",
+           cl::desc("Sequence parallelism: megatron (sequence over tp "
+                    "outside the tensor-parallel matmuls), ulysses "
+                    "(all-to-all around attention over sp) or ring (ring "
+                    "attention over sp)"),
+           cl::value_desc("megatron|ulysses|ring"), cl::init(""));
 cl::opt<bool> explain("explain",
                       cl::desc("Print each weight's sharding and each "
                                "collective with the reason it was inserted"),
@@ -245,6 +252,7 @@ int compile(MLIRContext &context) {
     ShardPipelineOptions shardOptions;
     shardOptions.mesh = meshSpec;
     shardOptions.strategy = strategy;
+    shardOptions.spMode = spMode;
     if (failed(runStage(*module, root, "Sharding plan", [&](PassManager &pm) {
           buildPlanPipeline(pm, shardOptions);
         })))
@@ -309,6 +317,8 @@ int compile(MLIRContext &context) {
   if (!meshSpec.empty()) {
     artifact.compileOptions["mesh"] = meshSpec;
     artifact.compileOptions["strategy"] = strategy;
+    if (!spMode.empty())
+      artifact.compileOptions["sp-mode"] = spMode;
   }
   return failed(writeArtifact(main, programs, artifact, outputFile)) ? 1 : 0;
 }

@@ -36,6 +36,9 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
   Option<std::string> strategy{*this, "strategy",
                                llvm::cl::desc("megatron or none"),
                                llvm::cl::init("megatron")};
+  Option<std::string> spMode{*this, "sp-mode",
+                             llvm::cl::desc("megatron, ulysses or ring"),
+                             llvm::cl::init("")};
 };
 
 /// Global nn to nn with a sharding on every value: the strategy's

@@ -127,13 +127,33 @@ SmallVector<nn::MatmulOp> mlpInputsOf(Value value) {
   return found;
 }
 
+/// How sequence parallelism splits activations (`--sp-mode`).
+enum class SequenceMode { None, Megatron, Ulysses, Ring };
+
 class Megatron {
 public:
-  Megatron(MeshOp mesh, int64_t tp, int64_t dp, SmallVector<Attribute> &remarks)
-      : mesh(mesh), tp(tp), dp(dp), remarks(remarks) {}
+  Megatron(MeshOp mesh, SequenceMode sequence, SmallVector<Attribute> &remarks)
+      : mesh(mesh), tp(mesh.getAxisSize("tp").value_or(1)),
+        dp(mesh.getAxisSize("dp").value_or(1)),
+        sp(mesh.getAxisSize("sp").value_or(1)), sequence(sequence),
+        remarks(remarks) {}
   LogicalResult run(func::FuncOp func);
 
 private:
+  /// The axis and size that split the sequence, if any.
+  StringRef sequenceAxis() const {
+    return sequence == SequenceMode::Megatron ? "tp" : "sp";
+  }
+  /// How many ways attention heads are split: tp, times sp for Ulysses.
+  int64_t headSplit() const {
+    return tp * (sequence == SequenceMode::Ulysses ? sp : 1);
+  }
+  /// A sharding with dp on dimension 0 (when dp > 1) and `axes` on `dim`.
+  ShardingAttr batchAnd(RankedTensorType type, int64_t dim,
+                        ArrayRef<StringRef> axes);
+  LogicalResult annotateSequence(func::FuncOp func);
+  LogicalResult ulyssesAttention(nn::AttentionOp attention);
+
   LogicalResult splitSegments(nn::SplitOp split);
   void repeatKeyValueHeads(nn::AttentionOp attention);
   /// Pins operand `index` of `user` to the sharding that splits dimension
@@ -145,7 +165,8 @@ private:
   LogicalResult annotateBatch(func::FuncOp func);
 
   MeshOp mesh;
-  int64_t tp, dp;
+  int64_t tp, dp, sp;
+  SequenceMode sequence;
   SmallVector<Attribute> &remarks;
   /// (user, operand) pairs pinned already.
   llvm::DenseSet<std::pair<Operation *, unsigned>> pinned;
@@ -290,7 +311,8 @@ void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
   auto query = cast<RankedTensorType>(attention.getQuery().getType());
   auto key = cast<RankedTensorType>(attention.getKey().getType());
   int64_t heads = query.getDimSize(1), kvHeads = key.getDimSize(1);
-  if (kvHeads == heads || kvHeads % tp == 0 || heads % tp != 0)
+  int64_t split = headSplit();
+  if (kvHeads == heads || kvHeads % split == 0 || heads % split != 0)
     return;
   OpBuilder b(attention);
   Location loc = attention.getLoc();
@@ -313,10 +335,12 @@ void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
   remarks.push_back(StringAttr::get(
       attention.getContext(),
       "attention " + opName(attention) + ": " + std::to_string(kvHeads) +
-          " key/value heads do not divide tp=" + std::to_string(tp) +
+          " key/value heads do not divide " +
+          (split == tp ? "tp=" + std::to_string(tp)
+                       : "tp×sp=" + std::to_string(split)) +
           "; the key/value projections are replicated and each rank "
           "repeats the key/value heads its " +
-          std::to_string(heads / tp) + " query heads use"));
+          std::to_string(heads / split) + " query heads use"));
 }
 
 LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
@@ -325,8 +349,6 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
   for (nn::SplitOp split : splits)
     if (failed(splitSegments(split)))
       return failure();
-  func.walk([&](nn::AttentionOp a) { repeatKeyValueHeads(a); });
-
   SmallVector<Operation *> ops;
   func.walk([&](Operation *op) { ops.push_back(op); });
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
@@ -382,6 +404,14 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
       dims[0].push_back("dp");
     return ShardingAttr::get(context, mesh.getSymName(), dims);
   };
+  // Context parallelism feeds every rank its part of the sequence.
+  bool splitSequence = sp > 1 && (sequence == SequenceMode::Ulysses ||
+                                  sequence == SequenceMode::Ring);
+  auto inputSharding = [&](RankedTensorType type) {
+    if (!splitSequence || type.getRank() < 2 || type.getDimSize(1) % sp != 0)
+      return batchSharding(type);
+    return batchAnd(type, 1, {"sp"});
+  };
   auto checkBatch = [&](RankedTensorType type,
                         StringRef what) -> LogicalResult {
     if (dp <= 1 || type.getRank() == 0 || type.getDimSize(0) % dp == 0)
@@ -399,7 +429,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
   };
   Block &body = func.getBody().front();
   OpBuilder b(&body, body.begin());
-  if (dp > 1) {
+  if (dp > 1 || splitSequence) {
     for (BlockArgument arg : body.getArguments()) {
       auto type = dyn_cast<RankedTensorType>(arg.getType());
       if (!type || arg.use_empty())
@@ -409,8 +439,9 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
                                       "input", arg.getArgNumber()))))
         return failure();
       auto annotate =
-          AnnotateOp::create(b, arg.getLoc(), arg, batchSharding(type));
+          AnnotateOp::create(b, arg.getLoc(), arg, inputSharding(type));
       annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+      annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
       arg.replaceAllUsesExcept(annotate, annotate);
     }
   }
@@ -428,13 +459,102 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
     auto annotate =
         AnnotateOp::create(b, ret.getLoc(), operand.get(), batchSharding(type));
     annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+    annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
     operand.set(annotate);
   }
   return success();
 }
 
+ShardingAttr Megatron::batchAnd(RankedTensorType type, int64_t dim,
+                                ArrayRef<StringRef> axes) {
+  SmallVector<SmallVector<StringRef>> dims(type.getRank());
+  if (dp > 1)
+    dims[0].push_back("dp");
+  dims[dim].append(axes.begin(), axes.end());
+  return ShardingAttr::get(mesh.getContext(), mesh.getSymName(), dims);
+}
+
+LogicalResult Megatron::annotateSequence(func::FuncOp func) {
+  StringRef axis = sequenceAxis();
+  int64_t size = *mesh.getAxisSize(axis);
+  // The residual stream: what enters each norm is split on the sequence
+  // (dimension 1 of [batch, sequence, hidden]), at a priority below the
+  // weights', so the tensor-parallel matmuls gather it rather than give up
+  // their split.
+  SmallVector<Operation *> norms;
+  func.walk([&](Operation *op) {
+    if (isa<nn::LayerNormOp, nn::RmsNormOp>(op) &&
+        cast<RankedTensorType>(op->getOperand(0).getType()).getRank() == 3)
+      norms.push_back(op);
+  });
+  for (Operation *norm : norms) {
+    auto type = cast<RankedTensorType>(norm->getOperand(0).getType());
+    if (type.getDimSize(1) % size != 0)
+      return norm->emitError()
+             << "--sp-mode splits the sequence over " << axis << "=" << size
+             << ", but the input of this norm has sequence length "
+             << type.getDimSize(1) << ", which " << axis << " does not divide";
+    OpBuilder b(norm);
+    auto annotate = AnnotateOp::create(b, norm->getLoc(), norm->getOperand(0),
+                                       batchAnd(type, 1, {axis}));
+    annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+    annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kActivationPriority));
+    norm->setOperand(0, annotate);
+  }
+  if (sequence != SequenceMode::Ulysses)
+    return success();
+  SmallVector<nn::AttentionOp> attentions;
+  func.walk([&](nn::AttentionOp a) { attentions.push_back(a); });
+  for (nn::AttentionOp attention : attentions)
+    if (failed(ulyssesAttention(attention)))
+      return failure();
+  return success();
+}
+
+LogicalResult Megatron::ulyssesAttention(nn::AttentionOp attention) {
+  // Around attention, heads instead of the sequence are split over sp: one
+  // all-to-all per input before, one for the output after.
+  for (unsigned i : {0u, 1u, 2u}) {
+    auto type = cast<RankedTensorType>(attention->getOperand(i).getType());
+    if (type.getRank() != 4 || type.getDimSize(1) % headSplit() != 0)
+      return attention.emitError()
+             << "--sp-mode ulysses splits attention heads over "
+             << (tp > 1 ? "tp×sp=" : "sp=") << headSplit() << ", but "
+             << (i == 0 ? "the query has " : "the keys and values have ")
+             << type.getDimSize(1) << " heads, which it does not divide";
+  }
+  SmallVector<StringRef> headAxes;
+  if (tp > 1)
+    headAxes.push_back("tp");
+  headAxes.push_back("sp");
+  OpBuilder b(attention);
+  for (unsigned i : {0u, 1u, 2u}) {
+    Value input = attention->getOperand(i);
+    auto type = cast<RankedTensorType>(input.getType());
+    attention->setOperand(i, ReshardOp::create(b, attention.getLoc(), input,
+                                               batchAnd(type, 1, headAxes)));
+  }
+  b.setInsertionPointAfter(attention);
+  auto type = cast<RankedTensorType>(attention.getType());
+  ShardingAttr back = batchAnd(type, 2, {"sp"});
+  if (tp > 1) {
+    SmallVector<SmallVector<StringRef>> dims;
+    for (int64_t d = 0; d < back.getRank(); ++d)
+      dims.push_back(back.getAxesOfDim(d));
+    dims[1].push_back("tp");
+    back = ShardingAttr::get(b.getContext(), mesh.getSymName(), dims);
+  }
+  auto reshard = ReshardOp::create(b, attention.getLoc(), attention, back);
+  attention.getResult().replaceAllUsesExcept(reshard, reshard);
+  return success();
+}
+
 LogicalResult Megatron::run(func::FuncOp func) {
+  if (headSplit() > 1)
+    func.walk([&](nn::AttentionOp a) { repeatKeyValueHeads(a); });
   if (tp > 1 && failed(annotateTensorParallel(func)))
+    return failure();
+  if (sequence != SequenceMode::None && failed(annotateSequence(func)))
     return failure();
   return annotateBatch(func);
 }
@@ -479,19 +599,52 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                          << "'; expected megatron or none";
       return signalPassFailure();
     }
+    SequenceMode sequence = SequenceMode::None;
+    if (spMode == "megatron")
+      sequence = SequenceMode::Megatron;
+    else if (spMode == "ulysses")
+      sequence = SequenceMode::Ulysses;
+    else if (spMode == "ring")
+      sequence = SequenceMode::Ring;
+    else if (!spMode.empty()) {
+      module.emitError() << "unknown --sp-mode '" << spMode
+                         << "'; expected megatron, ulysses or ring";
+      return signalPassFailure();
+    }
+    int64_t tpSize = mesh.getAxisSize("tp").value_or(1);
+    int64_t spSize = mesh.getAxisSize("sp").value_or(1);
+    if (sequence == SequenceMode::Megatron && tpSize == 1) {
+      module.emitError() << "--sp-mode megatron splits the sequence over tp, "
+                            "but the mesh has no tp axis larger than 1";
+      return signalPassFailure();
+    }
+    if ((sequence == SequenceMode::Ulysses || sequence == SequenceMode::Ring) &&
+        spSize == 1) {
+      module.emitError() << "--sp-mode " << spMode
+                         << " splits the sequence over sp, but the mesh has "
+                            "no sp axis larger than 1";
+      return signalPassFailure();
+    }
     for (auto [name, size] :
          llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
       if (size == 1 || name == "dp" || name == "tp")
         continue;
-      mesh.emitError() << "the megatron strategy splits over dp and tp; axis '"
-                       << name << "' (size " << size
-                       << ") would only replicate the model (pipeline and "
-                          "sequence parallelism are not implemented yet)";
+      if (name == "sp" &&
+          (sequence == SequenceMode::Ulysses || sequence == SequenceMode::Ring))
+        continue;
+      mesh.emitError() << "the megatron strategy splits over dp and tp"
+                       << (name == "sp" ? " (and sp with --sp-mode ulysses "
+                                          "or ring)"
+                                        : "")
+                       << "; axis '" << name << "' (size " << size
+                       << ") would only replicate the model"
+                       << (name == "pp" ? " (pipeline parallelism is not "
+                                          "implemented yet)"
+                                        : "");
       return signalPassFailure();
     }
     SmallVector<Attribute> remarks;
-    Megatron megatron(mesh, mesh.getAxisSize("tp").value_or(1),
-                      mesh.getAxisSize("dp").value_or(1), remarks);
+    Megatron megatron(mesh, sequence, remarks);
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() && failed(megatron.run(func)))
         return signalPassFailure();

@@ -200,15 +200,31 @@ Value Partitioner::reshard(OpBuilder &b, Location loc, Value value,
     lose[d].assign(dims[d].begin() + common, dims[d].end());
     gain[d].assign(want.begin() + common, want.end());
   }
-  // Axes that leave one dimension for another: one all-to-all.
+  // Axes that leave one dimension for the end of another's gains: slice
+  // what the other gains first, then one all-to-all moves the rest.
+  auto held = [&](StringRef axis) {
+    return llvm::any_of(dims, [&](const SmallVector<StringRef> &dim) {
+      return llvm::is_contained(dim, axis);
+    });
+  };
   for (int64_t d = 0; d < rank; ++d) {
     if (lose[d].empty())
       continue;
     for (int64_t e = 0; e < rank; ++e) {
-      if (e == d || gain[e] != lose[d])
+      if (e == d || gain[e].size() < lose[d].size() ||
+          !llvm::equal(ArrayRef(gain[e]).take_back(lose[d].size()), lose[d]))
         continue;
+      SmallVector<StringRef> first(ArrayRef(gain[e]).drop_back(lose[d].size()));
+      if (llvm::any_of(first, held))
+        continue; // Another dimension holds it until it is gathered.
+      if (!first.empty()) {
+        dims[e].append(first.begin(), first.end());
+        value =
+            tag(AllSliceOp::create(b, loc, currentType(), value, meshRef,
+                                   axesAttr(first), b.getI64IntegerAttr(e)));
+      }
       dims[d].resize(dims[d].size() - lose[d].size());
-      dims[e].append(gain[e].begin(), gain[e].end());
+      dims[e].append(lose[d].begin(), lose[d].end());
       value = tag(AllToAllOp::create(b, loc, currentType(), value, meshRef,
                                      axesAttr(lose[d]), b.getI64IntegerAttr(e),
                                      b.getI64IntegerAttr(d)));

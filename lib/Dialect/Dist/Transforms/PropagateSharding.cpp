@@ -61,12 +61,16 @@ private:
   /// Lowers `dim` of `value` to `axes` at `priority` if that is better.
   bool update(Value value, unsigned dim, ArrayRef<StringRef> axes,
               int priority);
-  /// The assignment the op's operands and results propose, and each
-  /// factor's priority.
+  /// The assignment the op's operands and results propose, each factor's
+  /// priority, and whether a factor lost axes to a factor of better
+  /// priority (a local decision of this op, not a proposal to its
+  /// neighbours).
   FactorAxes assign(Operation *op, const ShardingRule &rule,
-                    SmallVectorImpl<int> &priorities);
+                    SmallVectorImpl<int> &priorities,
+                    SmallVectorImpl<bool> *truncated = nullptr);
   bool visit(Operation *op);
-  bool visitAnnotate(Operation *op, ShardingAttr sharding, int priority);
+  bool visitAnnotate(Operation *op, ShardingAttr sharding, int priority,
+                     bool constrainsOperand);
   void record(func::FuncOp func);
 
   MeshOp mesh;
@@ -119,7 +123,8 @@ ruleTensors(Operation *op) {
 }
 
 FactorAxes Propagation::assign(Operation *op, const ShardingRule &rule,
-                               SmallVectorImpl<int> &priorities) {
+                               SmallVectorImpl<int> &priorities,
+                               SmallVectorImpl<bool> *truncated) {
   unsigned numFactors = rule.getNumFactors();
   SmallVector<Proposal> best(numFactors);
   for (auto [ref, value] : ruleTensors(op)) {
@@ -166,12 +171,17 @@ FactorAxes Propagation::assign(Operation *op, const ShardingRule &rule,
   });
   FactorAxes assignment(numFactors);
   priorities.assign(numFactors, kOpen);
+  if (truncated)
+    truncated->assign(numFactors, false);
   llvm::StringSet<> used;
   for (unsigned f : order) {
     priorities[f] = best[f].priority;
     for (StringRef axis : best[f].axes) {
-      if (used.contains(axis))
+      if (used.contains(axis)) {
+        if (truncated)
+          (*truncated)[f] = true;
         break;
+      }
       assignment[f].push_back(axis);
     }
     for (StringRef axis : assignment[f])
@@ -183,19 +193,27 @@ FactorAxes Propagation::assign(Operation *op, const ShardingRule &rule,
 bool Propagation::visit(Operation *op) {
   if (auto annotate = dyn_cast<AnnotateOp>(op))
     return visitAnnotate(op, annotate.getSharding(),
-                         op->hasAttr(kStrategyAttr) ? kStrategyPriority
-                                                    : kUserPriority);
+                         getAnnotationPriority(annotate),
+                         /*constrainsOperand=*/true);
+  // A reshard is where data moves: its result is fixed and its operand keeps
+  // what it has (Ulysses' all-to-alls around attention are reshards).
   if (auto reshard = dyn_cast<ReshardOp>(op))
-    return visitAnnotate(op, reshard.getSharding(), kUserPriority);
+    return visitAnnotate(op, reshard.getSharding(), kUserPriority,
+                         /*constrainsOperand=*/false);
   auto ruleOp = dyn_cast<nn::ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return false;
   ShardingRule rule = ruleOp.getShardingRule();
   SmallVector<int> priorities;
-  FactorAxes assignment = assign(op, rule, priorities);
+  SmallVector<bool> truncated;
+  FactorAxes assignment = assign(op, rule, priorities, &truncated);
   bool changed = false;
   for (auto [ref, value] : ruleTensors(op)) {
     for (auto [dim, factors] : llvm::enumerate(rule.getTensor(ref))) {
+      // Where a factor gave up an axis to a better one, this op reshards
+      // its own operand; the value's sharding is not this op's to shrink.
+      if (llvm::any_of(factors, [&](unsigned f) { return truncated[f]; }))
+        continue;
       int priority = kOpen;
       for (unsigned factor : factors)
         if (isShardable(rule.getFactor(factor)))
@@ -210,7 +228,7 @@ bool Propagation::visit(Operation *op) {
 }
 
 bool Propagation::visitAnnotate(Operation *op, ShardingAttr sharding,
-                                int priority) {
+                                int priority, bool constrainsOperand) {
   // The result is the annotation, every dimension closed; the operand is
   // asked for the axes the annotation names (a dimension left whole there
   // does not forbid the producer to split it: the reshard gathers it).
@@ -219,7 +237,7 @@ bool Propagation::visitAnnotate(Operation *op, ShardingAttr sharding,
   for (int64_t dim = 0; dim < sharding.getRank(); ++dim) {
     SmallVector<StringRef> axes = sharding.getAxesOfDim(dim);
     changed |= update(result, dim, axes, priority);
-    if (!axes.empty())
+    if (constrainsOperand && !axes.empty())
       changed |= update(input, dim, axes, priority);
   }
   return changed;

@@ -55,6 +55,12 @@ FailureOr<MeshOp> dist::getModuleMesh(ModuleOp module) {
   return found;
 }
 
+int dist::getAnnotationPriority(AnnotateOp op) {
+  if (auto priority = op->getAttrOfType<IntegerAttr>(kPriorityAttr))
+    return static_cast<int>(priority.getInt());
+  return op->hasAttr(kStrategyAttr) ? kStrategyPriority : kUserPriority;
+}
+
 bool dist::isShardable(const ShardingFactor &factor) {
   switch (factor.kind) {
   case FactorKind::Parallel:

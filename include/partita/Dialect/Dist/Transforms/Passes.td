@@ -55,6 +55,9 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
            "dist.mesh)">,
     Option<"strategy", "strategy", "std::string", /*default=*/"\"megatron\"",
            "The parallel strategy: megatron or none">,
+    Option<"spMode", "sp-mode", "std::string", /*default=*/"\"\"",
+           "Sequence parallelism: megatron (over tp), ulysses or ring (over "
+           "sp); empty for none">,
   ];
   let dependentDialects = ["::mlir::partita::dist::DistDialect",
                            "::mlir::partita::nn::NNDialect"];

@@ -33,14 +33,29 @@ constexpr llvm::StringLiteral kShardingAttr = "dist.sharding";
 /// On a dist.annotate: a strategy put it there (lower priority than one a
 /// person wrote).
 constexpr llvm::StringLiteral kStrategyAttr = "dist.strategy";
+/// On a dist.annotate: its propagation priority (an i64, lower wins), when
+/// not the default of its origin.
+constexpr llvm::StringLiteral kPriorityAttr = "dist.priority";
 /// On a collective: why partitioning inserted it.
 constexpr llvm::StringLiteral kReasonAttr = "dist.reason";
 /// On the module: remarks of the plan for the report (strings).
 constexpr llvm::StringLiteral kRemarksAttr = "dist.remarks";
 
-/// Propagation priorities: lower wins.
+/// Propagation priorities: lower wins. A strategy pins weights at
+/// kStrategyPriority and activations (sequence parallelism's residual
+/// stream) at kActivationPriority, so a weight's split wins where the two
+/// meet at a matmul and the activation is gathered.
+/// The strategy's batch split of function arguments and results comes last:
+/// nothing competes with it for the batch, and the dimensions it leaves
+/// whole must not outrank a sequence split.
 constexpr int kUserPriority = 0;
 constexpr int kStrategyPriority = 1;
+constexpr int kActivationPriority = 2;
+constexpr int kEdgePriority = 3;
+
+/// The priority of a dist.annotate: its `dist.priority`, else 1 for a
+/// strategy's and 0 for a person's.
+int getAnnotationPriority(AnnotateOp op);
 
 /// Mesh axes in order, as `--mesh dp=2,tp=4` gives them.
 using MeshAxes = SmallVector<std::pair<std::string, int64_t>>;
