@@ -340,64 +340,110 @@ LogicalResult MatmulOp::verify() {
 // AttentionOp
 //===----------------------------------------------------------------------===//
 
-double AttentionOp::getEffectiveScale() {
-  if (std::optional<APFloat> scale = getScale())
-    return scale->convertToDouble();
-  return 1.0 /
-         std::sqrt(static_cast<double>(getQuery().getType().getShape().back()));
-}
-
-LogicalResult AttentionOp::verify() {
-  RankedTensorType q = getQuery().getType(), k = getKey().getType(),
-                   v = getValue().getType();
+namespace {
+/// What nn.attention and nn.attention_partial check alike; constraint ids
+/// are `<stem>_c1` to `<stem>_c10`.
+template <typename OpTy>
+LogicalResult verifyAttentionLike(OpTy op, StringRef stem) {
+  auto error = [&](unsigned n) {
+    return op.emitOpError() << stem << "_c" << n << ": ";
+  };
+  RankedTensorType q = op.getQuery().getType(), k = op.getKey().getType(),
+                   v = op.getValue().getType();
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
-    return emitOpError() << "attention_c1: query, key and value must have "
-                            "rank 4 [batch, heads, sequence, head size]";
+    return error(1) << "query, key and value must have rank 4 [batch, heads, "
+                       "sequence, head size]";
   int64_t b = q.getDimSize(0), hq = q.getDimSize(1), sq = q.getDimSize(2);
   int64_t hkv = k.getDimSize(1), skv = k.getDimSize(2);
   if (k.getDimSize(0) != b || v.getDimSize(0) != b)
-    return emitOpError() << "attention_c2: batch sizes differ (" << b << ", "
-                         << k.getDimSize(0) << ", " << v.getDimSize(0) << ")";
+    return error(2) << "batch sizes differ (" << b << ", " << k.getDimSize(0)
+                    << ", " << v.getDimSize(0) << ")";
   if (v.getDimSize(1) != hkv || hq % hkv != 0)
-    return emitOpError() << "attention_c3: key/value heads (" << hkv << ", "
-                         << v.getDimSize(1) << ") must be equal and divide the "
-                         << hq << " query heads";
+    return error(3) << "key/value heads (" << hkv << ", " << v.getDimSize(1)
+                    << ") must be equal and divide the " << hq
+                    << " query heads";
   if (q.getDimSize(3) != k.getDimSize(3))
-    return emitOpError() << "attention_c4: query head size " << q.getDimSize(3)
-                         << " differs from key head size " << k.getDimSize(3);
+    return error(4) << "query head size " << q.getDimSize(3)
+                    << " differs from key head size " << k.getDimSize(3);
   if (v.getDimSize(2) != skv)
-    return emitOpError() << "attention_c5: key sequence " << skv
-                         << " differs from value sequence " << v.getDimSize(2);
-  if (Value mask = getMask()) {
+    return error(5) << "key sequence " << skv << " differs from value sequence "
+                    << v.getDimSize(2);
+  if (Value mask = op.getMask()) {
     RankedTensorType m = tensorType(mask);
     SmallVector<int64_t> scores = {b, hq, sq, skv};
     FailureOr<SmallVector<int64_t>> shape =
         broadcastShapes({m.getShape(), ArrayRef<int64_t>(scores)});
     if (m.getRank() > 4 || failed(shape) ||
         ArrayRef<int64_t>(*shape) != ArrayRef<int64_t>(scores))
-      return emitOpError() << "attention_c6: mask shape "
-                           << shapeString(m.getShape())
-                           << " does not broadcast to the scores' shape "
-                           << shapeString(scores);
+      return error(6) << "mask shape " << shapeString(m.getShape())
+                      << " does not broadcast to the scores' shape "
+                      << shapeString(scores);
     if (!m.getElementType().isInteger(1) &&
         m.getElementType() != q.getElementType())
-      return emitOpError() << "attention_c7: mask element type "
-                           << m.getElementType() << " must be i1 or "
-                           << q.getElementType();
+      return error(7) << "mask element type " << m.getElementType()
+                      << " must be i1 or " << q.getElementType();
   }
   if (k.getElementType() != q.getElementType() ||
       v.getElementType() != q.getElementType())
-    return emitOpError() << "attention_c8: query, key and value element types "
-                            "differ";
+    return error(8) << "query, key and value element types differ";
   auto expected =
       RankedTensorType::get({b, hq, sq, v.getDimSize(3)}, q.getElementType());
-  if (getType() != expected)
-    return emitOpError() << "attention_c9: result type " << getType()
-                         << " differs from the expected " << expected;
-  if (std::optional<APFloat> scale = getScale())
+  if (op.getResult().getType() != expected)
+    return error(9) << "result type " << op.getResult().getType()
+                    << " differs from the expected " << expected;
+  if (std::optional<APFloat> scale = op.getScale())
     if (!(scale->convertToDouble() > 0.0))
-      return emitOpError() << "attention_c10: scale must be positive, got "
-                           << scale->convertToDouble();
+      return error(10) << "scale must be positive, got "
+                       << scale->convertToDouble();
+  return success();
+}
+
+template <typename OpTy> double effectiveScale(OpTy op) {
+  if (std::optional<APFloat> scale = op.getScale())
+    return scale->convertToDouble();
+  return 1.0 / std::sqrt(static_cast<double>(
+                   op.getQuery().getType().getShape().back()));
+}
+} // namespace
+
+double AttentionOp::getEffectiveScale() { return effectiveScale(*this); }
+
+LogicalResult AttentionOp::verify() {
+  return verifyAttentionLike(*this, "attention");
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionPartialOp
+//===----------------------------------------------------------------------===//
+
+double AttentionPartialOp::getEffectiveScale() { return effectiveScale(*this); }
+
+LogicalResult AttentionPartialOp::verify() {
+  if (failed(verifyAttentionLike(*this, "attention_partial")))
+    return failure();
+  RankedTensorType q = getQuery().getType();
+  int64_t sq = q.getDimSize(2), skv = getKey().getType().getDimSize(2);
+  Value qpos = getQueryPositions(), kpos = getKeyPositions();
+  if (static_cast<bool>(qpos) != static_cast<bool>(kpos))
+    return emitOpError() << "attention_partial_c11: give both query and key "
+                            "positions or neither";
+  if (qpos) {
+    RankedTensorType qp = tensorType(qpos), kp = tensorType(kpos);
+    auto expectedQ =
+        RankedTensorType::get({sq}, IntegerType::get(getContext(), 64));
+    auto expectedK =
+        RankedTensorType::get({skv}, IntegerType::get(getContext(), 64));
+    if (qp != expectedQ || kp != expectedK)
+      return emitOpError() << "attention_partial_c11: positions must be "
+                           << expectedQ << " and " << expectedK << ", got "
+                           << qp << " and " << kp;
+  }
+  auto lse = RankedTensorType::get({q.getDimSize(0), q.getDimSize(1), sq},
+                                   Float32Type::get(getContext()));
+  if (getLse().getType() != lse)
+    return emitOpError() << "attention_partial_c12: lse type "
+                         << getLse().getType() << " differs from the expected "
+                         << lse;
   return success();
 }
 

@@ -11,6 +11,8 @@
 
 #include "partita/Dialect/NN/IR/NNOps.h"
 
+#include <type_traits>
+
 using namespace mlir;
 using namespace mlir::partita;
 using namespace mlir::partita::nn;
@@ -209,18 +211,33 @@ ShardingRule MatmulOp::getShardingRule() {
   return rule;
 }
 
-ShardingRule AttentionOp::getShardingRule() {
-  ShardingRule rule = ShardingRule::forOp(*this);
-  ArrayRef<int64_t> q = getQuery().getType().getShape();
-  ArrayRef<int64_t> k = getKey().getType().getShape();
-  ArrayRef<int64_t> v = getValue().getType().getShape();
+/// The rule of nn.attention and nn.attention_partial: batch, kv heads and
+/// their query groups, the query sequence and the value features are
+/// parallel; the key/value sequence merges by online softmax; the head size
+/// is contracted inside the softmax. Positions follow their sequence, and
+/// the partial op's log-sum-exp is indexed like the output's rows.
+template <typename OpTy> ShardingRule attentionRule(OpTy op) {
+  ShardingRule rule = ShardingRule::forOp(op);
+  ArrayRef<int64_t> q = op.getQuery().getType().getShape();
+  ArrayRef<int64_t> k = op.getKey().getType().getShape();
+  ArrayRef<int64_t> v = op.getValue().getType().getShape();
   TensorRef query = operand(0), key = operand(1), value = operand(2),
             out = result(0);
   std::optional<TensorRef> mask;
   ArrayRef<int64_t> maskShape;
-  if (getMask()) {
+  if (op.getMask()) {
     mask = operand(3);
-    maskShape = shapeOf(getMask());
+    maskShape = shapeOf(op.getMask());
+  }
+  // The partial op's extra tensors: positions after the mask, and lse.
+  std::optional<TensorRef> qpos, kpos, lse;
+  if constexpr (std::is_same_v<OpTy, AttentionPartialOp>) {
+    unsigned next = op.getMask() ? 4 : 3;
+    if (op.getQueryPositions()) {
+      qpos = operand(next);
+      kpos = operand(next + 1);
+    }
+    lse = result(1);
   }
   // The mask broadcasts to [b, hq, sq, skv]: dimension `d` of the scores is
   // the mask's `d - (4 - rank)` when that one is not broadcast.
@@ -239,9 +256,17 @@ ShardingRule AttentionOp::getShardingRule() {
     return dims;
   };
 
+  auto withPartial = [&](SmallVector<DimRef> dims,
+                         std::optional<TensorRef> extra, unsigned dim) {
+    if (extra)
+      dims.push_back({*extra, dim});
+    return dims;
+  };
   rule.addShared(
       q[0], FactorKind::Parallel,
-      withMask({{query, 0}, {key, 0}, {value, 0}, {out, 0}}, 0, q[0]));
+      withPartial(
+          withMask({{query, 0}, {key, 0}, {value, 0}, {out, 0}}, 0, q[0]), lse,
+          0));
   // Query heads are [kv head, group]: a split of the kv heads splits the
   // query heads that read them, so grouped-query attention shards by kv head.
   int64_t hkv = k[1], group = q[1] / k[1];
@@ -257,18 +282,30 @@ ShardingRule AttentionOp::getShardingRule() {
       continue;
     rule.append(query, 1, *f);
     rule.append(out, 1, *f);
+    if (lse)
+      rule.append(*lse, 1, *f);
     if (maskHeads)
       rule.append(maskHeads->first, maskHeads->second, *f);
   }
-  rule.addShared(q[2], FactorKind::Parallel,
-                 withMask({{query, 2}, {out, 2}}, 2, q[2]));
-  rule.addShared(k[2], FactorKind::KeyValueSequence,
-                 withMask({{key, 2}, {value, 2}}, 3, k[2]));
+  rule.addShared(
+      q[2], FactorKind::Parallel,
+      withPartial(
+          withPartial(withMask({{query, 2}, {out, 2}}, 2, q[2]), lse, 2), qpos,
+          0));
+  rule.addShared(
+      k[2], FactorKind::KeyValueSequence,
+      withPartial(withMask({{key, 2}, {value, 2}}, 3, k[2]), kpos, 0));
   // The head size is contracted before the softmax, so a split of it cannot
   // be summed afterwards.
   rule.addShared(q[3], FactorKind::Opaque, {{query, 3}, {key, 3}});
   rule.addShared(v[3], FactorKind::Parallel, {{value, 3}, {out, 3}});
   return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() { return attentionRule(*this); }
+
+ShardingRule AttentionPartialOp::getShardingRule() {
+  return attentionRule(*this);
 }
 
 ShardingRule RopeOp::getShardingRule() {

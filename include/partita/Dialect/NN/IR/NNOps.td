@@ -469,6 +469,66 @@ def NN_AttentionOp : NN_Op<"attention"> {
   }];
 }
 
+def NN_AttentionPartialOp : NN_Op<"attention_partial",
+                                  [AttrSizedOperandSegments]> {
+  let summary = "attention over one block of keys, with its log-sum-exp";
+  let description = [{
+    The attention of `q` over one block of keys and values, as ring
+    attention computes it: the result is `softmax(q k^T * scale + mask) v`
+    normalized within the block, and `lse[b, h, i]` is the log of the sum
+    of `exp` of row `i`'s scores over the block. Blocks combine exactly:
+    with `m = max(lse1, lse2)`, `w = exp(lse - m)`, the output over both is
+    `(o1 w1 + o2 w2) / (w1 + w2)` and its log-sum-exp `m + log(w1 + w2)`.
+    A row that sees no key gets zeros and `lse = -inf`.
+
+    Shapes, grouped heads, `scale` and `mask` are as for `nn.attention`.
+    With `positions(%qpos, %kpos)` (the global positions of the query rows
+    and of the keys, as ring attention's blocks are not aligned), query
+    `i` attends only to keys `j` with `kpos[j] <= qpos[i]`: causal attention
+    on any order of the sequence.
+
+    ```mlir
+    %o, %lse = nn.attention_partial %q, %k, %v positions(%qp, %kp) : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+    ```
+
+    **Constraints**
+
+    1. `attention_partial_c1`: `q`, `k` and `v` have rank 4.
+    2. `attention_partial_c2`: `q`, `k` and `v` have the same batch size.
+    3. `attention_partial_c3`: `k` and `v` have the same number of heads,
+       which divides the number of query heads.
+    4. `attention_partial_c4`: `q` and `k` have the same head size.
+    5. `attention_partial_c5`: `k` and `v` have the same sequence length.
+    6. `attention_partial_c6`: `mask` has rank at most 4 and broadcasts to
+       `[b, hq, sq, skv]`.
+    7. `attention_partial_c7`: `mask` is `i1` or has the element type of
+       `q`.
+    8. `attention_partial_c8`: `q`, `k` and `v` have the same element type.
+    9. `attention_partial_c9`: the result type is `[b, hq, sq, dv]` with the
+       element type of `q`.
+    10. `attention_partial_c10`: `scale`, when given, is positive.
+    11. `attention_partial_c11`: the positions are `i64` vectors of lengths
+        `sq` and `skv`.
+    12. `attention_partial_c12`: `lse` is `[b, hq, sq]` of `f32`.
+  }];
+  let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
+                       NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
+                       Optional<NN_IndexTensor>:$query_positions,
+                       Optional<NN_IndexTensor>:$key_positions,
+                       OptionalAttr<F32Attr>:$scale);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)?
+    (`positions` `(` $query_positions^ `,` $key_positions `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scale applied to the scores: the attribute or 1/sqrt(head size).
+    double getEffectiveScale();
+  }];
+}
+
 def NN_RopeOp : NN_Op<"rope", [AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding";
   let description = [{
