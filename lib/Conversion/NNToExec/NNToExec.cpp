@@ -198,6 +198,11 @@ void setAttributes(Operation *op,
         m["scale"] = floatAttr(o.getEffectiveScale());
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
       })
+      .Case([&](nn::AttentionPartialOp o) {
+        m["scale"] = floatAttr(o.getEffectiveScale());
+        m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+        m["has_positions"] = boolAttr(static_cast<bool>(o.getQueryPositions()));
+      })
       .Case([&](nn::RopeOp o) {
         m["interleaved"] = boolAttr(o.getInterleaved());
       })

@@ -165,6 +165,11 @@ struct AttentionShape {
   bool causal;
   const Tensor *mask;     // Null without one.
   int64_t maskStrides[4]; // Per [b, hq, sq, skv]; 0 where it broadcasts.
+  // attention_partial: the global positions of the query rows and keys
+  // (key j is masked for row i when kPos[j] > qPos[i]), and where to write
+  // each row's log-sum-exp [b, hq, sq]; null when absent.
+  const int64_t *qPos = nullptr, *kPos = nullptr;
+  float *lse = nullptr;
 };
 
 template <typename T>
@@ -201,6 +206,12 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
           g.causal
               ? std::min(g.skv, std::max<int64_t>(0, i0 + nq - 1 + offset + 1))
               : g.skv;
+      // With positions, a key block after every row of the query block is
+      // skipped whole.
+      int64_t lastQuery = 0;
+      if (g.qPos)
+        for (int64_t i = 0; i < nq; ++i)
+          lastQuery = std::max(lastQuery, g.qPos[i0 + i]);
       const char *maskRows = nullptr;
       if (g.mask)
         maskRows = bytesOf(*g.mask) +
@@ -212,6 +223,13 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
 
       for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
         int64_t nk = std::min(kKeyBlock, keyEnd - j0);
+        if (g.kPos) {
+          bool any = false;
+          for (int64_t j = 0; j < nk && !any; ++j)
+            any = g.kPos[j0 + j] <= lastQuery;
+          if (!any)
+            continue;
+        }
         if (boolMask) {
           bool any = false;
           const uint8_t *mk = reinterpret_cast<const uint8_t *>(maskRows);
@@ -235,6 +253,12 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
             int64_t firstMasked = i0 + i + offset + 1 - j0;
             for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
               sRow[j] = kNegInf;
+          }
+          if (g.qPos) {
+            int64_t position = g.qPos[i0 + i];
+            for (int64_t j = 0; j < nk; ++j)
+              if (g.kPos[j0 + j] > position)
+                sRow[j] = kNegInf;
           }
           if (g.mask) {
             const char *mRow =
@@ -281,6 +305,11 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
         for (int64_t c = 0; c < dv; ++c)
           outBase[i * dv + c] = storeFloat<T>(o[i * dv + c] * inv);
       }
+      if (g.lse) {
+        float *lseBase = g.lse + (b * g.qHeads + h) * g.sq + i0;
+        for (int64_t i = 0; i < nq; ++i)
+          lseBase[i] = l[i] > 0.0f ? m[i] + std::log(l[i]) : kNegInf;
+      }
     }
   });
 }
@@ -315,15 +344,11 @@ void ropeTyped(ThreadPool &pool, const T *x, const T *cosTable,
 
 } // namespace
 
-Status runAttention(KernelContext &ctx) {
-  bool causal, hasMask;
-  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("causal", causal, false));
-  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_mask", hasMask, false));
-  if (static_cast<int>(ctx.operands.size()) != 3 + int(hasMask))
-    return ctx.error(
-        "expected " + std::to_string(3 + int(hasMask)) +
-        " operands for has_mask = " + (hasMask ? "true" : "false") + ", got " +
-        std::to_string(ctx.operands.size()));
+namespace {
+
+/// Checks q, k, v, the result and the mask (operand 3 when `hasMask`) and
+/// fills `g` with their shape.
+Status prepareAttention(KernelContext &ctx, bool hasMask, AttentionShape &g) {
   const Tensor &q = ctx.operands[0], &k = ctx.operands[1], &v = ctx.operands[2];
   const Tensor &result = ctx.results[0];
   PARTITA_RETURN_IF_ERROR(ctx.expectFloat(q, "q"));
@@ -333,7 +358,6 @@ Status runAttention(KernelContext &ctx) {
   if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
     return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
                      ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
-  AttentionShape g;
   g.batch = q.shape[0];
   g.qHeads = q.shape[1];
   g.sq = q.shape[2];
@@ -341,7 +365,6 @@ Status runAttention(KernelContext &ctx) {
   g.kvHeads = k.shape[1];
   g.skv = k.shape[2];
   g.dv = v.shape[3];
-  g.causal = causal;
   if (k.shape[0] != g.batch || v.shape[0] != g.batch ||
       v.shape[1] != g.kvHeads || v.shape[2] != g.skv || k.shape[3] != g.d ||
       g.kvHeads == 0 || g.qHeads % g.kvHeads != 0)
@@ -374,6 +397,12 @@ Status runAttention(KernelContext &ctx) {
       g.maskStrides[dim] = size == 1 || dim < lead ? 0 : strides[dim - lead];
     }
   }
+  return Status::ok();
+}
+
+Status dispatchAttention(KernelContext &ctx, const AttentionShape &g) {
+  const Tensor &q = ctx.operands[0], &k = ctx.operands[1], &v = ctx.operands[2];
+  const Tensor &result = ctx.results[0];
   if (result.numElements() == 0)
     return Status::ok();
   return visitFloat(ctx, q.dtype, [&](auto tag) {
@@ -382,6 +411,60 @@ Status runAttention(KernelContext &ctx) {
                       result.as<T>());
     return Status::ok();
   });
+}
+
+} // namespace
+
+Status runAttention(KernelContext &ctx) {
+  bool causal, hasMask;
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("causal", causal, false));
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_mask", hasMask, false));
+  if (static_cast<int>(ctx.operands.size()) != 3 + int(hasMask))
+    return ctx.error(
+        "expected " + std::to_string(3 + int(hasMask)) +
+        " operands for has_mask = " + (hasMask ? "true" : "false") + ", got " +
+        std::to_string(ctx.operands.size()));
+  AttentionShape g;
+  PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g));
+  g.causal = causal;
+  return dispatchAttention(ctx, g);
+}
+
+Status runAttentionPartial(KernelContext &ctx) {
+  bool hasMask, hasPositions;
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_mask", hasMask, false));
+  PARTITA_RETURN_IF_ERROR(
+      ctx.attrs.getBool("has_positions", hasPositions, false));
+  int expected = 3 + int(hasMask) + 2 * int(hasPositions);
+  if (static_cast<int>(ctx.operands.size()) != expected)
+    return ctx.error(
+        "expected " + std::to_string(expected) +
+        " operands for has_mask = " + (hasMask ? "true" : "false") +
+        ", has_positions = " + (hasPositions ? "true" : "false") + ", got " +
+        std::to_string(ctx.operands.size()));
+  AttentionShape g;
+  PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g));
+  g.causal = false;
+  const Tensor &lse = ctx.results[1];
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(lse, program::F32, "lse"));
+  PARTITA_RETURN_IF_ERROR(
+      ctx.expectShape(lse, {g.batch, g.qHeads, g.sq}, "lse"));
+  g.lse = lse.as<float>();
+  if (hasPositions) {
+    const Tensor &qPos = ctx.operands[3 + int(hasMask)];
+    const Tensor &kPos = ctx.operands[4 + int(hasMask)];
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectDType(qPos, program::I64, "the query positions"));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectDType(kPos, program::I64, "the key positions"));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectShape(qPos, {g.sq}, "the query positions"));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectShape(kPos, {g.skv}, "the key positions"));
+    g.qPos = qPos.as<int64_t>();
+    g.kPos = kPos.as<int64_t>();
+  }
+  return dispatchAttention(ctx, g);
 }
 
 Status runRope(KernelContext &ctx) {

@@ -196,6 +196,7 @@ const std::unordered_map<std::string, OpInfo> &opTable() {
     t["rms_norm"] = {1, 2, 1, runRmsNorm};
     t["matmul"] = {2, 3, 1, runMatmul};
     t["attention"] = {3, 4, 1, runAttention};
+    t["attention_partial"] = {3, 6, 2, runAttentionPartial};
     t["rope"] = {3, 3, 1, runRope};
     t["embedding"] = {2, 2, 1, runEmbedding};
     t["gather"] = {2, 2, 1, runGather};

@@ -335,6 +335,7 @@ Status runLayerNorm(KernelContext &ctx);
 Status runRmsNorm(KernelContext &ctx);
 Status runMatmul(KernelContext &ctx);
 Status runAttention(KernelContext &ctx);
+Status runAttentionPartial(KernelContext &ctx);
 Status runRope(KernelContext &ctx);
 Status runEmbedding(KernelContext &ctx);
 Status runGather(KernelContext &ctx);

@@ -209,6 +209,88 @@ std::vector<double> refRope(const Buffer &x, const Buffer &cosT,
   return out;
 }
 
+/// attention_partial with positions: query rows and keys in any order,
+/// key j visible to row i when kpos[j] <= qpos[i]; the output is normalized
+/// within the block and lse is the log-sum-exp of the visible scores.
+TEST(AttentionPartialTest, PositionsAndLogSumExp) {
+  const int64_t b = 1, hq = 4, hkv = 2, sq = 40, skv = 70, d = 8;
+  std::mt19937 rng(7);
+  Buffer q = randomBuffer(rng, program::F32, {b, hq, sq, d});
+  Buffer k = randomBuffer(rng, program::F32, {b, hkv, skv, d});
+  Buffer v = randomBuffer(rng, program::F32, {b, hkv, skv, d});
+  // Zigzag-like positions: queries from two far-apart chunks, keys spread
+  // so that some rows see no key at all.
+  Buffer qpos(program::I64, {sq}), kpos(program::I64, {skv});
+  for (int64_t i = 0; i < sq; ++i)
+    qpos.setInt(i, i < sq / 2 ? 10 + i : 200 + i);
+  for (int64_t j = 0; j < skv; ++j)
+    kpos.setInt(j, 3 * j);
+  Buffer out(program::F32, {b, hq, sq, d}), lse(program::F32, {b, hq, sq});
+  double scale = 0.4;
+  Status s = KernelBuilder("attention_partial")
+                 .operand(q)
+                 .operand(k)
+                 .operand(v)
+                 .operand(qpos)
+                 .operand(kpos)
+                 .result(out)
+                 .result(lse)
+                 .attr("scale", scale)
+                 .attr("has_mask", false)
+                 .attr("has_positions", true)
+                 .run(testPool());
+  ASSERT_TRUE(s.isOk()) << s.message();
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < sq; ++i) {
+      int64_t hk = h / (hq / hkv);
+      std::vector<double> scores;
+      std::vector<int64_t> keys;
+      for (int64_t j = 0; j < skv; ++j) {
+        if (kpos.get(j) > qpos.get(i))
+          continue;
+        double dot = 0;
+        for (int64_t t = 0; t < d; ++t)
+          dot += q.get((h * sq + i) * d + t) * k.get((hk * skv + j) * d + t);
+        scores.push_back(dot * scale);
+        keys.push_back(j);
+      }
+      double gotLse = lse.get(h * sq + i);
+      if (scores.empty()) {
+        EXPECT_EQ(gotLse, -INFINITY);
+        for (int64_t t = 0; t < d; ++t)
+          EXPECT_EQ(out.get((h * sq + i) * d + t), 0.0);
+        continue;
+      }
+      double m = *std::max_element(scores.begin(), scores.end()), sum = 0;
+      for (double x : scores)
+        sum += std::exp(x - m);
+      EXPECT_NEAR(gotLse, m + std::log(sum), 1e-4) << "row " << i;
+      for (int64_t t = 0; t < d; ++t) {
+        double want = 0;
+        for (size_t n = 0; n < keys.size(); ++n)
+          want += std::exp(scores[n] - m) / sum *
+                  v.get((hk * skv + keys[n]) * d + t);
+        EXPECT_NEAR(out.get((h * sq + i) * d + t), want, 1e-4);
+      }
+    }
+}
+
+TEST(AttentionPartialTest, OperandCountFollowsTheFlags) {
+  Buffer q(program::F32, {1, 1, 2, 4}), out(program::F32, {1, 1, 2, 4}),
+      lse(program::F32, {1, 1, 2});
+  Status s = KernelBuilder("attention_partial")
+                 .operand(q)
+                 .operand(q)
+                 .operand(q)
+                 .result(out)
+                 .result(lse)
+                 .attr("has_positions", true)
+                 .run(testPool());
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("expected 5 operands"), std::string::npos)
+      << s.message();
+}
+
 TEST(RopeTest, SplitHalvesAndInterleaved) {
   std::mt19937 rng(61);
   struct Case {
