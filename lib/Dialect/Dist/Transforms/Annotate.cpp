@@ -153,6 +153,7 @@ private:
                         ArrayRef<StringRef> axes);
   LogicalResult annotateSequence(func::FuncOp func);
   LogicalResult ulyssesAttention(nn::AttentionOp attention);
+  LogicalResult planRing(func::FuncOp func);
 
   LogicalResult splitSegments(nn::SplitOp split);
   void repeatKeyValueHeads(nn::AttentionOp attention);
@@ -205,45 +206,17 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
   return success();
 }
 
-/// The bytes of a constant's value; empty for a splat (which any
-/// permutation leaves alone).
-ArrayRef<char> constantBytes(nn::ConstantOp constant) {
-  if (auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
-    if (AsmResourceBlob *blob = resource.getRawHandle().getBlob())
-      return blob->getData();
-  if (auto dense = dyn_cast<DenseElementsAttr>(constant.getValue()))
-    if (!dense.isSplat())
-      return dense.getRawData();
-  return {};
-}
-
 /// A constant like `constant` whose last dimension is permuted:
 /// column `j` of the result is column `permutation[j]` of the original.
 Value permuteColumns(OpBuilder &b, nn::ConstantOp constant,
                      ArrayRef<int64_t> permutation, StringRef suffix) {
   auto type = cast<RankedTensorType>(constant.getType());
-  ArrayRef<char> bytes = constantBytes(constant);
-  if (bytes.empty())
+  std::string name = weightName(constant);
+  ElementsAttr value =
+      permuteAlongDim(constant.getValue(), type.getRank() - 1, permutation,
+                      (name.empty() ? "weight" : name) + suffix.str());
+  if (value == constant.getValue())
     return constant; // A splat: every column is the same.
-  int64_t columns = type.getShape().back();
-  size_t width = bytes.size() / type.getNumElements();
-  std::vector<char> out(bytes.size());
-  int64_t rows = type.getNumElements() / columns;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < columns; ++j)
-      std::memcpy(out.data() + (r * columns + j) * width,
-                  bytes.data() + (r * columns + permutation[j]) * width, width);
-  ElementsAttr value;
-  if (isa<DenseResourceElementsAttr>(constant.getValue())) {
-    AsmResourceBlob blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
-        ArrayRef<char>(out), width);
-    std::string name = weightName(constant);
-    value = DenseResourceElementsAttr::get(
-        type, ((name.empty() ? "weight" : name) + suffix).str(),
-        std::move(blob));
-  } else {
-    value = DenseElementsAttr::getFromRawBuffer(type, out);
-  }
   return nn::ConstantOp::create(b, constant.getLoc(), value);
 }
 
@@ -404,9 +377,9 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
       dims[0].push_back("dp");
     return ShardingAttr::get(context, mesh.getSymName(), dims);
   };
-  // Context parallelism feeds every rank its part of the sequence.
-  bool splitSequence = sp > 1 && (sequence == SequenceMode::Ulysses ||
-                                  sequence == SequenceMode::Ring);
+  // Ulysses feeds every rank its part of the sequence; ring attention
+  // reads whole inputs and permutes them locally into its layout.
+  bool splitSequence = sp > 1 && sequence == SequenceMode::Ulysses;
   auto inputSharding = [&](RankedTensorType type) {
     if (!splitSequence || type.getRank() < 2 || type.getDimSize(1) % sp != 0)
       return batchSharding(type);
@@ -501,6 +474,8 @@ LogicalResult Megatron::annotateSequence(func::FuncOp func) {
     annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kActivationPriority));
     norm->setOperand(0, annotate);
   }
+  if (sequence == SequenceMode::Ring)
+    return planRing(func);
   if (sequence != SequenceMode::Ulysses)
     return success();
   SmallVector<nn::AttentionOp> attentions;
@@ -546,6 +521,129 @@ LogicalResult Megatron::ulyssesAttention(nn::AttentionOp attention) {
   }
   auto reshard = ReshardOp::create(b, attention.getLoc(), attention, back);
   attention.getResult().replaceAllUsesExcept(reshard, reshard);
+  return success();
+}
+
+/// The work of each rank of a causal ring: the number of (query, key) pairs
+/// its queries see, given the global position of every sequence slot.
+static SmallVector<int64_t> ringWork(ArrayRef<int64_t> order, int64_t ranks) {
+  SmallVector<int64_t> work(ranks, 0);
+  int64_t perRank = static_cast<int64_t>(order.size()) / ranks;
+  for (auto [slot, position] : llvm::enumerate(order))
+    work[slot / perRank] += position + 1;
+  return work;
+}
+
+static double imbalance(ArrayRef<int64_t> work) {
+  int64_t total = 0, most = 0;
+  for (int64_t w : work) {
+    total += w;
+    most = std::max(most, w);
+  }
+  return total == 0 ? 1.0
+                    : static_cast<double>(most) * work.size() /
+                          static_cast<double>(total);
+}
+
+LogicalResult Megatron::planRing(func::FuncOp func) {
+  SmallVector<nn::AttentionOp> attentions;
+  func.walk([&](nn::AttentionOp a) { attentions.push_back(a); });
+  if (attentions.empty())
+    return success();
+  int64_t length = attentions.front().getQuery().getType().getDimSize(2);
+  bool causal =
+      llvm::any_of(attentions, [](nn::AttentionOp a) { return a.getCausal(); });
+  MLIRContext *context = func.getContext();
+  for (nn::AttentionOp attention : attentions) {
+    if (attention.getQuery().getType().getDimSize(2) != length ||
+        attention.getKey().getType().getDimSize(2) != length)
+      return attention.emitError()
+             << "--sp-mode ring needs self-attention over the whole "
+                "sequence of "
+             << length << " positions";
+    attention->setAttr(kRingAttr, StringAttr::get(context, "sp"));
+  }
+
+  // Causal attention: a zigzag layout gives rank r the chunks r and
+  // 2*sp-1-r of 2*sp, so every rank sees as many (query, key) pairs.
+  SmallVector<int64_t> order(length), contiguous(length);
+  for (int64_t i = 0; i < length; ++i)
+    order[i] = contiguous[i] = i;
+  bool zigzag = causal && length % (2 * sp) == 0;
+  if (zigzag) {
+    int64_t chunk = length / (2 * sp), perRank = length / sp;
+    for (int64_t i = 0; i < length; ++i) {
+      int64_t rank = i / perRank, offset = i % perRank;
+      int64_t which = offset < chunk ? rank : 2 * sp - 1 - rank;
+      order[i] = which * chunk + offset % chunk;
+    }
+  }
+  ModuleOp module = func->getParentOfType<ModuleOp>();
+  Builder attrs(context);
+  SmallVector<NamedAttribute> ring = {
+      attrs.getNamedAttr("axis", attrs.getStringAttr("sp")),
+      attrs.getNamedAttr("ranks", attrs.getI64IntegerAttr(sp)),
+      attrs.getNamedAttr("causal", attrs.getBoolAttr(causal)),
+      attrs.getNamedAttr("zigzag", attrs.getBoolAttr(zigzag))};
+  if (causal) {
+    ring.push_back(attrs.getNamedAttr(
+        "imbalance", attrs.getF64FloatAttr(imbalance(ringWork(order, sp)))));
+    ring.push_back(attrs.getNamedAttr(
+        "contiguous_imbalance",
+        attrs.getF64FloatAttr(imbalance(ringWork(contiguous, sp)))));
+  }
+  module->setAttr(kRingAttr, attrs.getDictionaryAttr(ring));
+  if (!zigzag)
+    return success();
+  module->setAttr(
+      kSequenceOrderAttr,
+      attrs.getDictionaryAttr(
+          {attrs.getNamedAttr("axis", attrs.getStringAttr("sp")),
+           attrs.getNamedAttr("order", attrs.getDenseI64ArrayAttr(order))}));
+
+  // The model sees its sequence in that order: inputs are permuted on
+  // entry, outputs gathered whole and put back in order on exit.
+  SmallVector<int64_t> inverse(length);
+  for (int64_t i = 0; i < length; ++i)
+    inverse[order[i]] = i;
+  // The permutations themselves are in sequence order already; partitioning
+  // must not reorder them again.
+  auto indices = [&](OpBuilder &b, Location loc, ArrayRef<int64_t> values) {
+    auto type = RankedTensorType::get({length}, b.getI64Type());
+    auto constant = nn::ConstantOp::create(
+        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(type, values)));
+    constant->setAttr(kSequenceOrderAttr, b.getUnitAttr());
+    return constant;
+  };
+  Block &body = func.getBody().front();
+  OpBuilder b(&body, body.begin());
+  for (BlockArgument arg : body.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type || type.getRank() < 2 || type.getDimSize(1) != length ||
+        arg.use_empty())
+      continue;
+    Value permuted = nn::GatherOp::create(b, arg.getLoc(), type, arg,
+                                          indices(b, arg.getLoc(), order),
+                                          static_cast<int64_t>(1));
+    arg.replaceAllUsesExcept(permuted, permuted.getDefiningOp());
+  }
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  b.setInsertionPoint(ret);
+  for (OpOperand &operand : ret->getOpOperands()) {
+    auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+    if (!type || type.getRank() < 2 || type.getDimSize(1) != length)
+      continue;
+    SmallVector<SmallVector<StringRef>> dims(type.getRank());
+    if (dp > 1)
+      dims[0].push_back("dp");
+    auto whole =
+        AnnotateOp::create(b, ret.getLoc(), operand.get(),
+                           ShardingAttr::get(context, mesh.getSymName(), dims));
+    whole->setAttr(kStrategyAttr, b.getUnitAttr());
+    operand.set(nn::GatherOp::create(b, ret.getLoc(), type, whole,
+                                     indices(b, ret.getLoc(), inverse),
+                                     static_cast<int64_t>(1)));
+  }
   return success();
 }
 

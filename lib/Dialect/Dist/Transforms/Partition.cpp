@@ -26,6 +26,9 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <cmath>
+#include <limits>
+
 namespace mlir::partita {
 #define GEN_PASS_DEF_PARTITIONPASS
 #include "partita/Dialect/Dist/Transforms/Passes.h.inc"
@@ -83,6 +86,12 @@ private:
                                 const FactorAxes &assignment,
                                 unsigned lookupFactor,
                                 SmallVectorImpl<Value> &operands);
+  LogicalResult partitionRing(nn::AttentionOp op, const ShardingRule &rule,
+                              FactorAxes assignment);
+  /// With ring attention's zigzag, a constant split over the ring axis is
+  /// indexed by sequence position: lay it out in the ring's order.
+  Operation *orderSequence(OpBuilder &b, nn::ConstantOp constant,
+                           ShardingAttr sharding);
   /// The local value of global `value`, resharded to `to` for `user`.
   Value localOperand(OpBuilder &b, Operation *user, unsigned index,
                      ShardingAttr to);
@@ -342,6 +351,169 @@ LogicalResult Partitioner::partitionLookup(Operation *op,
   return success();
 }
 
+Operation *Partitioner::orderSequence(OpBuilder &b, nn::ConstantOp constant,
+                                      ShardingAttr sharding) {
+  auto module = constant->getParentOfType<ModuleOp>();
+  auto layout = module->getAttrOfType<DictionaryAttr>(kSequenceOrderAttr);
+  if (!layout || constant->hasAttr(kSequenceOrderAttr))
+    return b.clone(*constant);
+  auto axis = layout.getAs<StringAttr>("axis");
+  auto order = layout.getAs<DenseI64ArrayAttr>("order");
+  ElementsAttr value = constant.getValue();
+  auto type = cast<RankedTensorType>(value.getType());
+  for (int64_t d = 0; d < sharding.getRank(); ++d) {
+    if (!llvm::is_contained(sharding.getAxesOfDim(d), axis.getValue()) ||
+        type.getDimSize(d) != static_cast<int64_t>(order.size()))
+      continue;
+    std::string name = "constant";
+    if (auto resource = dyn_cast<DenseResourceElementsAttr>(value))
+      name = resource.getRawHandle().getKey().str();
+    value = permuteAlongDim(value, d, order.asArrayRef(), name + ".ring");
+  }
+  return nn::ConstantOp::create(b, constant.getLoc(), value);
+}
+
+LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
+                                         const ShardingRule &rule,
+                                         FactorAxes assignment) {
+  // The query sequence's axes are the ring; keys, values and the key side
+  // of the mask are split the same way and travel around it.
+  unsigned querySeq = rule.getOperands()[0][2].front();
+  unsigned keySeq = rule.getOperands()[1][2].front();
+  AxisList ring = assignment[querySeq];
+  if (ring.empty()) {
+    op->removeAttr(kRingAttr);
+    return partitionOp(op);
+  }
+  assignment[keySeq] = ring;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    ShardingAttr need =
+        getTensorSharding(rule, ShardingRule::operand(i), assignment, mesh,
+                          /*withPartial=*/false);
+    operands.push_back(localOperand(b, op, i, need));
+  }
+  Value q = operands[0], k = operands[1], v = operands[2];
+  Value mask = op.getMask() ? operands[3] : Value();
+  // The mask travels only if it is split on the key dimension.
+  bool maskTravels =
+      mask &&
+      cast<RankedTensorType>(mask.getType()).getShape().back() !=
+          cast<RankedTensorType>(op.getMask().getType()).getShape().back();
+  FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  ArrayAttr axes = b.getStrArrayAttr(ring);
+  int64_t ranks = *mesh.getGroupSize(ring);
+  auto qType = cast<RankedTensorType>(q.getType());
+  int64_t rows = qType.getDimSize(2);
+
+  // Causal attention compares global positions: this device's rows are
+  // row block `axis_index` of the ring's sequence order.
+  Value qpos, kpos;
+  if (op.getCausal()) {
+    int64_t length = rows * ranks;
+    SmallVector<int64_t> order(length);
+    for (int64_t i = 0; i < length; ++i)
+      order[i] = i;
+    auto module = op->getParentOfType<ModuleOp>();
+    if (auto layout =
+            module->getAttrOfType<DictionaryAttr>(kSequenceOrderAttr)) {
+      ArrayRef<int64_t> given =
+          layout.getAs<DenseI64ArrayAttr>("order").asArrayRef();
+      order.assign(given.begin(), given.end());
+    }
+    auto tableType = RankedTensorType::get({ranks, rows}, b.getI64Type());
+    Value table =
+        nn::ConstantOp::create(b, loc,
+                               cast<ElementsAttr>(DenseElementsAttr::get(
+                                   tableType, ArrayRef<int64_t>(order))));
+    Value index = AxisIndexOp::create(
+        b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, axes);
+    qpos = nn::GatherOp::create(b, loc,
+                                RankedTensorType::get({rows}, b.getI64Type()),
+                                table, index, static_cast<int64_t>(0));
+    kpos = qpos;
+  }
+  FloatAttr scale = b.getF32FloatAttr(op.getEffectiveScale());
+  auto lseType = RankedTensorType::get(
+      {qType.getDimSize(0), qType.getDimSize(1), rows}, b.getF32Type());
+  auto outType =
+      RankedTensorType::get({qType.getDimSize(0), qType.getDimSize(1), rows,
+                             cast<RankedTensorType>(v.getType()).getDimSize(3)},
+                            qType.getElementType());
+  auto step = [&](Value key, Value value, Value stepMask, Value keyPos) {
+    return nn::AttentionPartialOp::create(b, loc, TypeRange{outType, lseType},
+                                          q, key, value, stepMask, qpos, keyPos,
+                                          scale);
+  };
+  auto first = step(k, v, mask, kpos);
+  Value out = first.getResult(), lse = first.getLse();
+  Type element = outType.getElementType();
+  SmallVector<int64_t> column(lseType.getShape());
+  column.push_back(1);
+  auto columnType = RankedTensorType::get(column, b.getF32Type());
+  auto asColumn = [&](Value x) -> Value {
+    Value c = nn::ReshapeOp::create(b, loc, columnType, x);
+    if (element != b.getF32Type())
+      c = nn::CastOp::create(b, loc, RankedTensorType::get(column, element), c);
+    return c;
+  };
+  auto scalar = [&](float value) -> Value {
+    return nn::ConstantOp::create(b, loc,
+                                  cast<ElementsAttr>(DenseElementsAttr::get(
+                                      RankedTensorType::get({}, b.getF32Type()),
+                                      b.getF32FloatAttr(value))));
+  };
+  auto boolLike = lseType.clone(b.getI1Type());
+  for (int64_t t = 1; t < ranks; ++t) {
+    // Pass the block on to the next device; receive the previous one's.
+    auto rotate = [&](Value x) -> Value {
+      auto permute = CollectivePermuteOp::create(
+          b, loc, x.getType(), x, meshRef, axes, b.getI64IntegerAttr(1));
+      permute->setAttr(kReasonAttr,
+                       b.getStringAttr(describe(op) + ": ring attention step " +
+                                       std::to_string(t)));
+      return permute;
+    };
+    k = rotate(k);
+    v = rotate(v);
+    if (maskTravels)
+      mask = rotate(mask);
+    if (kpos)
+      kpos = rotate(kpos);
+    auto next = step(k, v, mask, kpos);
+    // Online-softmax merge of the two partial results; a row that has seen
+    // no key yet (lse = -inf) takes weight 0, and 0/0 becomes 0.
+    Value most = nn::MaxOp::create(b, loc, lse, next.getLse());
+    Value none =
+        nn::CompareOp::create(b, loc, boolLike, nn::CompareDirection::EQ, most,
+                              scalar(-std::numeric_limits<float>::infinity()));
+    Value shift = nn::WhereOp::create(b, loc, lseType, none, scalar(0), most);
+    Value w1 = nn::ExpOp::create(b, loc, nn::SubOp::create(b, loc, lse, shift));
+    Value w2 = nn::ExpOp::create(
+        b, loc, nn::SubOp::create(b, loc, next.getLse(), shift));
+    Value total = nn::AddOp::create(b, loc, w1, w2);
+    Value empty = nn::CompareOp::create(
+        b, loc, boolLike, nn::CompareDirection::EQ, total, scalar(0));
+    Value safe = nn::WhereOp::create(b, loc, lseType, empty, scalar(1), total);
+    Value sum = nn::AddOp::create(
+        b, loc, nn::MulOp::create(b, loc, out, asColumn(w1)),
+        nn::MulOp::create(b, loc, next.getResult(), asColumn(w2)));
+    out = nn::DivOp::create(b, loc, sum, asColumn(safe));
+    lse = nn::AddOp::create(b, loc, shift, nn::LogOp::create(b, loc, total));
+  }
+  ShardingAttr resultSharding = getValueSharding(op.getResult(), mesh);
+  if (out.getType() !=
+      resultSharding.getLocalType(cast<RankedTensorType>(op.getType()), mesh))
+    return op.emitError() << "ring attention produced " << out.getType()
+                          << " where the plan expects the result split as "
+                          << formatSharding(resultSharding);
+  local[op.getResult()] = out;
+  shardingOf[op.getResult()] = resultSharding;
+  return success();
+}
+
 LogicalResult Partitioner::partitionOp(Operation *op) {
   OpBuilder b(op);
   if (isa<AnnotateOp, ReshardOp>(op)) {
@@ -352,9 +524,9 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
   }
   if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
     // Constants stay global; each device keeps its block.
-    Operation *clone = b.clone(*op);
-    clone->removeAttr(kResultShardingsAttr);
     ShardingAttr to = getValueSharding(constant.getResult(), mesh);
+    Operation *clone = orderSequence(b, constant, to);
+    clone->removeAttr(kResultShardingsAttr);
     auto type = cast<RankedTensorType>(constant.getType());
     local[constant.getResult()] =
         reshard(b, op->getLoc(), clone->getResult(0), type,
@@ -376,6 +548,9 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
     resultShardings.push_back(getValueSharding(result, mesh));
   FactorAxes assignment =
       inferAssignment(rule, operandShardings, resultShardings, mesh);
+  if (auto attention = dyn_cast<nn::AttentionOp>(op);
+      attention && attention->hasAttr(kRingAttr))
+    return partitionRing(attention, rule, assignment);
 
   // Split sum-reduction factors make the results partial sums; an operand
   // without such a factor (a matmul's bias) enters that sum once, so it must

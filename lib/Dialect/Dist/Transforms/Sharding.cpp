@@ -7,8 +7,11 @@
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
+#include <cstring>
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -215,6 +218,40 @@ ShardingAttr dist::getValueSharding(Value value, MeshOp mesh) {
   }
   return ShardingAttr::getReplicated(mesh.getContext(), mesh.getSymName(),
                                      type.getRank());
+}
+
+ElementsAttr dist::permuteAlongDim(ElementsAttr value, int64_t dim,
+                                   ArrayRef<int64_t> sourceOf, StringRef name) {
+  auto type = cast<RankedTensorType>(value.getType());
+  ArrayRef<char> bytes;
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(value)) {
+    if (AsmResourceBlob *blob = resource.getRawHandle().getBlob())
+      bytes = blob->getData();
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+    if (dense.isSplat())
+      return value;
+    bytes = dense.getRawData();
+  }
+  if (bytes.empty() || type.getNumElements() == 0)
+    return value;
+  size_t width = bytes.size() / type.getNumElements();
+  int64_t outer = 1, inner = 1, size = type.getDimSize(dim);
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= type.getDimSize(d);
+  for (int64_t d = dim + 1; d < type.getRank(); ++d)
+    inner *= type.getDimSize(d);
+  size_t run = inner * width;
+  std::vector<char> out(bytes.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < size; ++i)
+      std::memcpy(out.data() + (o * size + i) * run,
+                  bytes.data() + (o * size + sourceOf[i]) * run, run);
+  if (isa<DenseResourceElementsAttr>(value)) {
+    AsmResourceBlob blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
+        ArrayRef<char>(out), width);
+    return DenseResourceElementsAttr::get(type, name, std::move(blob));
+  }
+  return DenseElementsAttr::getFromRawBuffer(type, out);
 }
 
 std::string dist::formatSharding(ShardingAttr sharding) {

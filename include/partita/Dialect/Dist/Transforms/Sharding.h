@@ -113,6 +113,18 @@ FactorAxes inferAssignment(const ShardingRule &rule,
 /// dist.annotate's or dist.reshard's own; replicated when none is recorded.
 ShardingAttr getValueSharding(Value value, MeshOp mesh);
 
+/// `value` with dimension `dim` permuted: index `i` of the result is index
+/// `sourceOf[i]` of `value`. A splat is returned as it is; a resource
+/// becomes a new resource named `name`.
+ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
+                             ArrayRef<int64_t> sourceOf, StringRef name);
+
+/// On the module, with ring attention: the order in which the sequence is
+/// laid out over the ring axis (`order[i]` is the global position of slot
+/// `i`; a zigzag for causal balance), and the axis.
+constexpr llvm::StringLiteral kSequenceOrderAttr = "dist.sequence_order";
+constexpr llvm::StringLiteral kRingAttr = "dist.ring";
+
 /// `sharding` printed compactly, e.g. `[{dp}, {}, {tp}] partial [tp]`.
 std::string formatSharding(ShardingAttr sharding);
 
