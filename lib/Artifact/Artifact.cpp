@@ -214,6 +214,25 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
     if (auto list = module->getAttrOfType<ArrayAttr>("dist.remarks"))
       for (auto remark : list.getAsValueRange<StringAttr>())
         remarks.push_back(remark);
+  // The sequence-parallel plan, as the annotation pass recorded it.
+  llvm::json::Value sequence = nullptr;
+  if (auto module = main->getParentOfType<ModuleOp>())
+    if (auto plan =
+            module->getAttrOfType<DictionaryAttr>("dist.sequence_parallel")) {
+      llvm::json::Object fields;
+      for (NamedAttribute entry : plan) {
+        Attribute value = entry.getValue();
+        if (auto text = dyn_cast<StringAttr>(value))
+          fields[entry.getName().str()] = text.str();
+        else if (auto flag = dyn_cast<BoolAttr>(value))
+          fields[entry.getName().str()] = flag.getValue();
+        else if (auto number = dyn_cast<IntegerAttr>(value))
+          fields[entry.getName().str()] = number.getInt();
+        else if (auto real = dyn_cast<FloatAttr>(value))
+          fields[entry.getName().str()] = real.getValueAsDouble();
+      }
+      sequence = std::move(fields);
+    }
   llvm::json::Object report{
       {"format", "partita-report/1"},
       {"model", llvm::json::Object{{"name", model.name},
@@ -225,6 +244,7 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
                                    static_cast<int64_t>(programs.size())}}},
       {"ranks", std::move(ranks)},
       {"remarks", std::move(remarks)},
+      {"sequence_parallel", std::move(sequence)},
       {"pipeline", llvm::json::Object{{"stages", 1},
                                       {"microbatches", 1},
                                       {"schedule", "none"},

@@ -476,6 +476,16 @@ LogicalResult Megatron::annotateSequence(func::FuncOp func) {
   }
   if (sequence == SequenceMode::Ring)
     return planRing(func);
+  Builder attrs(func.getContext());
+  func->getParentOfType<ModuleOp>()->setAttr(
+      kSequenceParallelAttr,
+      attrs.getDictionaryAttr(
+          {attrs.getNamedAttr(
+               "mode", attrs.getStringAttr(sequence == SequenceMode::Megatron
+                                               ? "megatron"
+                                               : "ulysses")),
+           attrs.getNamedAttr("axis", attrs.getStringAttr(axis)),
+           attrs.getNamedAttr("ranks", attrs.getI64IntegerAttr(size))}));
   if (sequence != SequenceMode::Ulysses)
     return success();
   SmallVector<nn::AttentionOp> attentions;
@@ -581,6 +591,7 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   ModuleOp module = func->getParentOfType<ModuleOp>();
   Builder attrs(context);
   SmallVector<NamedAttribute> ring = {
+      attrs.getNamedAttr("mode", attrs.getStringAttr("ring")),
       attrs.getNamedAttr("axis", attrs.getStringAttr("sp")),
       attrs.getNamedAttr("ranks", attrs.getI64IntegerAttr(sp)),
       attrs.getNamedAttr("causal", attrs.getBoolAttr(causal)),
@@ -592,7 +603,7 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
         "contiguous_imbalance",
         attrs.getF64FloatAttr(imbalance(ringWork(contiguous, sp)))));
   }
-  module->setAttr(kRingAttr, attrs.getDictionaryAttr(ring));
+  module->setAttr(kSequenceParallelAttr, attrs.getDictionaryAttr(ring));
   if (!zigzag)
     return success();
   module->setAttr(

@@ -123,7 +123,11 @@ ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
 /// laid out over the ring axis (`order[i]` is the global position of slot
 /// `i`; a zigzag for causal balance), and the axis.
 constexpr llvm::StringLiteral kSequenceOrderAttr = "dist.sequence_order";
+/// On an nn.attention: run it as ring attention over this axis.
 constexpr llvm::StringLiteral kRingAttr = "dist.ring";
+/// On the module: the sequence-parallel plan for the report (mode, axis,
+/// and for ring attention the ranks and work imbalance).
+constexpr llvm::StringLiteral kSequenceParallelAttr = "dist.sequence_parallel";
 
 /// `sharding` printed compactly, e.g. `[{dp}, {}, {tp}] partial [tp]`.
 std::string formatSharding(ShardingAttr sharding);
