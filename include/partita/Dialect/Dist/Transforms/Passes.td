@@ -34,6 +34,22 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     - every function argument and result is split on dimension 0 (the
       batch) over `dp`; results are otherwise whole on every device.
 
+    With `sp-mode` (sequence parallelism):
+
+    - `megatron` (needs `tp`): what enters each norm is split on the
+      sequence over `tp` at priority 2, below the weights', so
+      tensor-parallel matmuls gather it and their partial results are
+      reduce-scattered onto it;
+    - `ulysses` (on `sp`): inputs and norm inputs split on the sequence, and
+      `dist.reshard`s around each attention to heads split over `sp` (and
+      `tp`) and back; heads that `sp` does not divide are an error;
+    - `ring` (on `sp`): norm inputs split on the sequence, each attention
+      marked `dist.ring` for partitioning to decompose, and for causal
+      attention a zigzag layout of the sequence (`dist.sequence_order` on
+      the module; inputs permuted on entry, outputs restored on exit).
+
+    The module's `dist.sequence_parallel` records the mode for the report.
+
     Before annotating, two rewrites keep every rank's share of the model
     its own: a matmul whose result is split into equal segments (a fused
     Q/K/V or gate/up weight) gets its weight's columns permuted so that a
@@ -104,6 +120,12 @@ def PartitionPass : Pass<"partita-partition", "::mlir::ModuleOp"> {
     loses axes `dist.all_gather`; one that gains axes `dist.all_slice`. Any
     subset of a multi-axis mesh works. Each collective records in
     `dist.reason` which op needed which sharding.
+
+    An attention marked `dist.ring` whose query sequence is split becomes
+    ring attention: `nn.attention_partial` on the local key/value block,
+    then per step the keys, values (and positions or mask block) move one
+    rank on with `dist.collective_permute` and the next block merges by
+    online softmax.
 
     A split lookup factor (a vocab-parallel embedding or gather) becomes a
     lookup in the local rows with indices shifted by the rank's block
