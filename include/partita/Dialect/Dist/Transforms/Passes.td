@@ -84,14 +84,18 @@ def PropagateShardingPass : Pass<"partita-propagate-sharding",
   let summary = "Give every value a sharding from the annotations";
   let description = [{
     Fills in the sharding of every tensor value from the `dist.annotate`
-    ops, through each op's sharding rule, forward and backward until
-    nothing changes. A value's sharding is projected onto the op's factors
-    (which mesh axes split each factor); each factor takes the proposal of
-    highest priority (an annotation a person wrote, then one a strategy put
-    in, then what propagation derived from either, which keeps its source's
-    priority); proposals of equal priority that disagree keep their common
-    prefix; and an axis goes to one factor of an op only, the factor of
-    higher priority (then lower index) first. Factors that must be whole
+    ops (and `dist.reshard`s, which fix their result without constraining
+    their operand), through each op's sharding rule, forward and backward
+    until nothing changes. A value's sharding is projected onto the op's
+    factors (which mesh axes split each factor); each factor takes the
+    proposal of highest priority (an annotation a person wrote, then one a
+    strategy put in, or the annotation's own `dist.priority`; what
+    propagation derives keeps its source's priority); proposals of equal
+    priority that disagree keep their common prefix; and an axis goes to one
+    factor of an op only: higher priority first, then reduction and lookup
+    factors, then lower index. A factor that loses an axis that way makes
+    the op reshard its operand; the loss is not written back to the
+    operand's other users. Factors that must be whole
     (normalization axes, key/value sequence, max/min/mean reductions,
     opaque ones) take no axes. A value nothing reaches is replicated.
 
