@@ -619,10 +619,10 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
     inverse[order[i]] = i;
   // The permutations themselves are in sequence order already; partitioning
   // must not reorder them again.
-  auto indices = [&](OpBuilder &b, Location loc, ArrayRef<int64_t> values) {
-    auto type = RankedTensorType::get({length}, b.getI64Type());
+  auto indices = [&](OpBuilder &b, Location loc, ArrayRef<int64_t> values,
+                     StringRef name) {
     auto constant = nn::ConstantOp::create(
-        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(type, values)));
+        b, loc, getIndexConstant(context, {length}, values, name));
     constant->setAttr(kSequenceOrderAttr, b.getUnitAttr());
     return constant;
   };
@@ -633,9 +633,10 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
     if (!type || type.getRank() < 2 || type.getDimSize(1) != length ||
         arg.use_empty())
       continue;
-    Value permuted = nn::GatherOp::create(b, arg.getLoc(), type, arg,
-                                          indices(b, arg.getLoc(), order),
-                                          static_cast<int64_t>(1));
+    Value permuted =
+        nn::GatherOp::create(b, arg.getLoc(), type, arg,
+                             indices(b, arg.getLoc(), order, "sequence_order"),
+                             static_cast<int64_t>(1));
     arg.replaceAllUsesExcept(permuted, permuted.getDefiningOp());
   }
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -651,9 +652,10 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
         AnnotateOp::create(b, ret.getLoc(), operand.get(),
                            ShardingAttr::get(context, mesh.getSymName(), dims));
     whole->setAttr(kStrategyAttr, b.getUnitAttr());
-    operand.set(nn::GatherOp::create(b, ret.getLoc(), type, whole,
-                                     indices(b, ret.getLoc(), inverse),
-                                     static_cast<int64_t>(1)));
+    operand.set(nn::GatherOp::create(
+        b, ret.getLoc(), type, whole,
+        indices(b, ret.getLoc(), inverse, "sequence_order.inverse"),
+        static_cast<int64_t>(1)));
   }
   return success();
 }

@@ -423,11 +423,10 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
           layout.getAs<DenseI64ArrayAttr>("order").asArrayRef();
       order.assign(given.begin(), given.end());
     }
-    auto tableType = RankedTensorType::get({ranks, rows}, b.getI64Type());
     Value table =
         nn::ConstantOp::create(b, loc,
-                               cast<ElementsAttr>(DenseElementsAttr::get(
-                                   tableType, ArrayRef<int64_t>(order))));
+                               getIndexConstant(b.getContext(), {ranks, rows},
+                                                order, "ring_positions"));
     Value index = AxisIndexOp::create(
         b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, axes);
     qpos = nn::GatherOp::create(b, loc,

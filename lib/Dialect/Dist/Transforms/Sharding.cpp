@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
@@ -252,6 +253,19 @@ ElementsAttr dist::permuteAlongDim(ElementsAttr value, int64_t dim,
     return DenseResourceElementsAttr::get(type, name, std::move(blob));
   }
   return DenseElementsAttr::getFromRawBuffer(type, out);
+}
+
+ElementsAttr dist::getIndexConstant(MLIRContext *context,
+                                    ArrayRef<int64_t> shape,
+                                    ArrayRef<int64_t> values, StringRef name) {
+  auto type = RankedTensorType::get(shape, IntegerType::get(context, 64));
+  if (static_cast<int64_t>(values.size()) <= nn::ConstantOp::kMaxInlineElements)
+    return DenseElementsAttr::get(type, values);
+  ArrayRef<char> bytes(reinterpret_cast<const char *>(values.data()),
+                       values.size() * sizeof(int64_t));
+  return DenseResourceElementsAttr::get(
+      type, name,
+      HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, alignof(int64_t)));
 }
 
 std::string dist::formatSharding(ShardingAttr sharding) {

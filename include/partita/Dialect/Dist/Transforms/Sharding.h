@@ -119,6 +119,11 @@ ShardingAttr getValueSharding(Value value, MeshOp mesh);
 ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
                              ArrayRef<int64_t> sourceOf, StringRef name);
 
+/// An i64 constant of `shape` holding `values`: inline up to nn.constant's
+/// inline limit, else a resource blob named `name`.
+ElementsAttr getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
+                              ArrayRef<int64_t> values, StringRef name);
+
 /// On the module, with ring attention: the order in which the sequence is
 /// laid out over the ring axis (`order[i]` is the global position of slot
 /// `i`; a zigzag for causal balance), and the axis.
