@@ -50,6 +50,10 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm) {
   // One dist.axis_index per group, and no dead global weights.
   func.addPass(createCSEPass());
   func.addPass(createCanonicalizerPass());
+  // Stages are cut last, on local shapes and with the collectives in place,
+  // so that the cost model sees what each stage really runs.
+  pm.addPass(createPipelineSplitPass());
+  pm.addPass(createVerifyPipelinePass());
 }
 
 void mlir::partita::registerPartitaPipelines() {

@@ -3,13 +3,13 @@
 // RUN: not partita-opt %s --partita-annotate="mesh=tp" 2>&1 | FileCheck %s --check-prefix=FORM
 // RUN: not partita-opt %s --partita-annotate="mesh=tp=2,tp=2" 2>&1 | FileCheck %s --check-prefix=TWICE
 // RUN: not partita-opt %s --partita-annotate="mesh=tp=2 strategy=alpa" 2>&1 | FileCheck %s --check-prefix=STRATEGY
-// RUN: not partita-opt %s --partita-annotate="mesh=dp=1,pp=2" 2>&1 | FileCheck %s --check-prefix=AXIS
+// RUN: not partita-opt %s --partita-annotate="mesh=dp=1,ep=2" 2>&1 | FileCheck %s --check-prefix=AXIS
 
 // SIZE: error: --mesh tp=0: axis 'tp' has size 0; sizes are at least 1
 // FORM: error: --mesh tp: 'tp' is not of the form axis=size
 // TWICE: error: --mesh tp=2,tp=2: axis 'tp' is given twice
 // STRATEGY: error: unknown strategy 'alpa'; expected megatron or none
-// AXIS: error: the megatron strategy splits over dp and tp; axis 'pp' (size 2) would only replicate the model (pipeline parallelism is not implemented yet)
+// AXIS: error: the megatron strategy splits over dp and tp; axis 'ep' (size 2) would only replicate the model
 
 // The weight a strategy splits must divide evenly; the error names it, its
 // role, the dimension and the axis.

@@ -273,7 +273,7 @@ int compile(MLIRContext &context) {
   if (emit == EmitStage::Local)
     return printStage([&](llvm::raw_ostream &os) { module->print(os); });
 
-  SmallVector<ExecProgram> programs;
+  std::vector<ExecProgram> programs;
   {
     TimingScope lowerTiming = root.nest("Exec lowering");
     for (int64_t rank = 0; rank < worldSize; ++rank) {

@@ -232,6 +232,25 @@ public:
     }
   }
 
+  /// The rank's coordinate on `axis`; 0 when the mesh has no such axis.
+  int64_t coordinate(StringRef axis) const {
+    if (!mesh)
+      return 0;
+    std::optional<unsigned> i = mesh.getAxisIndex(axis);
+    return i ? coords[*i] : 0;
+  }
+
+  /// The global rank whose coordinate on `axis` is `value`, the others
+  /// equal this rank's.
+  int32_t peer(StringRef axis, int64_t value) const {
+    SmallVector<int64_t> c(coords);
+    c[*mesh.getAxisIndex(axis)] = value;
+    int64_t r = 0;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      r = r * sizes[i] + c[i];
+    return static_cast<int32_t>(r);
+  }
+
   /// The rank's position in the group spanned by `axes`.
   int64_t position(ArrayRef<StringRef> axes) const {
     int64_t p = 0;
@@ -288,6 +307,7 @@ private:
   };
 
   LogicalResult deferConstant(nn::ConstantOp op);
+  void emitTransfer(Operation *op);
   void deferSlice(dist::AllSliceOp op);
   int32_t materialize(Value value);
   void emitCollective(Operation *op);
@@ -318,6 +338,11 @@ private:
   std::vector<int64_t> firstWrite, lastRead;
   RankPlace place;
   llvm::DenseMap<Value, HostData> hostData;
+  /// The ops this rank runs, in order: the function's, with the bodies of
+  /// the pipeline stages it belongs to inlined and other stages left out.
+  SmallVector<Operation *> ops;
+  /// A stage result of this rank's stages: the value its body yields.
+  llvm::DenseMap<Value, Value> yielded;
 };
 
 /// Whether every use of `value` is a dist.all_slice (so the whole tensor
@@ -475,6 +500,37 @@ void Lowering::emitCollective(Operation *op) {
   result.collectives.push_back(std::move(stat));
 }
 
+void Lowering::emitTransfer(Operation *op) {
+  program::Instruction *inst = prog.add_instructions();
+  inst->set_location(locationString(op->getLoc()));
+  program::PointToPoint *p2p = inst->mutable_p2p();
+  int64_t index = prog.instructions_size() - 1;
+  ExecTransferStat stat;
+  if (auto send = dyn_cast<dist::SendOp>(op)) {
+    int32_t id = bufferOf.lookup(send.getInput());
+    p2p->set_kind(program::PointToPoint::SEND);
+    p2p->set_buffer(id);
+    p2p->set_peer(place.peer(send.getAxis(), send.getPeer()));
+    p2p->set_tag(send.getTag());
+    lastRead[id] = std::max(lastRead[id], index);
+    stat.send = true;
+    stat.peer = p2p->peer();
+    stat.bytes = byteSize(prog.buffers(id).type());
+  } else {
+    auto recv = cast<dist::RecvOp>(op);
+    int32_t id = bufferOf.lookup(recv.getResult());
+    p2p->set_kind(program::PointToPoint::RECV);
+    p2p->set_buffer(id);
+    p2p->set_peer(place.peer(recv.getAxis(), recv.getPeer()));
+    p2p->set_tag(recv.getTag());
+    if (firstWrite[id] < 0)
+      firstWrite[id] = index;
+    stat.peer = p2p->peer();
+    stat.bytes = byteSize(prog.buffers(id).type());
+  }
+  result.transfers.push_back(stat);
+}
+
 void Lowering::emitSlice(dist::AllSliceOp op) {
   program::Instruction *inst = prog.add_instructions();
   inst->set_location(locationString(op->getLoc()));
@@ -533,7 +589,8 @@ void Lowering::planFusion() {
     Operation *def = value.getDefiningOp();
     return !def || isa<nn::ConstantOp>(def) || position[def] < position[head];
   };
-  for (Operation &op : func.getBody().front()) {
+  for (Operation *opPtr : ops) {
+    Operation &op = *opPtr;
     if (!isFusibleElementwise(&op))
       continue;
     Type resultType = op.getResult(0).getType();
@@ -705,16 +762,42 @@ LogicalResult Lowering::run(int rank, int worldSize) {
     }
   }
   Block &body = func.getBody().front();
+  int64_t stage = place.coordinate("pp");
+  for (Operation &op : body.without_terminator()) {
+    auto stageOp = dyn_cast<dist::StageOp>(op);
+    if (!stageOp) {
+      ops.push_back(&op);
+      continue;
+    }
+    if (static_cast<int64_t>(stageOp.getIndex()) != stage)
+      continue;
+    for (Operation &inner : stageOp.getBody().without_terminator())
+      ops.push_back(&inner);
+    for (auto [result, value] :
+         llvm::zip(stageOp.getResults(),
+                   stageOp.getBody().getTerminator()->getOperands()))
+      yielded[result] = value;
+  }
   unsigned index = 0;
-  for (Operation &op : body)
-    position[&op] = index++;
+  for (Operation *op : ops)
+    position[op] = index++;
   planFusion();
 
   auto ret = cast<func::ReturnOp>(body.getTerminator());
+  // What the function returns, as this rank computes it: a stage's result
+  // is what its body yields; null for another stage's.
+  SmallVector<Value> returned;
+  for (Value value : ret.getOperands()) {
+    if (auto stageOp = value.getDefiningOp<dist::StageOp>())
+      value = yielded.lookup(value);
+    returned.push_back(value);
+  }
   // Values an output buffer can hold directly: results of kernels (or of
   // chains fused into them), each bound once.
   llvm::DenseMap<Value, unsigned> outputIndex;
-  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+  for (auto [i, value] : llvm::enumerate(returned)) {
+    if (!value)
+      continue;
     Operation *def = value.getDefiningOp();
     bool writes =
         def && (isKernel(def) || isCollective(def) ||
@@ -748,9 +831,15 @@ LogicalResult Lowering::run(int rank, int worldSize) {
   }
 
   SmallVector<std::pair<unsigned, int32_t>> boundOutputs;
-  for (Operation &op : body) {
-    if (isa<func::ReturnOp>(op))
-      break;
+  for (Operation *opPtr : ops) {
+    Operation &op = *opPtr;
+    if (auto recv = dyn_cast<dist::RecvOp>(op)) {
+      bufferOf[recv.getResult()] = addBuffer(
+          cast<RankedTensorType>(recv.getType()), program::Buffer::ACTIVATION);
+      continue;
+    }
+    if (isa<dist::SendOp>(op))
+      continue;
     if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
       // A weight only sliced stays on the host: each rank keeps its block.
       if (onlySliced(constant.getResult())) {
@@ -818,8 +907,11 @@ LogicalResult Lowering::run(int rank, int worldSize) {
     }
   }
   // Emit instructions in program order, now that every buffer exists.
-  for (Operation &op : body) {
-    if (isKernel(&op) && !fused.count(&op))
+  for (Operation *opPtr : ops) {
+    Operation &op = *opPtr;
+    if (isa<dist::SendOp, dist::RecvOp>(op))
+      emitTransfer(&op);
+    else if (isKernel(&op) && !fused.count(&op))
       emitKernel(&op);
     else if (isCollective(&op))
       emitCollective(&op);
@@ -830,7 +922,9 @@ LogicalResult Lowering::run(int rank, int worldSize) {
 
   // Outputs not written by a kernel directly (inputs, weights, views, values
   // returned twice) are copied into caller memory at the end.
-  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+  for (auto [i, value] : llvm::enumerate(returned)) {
+    if (!value)
+      continue; // Another pipeline stage produces this output.
     auto bound =
         llvm::find_if(boundOutputs, [&](auto &b) { return b.first == i; });
     int32_t id;

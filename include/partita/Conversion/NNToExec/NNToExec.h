@@ -48,6 +48,13 @@ struct ExecCollectiveStat {
   std::string reason;
 };
 
+/// One point-to-point transfer of a rank's program (pipeline stages).
+struct ExecTransferStat {
+  bool send = false;
+  int32_t peer = 0; // Global rank.
+  int64_t bytes = 0;
+};
+
 struct ExecLoweringOptions {
   /// Fuse elementwise ops into the kernel that produces their operand.
   bool fuseElementwise = true;
@@ -69,6 +76,8 @@ struct ExecProgram {
   int64_t totalActivationBytes = 0;
   /// Every collective instruction, in program order.
   std::vector<ExecCollectiveStat> collectives;
+  /// Every send and receive, in program order.
+  std::vector<ExecTransferStat> transfers;
 };
 
 /// Lowers `func` (nn ops, func.return; for a partitioned function also dist

@@ -738,7 +738,7 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
     }
     for (auto [name, size] :
          llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
-      if (size == 1 || name == "dp" || name == "tp")
+      if (size == 1 || name == "dp" || name == "tp" || name == "pp")
         continue;
       if (name == "sp" &&
           (sequence == SequenceMode::Ulysses || sequence == SequenceMode::Ring))
@@ -748,10 +748,7 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                                           "or ring)"
                                         : "")
                        << "; axis '" << name << "' (size " << size
-                       << ") would only replicate the model"
-                       << (name == "pp" ? " (pipeline parallelism is not "
-                                          "implemented yet)"
-                                        : "");
+                       << ") would only replicate the model";
       return signalPassFailure();
     }
     SmallVector<Attribute> remarks;

@@ -161,4 +161,36 @@ def CancelCollectivesPass : Pass<"partita-cancel-collectives"> {
   let dependentDialects = ["::mlir::partita::dist::DistDialect"];
 }
 
+def PipelineSplitPass : Pass<"partita-pipeline-split", "::mlir::ModuleOp"> {
+  let summary = "Cut the program into pipeline stages balanced by cost";
+  let description = [{
+    With a `pp` axis of size P on the module's mesh, cuts the (partitioned)
+    program into P `dist.stage`s of consecutive ops. A cut may only fall
+    where one activation crosses it (between layers, or between a layer's
+    attention and its MLP); among those cuts, the P - 1 that minimise the
+    most expensive stage are chosen, with op costs from the roofline cost
+    model (`partita/Analysis/CostModel.h`; the embedding and the LM head
+    count like any op). The crossing activation is sent by the stage that
+    has it (`dist.send`) and received by the next (`dist.recv`); constants
+    and cheap values computed from the inputs alone (masks, positions) are
+    recomputed by every stage that uses them. The last stage yields the
+    function's results.
+
+    Too few cut points for P stages is an error that says how many exist.
+  }];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+}
+
+def VerifyPipelinePass : Pass<"partita-verify-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Prove the stages' transfers free of deadlock";
+  let description = [{
+    Runs the `dist.send`s and `dist.recv`s of every `dist.stage` in program
+    order, each stage blocking at a transfer until its peer reaches the
+    matching one (same pair of stages, same tag, same type), as a
+    rendezvous would. The schedule is accepted if every transfer completes;
+    otherwise the pass fails with an error at the transfer each blocked
+    stage waits on. A receive that no send matches is an error too.
+  }];
+}
+
 #endif // PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD

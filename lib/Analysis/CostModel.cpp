@@ -1,0 +1,80 @@
+//===- CostModel.cpp - What an op costs on a device -----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Analysis/CostModel.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::partita;
+
+namespace {
+
+double bytesOf(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  Type element = tensor.getElementType();
+  double width =
+      element.isInteger(1) ? 1 : element.getIntOrFloatBitWidth() / 8.0;
+  return static_cast<double>(tensor.getNumElements()) * width;
+}
+
+double elementsOf(Value value) {
+  auto tensor = dyn_cast<RankedTensorType>(value.getType());
+  return tensor ? static_cast<double>(tensor.getNumElements()) : 0;
+}
+
+template <typename OpTy> double attentionFlops(OpTy op, bool causal) {
+  ArrayRef<int64_t> q = op.getQuery().getType().getShape();
+  ArrayRef<int64_t> k = op.getKey().getType().getShape();
+  ArrayRef<int64_t> v = op.getValue().getType().getShape();
+  // Q K^T and P V per head, plus the softmax's few flops per score.
+  double scores = static_cast<double>(q[0]) * q[1] * q[2] * k[2];
+  double flops = scores * (2.0 * q[3] + 2.0 * v[3] + 5.0);
+  return causal ? flops / 2 : flops;
+}
+
+} // namespace
+
+OpCost mlir::partita::estimateCost(Operation *op) {
+  OpCost cost;
+  if (!isa_and_nonnull<nn::NNDialect>(op->getDialect()) ||
+      isa<nn::ConstantOp, nn::ReshapeOp>(op))
+    return cost;
+  for (Value operand : op->getOperands())
+    cost.bytes += bytesOf(operand.getType());
+  for (Value result : op->getResults())
+    cost.bytes += bytesOf(result.getType());
+  double out = op->getNumResults() ? elementsOf(op->getResult(0)) : 0;
+  cost.flops =
+      llvm::TypeSwitch<Operation *, double>(op)
+          .Case([](nn::MatmulOp m) {
+            return 2.0 * elementsOf(m.getResult()) *
+                   m.getLhs().getType().getShape().back();
+          })
+          .Case([](nn::AttentionOp a) {
+            return attentionFlops(a, a.getCausal());
+          })
+          .Case(
+              [](nn::AttentionPartialOp a) { return attentionFlops(a, false); })
+          .Case<nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
+                nn::LogSoftmaxOp>([&](Operation *) { return 8 * out; })
+          .Case<nn::GeluOp, nn::SiluOp, nn::ErfOp, nn::TanhOp, nn::ExpOp,
+                nn::SigmoidOp>([&](Operation *) { return 8 * out; })
+          .Default([&](Operation *) { return out; });
+  return cost;
+}
+
+double mlir::partita::estimateSeconds(const OpCost &cost,
+                                      const DeviceModel &device) {
+  return std::max(cost.flops / device.flopsPerSecond,
+                  cost.bytes / device.bytesPerSecond);
+}

@@ -1,0 +1,342 @@
+//===- PipelineSplit.cpp - consecutive stages balanced by cost ------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A cut between two ops of the function body is possible where exactly one
+// value computed by real work is live across it; the stages between the
+// chosen cuts are built as dist.stage regions that receive that value,
+// recompute what is cheap and input-derived, and send their boundary value
+// on.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/Dist/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "partita/Analysis/CostModel.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <limits>
+
+namespace mlir::partita {
+#define GEN_PASS_DEF_PIPELINESPLITPASS
+#define GEN_PASS_DEF_VERIFYPIPELINEPASS
+#include "partita/Dialect/Dist/Transforms/Passes.h.inc"
+} // namespace mlir::partita
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::dist;
+
+namespace {
+
+/// Ops every stage may recompute: constants and their slices, the device's
+/// position, and cheap ops on the function's inputs (mask and position
+/// arithmetic). Real work (matmuls, attention, norms, lookups) and
+/// communication are never copied.
+bool isReplicable(Operation *op, const llvm::DenseSet<Operation *> &known) {
+  if (isa<nn::ConstantOp, AxisIndexOp>(op))
+    return true;
+  if (op->getNumRegions() ||
+      isa<nn::MatmulOp, nn::AttentionOp, nn::AttentionPartialOp,
+          nn::EmbeddingOp, nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
+          nn::LogSoftmaxOp>(op))
+    return false;
+  if (!isa<nn::NNDialect>(op->getDialect()) && !isa<AllSliceOp>(op))
+    return false;
+  return llvm::all_of(op->getOperands(), [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    return !def || known.contains(def);
+  });
+}
+
+class Splitter {
+public:
+  Splitter(MeshOp mesh, int64_t stages) : mesh(mesh), stages(stages) {}
+  LogicalResult run(func::FuncOp func);
+
+private:
+  MeshOp mesh;
+  int64_t stages;
+};
+
+LogicalResult Splitter::run(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(&op);
+  llvm::DenseSet<Operation *> replicable;
+  for (Operation *op : ops)
+    if (isReplicable(op, replicable))
+      replicable.insert(op);
+
+  // The work ops in order, their costs, and where each value is last used.
+  SmallVector<Operation *> work;
+  llvm::DenseMap<Operation *, unsigned> index;
+  for (Operation *op : ops)
+    if (!replicable.contains(op)) {
+      index[op] = work.size();
+      work.push_back(op);
+    }
+  unsigned n = work.size();
+  if (n < static_cast<unsigned>(stages))
+    return func.emitError() << "cannot cut " << n << " ops into " << stages
+                            << " pipeline stages";
+  SmallVector<double> prefix(n + 1, 0);
+  for (unsigned i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + estimateSeconds(estimateCost(work[i]));
+  // live[j]: work values defined before work op j and used at or after it.
+  SmallVector<int> live(n + 1, 0);
+  for (unsigned i = 0; i < n; ++i)
+    for (Value result : work[i]->getResults()) {
+      unsigned last = i;
+      for (Operation *user : result.getUsers()) {
+        if (user == ret) {
+          last = n;
+          break;
+        }
+        // A replicable user makes every stage that uses it need the value;
+        // treat such values as crossing everything after them.
+        if (replicable.contains(user)) {
+          last = n;
+          break;
+        }
+        last = std::max(last, index.lookup(user));
+      }
+      for (unsigned j = i + 1; j <= last && j <= n; ++j)
+        ++live[j];
+    }
+  SmallVector<unsigned> candidates;
+  for (unsigned j = 1; j < n; ++j)
+    if (live[j] == 1)
+      candidates.push_back(j);
+  if (candidates.size() < static_cast<size_t>(stages - 1))
+    return func.emitError()
+           << "cannot cut the program into " << stages
+           << " pipeline stages: only " << candidates.size()
+           << " points carry a single activation between two ops";
+
+  // best[k][c]: the least possible most-expensive stage when the first k
+  // cuts end at candidate c.
+  unsigned m = candidates.size();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  SmallVector<SmallVector<double>> best(stages, SmallVector<double>(m, kInf));
+  SmallVector<SmallVector<int>> from(stages, SmallVector<int>(m, -1));
+  for (unsigned c = 0; c < m; ++c)
+    best[1][c] = prefix[candidates[c]];
+  for (int64_t k = 2; k < stages; ++k)
+    for (unsigned c = 0; c < m; ++c)
+      for (unsigned p = 0; p < c; ++p) {
+        double cost = std::max(best[k - 1][p],
+                               prefix[candidates[c]] - prefix[candidates[p]]);
+        if (cost < best[k][c]) {
+          best[k][c] = cost;
+          from[k][c] = p;
+        }
+      }
+  double bestCost = kInf;
+  int last = -1;
+  if (stages == 1)
+    return success();
+  for (unsigned c = 0; c < m; ++c) {
+    double cost =
+        std::max(best[stages - 1][c], prefix[n] - prefix[candidates[c]]);
+    if (cost < bestCost) {
+      bestCost = cost;
+      last = c;
+    }
+  }
+  SmallVector<unsigned> cuts(stages - 1);
+  for (int64_t k = stages - 1, c = last; k >= 1; --k) {
+    cuts[k - 1] = candidates[c];
+    c = from[k][c];
+  }
+  SmallVector<unsigned> bounds = {0};
+  bounds.append(cuts.begin(), cuts.end());
+  bounds.push_back(n);
+  // Build the stages.
+  OpBuilder b(ret);
+  FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  // The value each stage uses for a value of another stage.
+  SmallVector<IRMapping> inStage(stages);
+  SmallVector<StageOp> stageOps;
+  for (int64_t s = 0; s < stages; ++s) {
+    SmallVector<Type> resultTypes;
+    if (s == stages - 1)
+      resultTypes.assign(ret.getOperandTypes().begin(),
+                         ret.getOperandTypes().end());
+    auto stage =
+        StageOp::create(b, ret.getLoc(), resultTypes, b.getI64IntegerAttr(s),
+                        meshRef, b.getStringAttr("pp"));
+    Block *block = b.createBlock(&stage.getRegion());
+    OpBuilder inner = OpBuilder::atBlockEnd(block);
+    // Receive what crosses the cut before this stage.
+    unsigned begin = bounds[s], end = bounds[s + 1];
+    if (s > 0) {
+      unsigned tag = 0;
+      for (unsigned i = 0; i < begin; ++i)
+        for (Value v : work[i]->getResults()) {
+          bool usedHereOrLater = llvm::any_of(v.getUsers(), [&](Operation *u) {
+            return u == ret || replicable.contains(u) ||
+                   index.lookup(u) >= begin;
+          });
+          if (!usedHereOrLater)
+            continue;
+          auto recv = RecvOp::create(
+              inner, v.getLoc(), v.getType(), meshRef,
+              inner.getStringAttr("pp"), inner.getI64IntegerAttr(s - 1),
+              inner.getI64IntegerAttr((s - 1) * 64 + tag++));
+          inStage[s].map(v, recv.getResult());
+        }
+    }
+    // Recompute the replicable values this stage's ops use.
+    llvm::SetVector<Operation *> needed;
+    std::function<void(Value)> need = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (!def || !replicable.contains(def) || needed.contains(def))
+        return;
+      for (Value operand : def->getOperands())
+        need(operand);
+      needed.insert(def);
+    };
+    for (unsigned i = begin; i < end; ++i)
+      for (Value operand : work[i]->getOperands())
+        need(operand);
+    if (s == stages - 1)
+      for (Value v : ret.getOperands())
+        need(v);
+    for (Operation *op : ops)
+      if (needed.contains(op))
+        inner.clone(*op, inStage[s]);
+    for (unsigned i = begin; i < end; ++i)
+      inner.clone(*work[i], inStage[s]);
+    // Send what crosses the cut after this stage.
+    if (s < stages - 1) {
+      unsigned tag = 0;
+      for (unsigned i = 0; i < end; ++i)
+        for (Value v : work[i]->getResults()) {
+          bool usedLater = llvm::any_of(v.getUsers(), [&](Operation *u) {
+            return u == ret || replicable.contains(u) || index.lookup(u) >= end;
+          });
+          if (!usedLater)
+            continue;
+          SendOp::create(inner, v.getLoc(), inStage[s].lookup(v), meshRef,
+                         inner.getStringAttr("pp"),
+                         inner.getI64IntegerAttr(s + 1),
+                         inner.getI64IntegerAttr(s * 64 + tag++));
+        }
+    }
+    SmallVector<Value> yielded;
+    if (s == stages - 1)
+      for (Value v : ret.getOperands())
+        yielded.push_back(inStage[s].lookupOrDefault(v));
+    YieldOp::create(inner, ret.getLoc(), yielded);
+    stageOps.push_back(stage);
+    b.setInsertionPoint(ret);
+  }
+  ret->setOperands(stageOps.back().getResults());
+  for (Operation *op : llvm::reverse(ops)) {
+    op->dropAllUses();
+    op->erase();
+  }
+  return success();
+}
+
+struct PipelineSplitPass
+    : mlir::partita::impl::PipelineSplitPassBase<PipelineSplitPass> {
+  void runOnOperation() override {
+    FailureOr<MeshOp> mesh = getModuleMesh(getOperation());
+    if (failed(mesh))
+      return signalPassFailure();
+    if (!*mesh)
+      return;
+    int64_t stages = mesh->getAxisSize("pp").value_or(1);
+    if (stages == 1)
+      return;
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal() && failed(Splitter(*mesh, stages).run(func)))
+        return signalPassFailure();
+  }
+};
+
+/// One stage's transfers in program order.
+struct Transfer {
+  Operation *op;
+  bool send;
+  int64_t peer, tag;
+  Type type;
+};
+
+struct VerifyPipelinePass
+    : mlir::partita::impl::VerifyPipelinePassBase<VerifyPipelinePass> {
+  void runOnOperation() override {
+    // Per stage index, its transfers in program order (all stage ops with
+    // that index, in order).
+    std::map<int64_t, SmallVector<Transfer>> stages;
+    getOperation().walk([&](StageOp stage) {
+      SmallVector<Transfer> &list = stages[stage.getIndex()];
+      stage.getBody().walk([&](Operation *op) {
+        if (auto send = dyn_cast<SendOp>(op))
+          list.push_back({op, true, static_cast<int64_t>(send.getPeer()),
+                          static_cast<int64_t>(send.getTag()),
+                          send.getInput().getType()});
+        else if (auto recv = dyn_cast<RecvOp>(op))
+          list.push_back({op, false, static_cast<int64_t>(recv.getPeer()),
+                          static_cast<int64_t>(recv.getTag()),
+                          recv.getResult().getType()});
+      });
+    });
+    std::map<int64_t, size_t> next;
+    for (auto &[s, list] : stages)
+      next[s] = 0;
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (auto &[s, list] : stages) {
+        size_t &i = next[s];
+        if (i >= list.size())
+          continue;
+        const Transfer &t = list[i];
+        auto peer = stages.find(t.peer);
+        if (peer == stages.end()) {
+          t.op->emitError() << "stage " << s << " transfers with stage "
+                            << t.peer << ", which does not exist";
+          return signalPassFailure();
+        }
+        size_t &j = next[t.peer];
+        if (j >= peer->second.size())
+          continue;
+        const Transfer &u = peer->second[j];
+        if (u.send != t.send && u.peer == s && u.tag == t.tag &&
+            u.type == t.type) {
+          ++i;
+          ++j;
+          progress = true;
+        }
+      }
+    }
+    bool stuck = false;
+    for (auto &[s, list] : stages)
+      if (next[s] < list.size()) {
+        const Transfer &t = list[next[s]];
+        t.op->emitError() << "pipeline deadlock: stage " << s
+                          << " waits here to "
+                          << (t.send ? "send to" : "receive from") << " stage "
+                          << t.peer << " (tag " << t.tag
+                          << "), which never reaches a matching "
+                          << (t.send ? "receive" : "send");
+        stuck = true;
+      }
+    if (stuck)
+      signalPassFailure();
+  }
+};
+
+} // namespace
