@@ -112,6 +112,9 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
     rt::RankEntry entry;
     entry.rank = rank;
     entry.coords = coordsOf(meshOf(global), rank);
+    for (auto &[axis, coord] : entry.coords)
+      if (axis == "pp")
+        entry.stage = static_cast<int32_t>(coord);
     manifest.ranks.push_back(entry);
     for (const ExecWeight &w : exec.weights) {
       rt::Status status = writer.addWeight(
@@ -127,6 +130,31 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
     return global.emitError()
            << "cannot write the artifact: " << status.message();
   return success();
+}
+
+/// The report's pipeline section: the plan pipeline splitting recorded, and
+/// the GPipe bubble of its microbatches, (P-1)/(M+P-1) of the time.
+static llvm::json::Object pipelineReport(func::FuncOp main) {
+  auto module = main->getParentOfType<ModuleOp>();
+  auto plan = module ? module->getAttrOfType<DictionaryAttr>("dist.pipeline")
+                     : DictionaryAttr();
+  if (!plan)
+    return llvm::json::Object{{"stages", 1},
+                              {"microbatches", 1},
+                              {"schedule", "none"},
+                              {"bubble_fraction", 0.0}};
+  int64_t stages = plan.getAs<IntegerAttr>("stages").getInt();
+  int64_t microbatches = plan.getAs<IntegerAttr>("microbatches").getInt();
+  llvm::json::Array seconds;
+  for (double s : plan.getAs<DenseF64ArrayAttr>("stage_seconds").asArrayRef())
+    seconds.push_back(s);
+  return llvm::json::Object{
+      {"stages", stages},
+      {"microbatches", microbatches},
+      {"schedule", plan.getAs<StringAttr>("schedule").str()},
+      {"stage_seconds", std::move(seconds)},
+      {"bubble_fraction", static_cast<double>(stages - 1) /
+                              static_cast<double>(microbatches + stages - 1)}};
 }
 
 ModelSummary mlir::partita::summarizeModel(func::FuncOp global) {
@@ -191,17 +219,46 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
                                                {"payload", c.payload},
                                                {"bytes", c.bytes}});
     }
+    // Point-to-point transfers, one entry per (kind, peer).
+    struct P2P {
+      bool send;
+      int32_t peer;
+      int64_t count = 0, payload = 0;
+    };
+    std::vector<P2P> transfers;
+    for (const ExecTransferStat &t : exec.transfers) {
+      auto it = llvm::find_if(transfers, [&](const P2P &p) {
+        return p.send == t.send && p.peer == t.peer;
+      });
+      if (it == transfers.end()) {
+        transfers.push_back({t.send, t.peer});
+        it = std::prev(transfers.end());
+      }
+      ++it->count;
+      it->payload += t.bytes;
+    }
+    llvm::json::Array p2p;
+    for (const P2P &p : transfers)
+      p2p.push_back(llvm::json::Object{{"kind", p.send ? "send" : "recv"},
+                                       {"peer", static_cast<int64_t>(p.peer)},
+                                       {"count", p.count},
+                                       {"payload", p.payload},
+                                       {"bytes", p.send ? p.payload : 0}});
+    int64_t stage = 0;
+    for (auto &[axis, coord] : coordsOf(mesh, rank))
+      if (axis == "pp")
+        stage = coord;
     ranks.push_back(llvm::json::Object{
         {"rank", static_cast<int64_t>(rank)},
         {"coords", std::move(coords)},
-        {"stage", 0},
+        {"stage", stage},
         {"weight_bytes", weightBytes},
         {"peak_activation_bytes", exec.peakActivationBytes},
         {"activation_bytes_without_reuse", exec.totalActivationBytes},
         {"kernels", exec.numKernels},
         {"fused_elementwise_ops", exec.numFusedOps},
         {"collectives", std::move(collectives)},
-        {"p2p", llvm::json::Array{}},
+        {"p2p", std::move(p2p)},
     });
   }
   llvm::json::Array axes;
@@ -245,10 +302,7 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
       {"ranks", std::move(ranks)},
       {"remarks", std::move(remarks)},
       {"sequence_parallel", std::move(sequence)},
-      {"pipeline", llvm::json::Object{{"stages", 1},
-                                      {"microbatches", 1},
-                                      {"schedule", "none"},
-                                      {"bubble_fraction", 0.0}}},
+      {"pipeline", pipelineReport(main)},
   };
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);

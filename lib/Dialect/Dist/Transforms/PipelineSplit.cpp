@@ -56,6 +56,37 @@ bool isReplicable(Operation *op, const llvm::DenseSet<Operation *> &known) {
   });
 }
 
+/// Whether every device of a group spanned by `axis` holds the same
+/// `value`: function inputs and constants not split over it, results of
+/// collectives that combine over it, and nn ops (deterministic) of such
+/// values.
+bool isReplicatedOver(Value value, StringRef axis,
+                      llvm::DenseMap<Value, bool> &memo, unsigned depth = 0) {
+  if (auto it = memo.find(value); it != memo.end())
+    return it->second;
+  bool replicated = false;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    auto sharding = func ? func.getArgAttrOfType<ShardingAttr>(
+                               arg.getArgNumber(), kShardingAttr)
+                         : ShardingAttr();
+    replicated = !sharding || !sharding.usesAxis(axis);
+  } else if (Operation *def = value.getDefiningOp(); def && depth < 64) {
+    if (isa<nn::ConstantOp>(def)) {
+      replicated = true;
+    } else if (isa<AllReduceOp, AllGatherOp>(def)) {
+      replicated = llvm::is_contained(
+          getStringRefs(def->getAttrOfType<ArrayAttr>("axes")), axis);
+    } else if (isa<nn::NNDialect>(def->getDialect())) {
+      replicated = llvm::all_of(def->getOperands(), [&](Value operand) {
+        return isReplicatedOver(operand, axis, memo, depth + 1);
+      });
+    }
+  }
+  memo[value] = replicated;
+  return replicated;
+}
+
 class Splitter {
 public:
   Splitter(MeshOp mesh, int64_t stages) : mesh(mesh), stages(stages) {}
@@ -161,6 +192,20 @@ LogicalResult Splitter::run(func::FuncOp func) {
   SmallVector<unsigned> bounds = {0};
   bounds.append(cuts.begin(), cuts.end());
   bounds.push_back(n);
+  // Which crossing values travel split over tp: those every tp rank holds
+  // whole, along their last dimension tp divides.
+  int64_t tp = mesh.getAxisSize("tp").value_or(1);
+  llvm::DenseMap<Value, bool> memo;
+  auto scatterDim = [&](Value v) -> std::optional<int64_t> {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (tp == 1 || !type || !isReplicatedOver(v, "tp", memo))
+      return std::nullopt;
+    for (int64_t d = type.getRank() - 1; d >= 0; --d)
+      if (type.getDimSize(d) % tp == 0)
+        return d;
+    return std::nullopt;
+  };
+
   // Build the stages.
   OpBuilder b(ret);
   FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
@@ -189,11 +234,30 @@ LogicalResult Splitter::run(func::FuncOp func) {
           });
           if (!usedHereOrLater)
             continue;
-          auto recv = RecvOp::create(
-              inner, v.getLoc(), v.getType(), meshRef,
-              inner.getStringAttr("pp"), inner.getI64IntegerAttr(s - 1),
+          std::optional<int64_t> dim = scatterDim(v);
+          auto type = cast<RankedTensorType>(v.getType());
+          Type wire = type;
+          if (dim) {
+            SmallVector<int64_t> shape(type.getShape());
+            shape[*dim] /= tp;
+            wire = type.clone(shape);
+          }
+          Value received = RecvOp::create(
+              inner, v.getLoc(), wire, meshRef, inner.getStringAttr("pp"),
+              inner.getI64IntegerAttr(s - 1),
               inner.getI64IntegerAttr((s - 1) * 64 + tag++));
-          inStage[s].map(v, recv.getResult());
+          if (dim) {
+            auto gather = AllGatherOp::create(
+                inner, v.getLoc(), type, received, meshRef,
+                inner.getStrArrayAttr({"tp"}), inner.getI64IntegerAttr(*dim));
+            gather->setAttr(
+                kReasonAttr,
+                inner.getStringAttr("pipeline stage " + std::to_string(s) +
+                                    ": each tp rank received 1/" +
+                                    std::to_string(tp) + " of the activation"));
+            received = gather;
+          }
+          inStage[s].map(v, received);
         }
     }
     // Recompute the replicable values this stage's ops use.
@@ -227,7 +291,19 @@ LogicalResult Splitter::run(func::FuncOp func) {
           });
           if (!usedLater)
             continue;
-          SendOp::create(inner, v.getLoc(), inStage[s].lookup(v), meshRef,
+          Value sent = inStage[s].lookup(v);
+          if (std::optional<int64_t> dim = scatterDim(v)) {
+            // Megatron's scatter/gather: every tp rank holds the whole
+            // activation, so each sends its 1/tp and the next stage's
+            // ranks gather it over tp.
+            auto type = cast<RankedTensorType>(v.getType());
+            SmallVector<int64_t> shape(type.getShape());
+            shape[*dim] /= tp;
+            sent = AllSliceOp::create(
+                inner, v.getLoc(), type.clone(shape), sent, meshRef,
+                inner.getStrArrayAttr({"tp"}), inner.getI64IntegerAttr(*dim));
+          }
+          SendOp::create(inner, v.getLoc(), sent, meshRef,
                          inner.getStringAttr("pp"),
                          inner.getI64IntegerAttr(s + 1),
                          inner.getI64IntegerAttr(s * 64 + tag++));
@@ -242,6 +318,19 @@ LogicalResult Splitter::run(func::FuncOp func) {
     b.setInsertionPoint(ret);
   }
   ret->setOperands(stageOps.back().getResults());
+  // The plan for the report: each stage's estimated time.
+  Builder attrs(func.getContext());
+  SmallVector<double> seconds;
+  for (int64_t st = 0; st < stages; ++st)
+    seconds.push_back(prefix[bounds[st + 1]] - prefix[bounds[st]]);
+  func->getParentOfType<ModuleOp>()->setAttr(
+      kPipelineAttr,
+      attrs.getDictionaryAttr(
+          {attrs.getNamedAttr("stages", attrs.getI64IntegerAttr(stages)),
+           attrs.getNamedAttr("microbatches", attrs.getI64IntegerAttr(1)),
+           attrs.getNamedAttr("schedule", attrs.getStringAttr("gpipe")),
+           attrs.getNamedAttr("stage_seconds",
+                              attrs.getDenseF64ArrayAttr(seconds))}));
   for (Operation *op : llvm::reverse(ops)) {
     op->dropAllUses();
     op->erase();

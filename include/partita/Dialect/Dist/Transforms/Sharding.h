@@ -134,6 +134,10 @@ constexpr llvm::StringLiteral kRingAttr = "dist.ring";
 /// and for ring attention the ranks and work imbalance).
 constexpr llvm::StringLiteral kSequenceParallelAttr = "dist.sequence_parallel";
 
+/// On the module, after pipeline splitting: stages, microbatches, schedule
+/// and each stage's estimated seconds, for the report.
+constexpr llvm::StringLiteral kPipelineAttr = "dist.pipeline";
+
 /// `sharding` printed compactly, e.g. `[{dp}, {}, {tp}] partial [tp]`.
 std::string formatSharding(ShardingAttr sharding);
 
