@@ -43,7 +43,8 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(createPropagateShardingPass());
 }
 
-void mlir::partita::buildPartitionPipeline(OpPassManager &pm) {
+void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
+                                           int64_t microbatches) {
   pm.addPass(createPartitionPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createCancelCollectivesPass());
@@ -52,7 +53,9 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm) {
   func.addPass(createCanonicalizerPass());
   // Stages are cut last, on local shapes and with the collectives in place,
   // so that the cost model sees what each stage really runs.
-  pm.addPass(createPipelineSplitPass());
+  PipelineSplitPassOptions split;
+  split.microbatches = microbatches;
+  pm.addPass(createPipelineSplitPass(split));
   pm.addPass(createVerifyPipelinePass());
 }
 
@@ -63,7 +66,7 @@ void mlir::partita::registerPartitaPipelines() {
       "local)",
       [](OpPassManager &pm, const ShardPipelineOptions &options) {
         buildPlanPipeline(pm, options);
-        buildPartitionPipeline(pm);
+        buildPartitionPipeline(pm, options.microbatches);
       });
   PassPipelineRegistration<NNPipelineOptions>(
       "partita-nn-pipeline",

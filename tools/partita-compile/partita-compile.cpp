@@ -91,6 +91,11 @@ cl::opt<std::string>
                     "(all-to-all around attention over sp) or ring (ring "
                     "attention over sp)"),
            cl::value_desc("megatron|ulysses|ring"), cl::init(""));
+cl::opt<int64_t>
+    microbatches("microbatches",
+                 cl::desc("Microbatches each pipeline stage runs in turn "
+                          "(needs a pp axis; divides the batch)"),
+                 cl::init(1));
 cl::opt<bool> explain("explain",
                       cl::desc("Print each weight's sharding and each "
                                "collective with the reason it was inserted"),
@@ -262,8 +267,9 @@ int compile(MLIRContext &context) {
     if (explain)
       weightLines = describeWeights(main);
 
-    if (failed(runStage(*module, root, "Partition",
-                        [](PassManager &pm) { buildPartitionPipeline(pm); })))
+    if (failed(runStage(*module, root, "Partition", [](PassManager &pm) {
+          buildPartitionPipeline(pm, microbatches);
+        })))
       return 1;
     for (auto mesh : module->getOps<dist::MeshOp>())
       worldSize = mesh.getNumDevices();
@@ -319,6 +325,8 @@ int compile(MLIRContext &context) {
     artifact.compileOptions["strategy"] = strategy;
     if (!spMode.empty())
       artifact.compileOptions["sp-mode"] = spMode;
+    if (microbatches > 1)
+      artifact.compileOptions["microbatches"] = std::to_string(microbatches);
   }
   return failed(writeArtifact(main, programs, artifact, outputFile)) ? 1 : 0;
 }

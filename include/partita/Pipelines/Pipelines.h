@@ -36,6 +36,10 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
   Option<std::string> strategy{*this, "strategy",
                                llvm::cl::desc("megatron or none"),
                                llvm::cl::init("megatron")};
+  Option<int64_t> microbatches{*this, "microbatches",
+                               llvm::cl::desc("Microbatches per pipeline "
+                                              "stage"),
+                               llvm::cl::init(1)};
   Option<std::string> spMode{*this, "sp-mode",
                              llvm::cl::desc("megatron, ulysses or ring"),
                              llvm::cl::init("")};
@@ -46,8 +50,9 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
 void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 
 /// Global nn with shardings to the SPMD program of every device: partition,
-/// then cancel collectives and clean up (partita-compile --emit local).
-void buildPartitionPipeline(OpPassManager &pm);
+/// then cancel collectives and clean up, then cut pipeline stages of
+/// `microbatches` each (partita-compile --emit local).
+void buildPartitionPipeline(OpPassManager &pm, int64_t microbatches = 1);
 
 /// Registers every pipeline with the pass registry (for partita-opt).
 void registerPartitaPipelines();

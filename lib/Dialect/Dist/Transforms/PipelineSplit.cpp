@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
 #include "partita/Analysis/CostModel.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
@@ -89,13 +90,107 @@ bool isReplicatedOver(Value value, StringRef axis,
 
 class Splitter {
 public:
-  Splitter(MeshOp mesh, int64_t stages) : mesh(mesh), stages(stages) {}
+  Splitter(MeshOp mesh, int64_t stages, int64_t microbatches)
+      : mesh(mesh), stages(stages), microbatches(microbatches) {}
   LogicalResult run(func::FuncOp func);
 
 private:
+  LogicalResult findBatchDims(func::FuncOp func,
+                              llvm::DenseMap<Value, int64_t> &batchDim);
+
   MeshOp mesh;
-  int64_t stages;
+  int64_t stages, microbatches;
 };
+
+/// The dimension a collective splits, gathers or slices (whose size it
+/// changes), if any.
+std::optional<int64_t> resizedDim(Operation *op) {
+  for (StringRef name : {"gather_dim", "scatter_dim", "slice_dim"})
+    if (auto attr = op->getAttrOfType<IntegerAttr>(name))
+      return attr.getInt();
+  return std::nullopt;
+}
+
+LogicalResult
+Splitter::findBatchDims(func::FuncOp func,
+                        llvm::DenseMap<Value, int64_t> &batchDim) {
+  for (BlockArgument arg : func.getArguments())
+    if (auto type = dyn_cast<RankedTensorType>(arg.getType());
+        type && type.getRank() > 0)
+      batchDim[arg] = 0;
+  // Through every op, forward and backward, until nothing changes: a
+  // dimension whose major factor is the batch's is a batch dimension.
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    auto mark = [&](Value v, int64_t dim) {
+      if (batchDim.count(v))
+        return;
+      batchDim[v] = dim;
+      changed = true;
+    };
+    func.walk([&](Operation *op) {
+      if (auto ruleOp = dyn_cast<nn::ShardingRuleOpInterface>(op)) {
+        ShardingRule rule = ruleOp.getShardingRule();
+        SmallVector<std::pair<ShardingRule::TensorRef, Value>> tensors;
+        unsigned i = 0;
+        for (Value v : op->getOperands())
+          if (isa<RankedTensorType>(v.getType()))
+            tensors.push_back({ShardingRule::operand(i++), v});
+        i = 0;
+        for (Value v : op->getResults())
+          if (isa<RankedTensorType>(v.getType()))
+            tensors.push_back({ShardingRule::result(i++), v});
+        llvm::SmallDenseSet<unsigned> factors;
+        for (auto [ref, v] : tensors)
+          if (auto it = batchDim.find(v); it != batchDim.end()) {
+            const DimFactors &dim = rule.getTensor(ref)[it->second];
+            if (!dim.empty())
+              factors.insert(dim.front());
+          }
+        for (auto [ref, v] : tensors)
+          for (auto [d, dim] : llvm::enumerate(rule.getTensor(ref)))
+            if (!dim.empty() && factors.contains(dim.front()))
+              mark(v, d);
+        return;
+      }
+      // Collectives keep every dimension but the one they resize.
+      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp,
+              CollectivePermuteOp>(op)) {
+        std::optional<int64_t> resized = resizedDim(op);
+        Value in = op->getOperand(0), out = op->getResult(0);
+        for (auto [from, to] : {std::pair(in, out), std::pair(out, in)})
+          if (auto it = batchDim.find(from);
+              it != batchDim.end() && it->second != resized)
+            mark(to, it->second);
+      }
+    });
+  }
+  // Inputs first, so the error names what the user controls.
+  for (BlockArgument arg : func.getArguments()) {
+    auto it = batchDim.find(arg);
+    if (it == batchDim.end())
+      continue;
+    int64_t size = cast<RankedTensorType>(arg.getType()).getDimSize(0);
+    if (size % microbatches == 0)
+      continue;
+    auto name =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "onnx.name");
+    return func.emitError()
+           << "--microbatches " << microbatches << " does not divide the batch "
+           << size << " of input '" << (name ? name.getValue() : StringRef("?"))
+           << "' (per data-parallel replica)";
+  }
+  for (auto [value, dim] : batchDim) {
+    int64_t size = cast<RankedTensorType>(value.getType()).getDimSize(dim);
+    if (size % microbatches != 0)
+      return emitError(value.getLoc())
+             << "--microbatches " << microbatches
+             << " does not divide the batch of this value (" << size
+             << " along dimension " << dim << ")";
+  }
+  return success();
+}
 
 LogicalResult Splitter::run(func::FuncOp func) {
   Block &body = func.getBody().front();
@@ -206,12 +301,36 @@ LogicalResult Splitter::run(func::FuncOp func) {
     return std::nullopt;
   };
 
-  // Build the stages.
+  // Microbatches divide the batch: dimension 0 of the inputs and every
+  // dimension that shares its factor through the ops' sharding rules.
+  llvm::DenseMap<Value, int64_t> batchDim;
+  if (microbatches > 1 && failed(findBatchDims(func, batchDim)))
+    return failure();
+  auto microType = [&](Value v) {
+    auto type = cast<RankedTensorType>(v.getType());
+    auto it = batchDim.find(v);
+    if (microbatches == 1 || it == batchDim.end())
+      return type;
+    SmallVector<int64_t> shape(type.getShape());
+    shape[it->second] /= microbatches;
+    return type.clone(shape);
+  };
+
+  // Build the stages. Each runs its microbatches one after the other
+  // (GPipe): receive, compute, send.
   OpBuilder b(ret);
   FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
-  // The value each stage uses for a value of another stage.
-  SmallVector<IRMapping> inStage(stages);
   SmallVector<StageOp> stageOps;
+  auto crossing = [&](unsigned at) {
+    SmallVector<Value> values;
+    for (unsigned i = 0; i < at; ++i)
+      for (Value v : work[i]->getResults())
+        if (llvm::any_of(v.getUsers(), [&](Operation *u) {
+              return u == ret || index.lookup(u) >= at;
+            }))
+          values.push_back(v);
+    return values;
+  };
   for (int64_t s = 0; s < stages; ++s) {
     SmallVector<Type> resultTypes;
     if (s == stages - 1)
@@ -222,45 +341,10 @@ LogicalResult Splitter::run(func::FuncOp func) {
                         meshRef, b.getStringAttr("pp"));
     Block *block = b.createBlock(&stage.getRegion());
     OpBuilder inner = OpBuilder::atBlockEnd(block);
-    // Receive what crosses the cut before this stage.
     unsigned begin = bounds[s], end = bounds[s + 1];
-    if (s > 0) {
-      unsigned tag = 0;
-      for (unsigned i = 0; i < begin; ++i)
-        for (Value v : work[i]->getResults()) {
-          bool usedHereOrLater = llvm::any_of(v.getUsers(), [&](Operation *u) {
-            return u == ret || replicable.contains(u) ||
-                   index.lookup(u) >= begin;
-          });
-          if (!usedHereOrLater)
-            continue;
-          std::optional<int64_t> dim = scatterDim(v);
-          auto type = cast<RankedTensorType>(v.getType());
-          Type wire = type;
-          if (dim) {
-            SmallVector<int64_t> shape(type.getShape());
-            shape[*dim] /= tp;
-            wire = type.clone(shape);
-          }
-          Value received = RecvOp::create(
-              inner, v.getLoc(), wire, meshRef, inner.getStringAttr("pp"),
-              inner.getI64IntegerAttr(s - 1),
-              inner.getI64IntegerAttr((s - 1) * 64 + tag++));
-          if (dim) {
-            auto gather = AllGatherOp::create(
-                inner, v.getLoc(), type, received, meshRef,
-                inner.getStrArrayAttr({"tp"}), inner.getI64IntegerAttr(*dim));
-            gather->setAttr(
-                kReasonAttr,
-                inner.getStringAttr("pipeline stage " + std::to_string(s) +
-                                    ": each tp rank received 1/" +
-                                    std::to_string(tp) + " of the activation"));
-            received = gather;
-          }
-          inStage[s].map(v, received);
-        }
-    }
-    // Recompute the replicable values this stage's ops use.
+
+    // Recompute the replicable values this stage's ops use, once, whole.
+    IRMapping whole;
     llvm::SetVector<Operation *> needed;
     std::function<void(Value)> need = [&](Value v) {
       Operation *def = v.getDefiningOp();
@@ -278,41 +362,120 @@ LogicalResult Splitter::run(func::FuncOp func) {
         need(v);
     for (Operation *op : ops)
       if (needed.contains(op))
-        inner.clone(*op, inStage[s]);
-    for (unsigned i = begin; i < end; ++i)
-      inner.clone(*work[i], inStage[s]);
-    // Send what crosses the cut after this stage.
-    if (s < stages - 1) {
-      unsigned tag = 0;
-      for (unsigned i = 0; i < end; ++i)
-        for (Value v : work[i]->getResults()) {
-          bool usedLater = llvm::any_of(v.getUsers(), [&](Operation *u) {
-            return u == ret || replicable.contains(u) || index.lookup(u) >= end;
-          });
-          if (!usedLater)
-            continue;
-          Value sent = inStage[s].lookup(v);
-          if (std::optional<int64_t> dim = scatterDim(v)) {
-            // Megatron's scatter/gather: every tp rank holds the whole
-            // activation, so each sends its 1/tp and the next stage's
-            // ranks gather it over tp.
-            auto type = cast<RankedTensorType>(v.getType());
-            SmallVector<int64_t> shape(type.getShape());
-            shape[*dim] /= tp;
-            sent = AllSliceOp::create(
-                inner, v.getLoc(), type.clone(shape), sent, meshRef,
-                inner.getStrArrayAttr({"tp"}), inner.getI64IntegerAttr(*dim));
-          }
-          SendOp::create(inner, v.getLoc(), sent, meshRef,
-                         inner.getStringAttr("pp"),
-                         inner.getI64IntegerAttr(s + 1),
-                         inner.getI64IntegerAttr(s * 64 + tag++));
+        inner.clone(*op, whole);
+
+    SmallVector<Value> in = s > 0 ? crossing(begin) : SmallVector<Value>();
+    SmallVector<Value> out =
+        s < stages - 1 ? crossing(end) : SmallVector<Value>();
+    SmallVector<IRMapping> perMicrobatch(microbatches);
+    for (int64_t m = 0; m < microbatches; ++m) {
+      IRMapping &map = perMicrobatch[m];
+      // Receive what crosses the cut before this stage.
+      for (auto [t, v] : llvm::enumerate(in)) {
+        RankedTensorType type = microType(v);
+        std::optional<int64_t> dim = scatterDim(v);
+        Type wire = type;
+        if (dim) {
+          SmallVector<int64_t> shape(type.getShape());
+          shape[*dim] /= tp;
+          wire = type.clone(shape);
         }
+        int64_t tag = ((s - 1) * 64 + static_cast<int64_t>(t)) * 1024 + m;
+        Value received = RecvOp::create(
+            inner, v.getLoc(), wire, meshRef, inner.getStringAttr("pp"),
+            inner.getI64IntegerAttr(s - 1), inner.getI64IntegerAttr(tag));
+        if (dim) {
+          auto gather = AllGatherOp::create(
+              inner, v.getLoc(), type, received, meshRef,
+              inner.getStrArrayAttr({"tp"}), inner.getI64IntegerAttr(*dim));
+          gather->setAttr(
+              kReasonAttr,
+              inner.getStringAttr("pipeline stage " + std::to_string(s) +
+                                  ": each tp rank received 1/" +
+                                  std::to_string(tp) + " of the activation"));
+          received = gather;
+        }
+        map.map(v, received);
+      }
+      // This microbatch's rows of whole values (inputs, recomputed ones).
+      auto rows = [&](Value v) -> Value {
+        if (Value mapped = map.lookupOrNull(v))
+          return mapped;
+        Value full = whole.lookupOrDefault(v);
+        auto it = batchDim.find(v);
+        if (microbatches == 1 || it == batchDim.end())
+          return full;
+        RankedTensorType type = microType(v);
+        int64_t dim = it->second, size = type.getDimSize(dim);
+        SmallVector<int64_t> start(type.getRank(), 0),
+            limit(cast<RankedTensorType>(v.getType()).getShape()),
+            stride(type.getRank(), 1);
+        start[dim] = m * size;
+        limit[dim] = (m + 1) * size;
+        Value slice = nn::SliceOp::create(inner, v.getLoc(), type, full, start,
+                                          limit, stride);
+        map.map(v, slice);
+        return slice;
+      };
+      for (unsigned i = begin; i < end; ++i) {
+        Operation *op = work[i];
+        for (Value operand : op->getOperands())
+          if (!map.contains(operand))
+            map.map(operand, rows(operand));
+        Operation *clone = inner.clone(*op, map);
+        if (microbatches == 1)
+          continue;
+        for (auto [old, now] : llvm::zip(op->getResults(), clone->getResults()))
+          now.setType(microType(old));
+        if (auto slice = dyn_cast<nn::SliceOp>(clone)) {
+          SmallVector<int64_t> limit(slice.getLimit());
+          auto inType = cast<RankedTensorType>(slice.getInput().getType());
+          auto oldIn = cast<RankedTensorType>(op->getOperand(0).getType());
+          for (int64_t d = 0; d < inType.getRank(); ++d)
+            if (inType.getDimSize(d) != oldIn.getDimSize(d))
+              limit[d] = inType.getDimSize(d);
+          slice.setLimit(limit);
+        }
+        if (failed(mlir::verify(clone)))
+          return op->emitError() << "splitting this op into " << microbatches
+                                 << " microbatches failed (a compiler bug)";
+      }
+      // Send what crosses the cut after this stage.
+      for (auto [t, v] : llvm::enumerate(out)) {
+        Value sent = map.contains(v) ? map.lookup(v) : rows(v);
+        if (std::optional<int64_t> dim = scatterDim(v)) {
+          // Megatron's scatter/gather: every tp rank holds the whole
+          // activation, so each sends its 1/tp and the next stage's ranks
+          // gather it over tp.
+          auto type = cast<RankedTensorType>(sent.getType());
+          SmallVector<int64_t> shape(type.getShape());
+          shape[*dim] /= tp;
+          sent = AllSliceOp::create(inner, v.getLoc(), type.clone(shape), sent,
+                                    meshRef, inner.getStrArrayAttr({"tp"}),
+                                    inner.getI64IntegerAttr(*dim));
+        }
+        int64_t tag = (s * 64 + static_cast<int64_t>(t)) * 1024 + m;
+        SendOp::create(
+            inner, v.getLoc(), sent, meshRef, inner.getStringAttr("pp"),
+            inner.getI64IntegerAttr(s + 1), inner.getI64IntegerAttr(tag));
+      }
     }
+    // The last stage puts the microbatches' results back together.
     SmallVector<Value> yielded;
     if (s == stages - 1)
-      for (Value v : ret.getOperands())
-        yielded.push_back(inStage[s].lookupOrDefault(v));
+      for (Value v : ret.getOperands()) {
+        auto it = batchDim.find(v);
+        if (microbatches == 1 || it == batchDim.end()) {
+          Value only = perMicrobatch[0].lookupOrNull(v);
+          yielded.push_back(only ? only : whole.lookupOrDefault(v));
+          continue;
+        }
+        SmallVector<Value> pieces;
+        for (IRMapping &map : perMicrobatch)
+          pieces.push_back(map.lookup(v));
+        yielded.push_back(nn::ConcatOp::create(inner, v.getLoc(), v.getType(),
+                                               pieces, it->second));
+      }
     YieldOp::create(inner, ret.getLoc(), yielded);
     stageOps.push_back(stage);
     b.setInsertionPoint(ret);
@@ -327,7 +490,8 @@ LogicalResult Splitter::run(func::FuncOp func) {
       kPipelineAttr,
       attrs.getDictionaryAttr(
           {attrs.getNamedAttr("stages", attrs.getI64IntegerAttr(stages)),
-           attrs.getNamedAttr("microbatches", attrs.getI64IntegerAttr(1)),
+           attrs.getNamedAttr("microbatches",
+                              attrs.getI64IntegerAttr(microbatches)),
            attrs.getNamedAttr("schedule", attrs.getStringAttr("gpipe")),
            attrs.getNamedAttr("stage_seconds",
                               attrs.getDenseF64ArrayAttr(seconds))}));
@@ -340,6 +504,8 @@ LogicalResult Splitter::run(func::FuncOp func) {
 
 struct PipelineSplitPass
     : mlir::partita::impl::PipelineSplitPassBase<PipelineSplitPass> {
+  using PipelineSplitPassBase::PipelineSplitPassBase;
+
   void runOnOperation() override {
     FailureOr<MeshOp> mesh = getModuleMesh(getOperation());
     if (failed(mesh))
@@ -347,10 +513,18 @@ struct PipelineSplitPass
     if (!*mesh)
       return;
     int64_t stages = mesh->getAxisSize("pp").value_or(1);
-    if (stages == 1)
+    if (stages == 1) {
+      if (microbatches > 1) {
+        getOperation().emitError()
+            << "--microbatches " << microbatches
+            << " needs pipeline stages: give the mesh a pp axis larger than 1";
+        return signalPassFailure();
+      }
       return;
+    }
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal() && failed(Splitter(*mesh, stages).run(func)))
+      if (!func.isExternal() &&
+          failed(Splitter(*mesh, stages, microbatches).run(func)))
         return signalPassFailure();
   }
 };

@@ -176,9 +176,22 @@ def PipelineSplitPass : Pass<"partita-pipeline-split", "::mlir::ModuleOp"> {
     recomputed by every stage that uses them. The last stage yields the
     function's results.
 
+    With `microbatches` M > 1 every stage runs M microbatches one after the
+    other (GPipe: the next stage starts on microbatch 0 while this one
+    computes microbatch 1): the batch dimension (dimension 0 of the inputs
+    and every dimension sharing its factor through the ops' sharding rules)
+    is divided by M, each stage's ops are repeated per microbatch on their
+    rows, transfers are tagged per microbatch, and the last stage
+    concatenates the results. M must divide the batch.
+
     Too few cut points for P stages is an error that says how many exist.
   }];
-  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+  let options = [
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
+           "How many microbatches each stage runs in turn">,
+  ];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect",
+                           "::mlir::partita::nn::NNDialect"];
 }
 
 def VerifyPipelinePass : Pass<"partita-verify-pipeline", "::mlir::ModuleOp"> {
