@@ -8,6 +8,7 @@
 
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/Schedule/Schedule.h"
 #include "partita/runtime/Artifact.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -132,29 +133,74 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
   return success();
 }
 
-/// The report's pipeline section: the plan pipeline splitting recorded, and
-/// the GPipe bubble of its microbatches, (P-1)/(M+P-1) of the time.
-static llvm::json::Object pipelineReport(func::FuncOp main) {
+/// The pipeline plan as the schedule simulator sees it: the stages'
+/// estimated forward times (from the cost model) and the schedule. False
+/// when the program has no pipeline.
+static bool simulatePipeline(func::FuncOp main,
+                             ::partita::schedule::Simulation &simulation,
+                             ::partita::schedule::Options &options) {
   auto module = main->getParentOfType<ModuleOp>();
   auto plan = module ? module->getAttrOfType<DictionaryAttr>("dist.pipeline")
                      : DictionaryAttr();
   if (!plan)
+    return false;
+  options.kind = ::partita::schedule::ScheduleKind::GPipe;
+  options.stages = plan.getAs<IntegerAttr>("stages").getInt();
+  options.microbatches = plan.getAs<IntegerAttr>("microbatches").getInt();
+  for (double seconds :
+       plan.getAs<DenseF64ArrayAttr>("stage_seconds").asArrayRef()) {
+    ::partita::schedule::Costs costs;
+    // Per microbatch; the simulator's unit is the microsecond.
+    costs.forward = seconds * 1e6 / options.microbatches;
+    options.chunkCosts.push_back(costs);
+  }
+  std::string error;
+  return ::partita::schedule::simulate(options, simulation, error);
+}
+
+/// The report's pipeline section: the plan pipeline splitting recorded, and
+/// what the schedule simulator makes of it with the cost model's stage
+/// times (for equal stages GPipe's bubble is (P-1)/(M+P-1)).
+static llvm::json::Object pipelineReport(func::FuncOp main) {
+  ::partita::schedule::Simulation simulation;
+  ::partita::schedule::Options options;
+  if (!simulatePipeline(main, simulation, options))
     return llvm::json::Object{{"stages", 1},
                               {"microbatches", 1},
                               {"schedule", "none"},
                               {"bubble_fraction", 0.0}};
-  int64_t stages = plan.getAs<IntegerAttr>("stages").getInt();
-  int64_t microbatches = plan.getAs<IntegerAttr>("microbatches").getInt();
-  llvm::json::Array seconds;
-  for (double s : plan.getAs<DenseF64ArrayAttr>("stage_seconds").asArrayRef())
-    seconds.push_back(s);
-  return llvm::json::Object{
-      {"stages", stages},
-      {"microbatches", microbatches},
-      {"schedule", plan.getAs<StringAttr>("schedule").str()},
-      {"stage_seconds", std::move(seconds)},
-      {"bubble_fraction", static_cast<double>(stages - 1) /
-                              static_cast<double>(microbatches + stages - 1)}};
+  llvm::json::Array seconds, alive;
+  for (const ::partita::schedule::Costs &c : options.chunkCosts)
+    seconds.push_back(c.forward * options.microbatches * 1e-6);
+  for (int peak : simulation.peakAlive)
+    alive.push_back(peak);
+  return llvm::json::Object{{"stages", options.stages},
+                            {"microbatches", options.microbatches},
+                            {"schedule", "gpipe"},
+                            {"stage_seconds", std::move(seconds)},
+                            {"makespan_seconds", simulation.makespan * 1e-6},
+                            {"bubble_fraction", simulation.bubbleFraction},
+                            {"peak_microbatches_alive", std::move(alive)}};
+}
+
+LogicalResult mlir::partita::writeTrace(func::FuncOp main, StringRef path) {
+  ::partita::schedule::Simulation simulation;
+  ::partita::schedule::Options options;
+  if (!simulatePipeline(main, simulation, options)) {
+    // No pipeline: one stage running the whole program once.
+    options = ::partita::schedule::Options();
+    std::string error;
+    if (!::partita::schedule::simulate(options, simulation, error))
+      return main.emitError()
+             << "cannot simulate the program for --trace: " << error;
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return main.emitError()
+           << "cannot write the trace '" << path << "': " << ec.message();
+  os << ::partita::schedule::toChromeTrace(simulation);
+  return success();
 }
 
 ModelSummary mlir::partita::summarizeModel(func::FuncOp global) {

@@ -96,6 +96,12 @@ cl::opt<int64_t>
                  cl::desc("Microbatches each pipeline stage runs in turn "
                           "(needs a pp axis; divides the batch)"),
                  cl::init(1));
+cl::opt<std::string>
+    traceFile("trace",
+              cl::desc("Write the pipeline schedule, timed by the schedule "
+                       "simulator with the cost model, as Chrome trace-event "
+                       "JSON (Perfetto opens it)"),
+              cl::value_desc("FILE.json"), cl::init(""));
 cl::opt<bool> explain("explain",
                       cl::desc("Print each weight's sharding and each "
                                "collective with the reason it was inserted"),
@@ -295,6 +301,8 @@ int compile(MLIRContext &context) {
     printExplanation(weightLines, programs.front());
   if (!reportFile.empty() &&
       failed(writeReport(model, main, programs, reportFile.getValue())))
+    return 1;
+  if (!traceFile.empty() && failed(writeTrace(main, traceFile.getValue())))
     return 1;
   if (emit == EmitStage::Exec) {
     std::string text;

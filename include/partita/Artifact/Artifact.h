@@ -53,6 +53,11 @@ ModelSummary summarizeModel(func::FuncOp global);
 LogicalResult writeReport(const ModelSummary &model, func::FuncOp main,
                           ArrayRef<ExecProgram> programs, StringRef path);
 
+/// Writes the pipeline schedule of `main`, as the schedule simulator times
+/// it with the cost model's stage estimates, as Chrome trace-event JSON
+/// (--trace; Perfetto opens it): one track per rank.
+LogicalResult writeTrace(func::FuncOp main, StringRef path);
+
 } // namespace mlir::partita
 
 #endif // PARTITA_ARTIFACT_ARTIFACT_H

@@ -516,7 +516,7 @@ struct PipelineSplitPass
     if (stages == 1) {
       if (microbatches > 1) {
         getOperation().emitError()
-            << "--microbatches " << microbatches
+            << "--microbatches " << static_cast<int64_t>(microbatches)
             << " needs pipeline stages: give the mesh a pp axis larger than 1";
         return signalPassFailure();
       }
