@@ -307,7 +307,7 @@ private:
   };
 
   LogicalResult deferConstant(nn::ConstantOp op);
-  void emitTransfer(Operation *op);
+  void emitTransfer(Operation *op, bool async = false, int32_t token = 0);
   void deferSlice(dist::AllSliceOp op);
   int32_t materialize(Value value);
   void emitCollective(Operation *op);
@@ -500,10 +500,14 @@ void Lowering::emitCollective(Operation *op) {
   result.collectives.push_back(std::move(stat));
 }
 
-void Lowering::emitTransfer(Operation *op) {
+void Lowering::emitTransfer(Operation *op, bool async, int32_t token) {
   program::Instruction *inst = prog.add_instructions();
   inst->set_location(locationString(op->getLoc()));
   program::PointToPoint *p2p = inst->mutable_p2p();
+  if (async) {
+    p2p->set_async(true);
+    p2p->set_token(token);
+  }
   int64_t index = prog.instructions_size() - 1;
   ExecTransferStat stat;
   if (auto send = dyn_cast<dist::SendOp>(op)) {
@@ -906,10 +910,36 @@ LogicalResult Lowering::run(int rank, int worldSize) {
         boundOutputs.push_back({it->second, id});
     }
   }
+  // Receives are prefetched one ahead: a receive starts as soon as the one
+  // before it has completed, so the next microbatch's activation arrives
+  // while this one computes (two receive buffers live, not M).
+  SmallVector<dist::RecvOp> receives;
+  for (Operation *op : ops)
+    if (auto recv = dyn_cast<dist::RecvOp>(op))
+      receives.push_back(recv);
+  llvm::DenseMap<Operation *, int32_t> recvToken;
+  int32_t nextToken = 0;
+  auto startRecv = [&](dist::RecvOp recv) {
+    recvToken[recv] = nextToken++;
+    emitTransfer(recv, /*async=*/true, recvToken[recv]);
+  };
+  unsigned recvIndex = 0;
+
   // Emit instructions in program order, now that every buffer exists.
   for (Operation *opPtr : ops) {
     Operation &op = *opPtr;
-    if (isa<dist::SendOp, dist::RecvOp>(op))
+    if (auto recv = dyn_cast<dist::RecvOp>(op)) {
+      if (!recvToken.count(recv))
+        startRecv(recv);
+      program::Instruction *inst = prog.add_instructions();
+      inst->set_location(locationString(op.getLoc()));
+      inst->mutable_wait()->set_token(recvToken[recv]);
+      int32_t id = bufferOf.lookup(recv.getResult());
+      firstWrite[id] =
+          std::min<int64_t>(firstWrite[id], prog.instructions_size() - 1);
+      if (++recvIndex < receives.size())
+        startRecv(receives[recvIndex]);
+    } else if (isa<dist::SendOp>(op))
       emitTransfer(&op);
     else if (isKernel(&op) && !fused.count(&op))
       emitKernel(&op);
