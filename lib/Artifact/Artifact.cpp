@@ -144,14 +144,21 @@ static bool simulatePipeline(func::FuncOp main,
                      : DictionaryAttr();
   if (!plan)
     return false;
-  options.kind = ::partita::schedule::ScheduleKind::GPipe;
   options.stages = plan.getAs<IntegerAttr>("stages").getInt();
   options.microbatches = plan.getAs<IntegerAttr>("microbatches").getInt();
-  for (double seconds :
-       plan.getAs<DenseF64ArrayAttr>("stage_seconds").asArrayRef()) {
+  if (auto chunks = plan.getAs<IntegerAttr>("virtual_stages"))
+    options.virtualStages = chunks.getInt();
+  options.kind = options.virtualStages > 1
+                     ? ::partita::schedule::ScheduleKind::Interleaved
+                     : ::partita::schedule::ScheduleKind::GPipe;
+  ArrayRef<double> perRank =
+      plan.getAs<DenseF64ArrayAttr>("stage_seconds").asArrayRef();
+  // Chunk c runs on rank c % P; a rank's time is shared by its chunks. Per
+  // microbatch, in the simulator's unit, the microsecond.
+  for (int c = 0; c < options.stages * options.virtualStages; ++c) {
     ::partita::schedule::Costs costs;
-    // Per microbatch; the simulator's unit is the microsecond.
-    costs.forward = seconds * 1e6 / options.microbatches;
+    costs.forward = perRank[c % options.stages] * 1e6 / options.microbatches /
+                    options.virtualStages;
     options.chunkCosts.push_back(costs);
   }
   std::string error;
@@ -170,17 +177,24 @@ static llvm::json::Object pipelineReport(func::FuncOp main) {
                               {"schedule", "none"},
                               {"bubble_fraction", 0.0}};
   llvm::json::Array seconds, alive;
-  for (const ::partita::schedule::Costs &c : options.chunkCosts)
-    seconds.push_back(c.forward * options.microbatches * 1e-6);
+  for (int r = 0; r < options.stages; ++r) {
+    double rank = 0;
+    for (size_t c = r; c < options.chunkCosts.size(); c += options.stages)
+      rank += options.chunkCosts[c].forward * options.microbatches * 1e-6;
+    seconds.push_back(rank);
+  }
   for (int peak : simulation.peakAlive)
     alive.push_back(peak);
-  return llvm::json::Object{{"stages", options.stages},
-                            {"microbatches", options.microbatches},
-                            {"schedule", "gpipe"},
-                            {"stage_seconds", std::move(seconds)},
-                            {"makespan_seconds", simulation.makespan * 1e-6},
-                            {"bubble_fraction", simulation.bubbleFraction},
-                            {"peak_microbatches_alive", std::move(alive)}};
+  return llvm::json::Object{
+      {"stages", options.stages},
+      {"microbatches", options.microbatches},
+      {"virtual_stages", options.virtualStages},
+      {"schedule",
+       std::string(::partita::schedule::scheduleKindName(options.kind))},
+      {"stage_seconds", std::move(seconds)},
+      {"makespan_seconds", simulation.makespan * 1e-6},
+      {"bubble_fraction", simulation.bubbleFraction},
+      {"peak_microbatches_alive", std::move(alive)}};
 }
 
 LogicalResult mlir::partita::writeTrace(func::FuncOp main, StringRef path) {

@@ -44,7 +44,8 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
 }
 
 void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
-                                           int64_t microbatches) {
+                                           int64_t microbatches,
+                                           int64_t virtualStages) {
   pm.addPass(createPartitionPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createCancelCollectivesPass());
@@ -55,6 +56,7 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
   // so that the cost model sees what each stage really runs.
   PipelineSplitPassOptions split;
   split.microbatches = microbatches;
+  split.virtualStages = virtualStages;
   pm.addPass(createPipelineSplitPass(split));
   pm.addPass(createVerifyPipelinePass());
 }
@@ -66,7 +68,7 @@ void mlir::partita::registerPartitaPipelines() {
       "local)",
       [](OpPassManager &pm, const ShardPipelineOptions &options) {
         buildPlanPipeline(pm, options);
-        buildPartitionPipeline(pm, options.microbatches);
+        buildPartitionPipeline(pm, options.microbatches, options.virtualStages);
       });
   PassPipelineRegistration<NNPipelineOptions>(
       "partita-nn-pipeline",

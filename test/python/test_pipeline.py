@@ -50,18 +50,23 @@ def cases():
     for mesh, stages, dp in MESHES:
         for m in sorted({1, stages, 2 * stages}):
             if (BATCH // dp) % m == 0:
-                yield mesh, stages, m
+                yield mesh, stages, m, 1
+    # Interleaved: two chunks per rank (the 2-layer models have 7 cut
+    # points, enough for 4 chunks).
+    for mesh, m in [("pp=2", 2), ("pp=2", 4), ("pp=2,tp=2", 4),
+                    ("dp=2,pp=2,tp=2", 2)]:
+        yield mesh, 2, m, 2
 
 
-@pytest.mark.parametrize("mesh,stages,microbatches", list(cases()))
+@pytest.mark.parametrize("mesh,stages,microbatches,chunks", list(cases()))
 @pytest.mark.parametrize("name", NAMES)
 def test_pipeline_matches(tmp_path, references, name, mesh, stages,
-                          microbatches):
+                          microbatches, chunks):
     expected, single = references[name]
     outputs, report = compile_and_run(
         tmp_path, MODELS / f"{name}_dynamic.onnx", batch_inputs(name),
         "--bind", f"batch={BATCH},seq={SEQ}", "--mesh", mesh,
-        "--microbatches", str(microbatches))
+        "--microbatches", str(microbatches), "--virtual-stages", str(chunks))
     for key, want in expected.items():
         np.testing.assert_allclose(outputs[key], single[key], rtol=1e-4,
                                    atol=1e-5, err_msg=f"{name} {mesh} M={microbatches}")
@@ -69,6 +74,9 @@ def test_pipeline_matches(tmp_path, references, name, mesh, stages,
                                    err_msg=f"{name} {mesh} M={microbatches} vs ort")
     plan = report["pipeline"]
     assert plan["stages"] == stages and plan["microbatches"] == microbatches
+    if chunks > 1:
+        assert plan["schedule"] == "interleaved"
+        return
     # GPipe's bubble, with the cost model's (nearly equal) stage times.
     ideal = (stages - 1) / (microbatches + stages - 1)
     assert abs(plan["bubble_fraction"] - ideal) < 0.1

@@ -96,6 +96,11 @@ cl::opt<int64_t>
                  cl::desc("Microbatches each pipeline stage runs in turn "
                           "(needs a pp axis; divides the batch)"),
                  cl::init(1));
+cl::opt<int64_t> virtualStages(
+    "virtual-stages",
+    cl::desc("Pipeline chunks per rank: the interleaved schedule (microbatches "
+             "a multiple of pp)"),
+    cl::init(1));
 cl::opt<std::string>
     traceFile("trace",
               cl::desc("Write the pipeline schedule, timed by the schedule "
@@ -274,7 +279,7 @@ int compile(MLIRContext &context) {
       weightLines = describeWeights(main);
 
     if (failed(runStage(*module, root, "Partition", [](PassManager &pm) {
-          buildPartitionPipeline(pm, microbatches);
+          buildPartitionPipeline(pm, microbatches, virtualStages);
         })))
       return 1;
     for (auto mesh : module->getOps<dist::MeshOp>())
@@ -335,6 +340,8 @@ int compile(MLIRContext &context) {
       artifact.compileOptions["sp-mode"] = spMode;
     if (microbatches > 1)
       artifact.compileOptions["microbatches"] = std::to_string(microbatches);
+    if (virtualStages > 1)
+      artifact.compileOptions["virtual-stages"] = std::to_string(virtualStages);
   }
   return failed(writeArtifact(main, programs, artifact, outputFile)) ? 1 : 0;
 }

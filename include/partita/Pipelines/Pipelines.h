@@ -40,6 +40,10 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
                                llvm::cl::desc("Microbatches per pipeline "
                                               "stage"),
                                llvm::cl::init(1)};
+  Option<int64_t> virtualStages{*this, "virtual-stages",
+                                llvm::cl::desc("Pipeline chunks per rank "
+                                               "(interleaved)"),
+                                llvm::cl::init(1)};
   Option<std::string> spMode{*this, "sp-mode",
                              llvm::cl::desc("megatron, ulysses or ring"),
                              llvm::cl::init("")};
@@ -52,7 +56,8 @@ void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 /// Global nn with shardings to the SPMD program of every device: partition,
 /// then cancel collectives and clean up, then cut pipeline stages of
 /// `microbatches` each (partita-compile --emit local).
-void buildPartitionPipeline(OpPassManager &pm, int64_t microbatches = 1);
+void buildPartitionPipeline(OpPassManager &pm, int64_t microbatches = 1,
+                            int64_t virtualStages = 1);
 
 /// Registers every pipeline with the pass registry (for partita-opt).
 void registerPartitaPipelines();

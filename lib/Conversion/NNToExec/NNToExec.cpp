@@ -837,6 +837,13 @@ LogicalResult Lowering::run(int rank, int worldSize) {
   SmallVector<std::pair<unsigned, int32_t>> boundOutputs;
   for (Operation *opPtr : ops) {
     Operation &op = *opPtr;
+    // A result of an earlier region of this rank's stage is the value its
+    // body yielded.
+    for (Value operand : op.getOperands())
+      if (!bufferOf.count(operand))
+        if (Value inner = yielded.lookup(operand);
+            inner && bufferOf.count(inner))
+          bufferOf[operand] = bufferOf.lookup(inner);
     if (auto recv = dyn_cast<dist::RecvOp>(op)) {
       bufferOf[recv.getResult()] = addBuffer(
           cast<RankedTensorType>(recv.getType()), program::Buffer::ACTIVATION);
@@ -913,10 +920,21 @@ LogicalResult Lowering::run(int rank, int worldSize) {
   // Receives are prefetched one ahead: a receive starts as soon as the one
   // before it has completed, so the next microbatch's activation arrives
   // while this one computes (two receive buffers live, not M).
+  // A receive is only started ahead of sends it would pass: transfers run
+  // in order on the communication stream, so a receive waiting there would
+  // hold back a send its peer needs first.
   SmallVector<dist::RecvOp> receives;
-  for (Operation *op : ops)
-    if (auto recv = dyn_cast<dist::RecvOp>(op))
+  SmallVector<bool> sendBefore; // A send lies between receive k-1 and k.
+  bool sawSend = false;
+  for (Operation *op : ops) {
+    if (isa<dist::SendOp>(op))
+      sawSend = true;
+    if (auto recv = dyn_cast<dist::RecvOp>(op)) {
       receives.push_back(recv);
+      sendBefore.push_back(sawSend);
+      sawSend = false;
+    }
+  }
   llvm::DenseMap<Operation *, int32_t> recvToken;
   int32_t nextToken = 0;
   auto startRecv = [&](dist::RecvOp recv) {
@@ -937,7 +955,7 @@ LogicalResult Lowering::run(int rank, int worldSize) {
       int32_t id = bufferOf.lookup(recv.getResult());
       firstWrite[id] =
           std::min<int64_t>(firstWrite[id], prog.instructions_size() - 1);
-      if (++recvIndex < receives.size())
+      if (++recvIndex < receives.size() && !sendBefore[recvIndex])
         startRecv(receives[recvIndex]);
     } else if (isa<dist::SendOp>(op))
       emitTransfer(&op);

@@ -90,8 +90,10 @@ bool isReplicatedOver(Value value, StringRef axis,
 
 class Splitter {
 public:
-  Splitter(MeshOp mesh, int64_t stages, int64_t microbatches)
-      : mesh(mesh), stages(stages), microbatches(microbatches) {}
+  Splitter(MeshOp mesh, int64_t stages, int64_t microbatches,
+           int64_t virtualStages)
+      : mesh(mesh), stages(stages), microbatches(microbatches),
+        virtualStages(virtualStages) {}
   LogicalResult run(func::FuncOp func);
 
 private:
@@ -99,7 +101,7 @@ private:
                               llvm::DenseMap<Value, int64_t> &batchDim);
 
   MeshOp mesh;
-  int64_t stages, microbatches;
+  int64_t stages, microbatches, virtualStages;
 };
 
 /// The dimension a collective splits, gathers or slices (whose size it
@@ -212,8 +214,10 @@ LogicalResult Splitter::run(func::FuncOp func) {
       work.push_back(op);
     }
   unsigned n = work.size();
-  if (n < static_cast<unsigned>(stages))
-    return func.emitError() << "cannot cut " << n << " ops into " << stages
+  // Each rank holds `virtualStages` chunks: chunk c runs on rank c % P.
+  int64_t chunks = stages * virtualStages;
+  if (n < static_cast<unsigned>(chunks))
+    return func.emitError() << "cannot cut " << n << " ops into " << chunks
                             << " pipeline stages";
   SmallVector<double> prefix(n + 1, 0);
   for (unsigned i = 0; i < n; ++i)
@@ -243,21 +247,22 @@ LogicalResult Splitter::run(func::FuncOp func) {
   for (unsigned j = 1; j < n; ++j)
     if (live[j] == 1)
       candidates.push_back(j);
-  if (candidates.size() < static_cast<size_t>(stages - 1))
+  if (candidates.size() < static_cast<size_t>(chunks - 1))
     return func.emitError()
-           << "cannot cut the program into " << stages
-           << " pipeline stages: only " << candidates.size()
+           << "cannot cut the program into " << chunks
+           << (virtualStages > 1 ? " pipeline chunks" : " pipeline stages")
+           << ": only " << candidates.size()
            << " points carry a single activation between two ops";
 
   // best[k][c]: the least possible most-expensive stage when the first k
   // cuts end at candidate c.
   unsigned m = candidates.size();
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  SmallVector<SmallVector<double>> best(stages, SmallVector<double>(m, kInf));
-  SmallVector<SmallVector<int>> from(stages, SmallVector<int>(m, -1));
+  SmallVector<SmallVector<double>> best(chunks, SmallVector<double>(m, kInf));
+  SmallVector<SmallVector<int>> from(chunks, SmallVector<int>(m, -1));
   for (unsigned c = 0; c < m; ++c)
     best[1][c] = prefix[candidates[c]];
-  for (int64_t k = 2; k < stages; ++k)
+  for (int64_t k = 2; k < chunks; ++k)
     for (unsigned c = 0; c < m; ++c)
       for (unsigned p = 0; p < c; ++p) {
         double cost = std::max(best[k - 1][p],
@@ -269,18 +274,18 @@ LogicalResult Splitter::run(func::FuncOp func) {
       }
   double bestCost = kInf;
   int last = -1;
-  if (stages == 1)
+  if (chunks == 1)
     return success();
   for (unsigned c = 0; c < m; ++c) {
     double cost =
-        std::max(best[stages - 1][c], prefix[n] - prefix[candidates[c]]);
+        std::max(best[chunks - 1][c], prefix[n] - prefix[candidates[c]]);
     if (cost < bestCost) {
       bestCost = cost;
       last = c;
     }
   }
-  SmallVector<unsigned> cuts(stages - 1);
-  for (int64_t k = stages - 1, c = last; k >= 1; --k) {
+  SmallVector<unsigned> cuts(chunks - 1);
+  for (int64_t k = chunks - 1, c = last; k >= 1; --k) {
     cuts[k - 1] = candidates[c];
     c = from[k][c];
   }
@@ -316,6 +321,13 @@ LogicalResult Splitter::run(func::FuncOp func) {
     return type.clone(shape);
   };
 
+  auto groupType = [&](Value v, int64_t size) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[batchDim.lookup(v)] = shape[batchDim.lookup(v)] / microbatches * size;
+    return type.clone(shape);
+  };
+
   // Build the stages. Each runs its microbatches one after the other
   // (GPipe): receive, compute, send.
   OpBuilder b(ret);
@@ -331,14 +343,29 @@ LogicalResult Splitter::run(func::FuncOp func) {
           values.push_back(v);
     return values;
   };
-  for (int64_t s = 0; s < stages; ++s) {
+  // The regions in an order whose restriction to each rank is its
+  // schedule: GPipe runs every microbatch through a chunk in turn; with
+  // virtual stages, Megatron's interleaved order takes microbatches in
+  // groups of P, chunk by chunk within a group.
+  int64_t groupSize = virtualStages > 1 ? stages : microbatches;
+  int64_t groups = microbatches / groupSize;
+  SmallVector<std::pair<int64_t, int64_t>> items; // (chunk, group)
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t v = 0; v < virtualStages; ++v)
+      for (int64_t r = 0; r < stages; ++r)
+        items.push_back({v * stages + r, g});
+  // The last chunk's result per group, to put together at the end.
+  SmallVector<SmallVector<Value>> groupResults;
+  for (auto [s, g] : items) {
     SmallVector<Type> resultTypes;
-    if (s == stages - 1)
-      resultTypes.assign(ret.getOperandTypes().begin(),
-                         ret.getOperandTypes().end());
-    auto stage =
-        StageOp::create(b, ret.getLoc(), resultTypes, b.getI64IntegerAttr(s),
-                        meshRef, b.getStringAttr("pp"));
+    bool lastChunk = s == chunks - 1;
+    if (lastChunk)
+      for (Value v : ret.getOperands())
+        resultTypes.push_back(groups == 1 ? v.getType()
+                                          : Type(groupType(v, groupSize)));
+    auto stage = StageOp::create(b, ret.getLoc(), resultTypes,
+                                 b.getI64IntegerAttr(s % stages), meshRef,
+                                 b.getStringAttr("pp"));
     Block *block = b.createBlock(&stage.getRegion());
     OpBuilder inner = OpBuilder::atBlockEnd(block);
     unsigned begin = bounds[s], end = bounds[s + 1];
@@ -357,7 +384,7 @@ LogicalResult Splitter::run(func::FuncOp func) {
     for (unsigned i = begin; i < end; ++i)
       for (Value operand : work[i]->getOperands())
         need(operand);
-    if (s == stages - 1)
+    if (lastChunk)
       for (Value v : ret.getOperands())
         need(v);
     for (Operation *op : ops)
@@ -365,12 +392,14 @@ LogicalResult Splitter::run(func::FuncOp func) {
         inner.clone(*op, whole);
 
     SmallVector<Value> in = s > 0 ? crossing(begin) : SmallVector<Value>();
-    SmallVector<Value> out =
-        s < stages - 1 ? crossing(end) : SmallVector<Value>();
+    SmallVector<Value> out = !lastChunk ? crossing(end) : SmallVector<Value>();
     SmallVector<IRMapping> perMicrobatch(microbatches);
-    for (int64_t m = 0; m < microbatches; ++m) {
+    // Receive what crosses the cut before this stage for microbatch m. The
+    // next microbatch's input is received before this one's output is sent,
+    // so neighbours that both send (interleaved chunks) meet in a
+    // rendezvous instead of waiting on each other.
+    auto receive = [&](int64_t m) {
       IRMapping &map = perMicrobatch[m];
-      // Receive what crosses the cut before this stage.
       for (auto [t, v] : llvm::enumerate(in)) {
         RankedTensorType type = microType(v);
         std::optional<int64_t> dim = scatterDim(v);
@@ -383,7 +412,8 @@ LogicalResult Splitter::run(func::FuncOp func) {
         int64_t tag = ((s - 1) * 64 + static_cast<int64_t>(t)) * 1024 + m;
         Value received = RecvOp::create(
             inner, v.getLoc(), wire, meshRef, inner.getStringAttr("pp"),
-            inner.getI64IntegerAttr(s - 1), inner.getI64IntegerAttr(tag));
+            inner.getI64IntegerAttr((s - 1) % stages),
+            inner.getI64IntegerAttr(tag));
         if (dim) {
           auto gather = AllGatherOp::create(
               inner, v.getLoc(), type, received, meshRef,
@@ -397,6 +427,11 @@ LogicalResult Splitter::run(func::FuncOp func) {
         }
         map.map(v, received);
       }
+    };
+    for (int64_t m = g * groupSize; m < (g + 1) * groupSize; ++m) {
+      IRMapping &map = perMicrobatch[m];
+      if (m == g * groupSize)
+        receive(m);
       // This microbatch's rows of whole values (inputs, recomputed ones).
       auto rows = [&](Value v) -> Value {
         if (Value mapped = map.lookupOrNull(v))
@@ -440,6 +475,8 @@ LogicalResult Splitter::run(func::FuncOp func) {
           return op->emitError() << "splitting this op into " << microbatches
                                  << " microbatches failed (a compiler bug)";
       }
+      if (m + 1 < (g + 1) * groupSize)
+        receive(m + 1);
       // Send what crosses the cut after this stage.
       for (auto [t, v] : llvm::enumerate(out)) {
         Value sent = map.contains(v) ? map.lookup(v) : rows(v);
@@ -455,44 +492,78 @@ LogicalResult Splitter::run(func::FuncOp func) {
                                     inner.getI64IntegerAttr(*dim));
         }
         int64_t tag = (s * 64 + static_cast<int64_t>(t)) * 1024 + m;
-        SendOp::create(
-            inner, v.getLoc(), sent, meshRef, inner.getStringAttr("pp"),
-            inner.getI64IntegerAttr(s + 1), inner.getI64IntegerAttr(tag));
+        SendOp::create(inner, v.getLoc(), sent, meshRef,
+                       inner.getStringAttr("pp"),
+                       inner.getI64IntegerAttr((s + 1) % stages),
+                       inner.getI64IntegerAttr(tag));
       }
     }
-    // The last stage puts the microbatches' results back together.
+    // The last chunk puts its microbatches' results back together.
     SmallVector<Value> yielded;
-    if (s == stages - 1)
+    if (lastChunk)
       for (Value v : ret.getOperands()) {
         auto it = batchDim.find(v);
         if (microbatches == 1 || it == batchDim.end()) {
-          Value only = perMicrobatch[0].lookupOrNull(v);
+          Value only = perMicrobatch[g * groupSize].lookupOrNull(v);
           yielded.push_back(only ? only : whole.lookupOrDefault(v));
           continue;
         }
         SmallVector<Value> pieces;
-        for (IRMapping &map : perMicrobatch)
-          pieces.push_back(map.lookup(v));
-        yielded.push_back(nn::ConcatOp::create(inner, v.getLoc(), v.getType(),
-                                               pieces, it->second));
+        for (int64_t m = g * groupSize; m < (g + 1) * groupSize; ++m)
+          pieces.push_back(perMicrobatch[m].lookup(v));
+        yielded.push_back(nn::ConcatOp::create(
+            inner, v.getLoc(),
+            groups == 1 ? v.getType() : groupType(v, groupSize), pieces,
+            it->second));
       }
     YieldOp::create(inner, ret.getLoc(), yielded);
     stageOps.push_back(stage);
+    if (lastChunk)
+      groupResults.push_back(SmallVector<Value>(stage.getResults()));
     b.setInsertionPoint(ret);
   }
-  ret->setOperands(stageOps.back().getResults());
+  if (groups == 1) {
+    ret->setOperands(stageOps.back().getResults());
+  } else {
+    // The last rank concatenates the groups.
+    auto final = StageOp::create(b, ret.getLoc(), ret.getOperandTypes(),
+                                 b.getI64IntegerAttr((chunks - 1) % stages),
+                                 meshRef, b.getStringAttr("pp"));
+    OpBuilder inner = OpBuilder::atBlockEnd(b.createBlock(&final.getRegion()));
+    SmallVector<Value> results;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      SmallVector<Value> pieces;
+      for (SmallVector<Value> &group : groupResults)
+        pieces.push_back(group[i]);
+      auto it = batchDim.find(v);
+      results.push_back(it == batchDim.end()
+                            ? pieces.front()
+                            : nn::ConcatOp::create(inner, v.getLoc(),
+                                                   v.getType(), pieces,
+                                                   it->second)
+                                  .getResult());
+    }
+    YieldOp::create(inner, ret.getLoc(), results);
+    b.setInsertionPoint(ret);
+    ret->setOperands(final.getResults());
+  }
   // The plan for the report: each stage's estimated time.
   Builder attrs(func.getContext());
   SmallVector<double> seconds;
-  for (int64_t st = 0; st < stages; ++st)
-    seconds.push_back(prefix[bounds[st + 1]] - prefix[bounds[st]]);
+  seconds.assign(stages, 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    seconds[c % stages] += prefix[bounds[c + 1]] - prefix[bounds[c]];
   func->getParentOfType<ModuleOp>()->setAttr(
       kPipelineAttr,
       attrs.getDictionaryAttr(
           {attrs.getNamedAttr("stages", attrs.getI64IntegerAttr(stages)),
            attrs.getNamedAttr("microbatches",
                               attrs.getI64IntegerAttr(microbatches)),
-           attrs.getNamedAttr("schedule", attrs.getStringAttr("gpipe")),
+           attrs.getNamedAttr("schedule",
+                              attrs.getStringAttr(
+                                  virtualStages > 1 ? "interleaved" : "gpipe")),
+           attrs.getNamedAttr("virtual_stages",
+                              attrs.getI64IntegerAttr(virtualStages)),
            attrs.getNamedAttr("stage_seconds",
                               attrs.getDenseF64ArrayAttr(seconds))}));
   for (Operation *op : llvm::reverse(ops)) {
@@ -513,8 +584,15 @@ struct PipelineSplitPass
     if (!*mesh)
       return;
     int64_t stages = mesh->getAxisSize("pp").value_or(1);
+    if (virtualStages > 1 && microbatches % stages != 0) {
+      getOperation().emitError()
+          << "--virtual-stages runs microbatches in groups of pp=" << stages
+          << ", but --microbatches " << static_cast<int64_t>(microbatches)
+          << " is not a multiple of it";
+      return signalPassFailure();
+    }
     if (stages == 1) {
-      if (microbatches > 1) {
+      if (microbatches > 1 || virtualStages > 1) {
         getOperation().emitError()
             << "--microbatches " << static_cast<int64_t>(microbatches)
             << " needs pipeline stages: give the mesh a pp axis larger than 1";
@@ -524,7 +602,8 @@ struct PipelineSplitPass
     }
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal() &&
-          failed(Splitter(*mesh, stages, microbatches).run(func)))
+          failed(
+              Splitter(*mesh, stages, microbatches, virtualStages).run(func)))
         return signalPassFailure();
   }
 };

@@ -184,11 +184,19 @@ def PipelineSplitPass : Pass<"partita-pipeline-split", "::mlir::ModuleOp"> {
     rows, transfers are tagged per microbatch, and the last stage
     concatenates the results. M must divide the batch.
 
+    With `virtual-stages` V > 1 the program is cut into P·V chunks, chunk
+    `c` on rank `c % P` (so each rank holds V non-consecutive chunks), and
+    the regions follow Megatron's interleaved order: microbatches in groups
+    of P, and within a group chunk by chunk. M must be a multiple of P.
+
     Too few cut points for P stages is an error that says how many exist.
   }];
   let options = [
     Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
            "How many microbatches each stage runs in turn">,
+    Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"1",
+           "Chunks per rank (interleaved schedule): the program is cut into "
+           "pp x V chunks and chunk c runs on rank c % pp">,
   ];
   let dependentDialects = ["::mlir::partita::dist::DistDialect",
                            "::mlir::partita::nn::NNDialect"];
