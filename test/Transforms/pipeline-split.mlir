@@ -1,11 +1,12 @@
 // RUN: partita-opt %s --partita-pipeline-split --partita-verify-pipeline | FileCheck %s
 // RUN: partita-opt %s --partita-pipeline-split=microbatches=2 --partita-verify-pipeline | FileCheck %s --check-prefix=MICRO
 // RUN: not partita-opt %s --partita-pipeline-split=microbatches=3 2>&1 | FileCheck %s --check-prefix=UNEVEN
+// RUN: partita-opt %s --partita-pipeline-split="microbatches=2 virtual-stages=2" --partita-verify-pipeline | FileCheck %s --check-prefix=INTERLEAVED
 
 // Two blocks of equal cost on pp=2: the cut falls where only the first
 // block's output crosses; each stage recomputes the input-derived mask and
 // holds its own weight; the last stage yields the result.
-// CHECK: module attributes {dist.pipeline = {microbatches = 1 : i64, schedule = "gpipe", stage_seconds = array<f64: [[COST:.*]], [[COST]]>, stages = 2 : i64}}
+// CHECK: module attributes {dist.pipeline = {microbatches = 1 : i64, schedule = "gpipe", stage_seconds = array<f64: [[COST:.*]], [[COST]]>, stages = 2 : i64, virtual_stages = 1 : i64}}
 // CHECK: dist.stage 0 on @mesh axis pp {
 // CHECK-NEXT: nn.constant dense<5.000000e-01>
 // CHECK-NEXT: %[[MASK0:.*]] = nn.neg %arg1
@@ -31,6 +32,25 @@
 // MICRO: dist.recv on @mesh axis pp from 0 tag 0 : tensor<2x8xf32>
 // MICRO: dist.recv on @mesh axis pp from 0 tag 1 : tensor<2x8xf32>
 // MICRO: nn.concat {{.*}} axis = 0 : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32>
+
+// Two chunks per rank: chunk c on rank c % 2, in interleaved order (chunk
+// 0 on rank 0, 1 on rank 1, 2 on rank 0 again, 3 on rank 1), the last
+// handing nothing back; inside a region the next microbatch is received
+// before the current one is sent.
+// INTERLEAVED: schedule = "interleaved"
+// INTERLEAVED: dist.stage 0 on @mesh axis pp {
+// INTERLEAVED: dist.send {{.*}} to 1 tag 0
+// INTERLEAVED: dist.send {{.*}} to 1 tag 1
+// INTERLEAVED: dist.stage 1 on @mesh axis pp {
+// INTERLEAVED: dist.recv on @mesh axis pp from 0 tag 0
+// INTERLEAVED: dist.recv on @mesh axis pp from 0 tag 1
+// INTERLEAVED-NEXT: dist.send {{.*}} to 0 tag 65536
+// INTERLEAVED: dist.send {{.*}} to 0 tag 65537
+// INTERLEAVED: dist.stage 0 on @mesh axis pp {
+// INTERLEAVED: dist.recv on @mesh axis pp from 1 tag 65536
+// INTERLEAVED: dist.stage 1 on @mesh axis pp -> (tensor<4x8xf32>) {
+// INTERLEAVED: dist.recv on @mesh axis pp from 0 tag 131072
+// INTERLEAVED: nn.concat
 
 // UNEVEN: error: --microbatches 3 does not divide the batch 4 of input '?' (per data-parallel replica)
 
