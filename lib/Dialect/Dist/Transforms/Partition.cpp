@@ -594,18 +594,7 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
     local[result] = clone->getResult(i);
     shardingOf[result] = resultShardings[i];
   }
-  // Attributes that spell out a shape: a slice's limits on dimensions it
-  // keeps whole (the only ones that can be split).
-  if (auto slice = dyn_cast<nn::SliceOp>(clone)) {
-    SmallVector<int64_t> limit(slice.getLimit());
-    auto in = cast<RankedTensorType>(slice.getInput().getType());
-    auto globalIn = cast<RankedTensorType>(op->getOperand(0).getType());
-    for (int64_t d = 0; d < in.getRank(); ++d)
-      if (in.getDimSize(d) != globalIn.getDimSize(d))
-        limit[d] = in.getDimSize(d);
-    slice.setLimit(limit);
-  }
-  if (failed(mlir::verify(clone)))
+  if (failed(fitShapeAttributes(clone, op)))
     return op->emitError() << "partitioning produced an invalid local op "
                               "(a compiler bug)";
   return success();

@@ -462,16 +462,7 @@ LogicalResult Splitter::run(func::FuncOp func) {
           continue;
         for (auto [old, now] : llvm::zip(op->getResults(), clone->getResults()))
           now.setType(microType(old));
-        if (auto slice = dyn_cast<nn::SliceOp>(clone)) {
-          SmallVector<int64_t> limit(slice.getLimit());
-          auto inType = cast<RankedTensorType>(slice.getInput().getType());
-          auto oldIn = cast<RankedTensorType>(op->getOperand(0).getType());
-          for (int64_t d = 0; d < inType.getRank(); ++d)
-            if (inType.getDimSize(d) != oldIn.getDimSize(d))
-              limit[d] = inType.getDimSize(d);
-          slice.setLimit(limit);
-        }
-        if (failed(mlir::verify(clone)))
+        if (failed(fitShapeAttributes(clone, op)))
           return op->emitError() << "splitting this op into " << microbatches
                                  << " microbatches failed (a compiler bug)";
       }

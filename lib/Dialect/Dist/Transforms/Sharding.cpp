@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/Verifier.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 
 #include "llvm/ADT/StringSet.h"
@@ -253,6 +254,19 @@ ElementsAttr dist::permuteAlongDim(ElementsAttr value, int64_t dim,
     return DenseResourceElementsAttr::get(type, name, std::move(blob));
   }
   return DenseElementsAttr::getFromRawBuffer(type, out);
+}
+
+LogicalResult dist::fitShapeAttributes(Operation *clone, Operation *original) {
+  if (auto slice = dyn_cast<nn::SliceOp>(clone)) {
+    SmallVector<int64_t> limit(slice.getLimit());
+    auto in = cast<RankedTensorType>(slice.getInput().getType());
+    auto before = cast<RankedTensorType>(original->getOperand(0).getType());
+    for (int64_t d = 0; d < in.getRank(); ++d)
+      if (in.getDimSize(d) != before.getDimSize(d))
+        limit[d] = in.getDimSize(d);
+    slice.setLimit(limit);
+  }
+  return mlir::verify(clone);
 }
 
 ElementsAttr dist::getIndexConstant(MLIRContext *context,

@@ -119,6 +119,12 @@ ShardingAttr getValueSharding(Value value, MeshOp mesh);
 ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
                              ArrayRef<int64_t> sourceOf, StringRef name);
 
+/// After `clone` of `original` got smaller operand and result types (a
+/// split or a microbatch of them), fixes the attributes that spell out a
+/// shape: a slice's limits on the dimensions it keeps whole (the only ones
+/// that can shrink). Fails if the clone does not verify (a compiler bug).
+LogicalResult fitShapeAttributes(Operation *clone, Operation *original);
+
 /// An i64 constant of `shape` holding `values`: inline up to nn.constant's
 /// inline limit, else a resource blob named `name`.
 ElementsAttr getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
