@@ -392,6 +392,12 @@ LogicalResult Splitter::run(func::FuncOp func) {
         inner.clone(*op, whole);
 
     SmallVector<Value> in = s > 0 ? crossing(begin) : SmallVector<Value>();
+    // Tags are (cut * 64 + value) * 1024 + microbatch.
+    if (in.size() > 64 || microbatches > 1024)
+      return func.emitError()
+             << "pipeline transfers are tagged for at most 64 values per cut "
+                "and 1024 microbatches; this plan has "
+             << in.size() << " and " << microbatches;
     SmallVector<Value> out = !lastChunk ? crossing(end) : SmallVector<Value>();
     SmallVector<IRMapping> perMicrobatch(microbatches);
     // Receive what crosses the cut before this stage for microbatch m. The
