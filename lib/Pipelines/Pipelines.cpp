@@ -45,7 +45,8 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
 
 void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
                                            int64_t microbatches,
-                                           int64_t virtualStages) {
+                                           int64_t virtualStages,
+                                           bool overlap) {
   pm.addPass(createPartitionPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createCancelCollectivesPass());
@@ -59,6 +60,10 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
   split.virtualStages = virtualStages;
   pm.addPass(createPipelineSplitPass(split));
   pm.addPass(createVerifyPipelinePass());
+  // Last: collectives start as early and finish as late as their uses
+  // allow, in every stage.
+  if (overlap)
+    pm.addPass(createAsyncCollectivesPass());
 }
 
 void mlir::partita::registerPartitaPipelines() {

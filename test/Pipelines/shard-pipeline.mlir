@@ -1,7 +1,8 @@
 // RUN: partita-opt %s --partita-shard-pipeline="mesh=tp=2" | FileCheck %s
 
 // partita-opt reproduces what partita-compile --mesh tp=2 --emit local runs
-// after the nn pipeline: plan, propagate, partition, cancel, clean up.
+// after the nn pipeline: plan, propagate, partition, cancel, clean up, and
+// start the collectives asynchronously.
 // CHECK: dist.mesh @mesh [tp = 2]
 // CHECK-LABEL: func.func @mlp
 // CHECK-SAME: (%[[X:.*]]: tensor<4x16xf32> {dist.sharding = #dist.sharding<@mesh, [{}, {}]>})
@@ -10,7 +11,8 @@
 // CHECK: %[[H:.*]] = nn.matmul %[[X]], %[[W1]] : (tensor<4x16xf32>, tensor<16x32xf32>) -> tensor<4x32xf32>
 // CHECK: %[[G:.*]] = nn.gelu %[[H]]
 // CHECK: %[[D:.*]] = nn.matmul %[[G]], %[[W2]] : (tensor<4x32xf32>, tensor<32x16xf32>) -> tensor<4x16xf32>
-// CHECK: %[[R:.*]] = dist.all_reduce sum %[[D]] on @mesh axes [tp]
+// CHECK: %[[T:.*]] = dist.all_reduce_start sum %[[D]] on @mesh axes [tp]
+// CHECK: %[[R:.*]] = dist.wait %[[T]]
 // CHECK: return %[[R]]
 func.func @mlp(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
   %w1 = nn.constant dense<0.5> : tensor<16x64xf32>

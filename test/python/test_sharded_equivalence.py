@@ -87,3 +87,22 @@ def test_report_all_reduce_bytes(tmp_path, unsharded, name, mesh, tp, dp):
     if name == "llama" and tp == 4:
         assert any("key/value heads do not divide tp=4" in r
                    for r in report["remarks"])
+
+
+@pytest.mark.parametrize("mesh", ["tp=2", "tp=4", "sp=2 --sp-mode ulysses",
+                                  "sp=2 --sp-mode ring",
+                                  "tp=2 --sp-mode megatron"])
+@pytest.mark.parametrize("name", NAMES)
+def test_async_equals_synchronous(tmp_path, name, mesh):
+    """The default program starts collectives asynchronously; it equals the
+    --no-overlap one."""
+    inputs = dict(np.load(MODELS / f"{name}.inputs.npz"))
+    flags = ["--mesh", *mesh.split()]
+    overlapped, _ = compile_and_run(tmp_path / "async",
+                                    MODELS / f"{name}.onnx", inputs, *flags)
+    synchronous, _ = compile_and_run(tmp_path / "sync",
+                                     MODELS / f"{name}.onnx", inputs, *flags,
+                                     "--no-overlap")
+    for key, want in synchronous.items():
+        np.testing.assert_allclose(overlapped[key], want, rtol=1e-4,
+                                   atol=1e-5, err_msg=f"{name} {mesh}")

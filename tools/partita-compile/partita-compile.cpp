@@ -101,6 +101,10 @@ cl::opt<int64_t> virtualStages(
     cl::desc("Pipeline chunks per rank: the interleaved schedule (microbatches "
              "a multiple of pp)"),
     cl::init(1));
+cl::opt<bool> noOverlap("no-overlap",
+                        cl::desc("Keep collectives synchronous (to compare "
+                                 "with the default async start/wait)"),
+                        cl::init(false));
 cl::opt<std::string>
     traceFile("trace",
               cl::desc("Write the pipeline schedule, timed by the schedule "
@@ -279,7 +283,7 @@ int compile(MLIRContext &context) {
       weightLines = describeWeights(main);
 
     if (failed(runStage(*module, root, "Partition", [](PassManager &pm) {
-          buildPartitionPipeline(pm, microbatches, virtualStages);
+          buildPartitionPipeline(pm, microbatches, virtualStages, !noOverlap);
         })))
       return 1;
     for (auto mesh : module->getOps<dist::MeshOp>())
@@ -342,6 +346,8 @@ int compile(MLIRContext &context) {
       artifact.compileOptions["microbatches"] = std::to_string(microbatches);
     if (virtualStages > 1)
       artifact.compileOptions["virtual-stages"] = std::to_string(virtualStages);
+    if (noOverlap)
+      artifact.compileOptions["no-overlap"] = "true";
   }
   return failed(writeArtifact(main, programs, artifact, outputFile)) ? 1 : 0;
 }

@@ -44,6 +44,10 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
                                 llvm::cl::desc("Pipeline chunks per rank "
                                                "(interleaved)"),
                                 llvm::cl::init(1)};
+  Option<bool> overlap{*this, "overlap",
+                       llvm::cl::desc("Start collectives early and wait "
+                                      "late (async)"),
+                       llvm::cl::init(true)};
   Option<std::string> spMode{*this, "sp-mode",
                              llvm::cl::desc("megatron, ulysses or ring"),
                              llvm::cl::init("")};
@@ -56,8 +60,10 @@ void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 /// Global nn with shardings to the SPMD program of every device: partition,
 /// then cancel collectives and clean up, then cut pipeline stages of
 /// `microbatches` each (partita-compile --emit local).
+/// With `overlap`, collectives then become async starts and waits
+/// (--partita-async-collectives); partita-compile --no-overlap turns it off.
 void buildPartitionPipeline(OpPassManager &pm, int64_t microbatches = 1,
-                            int64_t virtualStages = 1);
+                            int64_t virtualStages = 1, bool overlap = true);
 
 /// Registers every pipeline with the pass registry (for partita-opt).
 void registerPartitaPipelines();

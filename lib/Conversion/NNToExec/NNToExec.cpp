@@ -310,7 +310,7 @@ private:
   void emitTransfer(Operation *op, bool async = false, int32_t token = 0);
   void deferSlice(dist::AllSliceOp op);
   int32_t materialize(Value value);
-  void emitCollective(Operation *op);
+  void emitCollective(Operation *op, bool async = false, int32_t token = 0);
   void emitSlice(dist::AllSliceOp op);
   ArrayRef<char> own(std::vector<char> bytes);
 
@@ -356,6 +356,12 @@ bool onlySliced(Value value) {
 bool isCollective(Operation *op) {
   return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
              dist::AllToAllOp, dist::CollectivePermuteOp>(op);
+}
+
+bool isCollectiveStart(Operation *op) {
+  return isa<dist::AllReduceStartOp, dist::AllGatherStartOp,
+             dist::ReduceScatterStartOp, dist::AllToAllStartOp,
+             dist::CollectivePermuteStartOp>(op);
 }
 
 ArrayRef<char> Lowering::own(std::vector<char> bytes) {
@@ -435,10 +441,14 @@ int32_t Lowering::materialize(Value value) {
   return id;
 }
 
-void Lowering::emitCollective(Operation *op) {
+void Lowering::emitCollective(Operation *op, bool async, int32_t token) {
   program::Instruction *inst = prog.add_instructions();
   inst->set_location(locationString(op->getLoc()));
   program::Collective *c = inst->mutable_collective();
+  if (async) {
+    c->set_async(true);
+    c->set_token(token);
+  }
   auto axes = dist::getStringRefs(op->getAttrOfType<ArrayAttr>("axes"));
   for (int32_t r : place.group(axes))
     c->add_group(r);
@@ -458,43 +468,52 @@ void Lowering::emitCollective(Operation *op) {
   };
   int64_t n = static_cast<int64_t>(c->group_size());
   ExecCollectiveStat stat;
-  stat.kind = op->getName().stripDialect().str();
   for (StringRef axis : axes)
     stat.axes.push_back(axis.str());
   stat.count = 1;
-  llvm::TypeSwitch<Operation *>(op)
-      .Case([&](dist::AllReduceOp o) {
-        c->set_kind(program::Collective::ALL_REDUCE);
-        c->set_reduction(dist::stringifyReductionKind(o.getReduction()).str());
-        stat.payload = bytesOf(o.getInput());
-        stat.bytes = 2 * (n - 1) * stat.payload / n;
-      })
-      .Case([&](dist::AllGatherOp o) {
-        c->set_kind(program::Collective::ALL_GATHER);
-        c->set_dim(o.getGatherDim());
-        stat.payload = bytesOf(o.getResult());
-        stat.bytes = (n - 1) * stat.payload / n;
-      })
-      .Case([&](dist::ReduceScatterOp o) {
-        c->set_kind(program::Collective::REDUCE_SCATTER);
-        c->set_reduction(dist::stringifyReductionKind(o.getReduction()).str());
-        c->set_dim(o.getScatterDim());
-        stat.payload = bytesOf(o.getInput());
-        stat.bytes = (n - 1) * stat.payload / n;
-      })
-      .Case([&](dist::AllToAllOp o) {
-        c->set_kind(program::Collective::ALL_TO_ALL);
-        c->set_dim(o.getSplitDim());
-        c->set_concat_dim(o.getConcatDim());
-        stat.payload = bytesOf(o.getInput());
-        stat.bytes = (n - 1) * stat.payload / n;
-      })
-      .Case([&](dist::CollectivePermuteOp o) {
-        c->set_kind(program::Collective::COLLECTIVE_PERMUTE);
-        c->set_shift(o.getShift());
-        stat.payload = bytesOf(o.getInput());
-        stat.bytes = stat.payload;
-      });
+  // The sync form and its `_start` form carry the same attributes.
+  StringRef kind = op->getName().stripDialect();
+  kind.consume_back("_start");
+  stat.kind = kind.str();
+  int64_t operandBytes = bytesOf(op->getOperand(0));
+  int64_t resultBytes = bytesOf(op->getResult(0));
+  auto dimAttr = [&](StringRef name) {
+    return op->getAttrOfType<IntegerAttr>(name).getInt();
+  };
+  auto reduction = [&] {
+    return dist::stringifyReductionKind(
+               op->getAttrOfType<dist::ReductionKindAttr>("reduction")
+                   .getValue())
+        .str();
+  };
+  if (kind == "all_reduce") {
+    c->set_kind(program::Collective::ALL_REDUCE);
+    c->set_reduction(reduction());
+    stat.payload = operandBytes;
+    stat.bytes = 2 * (n - 1) * stat.payload / n;
+  } else if (kind == "all_gather") {
+    c->set_kind(program::Collective::ALL_GATHER);
+    c->set_dim(dimAttr("gather_dim"));
+    stat.payload = resultBytes;
+    stat.bytes = (n - 1) * stat.payload / n;
+  } else if (kind == "reduce_scatter") {
+    c->set_kind(program::Collective::REDUCE_SCATTER);
+    c->set_reduction(reduction());
+    c->set_dim(dimAttr("scatter_dim"));
+    stat.payload = operandBytes;
+    stat.bytes = (n - 1) * stat.payload / n;
+  } else if (kind == "all_to_all") {
+    c->set_kind(program::Collective::ALL_TO_ALL);
+    c->set_dim(dimAttr("split_dim"));
+    c->set_concat_dim(dimAttr("concat_dim"));
+    stat.payload = operandBytes;
+    stat.bytes = (n - 1) * stat.payload / n;
+  } else {
+    c->set_kind(program::Collective::COLLECTIVE_PERMUTE);
+    c->set_shift(dimAttr("shift"));
+    stat.payload = operandBytes;
+    stat.bytes = stat.payload;
+  }
   if (auto reason = op->getAttrOfType<StringAttr>("dist.reason"))
     stat.reason = reason.str();
   result.collectives.push_back(std::move(stat));
@@ -849,6 +868,20 @@ LogicalResult Lowering::run(int rank, int worldSize) {
           cast<RankedTensorType>(recv.getType()), program::Buffer::ACTIVATION);
       continue;
     }
+    // An async collective writes its result buffer from its start to its
+    // wait; the wait's value is that buffer.
+    if (isCollectiveStart(&op)) {
+      auto token = cast<dist::TokenType>(op.getResult(0).getType());
+      bufferOf[op.getResult(0)] =
+          addBuffer(cast<RankedTensorType>(token.getPayload()),
+                    program::Buffer::ACTIVATION);
+      continue;
+    }
+    if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+      if (wait->getNumResults())
+        bufferOf[wait->getResult(0)] = bufferOf.lookup(wait.getToken());
+      continue;
+    }
     if (isa<dist::SendOp>(op))
       continue;
     if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
@@ -936,6 +969,7 @@ LogicalResult Lowering::run(int rank, int worldSize) {
     }
   }
   llvm::DenseMap<Operation *, int32_t> recvToken;
+  llvm::DenseMap<Value, int32_t> collectiveToken;
   int32_t nextToken = 0;
   auto startRecv = [&](dist::RecvOp recv) {
     recvToken[recv] = nextToken++;
@@ -957,9 +991,23 @@ LogicalResult Lowering::run(int rank, int worldSize) {
           std::min<int64_t>(firstWrite[id], prog.instructions_size() - 1);
       if (++recvIndex < receives.size() && !sendBefore[recvIndex])
         startRecv(receives[recvIndex]);
-    } else if (isa<dist::SendOp>(op))
+    } else if (isa<dist::SendOp>(op)) {
       emitTransfer(&op);
-    else if (isKernel(&op) && !fused.count(&op))
+    } else if (isCollectiveStart(&op)) {
+      collectiveToken[op.getResult(0)] = nextToken;
+      emitCollective(&op, /*async=*/true, nextToken++);
+    } else if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+      program::Instruction *inst = prog.add_instructions();
+      inst->set_location(locationString(op.getLoc()));
+      inst->mutable_wait()->set_token(collectiveToken.lookup(wait.getToken()));
+      // The operand of the collective stays alive until it completes.
+      int64_t index = prog.instructions_size() - 1;
+      int32_t in =
+          bufferOf.lookup(wait.getToken().getDefiningOp()->getOperand(0));
+      lastRead[in] = std::max(lastRead[in], index);
+      int32_t out = bufferOf.lookup(wait.getToken());
+      lastRead[out] = std::max(lastRead[out], index);
+    } else if (isKernel(&op) && !fused.count(&op))
       emitKernel(&op);
     else if (isCollective(&op))
       emitCollective(&op);

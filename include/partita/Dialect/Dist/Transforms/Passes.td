@@ -214,4 +214,24 @@ def VerifyPipelinePass : Pass<"partita-verify-pipeline", "::mlir::ModuleOp"> {
   }];
 }
 
+def AsyncCollectivesPass : Pass<"partita-async-collectives",
+                                "::mlir::ModuleOp"> {
+  let summary = "Start collectives early and wait for them late";
+  let description = [{
+    Turns every collective into its `_start` form and a `dist.wait`, in the
+    same block: the start goes right after its operand is computed, the
+    wait right before the first use of the result, so the compute between
+    them overlaps the communication. Starts keep their relative order (every
+    rank issues collectives in the same order), and a start is not hoisted
+    past the point where the bytes of collectives in flight would exceed
+    `max-bytes-in-flight`: it then stays where the collective was.
+  }];
+  let options = [
+    Option<"maxBytesInFlight", "max-bytes-in-flight", "int64_t",
+           /*default=*/"int64_t(1) << 30",
+           "The most bytes of collective results in flight at once">,
+  ];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+}
+
 #endif // PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD
