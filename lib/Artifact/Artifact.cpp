@@ -197,23 +197,69 @@ static llvm::json::Object pipelineReport(func::FuncOp main) {
       {"peak_microbatches_alive", std::move(alive)}};
 }
 
-LogicalResult mlir::partita::writeTrace(func::FuncOp main, StringRef path) {
+LogicalResult mlir::partita::writeTrace(func::FuncOp main,
+                                        ArrayRef<ExecProgram> programs,
+                                        StringRef path) {
+  // Each rank's program: compute (thread 0) and communication (thread 1),
+  // in microseconds.
+  llvm::json::Array events;
+  for (auto [rank, exec] : llvm::enumerate(programs)) {
+    int64_t pid = static_cast<int64_t>(rank);
+    events.push_back(llvm::json::Object{
+        {"name", "process_name"},
+        {"ph", "M"},
+        {"pid", pid},
+        {"args",
+         llvm::json::Object{{"name", "rank " + std::to_string(rank)}}}});
+    for (auto [tid, name] :
+         {std::pair<int64_t, const char *>{0, "compute"}, {1, "communication"}})
+      events.push_back(
+          llvm::json::Object{{"name", "thread_name"},
+                             {"ph", "M"},
+                             {"pid", pid},
+                             {"tid", tid},
+                             {"args", llvm::json::Object{{"name", name}}}});
+    for (const ExecTimeline::Event &e : exec.timeline.events)
+      events.push_back(llvm::json::Object{{"name", e.name},
+                                          {"ph", "X"},
+                                          {"pid", pid},
+                                          {"tid", e.communication ? 1 : 0},
+                                          {"ts", e.start * 1e6},
+                                          {"dur", (e.end - e.start) * 1e6}});
+  }
+  // The pipeline schedule as the simulator times it, as processes of their
+  // own after the ranks.
   ::partita::schedule::Simulation simulation;
   ::partita::schedule::Options options;
-  if (!simulatePipeline(main, simulation, options)) {
-    // No pipeline: one stage running the whole program once.
-    options = ::partita::schedule::Options();
-    std::string error;
-    if (!::partita::schedule::simulate(options, simulation, error))
-      return main.emitError()
-             << "cannot simulate the program for --trace: " << error;
+  if (simulatePipeline(main, simulation, options)) {
+    llvm::Expected<llvm::json::Value> schedule =
+        llvm::json::parse(::partita::schedule::toChromeTrace(simulation));
+    const llvm::json::Array *list =
+        schedule ? schedule->getAsObject()->getArray("traceEvents") : nullptr;
+    if (!schedule)
+      llvm::consumeError(schedule.takeError());
+    if (list)
+      for (llvm::json::Value event : *list) {
+        llvm::json::Object *object = event.getAsObject();
+        if (auto pid = object->getInteger("pid"))
+          (*object)["pid"] = static_cast<int64_t>(programs.size()) + *pid;
+        if (auto *args = object->getObject("args"))
+          if (auto name = args->getString("name"))
+            if (name->starts_with("rank "))
+              (*args)["name"] =
+                  "stage " + name->drop_front(5).str() + " (pipeline schedule)";
+        events.push_back(std::move(event));
+      }
   }
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);
   if (ec)
     return main.emitError()
            << "cannot write the trace '" << path << "': " << ec.message();
-  os << ::partita::schedule::toChromeTrace(simulation);
+  os << llvm::formatv("{0}", llvm::json::Value(llvm::json::Object{
+                                 {"traceEvents", std::move(events)},
+                                 {"displayTimeUnit", "ns"}}))
+     << "\n";
   return success();
 }
 
@@ -319,6 +365,16 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
         {"fused_elementwise_ops", exec.numFusedOps},
         {"collectives", std::move(collectives)},
         {"p2p", std::move(p2p)},
+        {"time",
+         llvm::json::Object{
+             {"compute_seconds", exec.timeline.computeSeconds},
+             {"communication_seconds", exec.timeline.communicationSeconds},
+             {"exposed_communication_seconds", exec.timeline.exposedSeconds},
+             {"step_seconds", exec.timeline.stepSeconds},
+             {"exposed_fraction",
+              exec.timeline.stepSeconds > 0
+                  ? exec.timeline.exposedSeconds / exec.timeline.stepSeconds
+                  : 0.0}}},
     });
   }
   llvm::json::Array axes;

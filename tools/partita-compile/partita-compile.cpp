@@ -32,6 +32,7 @@
 #include "partita/Pipelines/Pipelines.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <google/protobuf/text_format.h>
@@ -101,6 +102,13 @@ cl::opt<int64_t> virtualStages(
     cl::desc("Pipeline chunks per rank: the interleaved schedule (microbatches "
              "a multiple of pp)"),
     cl::init(1));
+cl::opt<std::string>
+    clusterFile("cluster",
+                cl::desc("The machine: device rate and bandwidth, link "
+                         "latency and bandwidth per class or mesh axis "
+                         "(JSON; defaults: H100-class devices, NVLink within "
+                         "a node for tp/sp, InfiniBand across for dp/pp)"),
+                cl::value_desc("FILE.json"), cl::init(""));
 cl::opt<bool> noOverlap("no-overlap",
                         cl::desc("Keep collectives synchronous (to compare "
                                  "with the default async start/wait)"),
@@ -294,13 +302,31 @@ int compile(MLIRContext &context) {
   if (emit == EmitStage::Local)
     return printStage([&](llvm::raw_ostream &os) { module->print(os); });
 
+  ClusterModel cluster;
+  if (!clusterFile.empty()) {
+    auto text = llvm::MemoryBuffer::getFile(clusterFile);
+    if (!text) {
+      llvm::errs() << "partita-compile: error: cannot read --cluster "
+                   << clusterFile << ": " << text.getError().message() << "\n";
+      return 1;
+    }
+    llvm::Expected<ClusterModel> parsed =
+        ClusterModel::fromJson((*text)->getBuffer());
+    if (!parsed) {
+      llvm::errs() << "partita-compile: error: --cluster " << clusterFile
+                   << ": " << llvm::toString(parsed.takeError()) << "\n";
+      return 1;
+    }
+    cluster = std::move(*parsed);
+  }
+  ExecLoweringOptions lowering;
+  lowering.cluster = &cluster;
   std::vector<ExecProgram> programs;
   {
     TimingScope lowerTiming = root.nest("Exec lowering");
     for (int64_t rank = 0; rank < worldSize; ++rank) {
       FailureOr<ExecProgram> exec = lowerToExecProgram(
-          main, static_cast<int>(rank), static_cast<int>(worldSize),
-          ExecLoweringOptions());
+          main, static_cast<int>(rank), static_cast<int>(worldSize), lowering);
       if (failed(exec))
         return 1;
       programs.push_back(std::move(*exec));
@@ -311,7 +337,8 @@ int compile(MLIRContext &context) {
   if (!reportFile.empty() &&
       failed(writeReport(model, main, programs, reportFile.getValue())))
     return 1;
-  if (!traceFile.empty() && failed(writeTrace(main, traceFile.getValue())))
+  if (!traceFile.empty() &&
+      failed(writeTrace(main, programs, traceFile.getValue())))
     return 1;
   if (emit == EmitStage::Exec) {
     std::string text;

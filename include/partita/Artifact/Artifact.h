@@ -53,10 +53,12 @@ ModelSummary summarizeModel(func::FuncOp global);
 LogicalResult writeReport(const ModelSummary &model, func::FuncOp main,
                           ArrayRef<ExecProgram> programs, StringRef path);
 
-/// Writes the pipeline schedule of `main`, as the schedule simulator times
-/// it with the cost model's stage estimates, as Chrome trace-event JSON
-/// (--trace; Perfetto opens it): one track per rank.
-LogicalResult writeTrace(func::FuncOp main, StringRef path);
+/// Writes Chrome trace-event JSON (--trace; Perfetto opens it): every
+/// rank's program timeline (compute and communication tracks, as the cost
+/// model and the cluster's links time them), and with pipeline stages the
+/// schedule as the schedule simulator times it.
+LogicalResult writeTrace(func::FuncOp main, ArrayRef<ExecProgram> programs,
+                         StringRef path);
 
 } // namespace mlir::partita
 

@@ -338,6 +338,19 @@ private:
   std::vector<int64_t> firstWrite, lastRead;
   RankPlace place;
   llvm::DenseMap<Value, HostData> hostData;
+  /// The timeline: compute and communication clocks, and when each token's
+  /// transfer ends.
+  ClusterModel defaultCluster;
+  double computeClock = 0, commClock = 0;
+  llvm::DenseMap<int32_t, double> tokenEnd;
+  const ClusterModel &cluster() const {
+    return options.cluster ? *options.cluster : defaultCluster;
+  }
+  void timeCompute(StringRef name, double seconds);
+  void timeCommunication(StringRef name, double seconds, bool async,
+                         int32_t token);
+  void timeWait(int32_t token);
+
   /// The ops this rank runs, in order: the function's, with the bodies of
   /// the pipeline stages it belongs to inlined and other stages left out.
   SmallVector<Operation *> ops;
@@ -514,9 +527,45 @@ void Lowering::emitCollective(Operation *op, bool async, int32_t token) {
     stat.payload = operandBytes;
     stat.bytes = stat.payload;
   }
+  timeCommunication(
+      stat.kind,
+      cluster().collectiveSeconds(stat.kind, n, stat.bytes, stat.axes), async,
+      token);
   if (auto reason = op->getAttrOfType<StringAttr>("dist.reason"))
     stat.reason = reason.str();
   result.collectives.push_back(std::move(stat));
+}
+
+void Lowering::timeCompute(StringRef name, double seconds) {
+  ExecTimeline &t = result.timeline;
+  t.events.push_back({name.str(), false, computeClock, computeClock + seconds});
+  computeClock += seconds;
+  t.computeSeconds += seconds;
+}
+
+void Lowering::timeCommunication(StringRef name, double seconds, bool async,
+                                 int32_t token) {
+  ExecTimeline &t = result.timeline;
+  double start = std::max(computeClock, commClock);
+  double end = start + seconds;
+  t.events.push_back({name.str(), true, start, end});
+  t.communicationSeconds += seconds;
+  commClock = end;
+  if (async) {
+    tokenEnd[token] = end;
+    return;
+  }
+  // A synchronous transfer holds compute until it is done.
+  t.exposedSeconds += end - computeClock;
+  computeClock = end;
+}
+
+void Lowering::timeWait(int32_t token) {
+  double end = tokenEnd.lookup(token);
+  if (end > computeClock) {
+    result.timeline.exposedSeconds += end - computeClock;
+    computeClock = end;
+  }
 }
 
 void Lowering::emitTransfer(Operation *op, bool async, int32_t token) {
@@ -552,6 +601,12 @@ void Lowering::emitTransfer(Operation *op, bool async, int32_t token) {
     stat.bytes = byteSize(prog.buffers(id).type());
   }
   result.transfers.push_back(stat);
+  std::vector<std::string> axis = {
+      cast<StringAttr>(op->getAttr("axis")).getValue().str()};
+  timeCommunication(
+      stat.send ? "send" : "recv",
+      cluster().collectiveSeconds("collective_permute", 2, stat.bytes, axis),
+      async || stat.send, async ? token : -1 - int32_t(index));
 }
 
 void Lowering::emitSlice(dist::AllSliceOp op) {
@@ -678,6 +733,10 @@ LogicalResult Lowering::lowerConstant(nn::ConstantOp op) {
 }
 
 void Lowering::emitKernel(Operation *op) {
+  OpCost cost = estimateCost(op);
+  for (Operation *step : epilogueOf.lookup(op))
+    cost += estimateCost(step);
+  timeCompute(kernelName(op), estimateSeconds(cost, cluster().device));
   program::Instruction *inst = prog.add_instructions();
   inst->set_location(locationString(op->getLoc()));
   program::Kernel *kernel = inst->mutable_kernel();
@@ -986,6 +1045,7 @@ LogicalResult Lowering::run(int rank, int worldSize) {
       program::Instruction *inst = prog.add_instructions();
       inst->set_location(locationString(op.getLoc()));
       inst->mutable_wait()->set_token(recvToken[recv]);
+      timeWait(recvToken[recv]);
       int32_t id = bufferOf.lookup(recv.getResult());
       firstWrite[id] =
           std::min<int64_t>(firstWrite[id], prog.instructions_size() - 1);
@@ -1000,6 +1060,7 @@ LogicalResult Lowering::run(int rank, int worldSize) {
       program::Instruction *inst = prog.add_instructions();
       inst->set_location(locationString(op.getLoc()));
       inst->mutable_wait()->set_token(collectiveToken.lookup(wait.getToken()));
+      timeWait(collectiveToken.lookup(wait.getToken()));
       // The operand of the collective stays alive until it completes.
       int64_t index = prog.instructions_size() - 1;
       int32_t in =
@@ -1046,6 +1107,7 @@ LogicalResult Lowering::run(int rank, int worldSize) {
     binding->set_buffer(id);
   }
   planArena();
+  result.timeline.stepSeconds = std::max(computeClock, commClock);
   return success();
 }
 

@@ -18,6 +18,7 @@
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include "partita/Analysis/Cluster.h"
 #include "partita/proto/program.pb.h"
 
 #include <memory>
@@ -55,9 +56,28 @@ struct ExecTransferStat {
   int64_t bytes = 0;
 };
 
+/// A rank's program on one compute stream and one communication stream, as
+/// the cost model and the cluster's alpha-beta links time it (cross-rank
+/// waits for point-to-point transfers are not modelled).
+struct ExecTimeline {
+  struct Event {
+    std::string name;
+    bool communication = false;
+    double start = 0, end = 0; // Seconds.
+  };
+  std::vector<Event> events;
+  double computeSeconds = 0;
+  double communicationSeconds = 0;
+  /// Time compute stood waiting for communication.
+  double exposedSeconds = 0;
+  double stepSeconds = 0;
+};
+
 struct ExecLoweringOptions {
   /// Fuse elementwise ops into the kernel that produces their operand.
   bool fuseElementwise = true;
+  /// The machine the timeline is estimated for; the defaults when null.
+  const ClusterModel *cluster = nullptr;
   /// Inline constants up to this many bytes in the program; larger ones
   /// become weights.
   size_t maxInlineConstantBytes = 1024;
@@ -78,6 +98,7 @@ struct ExecProgram {
   std::vector<ExecCollectiveStat> collectives;
   /// Every send and receive, in program order.
   std::vector<ExecTransferStat> transfers;
+  ExecTimeline timeline;
 };
 
 /// Lowers `func` (nn ops, func.return; for a partitioned function also dist
