@@ -62,8 +62,10 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
   pm.addPass(createVerifyPipelinePass());
   // Last: collectives start as early and finish as late as their uses
   // allow, in every stage.
-  if (overlap)
+  if (overlap) {
     pm.addPass(createAsyncCollectivesPass());
+    pm.addPass(createSchedulePass());
+  }
 }
 
 void mlir::partita::registerPartitaPipelines() {

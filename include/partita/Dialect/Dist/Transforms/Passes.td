@@ -234,4 +234,23 @@ def AsyncCollectivesPass : Pass<"partita-async-collectives",
   let dependentDialects = ["::mlir::partita::dist::DistDialect"];
 }
 
+def SchedulePass : Pass<"partita-schedule", "::mlir::ModuleOp"> {
+  let summary = "Order each block to hide communication behind compute";
+  let description = [{
+    A latency-hiding list scheduler over every block of the program (the
+    function body and each pipeline stage), after
+    `--partita-async-collectives`. It simulates one compute stream and one
+    communication stream with the roofline cost model for compute and the
+    cluster's alpha-beta links for collectives, and at each step issues, in
+    this order of preference: a collective start or transfer whose operands
+    are ready (communication starts as early as possible, in program order,
+    so every rank issues them alike); a compute op whose operands are ready,
+    the one with the longest cost-weighted path to the end of the block
+    first; and only when nothing else can run, the `dist.wait` whose
+    transfer finishes first. Independent compute (another microbatch's,
+    another head's) thus fills the time a collective is in flight.
+  }];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+}
+
 #endif // PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD
