@@ -45,14 +45,21 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
 
 void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
                                            int64_t microbatches,
-                                           int64_t virtualStages,
-                                           bool overlap) {
+                                           int64_t virtualStages, bool overlap,
+                                           StringRef collectiveMatmul) {
   pm.addPass(createPartitionPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createCancelCollectivesPass());
   // One dist.axis_index per group, and no dead global weights.
   func.addPass(createCSEPass());
   func.addPass(createCanonicalizerPass());
+  // Tensor-parallel matmuls pipelined with their all-gather or
+  // reduce-scatter, where the cost model says it pays.
+  if (overlap && collectiveMatmul != "never") {
+    CollectiveMatmulPassOptions windowed;
+    windowed.force = collectiveMatmul == "always";
+    pm.addPass(createCollectiveMatmulPass(windowed));
+  }
   // Stages are cut last, on local shapes and with the collectives in place,
   // so that the cost model sees what each stage really runs.
   PipelineSplitPassOptions split;

@@ -109,6 +109,12 @@ cl::opt<std::string>
                          "(JSON; defaults: H100-class devices, NVLink within "
                          "a node for tp/sp, InfiniBand across for dp/pp)"),
                 cl::value_desc("FILE.json"), cl::init(""));
+cl::opt<std::string> collectiveMatmul(
+    "collective-matmul",
+    cl::desc("Pipeline tensor-parallel matmuls with their all-gather / "
+             "reduce-scatter: auto (where the cost model says it pays), "
+             "always or never"),
+    cl::init("auto"));
 cl::opt<bool> noOverlap("no-overlap",
                         cl::desc("Keep collectives synchronous (to compare "
                                  "with the default async start/wait)"),
@@ -243,6 +249,13 @@ int compile(MLIRContext &context) {
       return 1;
     }
   }
+  if (collectiveMatmul != "auto" && collectiveMatmul != "always" &&
+      collectiveMatmul != "never") {
+    llvm::errs() << "partita-compile: error: --collective-matmul expects "
+                    "auto, always or never, got '"
+                 << collectiveMatmul << "'\n";
+    return 1;
+  }
   if (strategy != "megatron" && strategy != "none") {
     llvm::errs() << "partita-compile: error: --strategy expects megatron or "
                     "none, got '"
@@ -291,7 +304,8 @@ int compile(MLIRContext &context) {
       weightLines = describeWeights(main);
 
     if (failed(runStage(*module, root, "Partition", [](PassManager &pm) {
-          buildPartitionPipeline(pm, microbatches, virtualStages, !noOverlap);
+          buildPartitionPipeline(pm, microbatches, virtualStages, !noOverlap,
+                                 collectiveMatmul);
         })))
       return 1;
     for (auto mesh : module->getOps<dist::MeshOp>())
@@ -375,6 +389,8 @@ int compile(MLIRContext &context) {
       artifact.compileOptions["virtual-stages"] = std::to_string(virtualStages);
     if (noOverlap)
       artifact.compileOptions["no-overlap"] = "true";
+    if (collectiveMatmul != "auto")
+      artifact.compileOptions["collective-matmul"] = collectiveMatmul;
   }
   return failed(writeArtifact(main, programs, artifact, outputFile)) ? 1 : 0;
 }

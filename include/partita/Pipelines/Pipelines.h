@@ -44,6 +44,9 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
                                 llvm::cl::desc("Pipeline chunks per rank "
                                                "(interleaved)"),
                                 llvm::cl::init(1)};
+  Option<std::string> collectiveMatmul{*this, "collective-matmul",
+                                       llvm::cl::desc("auto, always or never"),
+                                       llvm::cl::init("auto")};
   Option<bool> overlap{*this, "overlap",
                        llvm::cl::desc("Start collectives early and wait "
                                       "late (async)"),
@@ -62,8 +65,11 @@ void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 /// `microbatches` each (partita-compile --emit local).
 /// With `overlap`, collectives then become async starts and waits
 /// (--partita-async-collectives); partita-compile --no-overlap turns it off.
+/// `collectiveMatmul`: "auto" (where the cost model says it pays),
+/// "always" or "never".
 void buildPartitionPipeline(OpPassManager &pm, int64_t microbatches = 1,
-                            int64_t virtualStages = 1, bool overlap = true);
+                            int64_t virtualStages = 1, bool overlap = true,
+                            StringRef collectiveMatmul = "auto");
 
 /// Registers every pipeline with the pass registry (for partita-opt).
 void registerPartitaPipelines();

@@ -253,4 +253,35 @@ def SchedulePass : Pass<"partita-schedule", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::partita::dist::DistDialect"];
 }
 
+def CollectiveMatmulPass : Pass<"partita-collective-matmul",
+                                "::mlir::ModuleOp"> {
+  let summary = "Pipeline tensor-parallel matmuls with their collectives";
+  let description = [{
+    The windowed-einsum (async tensor parallelism) decomposition, on local
+    programs:
+
+    - `dist.all_gather` of the rows of a matmul's input (not its contracted
+      dimension) followed by the matmul: each rank multiplies the block it
+      holds while passing it on around the ring (`dist.collective_permute`),
+      n times; the n partial outputs are laid out in row order with one
+      `nn.gather` whose indices follow from `dist.axis_index`.
+    - a matmul whose partial-sum result is `dist.reduce_scatter`ed over its
+      rows: step t computes the block rank r - t - 1 will own, adds the
+      running sum received from the previous rank, and passes it on; after n
+      steps each rank holds its block of the sum.
+
+    A decomposition is made only where the cost model says it pays: each
+    step's transfer (alpha-beta on the group's link) must be shorter than
+    the collective it replaces would be exposed, and the block matmul long
+    enough to hide it. With `--partita-async-collectives` and
+    `--partita-schedule` after it, every permute overlaps a block matmul.
+  }];
+  let options = [
+    Option<"force", "force", "bool", /*default=*/"false",
+           "Decompose every match, whatever the cost model says">,
+  ];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect",
+                           "::mlir::partita::nn::NNDialect"];
+}
+
 #endif // PARTITA_DIALECT_DIST_TRANSFORMS_PASSES_TD

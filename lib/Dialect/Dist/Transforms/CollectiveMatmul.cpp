@@ -1,0 +1,227 @@
+//===- CollectiveMatmul.cpp - matmuls pipelined with their collectives ----===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/Dist/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "partita/Analysis/Cluster.h"
+#include "partita/Analysis/CostModel.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+namespace mlir::partita {
+#define GEN_PASS_DEF_COLLECTIVEMATMULPASS
+#include "partita/Dialect/Dist/Transforms/Passes.h.inc"
+} // namespace mlir::partita
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::dist;
+
+namespace {
+
+int64_t bytesOf(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
+/// Builds i64 index arithmetic on the rank's group position.
+class Indices {
+public:
+  Indices(OpBuilder &b, Location loc, Operation *collective, int64_t n,
+          int64_t rows)
+      : b(b), loc(loc), n(n), rows(rows) {
+    position = AxisIndexOp::create(
+        b, loc, RankedTensorType::get({}, b.getI64Type()),
+        collective->getAttrOfType<FlatSymbolRefAttr>("mesh"),
+        collective->getAttrOfType<ArrayAttr>("axes"));
+  }
+
+  Value constant(ArrayRef<int64_t> values) {
+    auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
+                                      b.getI64Type());
+    return nn::ConstantOp::create(
+        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(type, values)));
+  }
+  Value scalar(int64_t v) {
+    return nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            RankedTensorType::get({}, b.getI64Type()), ArrayRef<int64_t>{v})));
+  }
+  /// (x mod n) for x in [0, 2n).
+  Value wrap(Value x) {
+    auto type = cast<RankedTensorType>(x.getType());
+    Value over = nn::CompareOp::create(b, loc, type.clone(b.getI1Type()),
+                                       nn::CompareDirection::GE, x, scalar(n));
+    return nn::WhereOp::create(b, loc, type, over,
+                               nn::SubOp::create(b, loc, x, scalar(n)), x);
+  }
+  /// Row indices of block ((r + offset) mod n) for offset in [-n, n): its
+  /// `rows` rows, in order.
+  Value blockRows(int64_t offset) {
+    SmallVector<int64_t> iota(rows);
+    for (int64_t i = 0; i < rows; ++i)
+      iota[i] = i;
+    Value block = wrap(nn::AddOp::create(b, loc, position, scalar(offset + n)));
+    return nn::AddOp::create(
+        b, loc, nn::MulOp::create(b, loc, block, scalar(rows)), constant(iota));
+  }
+  /// For each output row (block b, row i): the position in the step-ordered
+  /// concatenation, ((r - b) mod n) * rows + i.
+  Value reorder() {
+    SmallVector<int64_t> minusBlock(n * rows), iota(n * rows);
+    for (int64_t bk = 0; bk < n; ++bk)
+      for (int64_t i = 0; i < rows; ++i) {
+        minusBlock[bk * rows + i] = n - bk;
+        iota[bk * rows + i] = i;
+      }
+    Value step =
+        wrap(nn::AddOp::create(b, loc, position, constant(minusBlock)));
+    return nn::AddOp::create(
+        b, loc, nn::MulOp::create(b, loc, step, scalar(rows)), constant(iota));
+  }
+
+private:
+  OpBuilder &b;
+  Location loc;
+  int64_t n, rows;
+  Value position;
+};
+
+struct Decomposer {
+  const ClusterModel &cluster;
+  bool force;
+
+  /// Whether n steps, each a block matmul beside a transfer of `chunkBytes`,
+  /// hide more than the collective would expose.
+  bool pays(Operation *collective, Operation *matmul, int64_t n,
+            int64_t chunkBytes, int64_t collectiveBytes) {
+    if (force)
+      return true;
+    std::vector<std::string> axes;
+    for (StringRef axis :
+         getStringRefs(collective->getAttrOfType<ArrayAttr>("axes")))
+      axes.push_back(axis.str());
+    StringRef kind = collective->getName().stripDialect();
+    double whole =
+        cluster.collectiveSeconds(kind, n, (n - 1) * collectiveBytes / n, axes);
+    double step =
+        cluster.collectiveSeconds("collective_permute", n, chunkBytes, axes);
+    double block = estimateSeconds(estimateCost(matmul), cluster.device) / n;
+    double exposed = (n - 1) * std::max(0.0, step - block);
+    return exposed < whole;
+  }
+
+  /// all_gather(x) over rows, then matmul.
+  LogicalResult gatherThenMatmul(AllGatherOp gather) {
+    if (!gather->hasOneUse())
+      return failure();
+    auto matmul = dyn_cast<nn::MatmulOp>(*gather->user_begin());
+    auto xType = cast<RankedTensorType>(gather.getInput().getType());
+    int64_t dim = gather.getGatherDim();
+    if (!matmul || matmul.getLhs() != gather.getResult() ||
+        dim >= xType.getRank() - 1)
+      return failure();
+    int64_t n = *gather.getGroupSize();
+    if (n < 2 ||
+        !pays(gather, matmul, n, bytesOf(xType), bytesOf(gather.getType())))
+      return failure();
+    OpBuilder b(matmul);
+    Location loc = matmul.getLoc();
+    auto outType = cast<RankedTensorType>(matmul.getType());
+    SmallVector<int64_t> blockShape(outType.getShape());
+    int64_t rows = xType.getDimSize(dim);
+    blockShape[dim] = rows;
+    Value chunk = gather.getInput();
+    SmallVector<Value> outputs;
+    for (int64_t t = 0; t < n; ++t) {
+      Value next;
+      if (t + 1 < n)
+        next = CollectivePermuteOp::create(
+            b, loc, chunk.getType(), chunk, gather.getMeshAttr(),
+            gather.getAxes(), b.getI64IntegerAttr(1));
+      outputs.push_back(nn::MatmulOp::create(b, loc, outType.clone(blockShape),
+                                             chunk, matmul.getRhs(),
+                                             matmul.getBias()));
+      chunk = next;
+    }
+    Value all = nn::ConcatOp::create(b, loc, outType, outputs, dim);
+    Indices indices(b, loc, gather, n, rows);
+    Value result =
+        nn::GatherOp::create(b, loc, outType, all, indices.reorder(), dim);
+    matmul.getResult().replaceAllUsesWith(result);
+    matmul.erase();
+    gather.erase();
+    return success();
+  }
+
+  /// matmul, then reduce_scatter of its rows.
+  LogicalResult matmulThenScatter(ReduceScatterOp scatter) {
+    auto matmul = scatter.getInput().getDefiningOp<nn::MatmulOp>();
+    int64_t dim = scatter.getScatterDim();
+    auto pType = cast<RankedTensorType>(scatter.getInput().getType());
+    if (!matmul || !matmul->hasOneUse() ||
+        scatter.getReduction() != ReductionKind::Sum ||
+        dim >= pType.getRank() - 1)
+      return failure();
+    int64_t n = *scatter.getGroupSize();
+    auto outType = cast<RankedTensorType>(scatter.getType());
+    if (n < 2 || !pays(scatter, matmul, n, bytesOf(outType), bytesOf(pType)))
+      return failure();
+    OpBuilder b(scatter);
+    Location loc = scatter.getLoc();
+    int64_t rows = outType.getDimSize(dim);
+    auto xType = cast<RankedTensorType>(matmul.getLhs().getType());
+    SmallVector<int64_t> xBlock(xType.getShape());
+    xBlock[dim] = rows;
+    Indices indices(b, loc, scatter, n, rows);
+    Value acc;
+    for (int64_t t = 0; t < n; ++t) {
+      // The block rank r - t - 1 accumulates now; after n steps, block r.
+      Value x =
+          nn::GatherOp::create(b, loc, xType.clone(xBlock), matmul.getLhs(),
+                               indices.blockRows(-t - 1), dim);
+      Value part = nn::MatmulOp::create(b, loc, outType, x, matmul.getRhs(),
+                                        matmul.getBias());
+      if (acc) {
+        Value received = CollectivePermuteOp::create(
+            b, loc, outType, acc, scatter.getMeshAttr(), scatter.getAxes(),
+            b.getI64IntegerAttr(1));
+        part = nn::AddOp::create(b, loc, received, part);
+      }
+      acc = part;
+    }
+    scatter.getResult().replaceAllUsesWith(acc);
+    scatter.erase();
+    matmul.erase();
+    return success();
+  }
+};
+
+struct CollectiveMatmulPass
+    : mlir::partita::impl::CollectiveMatmulPassBase<CollectiveMatmulPass> {
+  using CollectiveMatmulPassBase::CollectiveMatmulPassBase;
+
+  void runOnOperation() override {
+    ClusterModel cluster;
+    Decomposer decomposer{cluster, force};
+    SmallVector<AllGatherOp> gathers;
+    SmallVector<ReduceScatterOp> scatters;
+    getOperation().walk([&](Operation *op) {
+      if (auto g = dyn_cast<AllGatherOp>(op))
+        gathers.push_back(g);
+      else if (auto s = dyn_cast<ReduceScatterOp>(op))
+        scatters.push_back(s);
+    });
+    for (AllGatherOp g : gathers)
+      (void)decomposer.gatherThenMatmul(g);
+    for (ReduceScatterOp s : scatters)
+      (void)decomposer.matmulThenScatter(s);
+  }
+};
+
+} // namespace
