@@ -10,6 +10,7 @@
 #include "partita/Analysis/Cluster.h"
 #include "partita/Analysis/CostModel.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 
 namespace mlir::partita {
@@ -41,10 +42,10 @@ public:
   }
 
   Value constant(ArrayRef<int64_t> values) {
-    auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
-                                      b.getI64Type());
     return nn::ConstantOp::create(
-        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(type, values)));
+        b, loc,
+        getIndexConstant(b.getContext(), {static_cast<int64_t>(values.size())},
+                         values, "collective_matmul.rows"));
   }
   Value scalar(int64_t v) {
     return nn::ConstantOp::create(
@@ -97,8 +98,10 @@ struct Decomposer {
   bool force;
 
   /// Whether n steps, each a block matmul beside a transfer of `chunkBytes`,
-  /// hide more than the collective would expose.
-  bool pays(Operation *collective, Operation *matmul, int64_t n,
+  /// take clearly (10%) less time than the collective followed by the whole
+  /// matmul. A block matmul reads the whole weight again, which is what
+  /// makes small blocks lose.
+  bool pays(Operation *collective, nn::MatmulOp matmul, int64_t n,
             int64_t chunkBytes, int64_t collectiveBytes) {
     if (force)
       return true;
@@ -107,13 +110,19 @@ struct Decomposer {
          getStringRefs(collective->getAttrOfType<ArrayAttr>("axes")))
       axes.push_back(axis.str());
     StringRef kind = collective->getName().stripDialect();
-    double whole =
-        cluster.collectiveSeconds(kind, n, (n - 1) * collectiveBytes / n, axes);
+    OpCost whole = estimateCost(matmul);
+    double wholeSeconds = cluster.collectiveSeconds(
+                              kind, n, (n - 1) * collectiveBytes / n, axes) +
+                          estimateSeconds(whole, cluster.device);
+    double weightBytes = bytesOf(matmul.getRhs().getType());
+    OpCost block{whole.flops / n,
+                 (whole.bytes - weightBytes) / n + weightBytes};
+    double blockSeconds = estimateSeconds(block, cluster.device);
     double step =
         cluster.collectiveSeconds("collective_permute", n, chunkBytes, axes);
-    double block = estimateSeconds(estimateCost(matmul), cluster.device) / n;
-    double exposed = (n - 1) * std::max(0.0, step - block);
-    return exposed < whole;
+    double decomposed =
+        n * blockSeconds + (n - 1) * std::max(0.0, step - blockSeconds);
+    return decomposed < 0.9 * wholeSeconds;
   }
 
   /// all_gather(x) over rows, then matmul.
