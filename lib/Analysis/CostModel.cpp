@@ -17,15 +17,7 @@ using namespace mlir::partita;
 
 namespace {
 
-double bytesOf(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  Type element = tensor.getElementType();
-  double width =
-      element.isInteger(1) ? 1 : element.getIntOrFloatBitWidth() / 8.0;
-  return static_cast<double>(tensor.getNumElements()) * width;
-}
+double bytesOf(Type type) { return static_cast<double>(tensorBytes(type)); }
 
 double elementsOf(Value value) {
   auto tensor = dyn_cast<RankedTensorType>(value.getType());
@@ -43,6 +35,16 @@ template <typename OpTy> double attentionFlops(OpTy op, bool causal) {
 }
 
 } // namespace
+
+int64_t mlir::partita::tensorBytes(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  Type element = tensor.getElementType();
+  int64_t width =
+      element.isInteger(1) ? 1 : (element.getIntOrFloatBitWidth() + 7) / 8;
+  return tensor.getNumElements() * width;
+}
 
 OpCost mlir::partita::estimateCost(Operation *op) {
   OpCost cost;

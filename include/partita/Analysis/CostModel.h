@@ -37,6 +37,9 @@ struct DeviceModel {
   double bytesPerSecond = 3.3e12;
 };
 
+/// The bytes of a ranked tensor type (one byte per i1); 0 for other types.
+int64_t tensorBytes(Type type);
+
 /// The work of `op`: 2mnk for a matmul (per batch), 4·b·h·sq·skv·d for
 /// attention (halved when causal), a few flops per element for elementwise
 /// ops, normalizations and softmax; bytes of its tensor operands and

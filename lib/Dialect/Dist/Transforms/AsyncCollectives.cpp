@@ -7,6 +7,7 @@
 #include "partita/Dialect/Dist/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "partita/Analysis/CostModel.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 
 namespace mlir::partita {
@@ -23,14 +24,6 @@ namespace {
 bool isSyncCollective(Operation *op) {
   return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
              CollectivePermuteOp>(op);
-}
-
-int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  Type element = tensor.getElementType();
-  int64_t width =
-      element.isInteger(1) ? 1 : (element.getIntOrFloatBitWidth() + 7) / 8;
-  return tensor.getNumElements() * width;
 }
 
 /// One started collective: its start, its wait and the bytes it holds.
@@ -94,7 +87,7 @@ void Asynchronizer::run(Block &block) {
     else
       b.setInsertionPointToStart(&block);
     Operation *hoistedAt = &*b.getInsertionPoint();
-    int64_t bytes = bytesOf(result.getType());
+    int64_t bytes = tensorBytes(result.getType());
     if (loadBetween(hoistedAt, firstUse) + bytes > limit)
       b.setInsertionPoint(op); // Too much in flight: start in place.
 

@@ -24,11 +24,6 @@ using namespace mlir::partita::dist;
 
 namespace {
 
-int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
-}
-
 /// Builds i64 index arithmetic on the rank's group position.
 class Indices {
 public:
@@ -114,7 +109,7 @@ struct Decomposer {
     double wholeSeconds = cluster.collectiveSeconds(
                               kind, n, (n - 1) * collectiveBytes / n, axes) +
                           estimateSeconds(whole, cluster.device);
-    double weightBytes = bytesOf(matmul.getRhs().getType());
+    double weightBytes = tensorBytes(matmul.getRhs().getType());
     OpCost block{whole.flops / n,
                  (whole.bytes - weightBytes) / n + weightBytes};
     double blockSeconds = estimateSeconds(block, cluster.device);
@@ -136,8 +131,8 @@ struct Decomposer {
         dim >= xType.getRank() - 1)
       return failure();
     int64_t n = *gather.getGroupSize();
-    if (n < 2 ||
-        !pays(gather, matmul, n, bytesOf(xType), bytesOf(gather.getType())))
+    if (n < 2 || !pays(gather, matmul, n, tensorBytes(xType),
+                       tensorBytes(gather.getType())))
       return failure();
     OpBuilder b(matmul);
     Location loc = matmul.getLoc();
@@ -179,7 +174,8 @@ struct Decomposer {
       return failure();
     int64_t n = *scatter.getGroupSize();
     auto outType = cast<RankedTensorType>(scatter.getType());
-    if (n < 2 || !pays(scatter, matmul, n, bytesOf(outType), bytesOf(pType)))
+    if (n < 2 ||
+        !pays(scatter, matmul, n, tensorBytes(outType), tensorBytes(pType)))
       return failure();
     OpBuilder b(scatter);
     Location loc = scatter.getLoc();

@@ -39,16 +39,6 @@ bool isCommunication(Operation *op) {
              CollectivePermuteOp, SendOp, RecvOp>(op);
 }
 
-int64_t bytesOf(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  Type element = tensor.getElementType();
-  int64_t width =
-      element.isInteger(1) ? 1 : (element.getIntOrFloatBitWidth() + 7) / 8;
-  return tensor.getNumElements() * width;
-}
-
 /// Seconds a communication op keeps the link busy (alpha-beta, ring bytes).
 double communicationSeconds(Operation *op, const ClusterModel &cluster) {
   StringRef kind = op->getName().stripDialect();
@@ -65,8 +55,9 @@ double communicationSeconds(Operation *op, const ClusterModel &cluster) {
     axes.push_back(axis.str());
     kind = "collective_permute";
   }
-  int64_t bytes = op->getNumOperands() ? bytesOf(op->getOperand(0).getType())
-                                       : bytesOf(op->getResult(0).getType());
+  int64_t bytes = op->getNumOperands()
+                      ? tensorBytes(op->getOperand(0).getType())
+                      : tensorBytes(op->getResult(0).getType());
   int64_t sent = kind == "all_reduce"           ? 2 * (n - 1) * bytes / n
                  : kind == "collective_permute" ? bytes
                                                 : (n - 1) * bytes / n;
