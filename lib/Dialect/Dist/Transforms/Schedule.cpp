@@ -22,6 +22,8 @@
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <queue>
+
 namespace mlir::partita {
 #define GEN_PASS_DEF_SCHEDULEPASS
 #include "partita/Dialect/Dist/Transforms/Passes.h.inc"
@@ -113,38 +115,48 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
     bottom[i] = cost[i] + most;
   }
 
-  // Simulate while scheduling.
+  // Simulate while scheduling. Ready ops wait in three queues: communication
+  // (at most one, as it is chained), compute by bottom level (ties: program
+  // order), and waits.
   double computeClock = 0, commClock = 0;
-  llvm::DenseMap<unsigned, double> done; // When an op's result is ready.
-  SmallVector<unsigned> ready;
+  SmallVector<double> done(n, 0); // When an op's result is ready.
+  SmallVector<unsigned> commReady, waitReady;
+  auto later = [&](unsigned a, unsigned b) {
+    return bottom[a] != bottom[b] ? bottom[a] < bottom[b] : a > b;
+  };
+  std::priority_queue<unsigned, std::vector<unsigned>, decltype(later)>
+      computeReady(later);
+  auto enqueue = [&](unsigned i) {
+    if (isCommunication(ops[i]))
+      commReady.push_back(i);
+    else if (isa<WaitOp>(ops[i]))
+      waitReady.push_back(i);
+    else
+      computeReady.push(i);
+  };
+  auto startOf = [&](unsigned wait) {
+    return index.lookup(cast<WaitOp>(ops[wait]).getToken().getDefiningOp());
+  };
   for (unsigned i = 0; i < n; ++i)
     if (preds[i] == 0)
-      ready.push_back(i);
+      enqueue(i);
   SmallVector<unsigned> order;
-  while (!ready.empty()) {
-    // 1. Communication, in program order (it is chained).
-    auto pick = ready.end();
-    for (auto it = ready.begin(); it != ready.end(); ++it)
-      if (isCommunication(ops[*it]))
-        pick = it;
-    // 2. Compute that does not wait, by bottom level.
-    if (pick == ready.end())
-      for (auto it = ready.begin(); it != ready.end(); ++it)
-        if (!isa<WaitOp>(ops[*it]) &&
-            (pick == ready.end() || bottom[*it] > bottom[*pick]))
-          pick = it;
-    // 3. The wait that finishes first.
-    if (pick == ready.end())
-      for (auto it = ready.begin(); it != ready.end(); ++it) {
-        auto start = cast<WaitOp>(ops[*it]).getToken().getDefiningOp();
-        double end = done.lookup(index.lookup(start));
-        if (pick == ready.end() ||
-            end < done.lookup(index.lookup(
-                      cast<WaitOp>(ops[*pick]).getToken().getDefiningOp())))
-          pick = it;
-      }
-    unsigned i = *pick;
-    ready.erase(pick);
+  order.reserve(n);
+  while (!commReady.empty() || !computeReady.empty() || !waitReady.empty()) {
+    unsigned i;
+    if (!commReady.empty()) {
+      i = commReady.back();
+      commReady.pop_back();
+    } else if (!computeReady.empty()) {
+      i = computeReady.top();
+      computeReady.pop();
+    } else {
+      auto first = llvm::min_element(waitReady, [&](unsigned a, unsigned b) {
+        return done[startOf(a)] < done[startOf(b)];
+      });
+      i = *first;
+      waitReady.erase(first);
+    }
     Operation *op = ops[i];
     if (isCommunication(op)) {
       double start = std::max(computeClock, commClock);
@@ -152,17 +164,15 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
       done[i] = commClock;
       if (!isAsyncStart(op) && !isa<SendOp>(op))
         computeClock = commClock; // Synchronous: compute waits.
-    } else if (auto wait = dyn_cast<WaitOp>(op)) {
-      computeClock =
-          std::max(computeClock,
-                   done.lookup(index.lookup(wait.getToken().getDefiningOp())));
+    } else if (isa<WaitOp>(op)) {
+      computeClock = std::max(computeClock, done[startOf(i)]);
     } else {
       computeClock += cost[i];
     }
     order.push_back(i);
     for (unsigned s : succs[i])
       if (--preds[s] == 0)
-        ready.push_back(s);
+        enqueue(s);
   }
   if (order.size() != n)
     return; // A cycle would be a bug; leave the block as it was.
