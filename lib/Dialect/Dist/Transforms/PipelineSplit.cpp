@@ -222,8 +222,9 @@ LogicalResult Splitter::run(func::FuncOp func) {
   SmallVector<double> prefix(n + 1, 0);
   for (unsigned i = 0; i < n; ++i)
     prefix[i + 1] = prefix[i] + estimateSeconds(estimateCost(work[i]));
-  // live[j]: work values defined before work op j and used at or after it.
-  SmallVector<int> live(n + 1, 0);
+  // live[j]: work values defined before work op j and used at or after it
+  // (a difference array, summed below).
+  SmallVector<int> live(n + 2, 0);
   for (unsigned i = 0; i < n; ++i)
     for (Value result : work[i]->getResults()) {
       unsigned last = i;
@@ -240,9 +241,13 @@ LogicalResult Splitter::run(func::FuncOp func) {
         }
         last = std::max(last, index.lookup(user));
       }
-      for (unsigned j = i + 1; j <= last && j <= n; ++j)
-        ++live[j];
+      if (last > i) {
+        ++live[i + 1];
+        --live[std::min(last, n) + 1];
+      }
     }
+  for (unsigned j = 1; j <= n; ++j)
+    live[j] += live[j - 1];
   SmallVector<unsigned> candidates;
   for (unsigned j = 1; j < n; ++j)
     if (live[j] == 1)
