@@ -11,8 +11,8 @@ dist.mesh @mesh [tp = 2]
 // CHECK: %[[NEXT:.*]] = dist.collective_permute %[[X]] on @mesh axes [tp] shift 1 : tensor<1x4x8xf32>
 // CHECK: %[[Y0:.*]] = nn.matmul %[[X]], %[[W]] : (tensor<1x4x8xf32>, tensor<8x6xf32>) -> tensor<1x4x6xf32>
 // CHECK: %[[Y1:.*]] = nn.matmul %[[NEXT]], %[[W]]
-// CHECK: %[[ALL:.*]] = nn.concat %[[Y0]], %[[Y1]] axis = 1 : (tensor<1x4x6xf32>, tensor<1x4x6xf32>) -> tensor<1x8x6xf32>
 // CHECK: dist.axis_index on @mesh axes [tp]
+// CHECK: %[[ALL:.*]] = nn.concat %[[Y0]], %[[Y1]] axis = 1 : (tensor<1x4x6xf32>, tensor<1x4x6xf32>) -> tensor<1x8x6xf32>
 // CHECK: %[[R:.*]] = nn.gather %[[ALL]], %{{.*}} axis = 1 : (tensor<1x8x6xf32>, tensor<8xi64>) -> tensor<1x8x6xf32>
 // CHECK: return %[[R]]
 // The cost model finds these shapes too small to pay.
@@ -44,4 +44,23 @@ func.func @matmul_scatter(%x: tensor<1x8x4xf32>, %w: tensor<4x6xf32>) -> tensor<
   %p = nn.matmul %x, %w : (tensor<1x8x4xf32>, tensor<4x6xf32>) -> tensor<1x8x6xf32>
   %s = dist.reduce_scatter sum %p on @mesh axes [tp] scatter_dim 1 : tensor<1x8x6xf32> -> tensor<1x4x6xf32>
   return %s : tensor<1x4x6xf32>
+}
+
+// -----
+
+dist.mesh @mesh [tp = 2]
+
+// Separate projections of one gathered input share one ring: each step
+// multiplies the block by every weight.
+// CHECK-LABEL: func.func @shared_gather
+// CHECK-NOT: dist.all_gather
+// CHECK: dist.collective_permute
+// CHECK-NOT: dist.collective_permute
+// CHECK-COUNT-4: nn.matmul
+// CHECK-COUNT-2: nn.gather
+func.func @shared_gather(%x: tensor<1x4x8xf32>, %wq: tensor<8x6xf32>, %wk: tensor<8x6xf32>) -> (tensor<1x8x6xf32>, tensor<1x8x6xf32>) {
+  %g = dist.all_gather %x on @mesh axes [tp] gather_dim 1 : tensor<1x4x8xf32> -> tensor<1x8x8xf32>
+  %q = nn.matmul %g, %wq : (tensor<1x8x8xf32>, tensor<8x6xf32>) -> tensor<1x8x6xf32>
+  %k = nn.matmul %g, %wk : (tensor<1x8x8xf32>, tensor<8x6xf32>) -> tensor<1x8x6xf32>
+  return %q, %k : tensor<1x8x6xf32>, tensor<1x8x6xf32>
 }

@@ -96,7 +96,7 @@ struct Decomposer {
   /// take clearly (10%) less time than the collective followed by the whole
   /// matmul. A block matmul reads the whole weight again, which is what
   /// makes small blocks lose.
-  bool pays(Operation *collective, nn::MatmulOp matmul, int64_t n,
+  bool pays(Operation *collective, ArrayRef<nn::MatmulOp> matmuls, int64_t n,
             int64_t chunkBytes, int64_t collectiveBytes) {
     if (force)
       return true;
@@ -105,14 +105,17 @@ struct Decomposer {
          getStringRefs(collective->getAttrOfType<ArrayAttr>("axes")))
       axes.push_back(axis.str());
     StringRef kind = collective->getName().stripDialect();
-    OpCost whole = estimateCost(matmul);
-    double wholeSeconds = cluster.collectiveSeconds(
-                              kind, n, (n - 1) * collectiveBytes / n, axes) +
-                          estimateSeconds(whole, cluster.device);
-    double weightBytes = tensorBytes(matmul.getRhs().getType());
-    OpCost block{whole.flops / n,
-                 (whole.bytes - weightBytes) / n + weightBytes};
-    double blockSeconds = estimateSeconds(block, cluster.device);
+    double wholeSeconds =
+        cluster.collectiveSeconds(kind, n, (n - 1) * collectiveBytes / n, axes);
+    double blockSeconds = 0;
+    for (nn::MatmulOp matmul : matmuls) {
+      OpCost whole = estimateCost(matmul);
+      wholeSeconds += estimateSeconds(whole, cluster.device);
+      double weightBytes = tensorBytes(matmul.getRhs().getType());
+      OpCost block{whole.flops / n,
+                   (whole.bytes - weightBytes) / n + weightBytes};
+      blockSeconds += estimateSeconds(block, cluster.device);
+    }
     double step =
         cluster.collectiveSeconds("collective_permute", n, chunkBytes, axes);
     double decomposed =
@@ -120,45 +123,68 @@ struct Decomposer {
     return decomposed < 0.9 * wholeSeconds;
   }
 
-  /// all_gather(x) over rows, then matmul.
+  /// all_gather(x) over rows, then matmuls of it.
   LogicalResult gatherThenMatmul(AllGatherOp gather) {
-    if (!gather->hasOneUse())
-      return failure();
-    auto matmul = dyn_cast<nn::MatmulOp>(*gather->user_begin());
+    // Every user multiplies the gathered rows (separate Q, K and V
+    // projections share one ring).
     auto xType = cast<RankedTensorType>(gather.getInput().getType());
     int64_t dim = gather.getGatherDim();
-    if (!matmul || matmul.getLhs() != gather.getResult() ||
-        dim >= xType.getRank() - 1)
+    if (gather->use_empty() || dim >= xType.getRank() - 1)
       return failure();
+    SmallVector<nn::MatmulOp> matmuls;
+    for (Operation *user : gather->getUsers()) {
+      auto matmul = dyn_cast<nn::MatmulOp>(user);
+      if (!matmul || matmul.getLhs() != gather.getResult() ||
+          matmul.getRhs() == gather.getResult() ||
+          matmul.getBias() == gather.getResult())
+        return failure();
+      matmuls.push_back(matmul);
+    }
     int64_t n = *gather.getGroupSize();
-    if (n < 2 || !pays(gather, matmul, n, tensorBytes(xType),
+    if (n < 2 || !pays(gather, matmuls, n, tensorBytes(xType),
                        tensorBytes(gather.getType())))
       return failure();
-    OpBuilder b(matmul);
-    Location loc = matmul.getLoc();
-    auto outType = cast<RankedTensorType>(matmul.getType());
-    SmallVector<int64_t> blockShape(outType.getShape());
+    // Build after the last matmul's operands exist: at the first matmul,
+    // once every weight and bias is defined (they are constants or come
+    // before the gather in practice).
+    Operation *insertAt = gather;
+    for (nn::MatmulOp matmul : matmuls)
+      for (Value operand : matmul->getOperands())
+        if (Operation *def = operand.getDefiningOp())
+          if (def != gather && def->getBlock() == insertAt->getBlock() &&
+              insertAt->isBeforeInBlock(def))
+            insertAt = def;
+    OpBuilder b(insertAt->getContext());
+    b.setInsertionPointAfter(insertAt);
+    Location loc = gather.getLoc();
     int64_t rows = xType.getDimSize(dim);
-    blockShape[dim] = rows;
+    SmallVector<SmallVector<Value>> outputs(matmuls.size());
     Value chunk = gather.getInput();
-    SmallVector<Value> outputs;
     for (int64_t t = 0; t < n; ++t) {
       Value next;
       if (t + 1 < n)
         next = CollectivePermuteOp::create(
             b, loc, chunk.getType(), chunk, gather.getMeshAttr(),
             gather.getAxes(), b.getI64IntegerAttr(1));
-      outputs.push_back(nn::MatmulOp::create(b, loc, outType.clone(blockShape),
-                                             chunk, matmul.getRhs(),
-                                             matmul.getBias()));
+      for (auto [i, matmul] : llvm::enumerate(matmuls)) {
+        auto outType = cast<RankedTensorType>(matmul.getType());
+        SmallVector<int64_t> blockShape(outType.getShape());
+        blockShape[dim] = rows;
+        outputs[i].push_back(
+            nn::MatmulOp::create(b, matmul.getLoc(), outType.clone(blockShape),
+                                 chunk, matmul.getRhs(), matmul.getBias()));
+      }
       chunk = next;
     }
-    Value all = nn::ConcatOp::create(b, loc, outType, outputs, dim);
     Indices indices(b, loc, gather, n, rows);
-    Value result =
-        nn::GatherOp::create(b, loc, outType, all, indices.reorder(), dim);
-    matmul.getResult().replaceAllUsesWith(result);
-    matmul.erase();
+    Value order = indices.reorder();
+    for (auto [i, matmul] : llvm::enumerate(matmuls)) {
+      auto outType = cast<RankedTensorType>(matmul.getType());
+      Value all = nn::ConcatOp::create(b, loc, outType, outputs[i], dim);
+      Value result = nn::GatherOp::create(b, loc, outType, all, order, dim);
+      matmul.getResult().replaceAllUsesWith(result);
+      matmul.erase();
+    }
     gather.erase();
     return success();
   }
@@ -175,7 +201,7 @@ struct Decomposer {
     int64_t n = *scatter.getGroupSize();
     auto outType = cast<RankedTensorType>(scatter.getType());
     if (n < 2 ||
-        !pays(scatter, matmul, n, tensorBytes(outType), tensorBytes(pType)))
+        !pays(scatter, {matmul}, n, tensorBytes(outType), tensorBytes(pType)))
       return failure();
     OpBuilder b(scatter);
     Location loc = scatter.getLoc();
