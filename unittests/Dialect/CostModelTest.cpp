@@ -1,0 +1,90 @@
+//===- CostModelTest.cpp - the roofline and alpha-beta models -------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Analysis/CostModel.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "partita/Analysis/Cluster.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+#include "gtest/gtest.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+
+namespace {
+
+TEST(CostModelTest, MatmulAndAttention) {
+  MLIRContext context;
+  context.loadDialect<nn::NNDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(R"mlir(
+    func.func @f(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>,
+                 %q: tensor<1x4x8x16xf32>) {
+      %y = nn.matmul %x, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+      %a = nn.attention %q, %q, %q {causal} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+      return
+    })mlir",
+                                                             &context);
+  ASSERT_TRUE(module);
+  SmallVector<Operation *> ops;
+  module->walk([&](Operation *op) {
+    if (isa<nn::MatmulOp, nn::AttentionOp>(op))
+      ops.push_back(op);
+  });
+  ASSERT_EQ(ops.size(), 2u);
+  OpCost matmul = estimateCost(ops[0]);
+  EXPECT_EQ(matmul.flops, 2.0 * 2 * 8 * 32 * 16);
+  EXPECT_EQ(matmul.bytes, 4.0 * (2 * 8 * 16 + 16 * 32 + 2 * 8 * 32));
+  // Q K^T and P V (2d + 2dv per score) and a softmax (5), halved by causal.
+  OpCost attention = estimateCost(ops[1]);
+  EXPECT_EQ(attention.flops, 4.0 * 8 * 8 * (2 * 16 + 2 * 16 + 5) / 2);
+  DeviceModel device{1e12, 1e9};
+  EXPECT_DOUBLE_EQ(estimateSeconds(matmul, device), matmul.bytes / 1e9);
+  EXPECT_EQ(
+      tensorBytes(RankedTensorType::get({3, 5}, IntegerType::get(&context, 1))),
+      15);
+}
+
+TEST(ClusterTest, AlphaBetaPerLink) {
+  ClusterModel cluster;
+  // tp stays in a node: 2(n-1) steps of 5 us plus bytes at 300 GB/s.
+  EXPECT_DOUBLE_EQ(cluster.collectiveSeconds("all_reduce", 4, 3000000, {"tp"}),
+                   6 * 5e-6 + 3e6 / 300e9);
+  // dp crosses nodes; a group spanning both runs at the slower link.
+  EXPECT_DOUBLE_EQ(cluster.collectiveSeconds("all_gather", 8, 25000, {"dp"}),
+                   7 * 20e-6 + 25000 / 25e9);
+  EXPECT_DOUBLE_EQ(
+      cluster.collectiveSeconds("all_gather", 8, 25000, {"tp", "dp"}),
+      7 * 20e-6 + 25000 / 25e9);
+  EXPECT_EQ(cluster.collectiveSeconds("all_reduce", 1, 1000, {"tp"}), 0);
+}
+
+TEST(ClusterTest, FromJson) {
+  llvm::Expected<ClusterModel> model = ClusterModel::fromJson(R"json({
+      "device": {"flops_per_second": 1e15},
+      "intra_node": {"latency_us": 1, "bandwidth_gb_per_s": 900},
+      "axes": {"dp": {"latency_us": 2, "bandwidth_gb_per_s": 100}}})json");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->device.flopsPerSecond, 1e15);
+  EXPECT_DOUBLE_EQ(model->collectiveSeconds("all_gather", 2, 900, {"tp"}),
+                   1e-6 + 900 / 900e9);
+  EXPECT_DOUBLE_EQ(model->collectiveSeconds("all_gather", 2, 100, {"dp"}),
+                   2e-6 + 100 / 100e9);
+
+  llvm::Expected<ClusterModel> bad = ClusterModel::fromJson(
+      R"json({"inter_node": {"bandwidth_gb_per_s": -1}})json");
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "inter_node: bandwidth_gb_per_s must be positive");
+  llvm::Expected<ClusterModel> notObject = ClusterModel::fromJson("[1]");
+  ASSERT_FALSE(static_cast<bool>(notObject));
+  EXPECT_EQ(llvm::toString(notObject.takeError()),
+            "the cluster file is not a JSON object");
+}
+
+} // namespace
