@@ -357,10 +357,12 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
           return failure();
       continue;
     }
-    // The LM head: a matmul whose result the function returns.
+    // The LM head: a matmul whose result the function returns, perhaps
+    // reshaped or cast (to fp32 under --dtype).
     Value result = matmul.getResult();
-    while (result.hasOneUse() &&
-           isa<nn::ReshapeOp, nn::TransposeOp>(*result.user_begin()))
+    while (
+        result.hasOneUse() &&
+        isa<nn::ReshapeOp, nn::TransposeOp, nn::CastOp>(*result.user_begin()))
       result = result.user_begin()->getResult(0);
     if (llvm::is_contained(ret.getOperands(), result) &&
         failed(pin(matmul, 1, -1, "tp", "LM head")))

@@ -7,6 +7,7 @@
 #ifndef PARTITA_DIALECT_NN_TRANSFORMS_PASSES_H
 #define PARTITA_DIALECT_NN_TRANSFORMS_PASSES_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
 

@@ -75,4 +75,44 @@ def RaisePass : Pass<"partita-raise"> {
   ];
 }
 
+def ConvertFloatPass : Pass<"partita-convert-float", "::mlir::func::FuncOp"> {
+  let summary = "Store fp32 tensors as bf16 or fp16 (--dtype)";
+  let description = [{
+    Changes the element type of every f32 tensor of the function to the
+    type `to` names: op results, constants (their values rounded to nearest,
+    ties to even) and the function's f32 arguments, which are cast right
+    after entry; f32 results are cast back before the return, so the
+    function's signature, and with it the artifact's inputs and outputs,
+    stays that of the model. Integer and boolean tensors are left alone.
+
+    Kernels compute in fp32 and round when they store (docs/exec-program.md),
+    so the pass decides what is kept in memory and moved between devices,
+    not the precision of arithmetic: products and reductions accumulate in
+    fp32 on every target. A pass that runs after this one and creates a
+    tensor chooses its type itself (ring attention keeps its log-sum-exp in
+    fp32).
+
+    ```mlir
+    func.func @main(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+      %w = nn.constant dense<...> : tensor<8x8xf32>
+      %y = nn.matmul %x, %w : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+      return %y : tensor<2x8xf32>
+    }
+    // becomes, with to=bf16
+    func.func @main(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+      %0 = nn.cast %x : tensor<2x8xf32> -> tensor<2x8xbf16>
+      %w = nn.constant dense<...> : tensor<8x8xbf16>
+      %y = nn.matmul %0, %w : (tensor<2x8xbf16>, tensor<8x8xbf16>) -> tensor<2x8xbf16>
+      %1 = nn.cast %y : tensor<2x8xbf16> -> tensor<2x8xf32>
+      return %1 : tensor<2x8xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"to", "to", "std::string", /*default=*/"\"bf16\"",
+           "The storage type of f32 tensors: bf16 or f16">
+  ];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+}
+
 #endif // PARTITA_DIALECT_NN_TRANSFORMS_PASSES_TD

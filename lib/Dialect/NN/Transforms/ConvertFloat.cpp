@@ -1,0 +1,152 @@
+//===- ConvertFloat.cpp - store fp32 tensors as bf16 or fp16 --------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/NN/Transforms/Passes.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <cstring>
+#include <vector>
+
+namespace mlir::partita {
+#define GEN_PASS_DEF_CONVERTFLOATPASS
+#include "partita/Dialect/NN/Transforms/Passes.h.inc"
+} // namespace mlir::partita
+
+using namespace mlir;
+using namespace mlir::partita;
+
+namespace {
+
+/// `value` rounded to `semantics` (nearest, ties to even), as its bits.
+APInt roundTo(APFloat value, const llvm::fltSemantics &semantics) {
+  bool losesInfo;
+  value.convert(semantics, APFloat::rmNearestTiesToEven, &losesInfo);
+  return value.bitcastToAPInt();
+}
+
+struct ConvertFloatPass
+    : mlir::partita::impl::ConvertFloatPassBase<ConvertFloatPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    MLIRContext *context = &getContext();
+    Type target;
+    if (to == "bf16")
+      target = BFloat16Type::get(context);
+    else if (to == "f16")
+      target = Float16Type::get(context);
+    else {
+      func.emitError() << "partita-convert-float: to must be bf16 or f16, got '"
+                       << to << "'";
+      return signalPassFailure();
+    }
+    auto convert = [&](Type type) -> Type {
+      auto tensor = dyn_cast<RankedTensorType>(type);
+      if (tensor && tensor.getElementType().isF32())
+        return tensor.clone(target);
+      return type;
+    };
+
+    // Converted resource blobs, by key: a blob two constants share is
+    // rounded once.
+    llvm::DenseSet<StringRef> converted;
+    WalkResult walk = func.walk([&](Operation *op) {
+      if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+        FailureOr<ElementsAttr> value =
+            convertValue(constant, target, converted);
+        if (failed(value))
+          return WalkResult::interrupt();
+        constant.setValueAttr(*value);
+      }
+      for (OpResult result : op->getResults())
+        result.setType(convert(result.getType()));
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+
+    // The signature stays the model's: f32 arguments are cast on entry and
+    // f32 results cast back before the return.
+    if (func.isExternal())
+      return;
+    Block &entry = func.front();
+    OpBuilder b = OpBuilder::atBlockBegin(&entry);
+    for (BlockArgument argument : entry.getArguments()) {
+      Type type = convert(argument.getType());
+      if (type == argument.getType())
+        continue;
+      auto cast = nn::CastOp::create(b, argument.getLoc(), type, argument);
+      argument.replaceAllUsesExcept(cast, cast);
+    }
+    func.walk([&](func::ReturnOp ret) {
+      OpBuilder rb(ret);
+      for (auto [operand, type] :
+           llvm::zip(ret->getOpOperands(), func.getResultTypes())) {
+        if (operand.get().getType() == type)
+          continue;
+        operand.set(nn::CastOp::create(rb, operand.get().getLoc(), type,
+                                       operand.get()));
+      }
+    });
+  }
+
+  /// The constant's value with f32 elements rounded to `target`; other
+  /// values unchanged. A resource blob is converted in place (every constant
+  /// that names it now reads the rounded bytes), so the weight keeps its
+  /// name.
+  FailureOr<ElementsAttr> convertValue(nn::ConstantOp constant, Type target,
+                                       llvm::DenseSet<StringRef> &converted) {
+    ElementsAttr value = constant.getValue();
+    auto type = cast<RankedTensorType>(value.getType());
+    if (!type.getElementType().isF32())
+      return value;
+    auto newType = type.clone(target);
+    const llvm::fltSemantics &semantics =
+        cast<FloatType>(target).getFloatSemantics();
+    if (auto dense = dyn_cast<DenseElementsAttr>(value))
+      return cast<ElementsAttr>(dense.mapValues(
+          target, [&](const APFloat &x) { return roundTo(x, semantics); }));
+    auto resource = dyn_cast<DenseResourceElementsAttr>(value);
+    if (!resource) {
+      constant.emitError() << "partita-convert-float: cannot convert a "
+                              "constant held as "
+                           << value;
+      return failure();
+    }
+    DenseResourceElementsHandle handle = resource.getRawHandle();
+    if (converted.insert(handle.getKey()).second) {
+      AsmResourceBlob *blob = handle.getBlob();
+      if (!blob) {
+        constant.emitError() << "partita-convert-float: the weight '"
+                             << handle.getKey() << "' has no data";
+        return failure();
+      }
+      ArrayRef<char> bytes = blob->getData();
+      size_t n = bytes.size() / sizeof(float);
+      std::vector<uint16_t> rounded(n);
+      for (size_t i = 0; i < n; ++i) {
+        float x;
+        std::memcpy(&x, bytes.data() + i * sizeof(float), sizeof(float));
+        rounded[i] = static_cast<uint16_t>(
+            roundTo(APFloat(x), semantics).getZExtValue());
+      }
+      handle.getResource()->setBlob(
+          HeapAsmResourceBlob::allocateAndCopyWithAlign(
+              ArrayRef<char>(reinterpret_cast<const char *>(rounded.data()),
+                             n * sizeof(uint16_t)),
+              alignof(uint16_t)));
+    }
+    return cast<ElementsAttr>(DenseResourceElementsAttr::get(newType, handle));
+  }
+};
+
+} // namespace

@@ -1,0 +1,50 @@
+// RUN: partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=bf16}))' | FileCheck %s
+// RUN: partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=f16}))' | FileCheck %s --check-prefix=F16
+// RUN: not partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=f8}))' 2>&1 | FileCheck %s --check-prefix=BAD
+
+// f32 tensors become bf16 inside; the signature stays f32, with a cast on
+// entry and one before the return. Constants are rounded to nearest, ties to
+// even: 1 + 2^-8 is halfway between two bf16 values and rounds to 1, while
+// fp16 keeps it exactly.
+// CHECK-LABEL: func.func @matmul
+// CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32>) -> tensor<2x4xf32>
+// CHECK: %[[C:.*]] = nn.cast %[[X]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+// CHECK: %[[W:.*]] = nn.constant dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]> : tensor<4xbf16>
+// CHECK: %[[Y:.*]] = nn.mul %[[C]], %[[W]] : (tensor<2x4xbf16>, tensor<4xbf16>) -> tensor<2x4xbf16>
+// CHECK: %[[R:.*]] = nn.cast %[[Y]] : tensor<2x4xbf16> -> tensor<2x4xf32>
+// CHECK: return %[[R]]
+// F16: nn.constant dense<[1.003910e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]> : tensor<4xf16>
+// BAD: error: partita-convert-float: to must be bf16 or f16, got 'f8'
+func.func @matmul(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %w = nn.constant dense<[1.00390625, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %y = nn.mul %x, %w : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+// Integer and boolean tensors, and non-f32 arguments, are left alone; a
+// weight held as a resource blob is rounded in place and keeps its name.
+// CHECK-LABEL: func.func @mixed
+// CHECK-SAME: (%[[IDS:.*]]: tensor<2x3xi64>)
+// CHECK-NOT: nn.cast %[[IDS]]
+// CHECK: nn.constant dense_resource<table> : tensor<4x2xbf16>
+// CHECK: nn.embedding {{.*}} -> tensor<2x3x2xbf16>
+// CHECK: nn.compare
+// CHECK-SAME: -> tensor<2x3xi1>
+// CHECK: table: "0x02000000803F004040408040A040C040E0400041"
+func.func @mixed(%ids: tensor<2x3xi64>) -> (tensor<2x3x2xf32>, tensor<2x3xi1>) {
+  %t = nn.constant dense_resource<table> : tensor<4x2xf32>
+  %e = nn.embedding %t, %ids : (tensor<4x2xf32>, tensor<2x3xi64>) -> tensor<2x3x2xf32>
+  %z = nn.constant dense<0> : tensor<i64>
+  %c = nn.compare gt, %ids, %z : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi1>
+  return %e, %c : tensor<2x3x2xf32>, tensor<2x3xi1>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      table: "0x040000000000803F0000004000004040000080400000A0400000C0400000E04000000041"
+    }
+  }
+#-}
