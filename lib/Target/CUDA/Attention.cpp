@@ -1,0 +1,280 @@
+//===- Attention.cpp - attention, attention_partial and rope --------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// attention and attention_partial instantiate the Prelude's tiled
+// online-softmax kernel (pt::attention) with the instruction's static
+// shapes: blocks of 4 warps, each warp owning 8 query rows (4 when a head
+// dimension exceeds 64, to keep the per-lane output slice at 16 registers
+// and shared memory under 48 KiB), key/value tiles of 32 in shared memory.
+// The mask's broadcast to [b, hq, sq, skv] becomes four element strides.
+//
+// rope is one thread per output element: each reads its rotation pair.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emitter.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace partita::target::cuda {
+
+namespace {
+
+constexpr int64_t kWarps = 4;
+constexpr int64_t kMaxHeadDim = 128;
+
+} // namespace
+
+llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx) {
+  bool partial = ctx.op() == "attention_partial";
+  auto hasMask = ctx.getBool("has_mask");
+  if (!hasMask)
+    return hasMask.takeError();
+  bool causal = false, hasPositions = false;
+  if (partial) {
+    auto p = ctx.getBool("has_positions");
+    if (!p)
+      return p.takeError();
+    hasPositions = *p;
+  } else {
+    auto c = ctx.getBool("causal");
+    if (!c)
+      return c.takeError();
+    causal = *c;
+  }
+  int numOperands = 3 + int(*hasMask) + 2 * int(hasPositions);
+  if (auto err = ctx.expectCounts(numOperands, partial ? 2 : 1))
+    return std::move(err);
+  std::vector<BufferView> ops;
+  for (int i = 0; i < numOperands; ++i) {
+    auto view = ctx.operand(i);
+    if (!view)
+      return view.takeError();
+    ops.push_back(*view);
+  }
+  auto out = ctx.result(0);
+  if (!out)
+    return out.takeError();
+  const BufferView &q = ops[0], &k = ops[1], &v = ops[2];
+  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype)
+    return ctx.error("q, k and v need one float element type, got " +
+                     dtypeName(q.dtype) + ", " + dtypeName(k.dtype) + ", " +
+                     dtypeName(v.dtype));
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
+                     ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
+  int64_t batch = q.shape[0], hq = q.shape[1], sq = q.shape[2], d = q.shape[3];
+  int64_t hkv = k.shape[1], skv = k.shape[2], dv = v.shape[3];
+  if (k.shape[0] != batch || v.shape[0] != batch || v.shape[1] != hkv ||
+      v.shape[2] != skv || k.shape[3] != d || hkv == 0 || hq % hkv != 0)
+    return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
+                     shapeString(k.shape) + ", v " + shapeString(v.shape));
+  if (out->shape != llvm::ArrayRef<int64_t>{batch, hq, sq, dv})
+    return ctx.error("the result " + shapeString(out->shape) +
+                     " is not [b, hq, sq, dv]");
+  if (d > kMaxHeadDim || dv > kMaxHeadDim || d < 1 || dv < 1)
+    return ctx.error("head dimensions " + llvm::Twine(d) + " and " +
+                     llvm::Twine(dv) + " are outside 1 to 128");
+  int64_t rowsPerWarp = d <= 64 && dv <= 64 ? 8 : 4;
+  int64_t blockRows = kWarps * rowsPerWarp;
+  int64_t qBlocks = (sq + blockRows - 1) / blockRows;
+  int64_t blocks = batch * hq * qBlocks;
+  if (blocks >= (int64_t(1) << 31) || q.numElements() >= (int64_t(1) << 31) ||
+      k.numElements() >= (int64_t(1) << 31) ||
+      out->numElements() >= (int64_t(1) << 31) || skv >= (int64_t(1) << 30))
+    return ctx.error("tensors above 2^31 elements are not supported");
+  if (batch * hq * qBlocks == 0)
+    return ctx.error("empty attention");
+
+  double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  if (ctx.getKernel().attributes().count("scale")) {
+    auto s = ctx.getFloat("scale");
+    if (!s)
+      return s.takeError();
+    scale = *s;
+  }
+
+  Signature sig;
+  sig.addInput(q, "a0");
+  sig.addInput(k, "a1");
+  sig.addInput(v, "a2");
+  std::string maskType = "float", maskArg = "(const float *)nullptr";
+  int maskMode = 0;
+  int64_t maskStrides[4] = {0, 0, 0, 0};
+  int next = 3;
+  if (*hasMask) {
+    const BufferView &mask = ops[next];
+    if (mask.dtype != program::BOOL && !isFloat(mask.dtype))
+      return ctx.error("the mask has element type " + dtypeName(mask.dtype) +
+                       ", expected bool or a float type");
+    if (mask.rank() > 4)
+      return ctx.error("the mask has rank above 4: " + shapeString(mask.shape));
+    int64_t target[4] = {batch, hq, sq, skv};
+    llvm::SmallVector<int64_t, 6> strides = contiguousStrides(mask.shape);
+    int64_t lead = 4 - mask.rank();
+    for (int64_t dim = 0; dim < 4; ++dim) {
+      int64_t size = dim < lead ? 1 : mask.shape[dim - lead];
+      if (size != target[dim] && size != 1)
+        return ctx.error("the mask " + shapeString(mask.shape) +
+                         " does not broadcast to " +
+                         shapeString({batch, hq, sq, skv}));
+      maskStrides[dim] = size == 1 || dim < lead ? 0 : strides[dim - lead];
+    }
+    maskMode = mask.dtype == program::BOOL ? 1 : 2;
+    maskType = cudaType(mask.dtype);
+    maskArg = sig.addInput(mask, "a" + std::to_string(next));
+    ++next;
+  }
+  std::string qposArg = "(const long long *)nullptr", kposArg = qposArg;
+  if (hasPositions) {
+    const BufferView &qpos = ops[next], &kpos = ops[next + 1];
+    if (qpos.dtype != program::I64 || kpos.dtype != program::I64 ||
+        qpos.shape != llvm::ArrayRef<int64_t>{sq} ||
+        kpos.shape != llvm::ArrayRef<int64_t>{skv})
+      return ctx.error("the positions must be i64 [sq] and [skv], got " +
+                       shapeString(qpos.shape) + " and " +
+                       shapeString(kpos.shape));
+    qposArg = sig.addInput(qpos, "a" + std::to_string(next));
+    kposArg = sig.addInput(kpos, "a" + std::to_string(next + 1));
+  }
+  std::string init;
+  auto sink = emitFloatSink(ctx, *out, sig, init);
+  if (!sink)
+    return sink.takeError();
+  std::string lseArg = "(float *)nullptr";
+  if (partial) {
+    auto lse = ctx.result(1);
+    if (!lse)
+      return lse.takeError();
+    if (lse->dtype != program::F32 ||
+        lse->shape != llvm::ArrayRef<int64_t>{batch, hq, sq})
+      return ctx.error("lse must be f32 [b, hq, sq], got " +
+                       dtypeName(lse->dtype) + " " + shapeString(lse->shape));
+    lseArg = sig.addOutput(*lse, "r1");
+  }
+  int64_t width = 16 / static_cast<int64_t>(dtypeSize(q.dtype));
+  bool vecLoad = d % width == 0 && q.aligned16 && k.aligned16;
+
+  auto b = [](bool value) { return value ? "true" : "false"; };
+  std::string call =
+      "pt::attention<" + std::string(cudaType(q.dtype)) + ", " + maskType +
+      ", " + literal(batch) + ", " + literal(hq) + ", " + literal(hkv) + ", " +
+      literal(sq) + ", " + literal(skv) + ", " + literal(d) + ", " +
+      literal(dv) + ", " + literal(rowsPerWarp) + ", " + literal(kWarps) +
+      ", " + b(vecLoad) + ", " + b(causal) + ", " + std::to_string(maskMode) +
+      ", " + std::to_string(maskStrides[0]) + "LL, " +
+      std::to_string(maskStrides[1]) + "LL, " + std::to_string(maskStrides[2]) +
+      "LL, " + std::to_string(maskStrides[3]) + "LL, " + b(hasPositions) +
+      ", " + b(partial) + ">(a0, a1, a2, " + maskArg + ", " + qposArg + ", " +
+      kposArg + ", " + lseArg + ", " + floatLiteral(scale) + ", " + init + ")";
+
+  GeneratedKernel kernel;
+  kernel.label = ctx.op();
+  kernel.summary = ctx.summary();
+  kernel.grid = {static_cast<uint32_t>(blocks), 1, 1};
+  kernel.block = {static_cast<uint32_t>(kWarps * 32), 1, 1};
+  kernel.arguments = sig.arguments();
+  kernel.text = *sink + "extern \"C\" __global__ void __launch_bounds__(" +
+                literal(kWarps * 32) + ") @NAME@(" + sig.parameters() +
+                ") {\n  " + call + ";\n}\n";
+  return kernel;
+}
+
+llvm::Expected<GeneratedKernel> emitRope(const KernelContext &ctx) {
+  if (auto err = ctx.expectCounts(3, 1))
+    return std::move(err);
+  auto interleaved = ctx.getBool("interleaved");
+  if (!interleaved)
+    return interleaved.takeError();
+  auto x = ctx.operand(0), cosT = ctx.operand(1), sinT = ctx.operand(2);
+  auto result = ctx.result(0);
+  if (!x)
+    return x.takeError();
+  if (!cosT)
+    return cosT.takeError();
+  if (!sinT)
+    return sinT.takeError();
+  if (!result)
+    return result.takeError();
+  if (!isFloat(x->dtype) || cosT->dtype != x->dtype || sinT->dtype != x->dtype)
+    return ctx.error("input, cos and sin need one float element type");
+  if (x->rank() != 4 || result->shape != x->shape)
+    return ctx.error("the input needs rank 4 and the result its shape, got " +
+                     shapeString(x->shape) + " and " +
+                     shapeString(result->shape));
+  int64_t batch = x->shape[0], heads = x->shape[1], seq = x->shape[2],
+          d = x->shape[3];
+  if (cosT->rank() != 3 || sinT->shape != cosT->shape)
+    return ctx.error("cos and sin need rank 3 [b or 1, s, r/2], got " +
+                     shapeString(cosT->shape) + " and " +
+                     shapeString(sinT->shape));
+  int64_t half = cosT->shape[2];
+  bool perBatch = cosT->shape[0] != 1;
+  if ((perBatch && cosT->shape[0] != batch) || cosT->shape[1] != seq ||
+      2 * half > d)
+    return ctx.error("cos " + shapeString(cosT->shape) +
+                     " does not fit the input " + shapeString(x->shape));
+  int64_t total = x->numElements();
+  if (total >= (int64_t(1) << 31))
+    return ctx.error("inputs above 2^31 elements are not supported");
+
+  Signature sig;
+  sig.addInput(*x, "a0");
+  sig.addInput(*cosT, "a1");
+  sig.addInput(*sinT, "a2");
+  std::string init;
+  auto sink = emitFloatSink(ctx, *result, sig, init);
+  if (!sink)
+    return sink.takeError();
+  std::string s = *sink;
+  s += "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+       sig.parameters() + ") {\n";
+  s += "  const auto sink = " + init + ";\n";
+  s += "  for (unsigned i = blockIdx.x * 256 + threadIdx.x; i < " +
+       literal(total) + "; i += gridDim.x * 256) {\n";
+  s += "    const unsigned col = i % " + literal(d) + ", row = i / " +
+       literal(d) + ";\n";
+  s += "    float v;\n";
+  s += "    if (col < " + literal(2 * half) + ") {\n";
+  s += "      const unsigned pos = row % " + literal(seq) + ";\n";
+  if (perBatch)
+    s += "      const unsigned table = (row / " + literal(heads * seq) + " * " +
+         literal(seq) + " + pos) * " + literal(half) + ";\n";
+  else
+    s += "      const unsigned table = pos * " + literal(half) + ";\n";
+  if (*interleaved) {
+    s += "      const unsigned p = col / 2, i1 = 2 * p, i2 = 2 * p + 1;\n";
+    s += "      const bool first = col % 2 == 0;\n";
+  } else {
+    s += "      const bool first = col < " + literal(half) + ";\n";
+    s += "      const unsigned p = first ? col : col - " + literal(half) +
+         ", i1 = p, i2 = p + " + literal(half) + ";\n";
+  }
+  s += "      const float x1 = pt::ldf(a0 + row * " + literal(d) +
+       " + i1), x2 = pt::ldf(a0 + row * " + literal(d) + " + i2);\n";
+  s += "      const float c = pt::ldf(a1 + table + p), "
+       "sn = pt::ldf(a2 + table + p);\n";
+  s += "      v = first ? x1 * c - x2 * sn : x2 * c + x1 * sn;\n";
+  s += "    } else {\n";
+  s += "      v = pt::ldf(a0 + i);\n";
+  s += "    }\n";
+  s += "    sink(i, v);\n";
+  s += "  }\n}\n";
+
+  GeneratedKernel k;
+  k.label = "rope";
+  k.summary = ctx.summary() + (*interleaved ? " (interleaved)" : "");
+  k.grid = {
+      static_cast<uint32_t>(std::clamp<int64_t>((total + 255) / 256, 1, 65535)),
+      1, 1};
+  k.block = {256, 1, 1};
+  k.arguments = sig.arguments();
+  k.text = s;
+  return k;
+}
+
+} // namespace partita::target::cuda

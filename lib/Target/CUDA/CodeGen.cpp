@@ -1,0 +1,451 @@
+//===- CodeGen.cpp - CUDA launches and module source for a program --------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Lowers every Kernel instruction to its CudaSteps: a cuBLASLt matmul (with
+// the bias, a tanh GELU and a residual add folded into cuBLASLt's epilogue
+// where its order allows, and a generated kernel for the rest of the
+// epilogue) or launches of generated kernels. A matmul whose batch
+// broadcast is not one stride per operand is a generated kernel too. Kernels
+// whose text is equal are one function: the text depends only on shapes, types
+// and attributes, so the layers of a model share their kernels.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Target/CUDA/CodeGen.h"
+
+#include "Emitter.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <algorithm>
+#include <map>
+
+namespace partita::target::cuda {
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+bool isTanhGelu(const program::ElementwiseStep &step) {
+  if (step.op() != "gelu")
+    return false;
+  auto it = step.attributes().find("approximation");
+  return it != step.attributes().end() &&
+         it->second.value_case() == program::Attribute::kS &&
+         it->second.s() == "tanh";
+}
+
+/// A generated kernel for a matmul whose batch broadcast is not one stride
+/// per operand (lhs [2, 1, m, k] with rhs [1, 3, k, n]): the whole kernel
+/// with its epilogue, a block per 16x16 tile of each batch.
+llvm::Expected<LoweredKernel>
+emitMatmulFallback(const KernelContext &ctx, const BufferView &lhs,
+                   const BufferView &rhs, const BufferView &result,
+                   bool hasBias, llvm::ArrayRef<int64_t> batchShape, int64_t m,
+                   int64_t n, int64_t k) {
+  int64_t batches = 1;
+  for (int64_t d : batchShape)
+    batches *= d;
+  int64_t tilesM = (m + 15) / 16, tilesN = (n + 15) / 16;
+  int64_t blocks = batches * tilesM * tilesN;
+  if (blocks >= (int64_t(1) << 31) || m >= (int64_t(1) << 31) ||
+      n >= (int64_t(1) << 31) || k >= (int64_t(1) << 31))
+    return ctx.error("matrices too large for the generated matmul");
+  Signature sig;
+  sig.addInput(lhs, "a0");
+  sig.addInput(rhs, "a1");
+  std::string bias =
+      "(const " + std::string(cudaType(lhs.dtype)) + " *)nullptr";
+  if (hasBias) {
+    auto b = ctx.operand(2);
+    if (!b)
+      return b.takeError();
+    if (b->dtype != lhs.dtype || b->shape != llvm::ArrayRef<int64_t>{n})
+      return ctx.error("the bias must be [" + llvm::Twine(n) + "] " +
+                       dtypeName(lhs.dtype));
+    bias = sig.addInput(*b, "a2");
+  }
+  std::string init;
+  auto sink = emitFloatSink(ctx, result, sig, init);
+  if (!sink)
+    return sink.takeError();
+  llvm::ArrayRef<int64_t> lhsBatch = llvm::ArrayRef(lhs.shape).drop_back(2);
+  llvm::ArrayRef<int64_t> rhsBatch = llvm::ArrayRef(rhs.shape).drop_back(2);
+  std::string s = *sink;
+  s += "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+       sig.parameters() + ") {\n";
+  s += "  const unsigned tileN = blockIdx.x % " + literal(tilesN) +
+       ", tileM = blockIdx.x / " + literal(tilesN) + " % " + literal(tilesM) +
+       ";\n";
+  s += "  const pt::u64 bt = blockIdx.x / " + literal(tilesM * tilesN) + ";\n";
+  s += "  const pt::u64 aOff = " + broadcastOffset(lhsBatch, batchShape, "bt") +
+       " * " + literal(m * k) + "ULL;\n";
+  s += "  const pt::u64 bOff = " + broadcastOffset(rhsBatch, batchShape, "bt") +
+       " * " + literal(k * n) + "ULL;\n";
+  s += "  pt::matmul_tile<" + std::string(cudaType(lhs.dtype)) + ", " +
+       literal(m) + ", " + literal(n) + ", " + literal(k) + ", " +
+       (hasBias ? "true" : "false") + ">(a0, a1, " + bias +
+       ", bt, aOff, bOff, tileM, tileN, " + init + ");\n";
+  s += "}\n";
+  GeneratedKernel g;
+  g.label = "matmul";
+  g.summary = ctx.summary() + " (generated: batch broadcast)";
+  g.grid = {static_cast<uint32_t>(blocks), 1, 1};
+  g.block = {256, 1, 1};
+  g.arguments = sig.arguments();
+  g.text = s;
+  LoweredKernel lowered;
+  lowered.launches.push_back(std::move(g));
+  return lowered;
+}
+
+} // namespace
+
+llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx) {
+  auto hasBias = ctx.getBool("has_bias");
+  if (!hasBias)
+    return hasBias.takeError();
+  if (auto err = ctx.expectCounts(2 + int(*hasBias), 1))
+    return std::move(err);
+  auto lhs = ctx.operand(0), rhs = ctx.operand(1);
+  auto result = ctx.result(0);
+  if (!lhs)
+    return lhs.takeError();
+  if (!rhs)
+    return rhs.takeError();
+  if (!result)
+    return result.takeError();
+  if (!isFloat(lhs->dtype) || rhs->dtype != lhs->dtype ||
+      result->dtype != lhs->dtype)
+    return ctx.error("lhs, rhs and the result need one float element type, "
+                     "got " +
+                     dtypeName(lhs->dtype) + ", " + dtypeName(rhs->dtype) +
+                     " and " + dtypeName(result->dtype));
+  if (lhs->rank() < 2 || rhs->rank() < 2)
+    return ctx.error("operands need rank 2 or more, got " +
+                     shapeString(lhs->shape) + " and " +
+                     shapeString(rhs->shape));
+  size_t lr = lhs->shape.size(), rr = rhs->shape.size();
+  int64_t m = lhs->shape[lr - 2], k = lhs->shape[lr - 1];
+  int64_t n = rhs->shape[rr - 1];
+  if (rhs->shape[rr - 2] != k)
+    return ctx.error("contracted sizes differ: lhs " + shapeString(lhs->shape) +
+                     ", rhs " + shapeString(rhs->shape));
+  llvm::ArrayRef<int64_t> lhsBatch = llvm::ArrayRef(lhs->shape).drop_back(2);
+  llvm::ArrayRef<int64_t> rhsBatch = llvm::ArrayRef(rhs->shape).drop_back(2);
+  size_t rank = std::max(lhsBatch.size(), rhsBatch.size());
+  llvm::SmallVector<int64_t, 6> batchShape(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    size_t fromEnd = rank - i;
+    int64_t l =
+        fromEnd <= lhsBatch.size() ? lhsBatch[lhsBatch.size() - fromEnd] : 1;
+    int64_t r =
+        fromEnd <= rhsBatch.size() ? rhsBatch[rhsBatch.size() - fromEnd] : 1;
+    if (l != r && l != 1 && r != 1)
+      return ctx.error("batch dimensions do not broadcast: lhs " +
+                       shapeString(lhs->shape) + ", rhs " +
+                       shapeString(rhs->shape));
+    batchShape[i] = l == 1 ? r : l;
+  }
+  llvm::SmallVector<int64_t, 6> expected(batchShape);
+  expected.push_back(m);
+  expected.push_back(n);
+  if (result->shape != expected)
+    return ctx.error("the result " + shapeString(result->shape) + " is not " +
+                     shapeString(expected));
+  int64_t batches = 1, lhsBatches = 1, rhsBatches = 1;
+  for (int64_t d : batchShape)
+    batches *= d;
+  for (int64_t d : lhsBatch)
+    lhsBatches *= d;
+  for (int64_t d : rhsBatch)
+    rhsBatches *= d;
+  if (k == 0 || m == 0 || n == 0 || batches == 0)
+    return ctx.error("empty matrices are not supported");
+  // One batch stride per operand: all of its own batch, or none of it.
+  auto strideOf = [&](int64_t own, int64_t matrix) -> std::optional<int64_t> {
+    if (own == batches)
+      return matrix;
+    if (own == 1)
+      return 0;
+    return std::nullopt;
+  };
+  std::optional<int64_t> strideA = strideOf(lhsBatches, m * k);
+  std::optional<int64_t> strideB = strideOf(rhsBatches, k * n);
+  if (!strideA || !strideB)
+    return emitMatmulFallback(ctx, *lhs, *rhs, *result, *hasBias, batchShape, m,
+                              n, k);
+
+  program::CublasLtMatmul mm;
+  mm.set_a(lhs->id);
+  mm.set_b(rhs->id);
+  mm.set_d(result->id);
+  mm.set_bias(-1);
+  mm.set_c(-1);
+  mm.set_k(k);
+  mm.set_n(n);
+  if (*strideB == 0 && *strideA == m * k) {
+    // A weight shared by every batch: the batch folds into the rows.
+    mm.set_m(m * batches);
+    mm.set_batch(1);
+    mm.set_stride_a(m * k * batches);
+    mm.set_stride_b(0);
+    mm.set_stride_d(m * n * batches);
+  } else {
+    mm.set_m(m);
+    mm.set_batch(batches);
+    mm.set_stride_a(*strideA);
+    mm.set_stride_b(*strideB);
+    mm.set_stride_d(m * n);
+  }
+  if (*hasBias) {
+    auto bias = ctx.operand(2);
+    if (!bias)
+      return bias.takeError();
+    if (bias->dtype != lhs->dtype || bias->shape != llvm::ArrayRef<int64_t>{n})
+      return ctx.error("the bias must be [" + llvm::Twine(n) + "] " +
+                       dtypeName(lhs->dtype) + ", got " +
+                       shapeString(bias->shape) + " " + dtypeName(bias->dtype));
+    mm.set_bias(bias->id);
+  }
+
+  // cuBLASLt computes act(a b + c + bias): a residual add (same shape and
+  // type) can be c, and then a tanh GELU the activation; a GELU first is
+  // the activation and nothing can follow into c.
+  const program::Kernel &kernel = ctx.getKernel();
+  int folded = 0;
+  if (kernel.epilogue_size() > 0) {
+    const program::ElementwiseStep &first = kernel.epilogue(0);
+    if (first.op() == "add" && first.operand() >= 0) {
+      auto c = ctx.buffer(first.operand());
+      if (!c)
+        return c.takeError();
+      if (c->shape == result->shape && c->dtype == result->dtype) {
+        mm.set_c(c->id);
+        folded = 1;
+      }
+    }
+    if (folded < kernel.epilogue_size() &&
+        isTanhGelu(kernel.epilogue(folded))) {
+      mm.set_gelu(true);
+      ++folded;
+    }
+  }
+
+  LoweredKernel lowered;
+  lowered.hasMatmul = true;
+  lowered.matmul = mm;
+  if (folded == kernel.epilogue_size())
+    return lowered;
+
+  // The rest of the epilogue in place on d.
+  Signature sig;
+  std::string d = sig.addOutput(*result, "r0");
+  auto all = epilogueSteps(ctx, sig);
+  if (!all)
+    return all.takeError();
+  std::vector<ChainStep> rest(all->begin() + folded, all->end());
+  int64_t total = result->numElements();
+  std::string idx = indexType(total + 256 * 65535);
+  std::string body = "    float f = pt::ldf(" + d + " + i);\n";
+  body += "    [[maybe_unused]] long long n = 0;\n";
+  if (auto err =
+          emitChain(ctx, rest, result->dtype, *result, d, "i", "    ", body))
+    return std::move(err);
+  GeneratedKernel g;
+  g.label = "matmul_epilogue";
+  g.summary = "matmul epilogue:";
+  for (size_t i = folded; i < static_cast<size_t>(kernel.epilogue_size());
+       ++i) {
+    std::string step = kernel.epilogue(i).op();
+    if (kernel.epilogue(i).op() == "gelu") {
+      auto it = kernel.epilogue(i).attributes().find("approximation");
+      step += "(" +
+              (it == kernel.epilogue(i).attributes().end() ? std::string("none")
+                                                           : it->second.s()) +
+              ")";
+    }
+    g.summary += (i == static_cast<size_t>(folded) ? " " : ", ") + step;
+  }
+  int64_t blocks = std::clamp<int64_t>((total + 255) / 256, 1, 65535);
+  g.grid = {static_cast<uint32_t>(blocks), 1, 1};
+  g.block = {256, 1, 1};
+  g.arguments = sig.arguments();
+  g.text = "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+           sig.parameters() + ") {\n";
+  g.text += "  for (" + idx + " i = (" + idx +
+            ")blockIdx.x * 256 + threadIdx.x; i < " + literal(total) +
+            "; i += (" + idx + ")gridDim.x * 256) {\n";
+  g.text += body;
+  g.text += "  }\n}\n";
+  lowered.launches.push_back(std::move(g));
+  return lowered;
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx) {
+  const std::string &op = ctx.op();
+  if (op == "matmul")
+    return emitMatmul(ctx);
+  auto emit = [&]() -> llvm::Expected<GeneratedKernel> {
+    if (isElementwiseOp(op))
+      return emitElementwise(ctx);
+    if (op == "layer_norm" || op == "rms_norm")
+      return emitNormalization(ctx);
+    if (op == "softmax" || op == "log_softmax")
+      return emitSoftmax(ctx);
+    if (op == "reduce")
+      return emitReduce(ctx);
+    if (op == "attention" || op == "attention_partial")
+      return emitAttention(ctx);
+    if (op == "rope")
+      return emitRope(ctx);
+    if (llvm::is_contained({"transpose", "broadcast_to", "slice", "concat",
+                            "split", "gather", "embedding"},
+                           llvm::StringRef(op)))
+      return emitDataMovement(ctx);
+    return ctx.error("no CUDA kernel for this op");
+  };
+  auto kernel = emit();
+  if (!kernel)
+    return kernel.takeError();
+  LoweredKernel lowered;
+  lowered.launches.push_back(std::move(*kernel));
+  return lowered;
+}
+
+/// One function of the module and who launches it.
+struct Function {
+  std::string name;
+  std::string text;
+  std::vector<std::string> summaries;
+  std::vector<std::string> locations;
+};
+
+std::string replaceAll(std::string text, llvm::StringRef from,
+                       llvm::StringRef to) {
+  for (size_t at = text.find(from); at != std::string::npos;
+       at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to.str());
+  return text;
+}
+
+} // namespace
+
+llvm::Expected<std::string>
+generateCudaSource(program::Program &program,
+                   const CodeGenOptions & /*options*/) {
+  std::vector<Function> functions;
+  std::map<std::string, size_t> byText;
+  std::map<std::string, int> counters;
+  std::vector<std::pair<int, std::vector<program::CudaStep>>> steps;
+
+  for (int i = 0; i < program.instructions_size(); ++i) {
+    const program::Instruction &inst = program.instructions(i);
+    if (!inst.has_kernel())
+      continue;
+    KernelContext ctx(program, inst.kernel(), inst.location());
+    auto lowered = lowerKernel(ctx);
+    if (!lowered)
+      return lowered.takeError();
+    std::vector<program::CudaStep> kernelSteps;
+    if (lowered->hasMatmul)
+      *kernelSteps.emplace_back().mutable_matmul() = lowered->matmul;
+    for (GeneratedKernel &g : lowered->launches) {
+      auto [it, inserted] = byText.try_emplace(g.text, functions.size());
+      if (inserted) {
+        std::string label = g.label;
+        std::replace_if(
+            label.begin(), label.end(),
+            [](char c) { return !llvm::isAlnum(c) && c != '_'; }, '_');
+        Function f;
+        f.name = "partita_" + label + "_" + std::to_string(counters[label]++);
+        f.text = g.text;
+        functions.push_back(std::move(f));
+      }
+      Function &f = functions[it->second];
+      if (!llvm::is_contained(f.summaries, g.summary))
+        f.summaries.push_back(g.summary);
+      f.locations.push_back(inst.location().empty() ? "<unknown>"
+                                                    : inst.location());
+      program::CudaLaunch &launch =
+          *kernelSteps.emplace_back().mutable_launch();
+      launch.set_function(f.name);
+      for (uint32_t v : g.grid)
+        launch.add_grid(v);
+      for (uint32_t v : g.block)
+        launch.add_block(v);
+      launch.set_shared_bytes(g.sharedBytes);
+      for (int32_t id : g.arguments)
+        launch.add_arguments(id);
+    }
+    steps.emplace_back(i, std::move(kernelSteps));
+  }
+
+  // Only a program that lowered completely is changed.
+  for (auto &[index, kernelSteps] : steps) {
+    program::Kernel *kernel =
+        program.mutable_instructions(index)->mutable_kernel();
+    kernel->clear_cuda();
+    for (program::CudaStep &step : kernelSteps)
+      *kernel->add_cuda() = std::move(step);
+  }
+
+  std::string source =
+      "// Generated by Partita's CUDA code generator: the kernels of one "
+      "rank's\n// exec program. Do not edit.\n//\n// Launch plan: each "
+      "kernel instruction (with its fused epilogue) and the\n// steps it "
+      "runs on the compute stream, in program order.\n";
+  for (auto &[index, kernelSteps] : steps) {
+    const program::Instruction &inst = program.instructions(index);
+    std::string ops = inst.kernel().op();
+    for (const program::ElementwiseStep &step : inst.kernel().epilogue())
+      ops += "+" + step.op();
+    source += "//   " +
+              (inst.location().empty() ? "<unknown>" : inst.location()) + ": " +
+              ops + " ->";
+    for (const program::CudaStep &step : inst.kernel().cuda()) {
+      if (step.has_launch()) {
+        source += " " + step.launch().function();
+        continue;
+      }
+      const program::CublasLtMatmul &mm = step.matmul();
+      source += " cublasLt[" + std::to_string(mm.batch()) + "x" +
+                std::to_string(mm.m()) + "x" + std::to_string(mm.n()) + "x" +
+                std::to_string(mm.k());
+      if (mm.bias() >= 0)
+        source += " bias";
+      if (mm.c() >= 0)
+        source += " +c";
+      if (mm.gelu())
+        source += " gelu";
+      source += "]";
+    }
+    source += "\n";
+  }
+  source += "\n";
+  source += kPrelude;
+  source += "\n";
+  for (const Function &f : functions) {
+    source += "\n// " + f.name + ": " + f.summaries.front() + "\n";
+    for (size_t s = 1; s < f.summaries.size(); ++s)
+      source += "//   also: " + f.summaries[s] + "\n";
+    for (const std::string &location : f.locations)
+      source += "//   at " + location + "\n";
+    source += replaceAll(f.text, kNamePlaceholder, f.name);
+  }
+  return source;
+}
+
+} // namespace partita::target::cuda

@@ -1,0 +1,654 @@
+// Device helpers shared by every kernel of a generated CUDA module
+// (lib/Target/CUDA/Prelude.cuh, embedded by the code generator). Each
+// generated kernel is an extern "C" wrapper that instantiates these
+// templates with the static shapes of its instruction. Semantics follow the
+// host kernels (runtime/src/kernels): fp32 compute, f16/bf16 storage types
+// rounded to nearest even on store, integers computed in int64 and wrapped.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace pt {
+
+typedef unsigned long long u64;
+
+//===----------------------------------------------------------------------===//
+// Loads and stores
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __half *p) {
+  return __half2float(*p);
+}
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ long long ldi(const long long *p) { return *p; }
+__device__ __forceinline__ long long ldi(const int *p) { return *p; }
+__device__ __forceinline__ long long ldi(const signed char *p) { return *p; }
+__device__ __forceinline__ long long ldi(const unsigned char *p) {
+  return *p != 0;
+}
+
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(__half *p, float v) {
+  *p = __float2half_rn(v);
+}
+__device__ __forceinline__ void stf(__nv_bfloat16 *p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void sti(long long *p, long long v) { *p = v; }
+__device__ __forceinline__ void sti(int *p, long long v) { *p = (int)v; }
+__device__ __forceinline__ void sti(signed char *p, long long v) {
+  *p = (signed char)v;
+}
+__device__ __forceinline__ void sti(unsigned char *p, long long v) {
+  *p = v != 0;
+}
+
+/// V consecutive elements as floats; V > 1 is one 16-byte load (the caller
+/// guarantees the alignment).
+template <int V, typename T>
+__device__ __forceinline__ void ldvec(const T *p, float (&v)[V]) {
+  if constexpr (V == 4 && sizeof(T) == 4) {
+    float4 w = *reinterpret_cast<const float4 *>(p);
+    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+  } else if constexpr (V == 8 && sizeof(T) == 2) {
+    uint4 w = *reinterpret_cast<const uint4 *>(p);
+    const T *e = reinterpret_cast<const T *>(&w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      v[k] = ldf(e + k);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      v[k] = ldf(p + k);
+  }
+}
+
+/// V consecutive elements from floats; V > 1 is one 16-byte store.
+template <int V, typename T>
+__device__ __forceinline__ void stvec(T *p, const float (&v)[V]) {
+  if constexpr (V == 4 && sizeof(T) == 4) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (V == 8 && sizeof(T) == 2) {
+    uint4 w;
+    T *e = reinterpret_cast<T *>(&w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      stf(e + k, v[k]);
+    *reinterpret_cast<uint4 *>(p) = w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      stf(p + k, v[k]);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Scalar semantics (Elementwise.cpp)
+//===----------------------------------------------------------------------===//
+
+// What storing a value as the step's type and loading it back keeps: fused
+// chains round after every step, as the separate kernels would.
+__device__ __forceinline__ float round_f16(float v) {
+  return __half2float(__float2half_rn(v));
+}
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ long long wrap_i32(long long v) { return (int)v; }
+__device__ __forceinline__ long long wrap_i8(long long v) {
+  return (signed char)v;
+}
+__device__ __forceinline__ long long wrap_bool(long long v) { return v != 0; }
+
+// Integer arithmetic wraps: through uint64, as signed overflow is undefined.
+__device__ __forceinline__ long long iadd(long long a, long long b) {
+  return (long long)((u64)a + (u64)b);
+}
+__device__ __forceinline__ long long isub(long long a, long long b) {
+  return (long long)((u64)a - (u64)b);
+}
+__device__ __forceinline__ long long imul(long long a, long long b) {
+  return (long long)((u64)a * (u64)b);
+}
+// Truncates; x / 0 is 0 (numpy's answer, without the trap).
+__device__ __forceinline__ long long idiv(long long a, long long b) {
+  return b == 0 ? 0 : b == -1 ? isub(0, a) : a / b;
+}
+__device__ __forceinline__ long long ipow(long long base, long long exponent) {
+  if (exponent < 0)
+    return base == 1 ? 1 : base == -1 ? ((exponent & 1) ? -1 : 1) : 0;
+  u64 result = 1, b = (u64)base;
+  for (u64 e = (u64)exponent; e; e >>= 1) {
+    if (e & 1)
+      result *= b;
+    b *= b;
+  }
+  return (long long)result;
+}
+__device__ __forceinline__ long long imax(long long a, long long b) {
+  return a > b ? a : b;
+}
+__device__ __forceinline__ long long imin(long long a, long long b) {
+  return a < b ? a : b;
+}
+// NaN in either operand wins.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  return (a > b || a != a) ? a : b;
+}
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+  return (a < b || a != a) ? a : b;
+}
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+// x * Phi(x) through erfc, which keeps its accuracy in the negative tail.
+__device__ __forceinline__ float gelu_erf(float x) {
+  return 0.5f * x * erfcf(x * -0.70710678118654752f);
+}
+// 0.5 (1 + tanh u) = sigmoid(2u).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+__device__ __forceinline__ float relu(float x) { return x < 0.0f ? 0.0f : x; }
+__device__ __forceinline__ float rsqrt_exact(float x) {
+  return 1.0f / sqrtf(x);
+}
+
+/// Float to integer: toward zero, saturating, NaN gives 0.
+__device__ __forceinline__ long long f2i(float x) {
+  if (!(x == x))
+    return 0;
+  if (x >= 9.2233720368547758e18f)
+    return 0x7fffffffffffffffLL;
+  if (x <= -9.2233720368547758e18f)
+    return (long long)(-0x7fffffffffffffffLL - 1);
+  return (long long)x;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmax_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// The sum (or maximum) over a group of GROUP threads that work on one row:
+/// a warp (GROUP == 32) or the whole block (GROUP == blockDim.x). `red` is
+/// 32 floats of shared memory; every thread of the group gets the result.
+template <int GROUP, bool MAX>
+__device__ __forceinline__ float group_reduce(float v, float *red) {
+  v = MAX ? warp_max(v) : warp_sum(v);
+  if constexpr (GROUP > 32) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); // The previous reduction's readers are done with red.
+    if (lane == 0)
+      red[warp] = v;
+    __syncthreads();
+    float init = MAX ? -__int_as_float(0x7f800000) : 0.0f;
+    v = lane < GROUP / 32 ? red[lane] : init;
+    v = MAX ? warp_max(v) : warp_sum(v);
+  }
+  return v;
+}
+
+//===----------------------------------------------------------------------===//
+// Row kernels: layer_norm, rms_norm, softmax, log_softmax (Normalization.cpp)
+//===----------------------------------------------------------------------===//
+//
+// GROUP threads own a row of N elements (a warp for short rows, the block
+// otherwise). With CACHE the row is read once into registers (each thread
+// holds ITEMS vectors of VEC elements: column (it * GROUP + tid) * VEC) and
+// the statistics come from there: one pass over global memory. Rows too long
+// for registers (CACHE false) are read again from L2 for each pass.
+
+template <int N, int GROUP, int VEC> struct RowLayout {
+  static constexpr int ITEMS = (N + GROUP * VEC - 1) / (GROUP * VEC);
+  __device__ static int col(int it, int tid) {
+    return (it * GROUP + tid) * VEC;
+  }
+};
+
+/// y = (x - mean) * rstd [* scale] [+ bias] over rows of N (mean 0 for RMS
+/// norm). Two passes over the cached row: the mean, then the centered sum
+/// of squares, as the host does.
+template <typename T, int N, int GROUP, int VEC, bool CACHE, bool CENTERED,
+          bool HAS_SCALE, bool HAS_BIAS, typename Sink>
+__device__ __forceinline__ void norm_row(const T *x, const T *scale,
+                                         const T *bias, u64 row, float eps,
+                                         const Sink &sink, float *red) {
+  typedef RowLayout<N, GROUP, VEC> L;
+  const int tid = threadIdx.x % GROUP;
+  const T *xr = x + row * (u64)N;
+  const u64 base = row * (u64)N;
+  if constexpr (CACHE) {
+    float v[L::ITEMS][VEC];
+#pragma unroll
+    for (int it = 0; it < L::ITEMS; ++it) {
+      const int c = L::col(it, tid);
+      if (c < N) {
+        ldvec<VEC>(xr + c, v[it]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[it][e] = 0.0f;
+      }
+    }
+    float mean = 0.0f;
+    if constexpr (CENTERED) {
+      float s = 0.0f;
+#pragma unroll
+      for (int it = 0; it < L::ITEMS; ++it)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          s += v[it][e]; // Padding is 0.
+      mean = group_reduce<GROUP, false>(s, red) / (float)N;
+    }
+    float sq = 0.0f;
+#pragma unroll
+    for (int it = 0; it < L::ITEMS; ++it)
+      if (L::col(it, tid) < N)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          float d = v[it][e] - mean;
+          sq += d * d;
+        }
+    float var = group_reduce<GROUP, false>(sq, red) / (float)N;
+    float rstd = 1.0f / sqrtf(var + eps);
+#pragma unroll
+    for (int it = 0; it < L::ITEMS; ++it) {
+      const int c = L::col(it, tid);
+      if (c >= N)
+        continue;
+      float g[VEC], b[VEC];
+      if constexpr (HAS_SCALE)
+        ldvec<VEC>(scale + c, g);
+      if constexpr (HAS_BIAS)
+        ldvec<VEC>(bias + c, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        float y = (v[it][e] - mean) * rstd;
+        if constexpr (HAS_SCALE)
+          y *= g[e];
+        if constexpr (HAS_BIAS)
+          y += b[e];
+        v[it][e] = y;
+      }
+      sink.template vec<VEC>(base + c, v[it]);
+    }
+  } else {
+    float mean = 0.0f;
+    if constexpr (CENTERED) {
+      float s = 0.0f;
+      for (int c = tid; c < N; c += GROUP)
+        s += ldf(xr + c);
+      mean = group_reduce<GROUP, false>(s, red) / (float)N;
+    }
+    float sq = 0.0f;
+    for (int c = tid; c < N; c += GROUP) {
+      float d = ldf(xr + c) - mean;
+      sq += d * d;
+    }
+    float var = group_reduce<GROUP, false>(sq, red) / (float)N;
+    float rstd = 1.0f / sqrtf(var + eps);
+    for (int c = tid; c < N; c += GROUP) {
+      float y = (ldf(xr + c) - mean) * rstd;
+      if constexpr (HAS_SCALE)
+        y *= ldf(scale + c);
+      if constexpr (HAS_BIAS)
+        y += ldf(bias + c);
+      sink(base + c, y);
+    }
+  }
+}
+
+/// softmax (or log_softmax) over N elements INNER apart: row r is
+/// [r / INNER][*][r % INNER] of a [outer, N, INNER] tensor. exp(x - max) /
+/// sum, or (x - max) - log(sum).
+template <typename T, int N, int INNER, int GROUP, int VEC, bool CACHE,
+          bool LOG, typename Sink>
+__device__ __forceinline__ void softmax_row(const T *x, u64 row,
+                                            const Sink &sink, float *red) {
+  typedef RowLayout<N, GROUP, VEC> L;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const int tid = threadIdx.x % GROUP;
+  const u64 base = (row / INNER) * (u64)N * INNER + row % INNER;
+  const T *xr = x + base;
+  if constexpr (CACHE) {
+    float v[L::ITEMS][VEC];
+    float m = kNegInf;
+#pragma unroll
+    for (int it = 0; it < L::ITEMS; ++it) {
+      const int c = L::col(it, tid);
+      if (c < N) {
+        if constexpr (INNER == 1) {
+          ldvec<VEC>(xr + c, v[it]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            v[it][e] = ldf(xr + (u64)(c + e) * INNER);
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          m = fmax_nan(m, v[it][e]);
+      }
+    }
+    m = group_reduce<GROUP, true>(m, red);
+    float s = 0.0f;
+#pragma unroll
+    for (int it = 0; it < L::ITEMS; ++it)
+      if (L::col(it, tid) < N)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          float d = v[it][e] - m;
+          float p = expf(d);
+          v[it][e] = LOG ? d : p;
+          s += p;
+        }
+    s = group_reduce<GROUP, false>(s, red);
+    // (x - m) - log(sum), not x - (m + log(sum)): see Normalization.cpp.
+    const float k = LOG ? logf(s) : 1.0f / s;
+#pragma unroll
+    for (int it = 0; it < L::ITEMS; ++it) {
+      const int c = L::col(it, tid);
+      if (c >= N)
+        continue;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        v[it][e] = LOG ? v[it][e] - k : v[it][e] * k;
+      if constexpr (INNER == 1) {
+        sink.template vec<VEC>(base + c, v[it]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          sink(base + (u64)(c + e) * INNER, v[it][e]);
+      }
+    }
+  } else {
+    // Per thread a running maximum and sum, merged across the group.
+    float m = kNegInf, s = 0.0f;
+    for (int c = tid; c < N; c += GROUP) {
+      float v = ldf(xr + (u64)c * INNER);
+      if (v > m) {
+        s = s * expf(m - v);
+        m = v;
+      }
+      s += v == kNegInf ? 0.0f : expf(v - m); // -inf - -inf is NaN.
+    }
+    float gm = group_reduce<GROUP, true>(m, red);
+    s = m == kNegInf ? 0.0f : s * expf(m - gm);
+    s = group_reduce<GROUP, false>(s, red);
+    const float k = LOG ? logf(s) : 1.0f / s;
+    for (int c = tid; c < N; c += GROUP) {
+      float d = ldf(xr + (u64)c * INNER) - gm;
+      sink(base + (u64)c * INNER, LOG ? d - k : expf(d) * k);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention (Attention.cpp)
+//===----------------------------------------------------------------------===//
+//
+// FlashAttention-style: a block of WARPS warps owns ROWS query rows per warp
+// of one (batch, head) and walks the keys in tiles of 32 staged in shared
+// memory, with an online softmax (running maximum and sum per row); the
+// [sq, skv] scores never exist in memory. In a tile, lane j scores key j
+// against the warp's rows (q * scale from shared memory, broadcast; K rows
+// padded to D + 1 floats so the lanes hit distinct banks), and then owns
+// output columns lane + 32 c for P V. Key tiles wholly past the causal
+// diagonal of the block's last row are never loaded.
+//
+// MASK: 0 none, 1 bool (keep where true), 2 float (added); the mask element
+// of (b, h, i, j) is at b MS0 + h MS1 + i MS2 + j MS3 (0 where it
+// broadcasts). POS: key j is masked for row i when kpos[j] > qpos[i]. LSE:
+// also write each row's log-sum-exp (attention_partial).
+
+template <int B, int HQ, int HKV, int SQ, int SKV, int D, int DV, int ROWS,
+          int WARPS>
+struct AttentionShape {
+  static constexpr int BQ = WARPS * ROWS;
+  static constexpr int QBLOCKS = (SQ + BQ - 1) / BQ;
+  static constexpr int DVL = (DV + 31) / 32;
+  static constexpr int BLOCKS = B * HQ * QBLOCKS;
+  static_assert(HQ % HKV == 0, "GQA needs hq to be a multiple of hkv");
+};
+
+template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
+          int D, int DV, int ROWS, int WARPS, bool VECLOAD, bool CAUSAL,
+          int MASK, long long MS0, long long MS1, long long MS2, long long MS3,
+          bool POS, bool LSE, typename Sink>
+__device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
+                                          const M *mask, const long long *qpos,
+                                          const long long *kpos, float *lse,
+                                          float scale, const Sink &sink) {
+  typedef AttentionShape<B, HQ, HKV, SQ, SKV, D, DV, ROWS, WARPS> S;
+  constexpr int BQ = S::BQ, DVL = S::DVL, THREADS = WARPS * 32;
+  constexpr int OFFSET = SKV - SQ; // Causal: row i sees keys j <= i + OFFSET.
+  constexpr int KVEC = VECLOAD ? 16 / (int)sizeof(T) : 1;
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  __shared__ float qs[BQ][D];
+  __shared__ float ks[32][D + 1];
+  __shared__ float vs[32][DVL * 32];
+  __shared__ float ps[WARPS][ROWS][32];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int qb = blockIdx.x % S::QBLOCKS;
+  const int h = (blockIdx.x / S::QBLOCKS) % HQ;
+  const int b = blockIdx.x / S::QBLOCKS / HQ;
+  const int hk = h / (HQ / HKV);
+  const int i0 = qb * BQ;
+  const T *qBase = q + ((u64)(b * HQ + h) * SQ + i0) * D;
+  const T *kBase = k + (u64)(b * HKV + hk) * SKV * D;
+  const T *vBase = v + (u64)(b * HKV + hk) * SKV * DV;
+
+  for (int e = threadIdx.x * KVEC; e < BQ * D; e += THREADS * KVEC) {
+    const int r = e / D, t = e % D;
+    float w[KVEC];
+    if (i0 + r < SQ)
+      ldvec<KVEC>(qBase + e, w);
+    else
+#pragma unroll
+      for (int u = 0; u < KVEC; ++u)
+        w[u] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < KVEC; ++u)
+      qs[r][t + u] = w[u] * scale;
+  }
+
+  float o[ROWS][DVL], m[ROWS], l[ROWS];
+  long long myPos[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f; // This lane's share of the row's sum.
+#pragma unroll
+    for (int c = 0; c < DVL; ++c)
+      o[r][c] = 0.0f;
+    const int i = i0 + warp * ROWS + r;
+    myPos[r] = 0;
+    if constexpr (POS)
+      myPos[r] = i < SQ ? qpos[i] : 0;
+  }
+
+  // Keys past the causal limit of the block's last row are masked for all.
+  const int lastRow = min(i0 + BQ, SQ) - 1;
+  const int keyEnd = CAUSAL ? min(SKV, max(0, lastRow + OFFSET + 1)) : SKV;
+
+  for (int j0 = 0; j0 < keyEnd; j0 += 32) {
+    __syncthreads(); // The previous tile's readers are done.
+    for (int e = threadIdx.x * KVEC; e < 32 * D; e += THREADS * KVEC) {
+      const int j = e / D, t = e % D;
+      float w[KVEC];
+      if (j0 + j < SKV)
+        ldvec<KVEC>(kBase + (u64)(j0 + j) * D + t, w);
+      else
+#pragma unroll
+        for (int u = 0; u < KVEC; ++u)
+          w[u] = 0.0f;
+#pragma unroll
+      for (int u = 0; u < KVEC; ++u)
+        ks[j][t + u] = w[u];
+    }
+    for (int e = threadIdx.x; e < 32 * DVL * 32; e += THREADS) {
+      const int j = e / (DVL * 32), c = e % (DVL * 32);
+      vs[j][c] =
+          (j0 + j < SKV && c < DV) ? ldf(vBase + (u64)(j0 + j) * DV + c) : 0.0f;
+    }
+    __syncthreads();
+
+    // Scores of this lane's key against the warp's rows.
+    const int j = j0 + lane;
+    float s[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+      s[r] = 0.0f;
+#pragma unroll 8
+    for (int t = 0; t < D; ++t) {
+      const float kv = ks[lane][t];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+        s[r] += qs[warp * ROWS + r][t] * kv;
+    }
+
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int i = i0 + warp * ROWS + r;
+      bool keep = i < SQ && j < SKV;
+      if constexpr (CAUSAL)
+        keep = keep && j <= i + OFFSET;
+      if constexpr (POS)
+        keep = keep && kpos[min(j, SKV - 1)] <= myPos[r];
+      if constexpr (MASK != 0) {
+        if (i < SQ && j < SKV) {
+          const M *mp = mask + (long long)b * MS0 + (long long)h * MS1 +
+                        (long long)i * MS2 + (long long)j * MS3;
+          if constexpr (MASK == 1)
+            keep = keep && *mp != 0;
+          else
+            s[r] += ldf(mp);
+        }
+      }
+      const float sv = keep ? s[r] : kNegInf;
+      const float mx = warp_max(sv);
+      float p = 0.0f;
+      // A tile wholly masked for the row changes nothing (mx is uniform).
+      if (mx != kNegInf) {
+        const float mNew = fmax_nan(m[r], mx);
+        const float corr = expf(m[r] - mNew); // 0 while m is -inf.
+        p = expf(sv - mNew);
+        l[r] = l[r] * corr + p;
+#pragma unroll
+        for (int c = 0; c < DVL; ++c)
+          o[r][c] *= corr;
+        m[r] = mNew;
+      }
+      ps[warp][r][lane] = p;
+    }
+    __syncwarp();
+
+    // o += P V: this lane's output columns.
+    const int nk = min(32, SKV - j0);
+    for (int jj = 0; jj < nk; ++jj) {
+#pragma unroll
+      for (int c = 0; c < DVL; ++c) {
+        const float vv = vs[jj][lane + 32 * c];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+          o[r][c] += ps[warp][r][jj] * vv;
+      }
+    }
+  }
+
+  // Rows that saw no key (sum 0) come out as zeros.
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int i = i0 + warp * ROWS + r;
+    const float sum = warp_sum(l[r]);
+    if (i >= SQ)
+      continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const u64 rowBase = ((u64)(b * HQ + h) * SQ + i) * DV;
+#pragma unroll
+    for (int c = 0; c < DVL; ++c)
+      if (lane + 32 * c < DV)
+        sink(rowBase + lane + 32 * c, o[r][c] * inv);
+    if constexpr (LSE) {
+      if (lane == 0)
+        lse[(u64)(b * HQ + h) * SQ + i] =
+            sum > 0.0f ? m[r] + logf(sum) : kNegInf;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Matmul fallback (MatMul.cpp)
+//===----------------------------------------------------------------------===//
+//
+// For the rare matmul whose batch broadcast cuBLASLt's one stride per
+// operand cannot express: one 16x16 tile of one batch's C = A B (+ bias)
+// per block, through shared memory, fp32 accumulation. `aOff` and `bOff`
+// are the element offsets of the batch's matrices.
+
+template <typename T, int M, int N, int K, bool BIAS, typename Sink>
+__device__ __forceinline__ void
+matmul_tile(const T *a, const T *b, const T *bias, u64 batch, u64 aOff,
+            u64 bOff, int tileM, int tileN, const Sink &sink) {
+  __shared__ float as[16][17];
+  __shared__ float bs[16][17];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int row = tileM * 16 + ty, col = tileN * 16 + tx;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    as[ty][tx] = (row < M && k0 + tx < K)
+                     ? ldf(a + aOff + (u64)row * K + k0 + tx)
+                     : 0.0f;
+    bs[ty][tx] = (k0 + ty < K && col < N)
+                     ? ldf(b + bOff + (u64)(k0 + ty) * N + col)
+                     : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk)
+      acc += as[ty][kk] * bs[kk][tx];
+    __syncthreads();
+  }
+  if (row < M && col < N) {
+    if constexpr (BIAS)
+      acc += ldf(bias + col);
+    sink(batch * M * N + (u64)row * N + col, acc);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Sinks
+//===----------------------------------------------------------------------===//
+
+/// Stores a kernel's result without an epilogue.
+template <typename T> struct StoreSink {
+  T *r;
+  __device__ __forceinline__ void operator()(u64 i, float v) const {
+    stf(r + i, v);
+  }
+  template <int V>
+  __device__ __forceinline__ void vec(u64 i, const float (&v)[V]) const {
+    stvec<V>(r + i, v);
+  }
+};
+
+} // namespace pt
