@@ -5,21 +5,34 @@
 //===----------------------------------------------------------------------===//
 //
 // partita-run ART --input NAME=FILE ... [--output-dir DIR] [--ranks N]
-//             [--repeat N] [--warmup N] [--timeout SECONDS] [--threads N]
+//             [--single-gpu] [--repeat N] [--warmup N] [--timeout SECONDS]
+//             [--threads N]
 //
-// Loads a host artifact, runs all its ranks as threads of this process
-// (each reading its shard of every input), assembles each output from the
-// ranks' shards, writes it as DIR/NAME.npy and prints one summary line per
-// output (and the latency with --repeat). Exit status: 0 ok, 1 error.
+// Loads an artifact and runs its ranks, each reading its shard of every
+// input, assembles each output from the ranks' shards, writes it as
+// DIR/NAME.npy and prints one summary line per output (and the latency with
+// --repeat). Exit status: 0 ok, 1 error.
+//
+// A host artifact runs all its ranks as threads of this process. A cuda
+// artifact runs one process per GPU over NCCL: started here, one child per
+// rank (this program again, with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR
+// and MASTER_PORT set), or joined from a launcher's environment (torchrun,
+// mpirun, srun); rank 0 gathers the outputs through the bootstrap store.
+// --single-gpu runs every rank of a cuda artifact as threads sharing GPU 0.
 //
 //===----------------------------------------------------------------------===//
 
 #include "partita/runtime/Artifact.h"
+#include "partita/runtime/CudaDevice.h"
+#include "partita/runtime/CudaMultiRankCommunicator.h"
 #include "partita/runtime/Executor.h"
 #include "partita/runtime/Float16.h"
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/HostKernels.h"
+#include "partita/runtime/Launcher.h"
+#include "partita/runtime/NcclCommunicator.h"
 #include "partita/runtime/Sharding.h"
+#include "partita/runtime/TcpStore.h"
 #include "partita/runtime/TensorFile.h"
 
 #include <algorithm>
@@ -33,6 +46,7 @@
 #include <set>
 #include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace partita::runtime;
 namespace program = partita::program;
@@ -41,15 +55,20 @@ namespace {
 
 constexpr const char *kUsage =
     "usage: partita-run ART --input NAME=FILE ... [--output-dir DIR]\n"
-    "                   [--ranks N] [--repeat N] [--warmup N]\n"
+    "                   [--ranks N] [--single-gpu] [--repeat N] [--warmup N]\n"
     "                   [--timeout SECONDS] [--threads N]\n"
     "\n"
-    "Runs the artifact directory ART (written by partita-compile) with all\n"
-    "its ranks as threads of this process.\n"
+    "Runs the artifact directory ART (written by partita-compile). A host\n"
+    "artifact runs its ranks as threads of this process; a cuda artifact\n"
+    "one process per GPU (started here, or joined as the rank that RANK,\n"
+    "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or the mpirun and\n"
+    "SLURM variables name).\n"
     "  --input NAME=FILE   a model input, from a .npy file or an ONNX\n"
     "                      TensorProto .pb file (once per input)\n"
     "  --output-dir DIR    write each output as DIR/NAME.npy\n"
     "  --ranks N           the number of ranks (default: the artifact's)\n"
+    "  --single-gpu        run every rank of a cuda artifact as threads\n"
+    "                      sharing GPU 0\n"
     "  --repeat N          time N runs and print the latency\n"
     "  --warmup N          untimed runs before them (default 1 with --repeat)\n"
     "  --timeout SECONDS   deadline of every wait between ranks (default 120)\n"
@@ -64,6 +83,7 @@ struct Options {
   int64_t warmup = -1;
   double timeoutSeconds = 120;
   int64_t threads = 0;
+  bool singleGpu = false;
 };
 
 int fail(const std::string &message) {
@@ -94,6 +114,10 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
         return Status::error("unexpected argument '" + arg +
                              "' (the artifact is '" + options.artifact + "')");
       options.artifact = arg;
+      continue;
+    }
+    if (arg == "--single-gpu") {
+      options.singleGpu = true;
       continue;
     }
     std::string value;
@@ -195,6 +219,8 @@ Status readInputs(const Manifest &manifest, const Options &options,
 /// What one rank runs with: its executor, pool, its shards of the sharded
 /// inputs and its output memory.
 struct RankRun {
+  /// The rank's GPU (cuda artifacts); outlives the executor.
+  std::unique_ptr<CudaDevice> device;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Executor> executor;
   std::vector<NamedTensor> inputs;
@@ -211,9 +237,14 @@ Status prepareRank(const Artifact &artifact, int32_t rank,
   const Manifest &manifest = artifact.manifest();
   const program::Program &program = artifact.program(rank);
   std::string where = "rank " + std::to_string(rank);
-  run.pool = std::make_unique<ThreadPool>(threads);
-  PARTITA_RETURN_IF_ERROR(Executor::create(
-      program, artifact.weights(), communicator, *run.pool, run.executor));
+  if (run.device) {
+    PARTITA_RETURN_IF_ERROR(Executor::create(
+        program, artifact.weights(), communicator, *run.device, run.executor));
+  } else {
+    run.pool = std::make_unique<ThreadPool>(threads);
+    PARTITA_RETURN_IF_ERROR(Executor::create(
+        program, artifact.weights(), communicator, *run.pool, run.executor));
+  }
   // A replicated input is read in place by every rank; a sharded one is
   // copied, each rank getting its block. A pipeline stage binds only the
   // inputs it uses.
@@ -277,8 +308,9 @@ Status prepareRank(const Artifact &artifact, int32_t rank,
 Status runAll(std::vector<RankRun> &runs) {
   std::vector<std::thread> threads;
   for (RankRun &run : runs)
-    threads.emplace_back(
-        [&run] { run.status = run.executor->run(run.inputs, run.outputs); });
+    if (run.executor)
+      threads.emplace_back(
+          [&run] { run.status = run.executor->run(run.inputs, run.outputs); });
   for (std::thread &thread : threads)
     thread.join();
   std::string messages;
@@ -468,6 +500,186 @@ int64_t tokensPerRun(const Manifest &manifest) {
   return 1;
 }
 
+/// Everything the ranks of this process run with, torn down in order:
+/// executors, then communicators, then devices.
+struct World {
+  std::unique_ptr<HostWorld> host;
+  std::unique_ptr<CudaRankWorld> cudaRanks;
+  std::unique_ptr<TcpStore> store;
+  std::unique_ptr<NcclCommunicator> nccl;
+  std::vector<RankRun> runs;
+  /// Ranks run by this process (all but in a multi-process run).
+  std::vector<int32_t> local;
+  /// This process's rank in a multi-process run; -1 otherwise.
+  int32_t joinedRank = -1;
+
+  ~World() {
+    for (RankRun &run : runs)
+      run.executor.reset();
+    nccl.reset();
+    cudaRanks.reset();
+    for (RankRun &run : runs)
+      run.device.reset();
+  }
+};
+
+std::string outputKey(int32_t rank, const std::string &name) {
+  return "partita/output/" + std::to_string(rank) + "/" + name;
+}
+
+/// In a multi-process run, the other ranks publish their outputs through
+/// the store and rank 0 collects them into `runs`.
+Status exchangeOutputs(const Artifact &artifact, World &world) {
+  if (world.joinedRank > 0) {
+    for (const NamedTensor &output :
+         world.runs[size_t(world.joinedRank)].outputs)
+      PARTITA_RETURN_IF_ERROR(world.store->set(
+          outputKey(world.joinedRank, output.name),
+          std::string(static_cast<const char *>(output.tensor.data),
+                      output.tensor.byteSize())));
+    return Status::ok();
+  }
+  for (int32_t rank = 1; rank < int32_t(world.runs.size()); ++rank) {
+    const program::Program &program = artifact.program(rank);
+    RankRun &run = world.runs[size_t(rank)];
+    run.outputs.clear();
+    run.outputMemory.clear();
+    run.outputMemory.resize(size_t(program.outputs_size()));
+    for (int i = 0; i < program.outputs_size(); ++i) {
+      const program::Binding &binding = program.outputs(i);
+      if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
+        return Status::error("rank " + std::to_string(rank) + ": output '" +
+                             binding.name() + "' has no buffer");
+      const program::TensorType &type =
+          program.buffers(binding.buffer()).type();
+      HostTensor &memory = run.outputMemory[size_t(i)];
+      PARTITA_RETURN_IF_ERROR(memory.allocate(
+          type.dtype(), {type.shape().begin(), type.shape().end()}));
+      std::string bytes;
+      PARTITA_RETURN_IF_ERROR(
+          world.store->get(outputKey(rank, binding.name()), bytes));
+      if (bytes.size() != memory.tensor().byteSize())
+        return Status::error("rank " + std::to_string(rank) + " sent " +
+                             std::to_string(bytes.size()) +
+                             " bytes for output '" + binding.name() +
+                             "', expected " +
+                             std::to_string(memory.tensor().byteSize()));
+      std::memcpy(memory.tensor().data, bytes.data(), bytes.size());
+      run.outputs.push_back({binding.name(), memory.tensor()});
+    }
+  }
+  return Status::ok();
+}
+
+/// This program's own path, to start the ranks' processes.
+Status selfExecutable(std::string &path) {
+  char buffer[4096];
+  ssize_t length = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (length <= 0)
+    return Status::error(std::string("cannot find this executable: ") +
+                         std::strerror(errno));
+  path.assign(buffer, size_t(length));
+  return Status::ok();
+}
+
+/// Sets up the ranks of a cuda artifact that this process runs, or starts
+/// one process per rank and returns `launched` when they are done.
+Status setUpCuda(const Artifact &artifact, const Options &options, int argc,
+                 char **argv, World &world, bool &launched) {
+  const Manifest &manifest = artifact.manifest();
+  int32_t worldSize = manifest.worldSize;
+  std::string compiled = options.artifact + " was compiled for --target cuda";
+  if (!CudaDevice::available())
+    return Status::error(compiled +
+                         ", but this build of partita-run has no CUDA support "
+                         "(it was configured without the CUDA toolkit)");
+  int32_t gpus = 0;
+  Status counted = CudaDevice::deviceCount(gpus);
+  if (!counted)
+    return Status::error(compiled + ": " + counted.message());
+  auto timeout = std::chrono::milliseconds(
+      int64_t(std::ceil(options.timeoutSeconds * 1000)));
+  CudaDeviceOptions deviceOptions;
+  deviceOptions.timeout = timeout;
+
+  RankEnvironment environment;
+  bool joined = false;
+  PARTITA_RETURN_IF_ERROR(readRankEnvironment(environment, joined));
+  if (joined && options.singleGpu)
+    return Status::error("--single-gpu runs every rank in this process, but "
+                         "the environment (" +
+                         environment.source + ") makes it rank " +
+                         std::to_string(environment.rank) + " of " +
+                         std::to_string(environment.worldSize));
+  world.runs.resize(size_t(worldSize));
+
+  if (options.singleGpu || (!joined && worldSize == 1)) {
+    // Every rank as a thread with a device of its own on one GPU.
+    int32_t ordinal = joined ? environment.localRank : 0;
+    std::vector<CudaDevice *> devices;
+    for (int32_t rank = 0; rank < worldSize; ++rank) {
+      RankRun &run = world.runs[size_t(rank)];
+      Status created = CudaDevice::create(ordinal, deviceOptions, run.device);
+      if (!created)
+        return Status::error("rank " + std::to_string(rank) + ": " +
+                             created.message());
+      devices.push_back(run.device.get());
+      world.local.push_back(rank);
+    }
+    return CudaRankWorld::create(devices, timeout, world.cudaRanks);
+  }
+
+  if (!joined) {
+    // One process per GPU on this node: this program again, once per rank.
+    if (gpus < worldSize)
+      return Status::error(
+          compiled + " with " + std::to_string(worldSize) +
+          " ranks, one per GPU, but this machine has " + std::to_string(gpus) +
+          " GPU" + (gpus == 1 ? "" : "s") +
+          "; run it across nodes with a launcher, or pass --single-gpu to run "
+          "every rank on one GPU");
+    LaunchOptions launch;
+    PARTITA_RETURN_IF_ERROR(selfExecutable(launch.executable));
+    launch.arguments.assign(argv + 1, argv + argc);
+    launch.ranks = worldSize;
+    launched = true;
+    return launchRanks(launch);
+  }
+
+  if (environment.worldSize != worldSize)
+    return Status::error("the environment (" + environment.source + ") runs " +
+                         std::to_string(environment.worldSize) +
+                         " ranks, but " + options.artifact + " has " +
+                         std::to_string(worldSize));
+  if (environment.localRank >= gpus)
+    return Status::error(
+        "rank " + std::to_string(environment.rank) + " is local rank " +
+        std::to_string(environment.localRank) + " on its node, which has " +
+        std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s"));
+  int32_t rank = environment.rank;
+  world.joinedRank = rank;
+  world.local.push_back(rank);
+  RankRun &run = world.runs[size_t(rank)];
+  Status created =
+      CudaDevice::create(environment.localRank, deviceOptions, run.device);
+  if (!created)
+    return Status::error("rank " + std::to_string(rank) + ": " +
+                         created.message());
+  Status stored =
+      rank == 0
+          ? TcpStore::serve(environment.masterPort, timeout, world.store)
+          : TcpStore::connect(environment.masterAddress, environment.masterPort,
+                              timeout, world.store);
+  if (!stored)
+    return Status::error("rank " + std::to_string(rank) + ": " +
+                         stored.message());
+  std::vector<const program::Program *> programs;
+  for (int32_t r = 0; r < worldSize; ++r)
+    programs.push_back(&artifact.program(r));
+  return NcclCommunicator::create(*run.device, *world.store, rank, worldSize,
+                                  collectGroups(programs), timeout, world.nccl);
+}
+
 int runMain(int argc, char **argv) {
   Options options;
   bool help = false;
@@ -484,18 +696,20 @@ int runMain(int argc, char **argv) {
   if (!opened)
     return fail(opened.message());
   const Manifest &manifest = artifact->manifest();
-  if (manifest.target != "host")
-    return fail(options.artifact + " was compiled for --target " +
-                manifest.target +
-                "; this build of partita-run runs host artifacts only (the "
-                "CUDA backend comes later): compile with --target host");
+  bool cuda = manifest.target == "cuda";
+  if (!cuda && manifest.target != "host")
+    return fail(options.artifact + " was compiled for an unknown target '" +
+                manifest.target + "'");
+  if (!cuda && options.singleGpu)
+    return fail("--single-gpu runs cuda artifacts; " + options.artifact +
+                " was compiled for --target host");
   int32_t worldSize = manifest.worldSize;
   if (options.ranks >= 0 && options.ranks != worldSize)
     return fail("--ranks " + std::to_string(options.ranks) +
                 " does not match the artifact: its mesh has " +
                 std::to_string(worldSize) +
-                " ranks, and a host artifact runs all of them in this "
-                "process; compile with another --mesh for another count");
+                " ranks, and every one of them must run; compile with "
+                "another --mesh for another count");
   for (const TensorSpec &spec : manifest.outputs)
     if (!spec.sharding.partial.empty())
       return fail("output '" + spec.name + "' holds partial sums (sharding " +
@@ -507,26 +721,46 @@ int runMain(int argc, char **argv) {
   if (!read)
     return fail(read.message());
 
+  World world;
+  if (cuda) {
+    bool launched = false;
+    Status ready = setUpCuda(*artifact, options, argc, argv, world, launched);
+    if (!ready)
+      return fail(ready.message());
+    if (launched)
+      return 0;
+  } else {
+    world.host = std::make_unique<HostWorld>(
+        worldSize, std::chrono::milliseconds(
+                       int64_t(std::ceil(options.timeoutSeconds * 1000))));
+    world.runs.resize(size_t(worldSize));
+    for (int32_t rank = 0; rank < worldSize; ++rank)
+      world.local.push_back(rank);
+  }
+
   unsigned threads = unsigned(options.threads);
   if (threads == 0)
     threads =
         std::max(1u, std::thread::hardware_concurrency() / unsigned(worldSize));
-  HostWorld world(worldSize, std::chrono::milliseconds(int64_t(
-                                 std::ceil(options.timeoutSeconds * 1000))));
-  std::vector<RankRun> runs(static_cast<size_t>(worldSize));
-  for (int32_t rank = 0; rank < worldSize; ++rank) {
-    Status prepared = prepareRank(*artifact, rank, world.communicator(rank),
-                                  threads, inputs, runs[size_t(rank)]);
+  std::vector<RankRun> &runs = world.runs;
+  for (int32_t rank : world.local) {
+    RankRun &run = runs[size_t(rank)];
+    if (run.device) {
+      std::string image;
+      Status loaded = readCudaModule(*artifact, rank, image);
+      if (loaded)
+        loaded = run.device->loadModule(image);
+      if (!loaded)
+        return fail("rank " + std::to_string(rank) + ": " + loaded.message());
+    }
+    Communicator &communicator = world.host ? world.host->communicator(rank)
+                                 : world.cudaRanks
+                                     ? world.cudaRanks->communicator(rank)
+                                     : static_cast<Communicator &>(*world.nccl);
+    Status prepared =
+        prepareRank(*artifact, rank, communicator, threads, inputs, run);
     if (!prepared)
       return fail(prepared.message());
-  }
-
-  std::vector<OutputPlan> outputs(manifest.outputs.size());
-  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
-    Status planned =
-        planOutput(manifest, manifest.outputs[i], runs, outputs[i]);
-    if (!planned)
-      return fail(planned.message());
   }
 
   int64_t warmup = options.warmup >= 0  ? options.warmup
@@ -543,6 +777,22 @@ int runMain(int argc, char **argv) {
     if (iteration >= warmup)
       latencies.push_back(
           std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  if (world.joinedRank >= 0) {
+    Status exchanged = exchangeOutputs(*artifact, world);
+    if (!exchanged)
+      return fail(exchanged.message());
+    // Rank 0 writes the outputs and prints.
+    if (world.joinedRank > 0)
+      return 0;
+  }
+
+  std::vector<OutputPlan> outputs(manifest.outputs.size());
+  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+    Status planned =
+        planOutput(manifest, manifest.outputs[i], runs, outputs[i]);
+    if (!planned)
+      return fail(planned.message());
   }
 
   if (!options.outputDirectory.empty()) {

@@ -250,6 +250,12 @@ Status ArtifactWriter::Impl::writeInto(const std::string &directory,
         "sha256:" + Sha256::hexDigest(contents.data(), contents.size());
   }
 
+  for (const RankEntry &entry : written.ranks)
+    for (const std::string *file : {&entry.cudaSource, &entry.cudaFatbin})
+      if (!file->empty() && !written.files.count(*file))
+        return Status::error("rank " + std::to_string(entry.rank) + " names '" +
+                             *file + "', which was not added to the artifact");
+
   std::string text;
   PARTITA_RETURN_IF_ERROR(manifestToJson(written, text));
   PARTITA_RETURN_IF_ERROR(
@@ -445,8 +451,13 @@ Status Artifact::Impl::load() {
                            "' has no entry in 'files'");
     return Status::ok();
   };
-  for (const RankEntry &entry : manifest.ranks)
+  for (const RankEntry &entry : manifest.ranks) {
     PARTITA_RETURN_IF_ERROR(covered(entry.program));
+    if (manifest.target == "cuda") {
+      PARTITA_RETURN_IF_ERROR(covered(entry.cudaSource));
+      PARTITA_RETURN_IF_ERROR(covered(entry.cudaFatbin));
+    }
+  }
   for (const std::string &relative : manifest.weightFiles)
     PARTITA_RETURN_IF_ERROR(covered(relative));
   PARTITA_RETURN_IF_ERROR(verifyFiles());

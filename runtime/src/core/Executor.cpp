@@ -132,7 +132,16 @@ struct Executor::Impl {
   std::vector<AlignedBytes> constants;
   /// Caller memory of INPUT/OUTPUT buffers during a run, by buffer id.
   std::vector<void *> bound;
+  /// On a device with memory of its own: the weights and constants uploaded
+  /// at load (a weight by its mapped address, as names may share a tensor),
+  /// and the device copies of inputs and outputs, staged around each run.
+  std::vector<void *> deviceMemory;
+  std::map<const void *, void *> uploadedWeights;
   std::unique_ptr<CommunicationThread> communication;
+
+  ~Impl();
+  Status upload(const void *host, uint64_t bytes, void *&memory);
+  Status allocateOnDevice(uint64_t bytes, void *&memory);
 
   Status load(const WeightStore &weights);
   Status loadBuffer(int32_t id, const Buffer &buffer,
@@ -145,6 +154,9 @@ struct Executor::Impl {
        const google::protobuf::RepeatedPtrField<program::Binding> &bindings,
        const char *kind);
   Status execute();
+  /// execute() on a device with memory of its own: inputs are copied in
+  /// before, outputs out after, and the run ends when the device is idle.
+  Status executeStaged();
   Status communicate(const program::Instruction &instruction);
 
   std::string where(size_t index) const;
@@ -157,6 +169,34 @@ struct Executor::Impl {
     return Tensor{memory, slot.dtype, slot.shape};
   }
 };
+
+Executor::Impl::~Impl() {
+  // Pending communication references this executor's buffers, and queued
+  // device work its memory: drain both before releasing anything.
+  communication.reset();
+  if (device) {
+    (void)device->synchronize();
+    for (void *memory : deviceMemory)
+      device->deallocate(memory);
+  }
+}
+
+Status Executor::Impl::allocateOnDevice(uint64_t bytes, void *&memory) {
+  memory = nullptr;
+  if (bytes == 0)
+    return Status::ok();
+  PARTITA_RETURN_IF_ERROR(
+      device->allocate(size_t(bytes), kArenaAlignment, &memory));
+  deviceMemory.push_back(memory);
+  return Status::ok();
+}
+
+Status Executor::Impl::upload(const void *host, uint64_t bytes, void *&memory) {
+  PARTITA_RETURN_IF_ERROR(allocateOnDevice(bytes, memory));
+  if (bytes > 0)
+    PARTITA_RETURN_IF_ERROR(device->copyToDevice(memory, host, size_t(bytes)));
+  return Status::ok();
+}
 
 std::string Executor::Impl::where(size_t index) const {
   const program::Instruction &instruction = program->instructions(int(index));
@@ -205,6 +245,13 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
   }
   case Buffer::INPUT:
   case Buffer::OUTPUT:
+    // Caller memory on a host device; staged through device memory of the
+    // executor's on others.
+    if (!device->sharesHostMemory()) {
+      Status allocated = allocateOnDevice(slot.bytes, slot.memory);
+      if (!allocated)
+        return Status::error(name + ": " + allocated.message());
+    }
     return Status::ok();
   case Buffer::WEIGHT: {
     const Tensor *weight = weights.find(buffer.weight());
@@ -217,6 +264,18 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
                            " in the artifact, the program expects " +
                            typeString(slot.dtype, slot.shape));
     slot.memory = weight->data;
+    if (device->sharesHostMemory())
+      return Status::ok();
+    auto uploaded = uploadedWeights.find(weight->data);
+    if (uploaded != uploadedWeights.end()) {
+      slot.memory = uploaded->second;
+      return Status::ok();
+    }
+    Status copied = upload(weight->data, slot.bytes, slot.memory);
+    if (!copied)
+      return Status::error(name + ": weight '" + buffer.weight() +
+                           "': " + copied.message());
+    uploadedWeights[weight->data] = slot.memory;
     return Status::ok();
   }
   case Buffer::CONSTANT: {
@@ -225,6 +284,12 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
                            std::to_string(buffer.data().size()) + " bytes, " +
                            typeString(slot.dtype, slot.shape) + " needs " +
                            std::to_string(slot.bytes));
+    if (!device->sharesHostMemory()) {
+      Status copied = upload(buffer.data().data(), slot.bytes, slot.memory);
+      if (!copied)
+        return Status::error(name + ": " + copied.message());
+      return Status::ok();
+    }
     AlignedBytes copy = allocateAligned(slot.bytes);
     if (slot.bytes > 0 && !copy)
       return Status::error(name + ": out of memory");
@@ -412,10 +477,6 @@ Status Executor::Impl::load(const WeightStore &weights) {
         std::to_string(program->world_size()) + ", the communicator is rank " +
         std::to_string(communicator->rank()) + " of " +
         std::to_string(communicator->worldSize()));
-  if (!device->sharesHostMemory())
-    return Status::error(device->name() +
-                         ": this executor runs only on devices that share "
-                         "host memory");
   if (program->arena_bytes() > 0) {
     void *memory = nullptr;
     Status allocated =
@@ -434,6 +495,8 @@ Status Executor::Impl::load(const WeightStore &weights) {
   PARTITA_RETURN_IF_ERROR(resolveAliases());
   PARTITA_RETURN_IF_ERROR(checkBindings());
   PARTITA_RETURN_IF_ERROR(checkInstructions());
+  // Uploads are asynchronous: finish them here, where their errors belong.
+  PARTITA_RETURN_IF_ERROR(device->synchronize());
   communication = std::make_unique<CommunicationThread>();
   return Status::ok();
 }
@@ -512,9 +575,15 @@ Status Executor::Impl::communicate(const program::Instruction &instruction) {
 
 Status Executor::Impl::execute() {
   BufferResolver resolver = [this](int32_t id) { return resolve(id); };
-  // Started asynchronous transfers, by token, with the instruction that
-  // started them (for messages).
-  std::map<int32_t, std::pair<size_t, std::future<Status>>> inFlight;
+  // Started asynchronous transfers, by token: the instruction that started
+  // them (for messages), their completion and the device event that marks
+  // it on the communication queue.
+  struct Started {
+    size_t origin;
+    std::future<Status> done;
+    std::shared_ptr<std::shared_ptr<DeviceEvent>> finished;
+  };
+  std::map<int32_t, Started> inFlight;
   Status failure = Status::ok();
   for (int index = 0; index < program->instructions_size(); ++index) {
     const program::Instruction &instruction = program->instructions(index);
@@ -532,19 +601,38 @@ Status Executor::Impl::execute() {
       int32_t token = instruction.has_collective()
                           ? instruction.collective().token()
                           : instruction.p2p().token();
-      std::future<Status> done = communication->submit(
-          [this, &instruction] { return communicate(instruction); });
-      if (async)
-        inFlight[token] = {origin, std::move(done)};
-      else
+      // On a device with queues, the communication queue starts after the
+      // kernels issued so far (they produce its operands), and the kernels
+      // after the wait start after the communication (they read its result).
+      std::shared_ptr<DeviceEvent> computed;
+      status = device->record(DeviceQueue::Compute, computed);
+      if (!status)
+        break;
+      auto finished = std::make_shared<std::shared_ptr<DeviceEvent>>();
+      std::future<Status> done =
+          communication->submit([this, &instruction, computed, finished] {
+            PARTITA_RETURN_IF_ERROR(
+                device->waitFor(DeviceQueue::Communication, computed.get()));
+            PARTITA_RETURN_IF_ERROR(communicate(instruction));
+            return device->record(DeviceQueue::Communication, *finished);
+          });
+      if (async) {
+        inFlight[token] = {origin, std::move(done), std::move(finished)};
+      } else {
         status = done.get();
+        if (status)
+          status = device->waitFor(DeviceQueue::Compute, finished->get());
+      }
       break;
     }
     case program::Instruction::kWait: {
       auto it = inFlight.find(instruction.wait().token());
       // The load-time check pairs every wait with a started token.
-      origin = it->second.first;
-      status = it->second.second.get();
+      origin = it->second.origin;
+      status = it->second.done.get();
+      if (status)
+        status =
+            device->waitFor(DeviceQueue::Compute, it->second.finished->get());
       inFlight.erase(it);
       break;
     }
@@ -562,9 +650,38 @@ Status Executor::Impl::execute() {
     // transfers in flight, which reference this run's buffers.
     communicator->abort(failure.message());
     for (auto &[token, started] : inFlight)
-      (void)started.second.get();
+      (void)started.done.get();
   }
   return failure;
+}
+
+Status Executor::Impl::executeStaged() {
+  std::string rank = "rank " + std::to_string(program->rank()) + ": ";
+  auto staged = [&](Status status, const std::string &what) {
+    if (status)
+      return status;
+    std::string message = rank + what + ": " + status.message();
+    communicator->abort(message);
+    return Status::error(message);
+  };
+  for (const program::Binding &binding : program->inputs()) {
+    const BufferSlot &slot = slots[size_t(binding.buffer())];
+    if (slot.bytes > 0)
+      PARTITA_RETURN_IF_ERROR(staged(
+          device->copyToDevice(slot.memory, bound[size_t(binding.buffer())],
+                               size_t(slot.bytes)),
+          "input '" + binding.name() + "'"));
+  }
+  PARTITA_RETURN_IF_ERROR(execute());
+  for (const program::Binding &binding : program->outputs()) {
+    const BufferSlot &slot = slots[size_t(binding.buffer())];
+    if (slot.bytes > 0)
+      PARTITA_RETURN_IF_ERROR(
+          staged(device->copyToHost(bound[size_t(binding.buffer())],
+                                    slot.memory, size_t(slot.bytes)),
+                 "output '" + binding.name() + "'"));
+  }
+  return staged(device->synchronize(), device->name());
 }
 
 Executor::Executor() : impl(std::make_unique<Impl>()) {}
@@ -610,7 +727,9 @@ Status Executor::run(const std::vector<NamedTensor> &inputs,
       bound = impl->bind(outputs, impl->program->outputs(), "output");
     if (!bound)
       return Status::error(rank + bound.message());
-    return impl->execute();
+    if (impl->device->sharesHostMemory())
+      return impl->execute();
+    return impl->executeStaged();
   } catch (const std::exception &e) {
     std::string message = rank + e.what();
     impl->communicator->abort(message);

@@ -168,6 +168,11 @@ void parseManifest(const json &root, const std::string &where,
                                 getInt(it.value(), at + ".coords." + it.key()));
     entry.stage = getInt32(ranks[i], "stage", at);
     entry.program = getString(ranks[i], "program", at);
+    if (ranks[i].contains("cuda")) {
+      const json &cuda = field(ranks[i], "cuda", at);
+      entry.cudaSource = getString(cuda, "source", at + ".cuda");
+      entry.cudaFatbin = getString(cuda, "fatbin", at + ".cuda");
+    }
     manifest.ranks.push_back(std::move(entry));
   }
 
@@ -181,6 +186,11 @@ void parseManifest(const json &root, const std::string &where,
   for (size_t i = 0; i < outputs.size(); ++i)
     manifest.outputs.push_back(parseTensorSpec(
         outputs[i], where + ".outputs[" + std::to_string(i) + "]"));
+
+  if (root.contains("cuda"))
+    manifest.cudaArchs = getStrings(
+        getArray(field(root, "cuda", where), "archs", where + ".cuda"),
+        where + ".cuda.archs");
 
   const json &schedule = field(root, "schedule", where);
   if (!schedule.is_null() && !schedule.is_object())
@@ -327,7 +337,17 @@ Status partita::runtime::validateManifest(const Manifest &manifest) {
     }
     if (entry.stage < 0)
       return Status::error(where + " has a negative stage");
+    bool cuda = manifest.target == "cuda";
+    if (cuda && (entry.cudaSource.empty() || entry.cudaFatbin.empty()))
+      return Status::error(where + " of a cuda artifact names no CUDA "
+                                   "source and fatbin");
+    if (!cuda && (!entry.cudaSource.empty() || !entry.cudaFatbin.empty()))
+      return Status::error(where + " of a host artifact names CUDA files");
   }
+  if ((manifest.target == "cuda") == manifest.cudaArchs.empty())
+    return Status::error(manifest.target == "cuda"
+                             ? "a cuda artifact lists no CUDA architectures"
+                             : "a host artifact lists CUDA architectures");
   PARTITA_RETURN_IF_ERROR(
       checkTensorSpecs(manifest.inputs, "input", axisNames));
   return checkTensorSpecs(manifest.outputs, "output", axisNames);
@@ -344,10 +364,14 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
       json coords = json::object();
       for (const auto &[name, coord] : entry.coords)
         coords[name] = coord;
-      ranks.push_back({{"rank", entry.rank},
-                       {"coords", coords},
-                       {"stage", entry.stage},
-                       {"program", entry.program}});
+      json rank = {{"rank", entry.rank},
+                   {"coords", coords},
+                   {"stage", entry.stage},
+                   {"program", entry.program}};
+      if (!entry.cudaSource.empty() || !entry.cudaFatbin.empty())
+        rank["cuda"] = {{"source", entry.cudaSource},
+                        {"fatbin", entry.cudaFatbin}};
+      ranks.push_back(std::move(rank));
     }
     json inputs = json::array(), outputs = json::array();
     for (const TensorSpec &spec : manifest.inputs)
@@ -371,6 +395,8 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
     root["weights"] = manifest.weightFiles;
     root["inputs"] = inputs;
     root["outputs"] = outputs;
+    if (!manifest.cudaArchs.empty())
+      root["cuda"] = {{"archs", manifest.cudaArchs}};
     root["schedule"] = schedule;
     root["compile_options"] = manifest.compileOptions;
     root["files"] = manifest.files;

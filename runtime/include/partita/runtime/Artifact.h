@@ -46,6 +46,11 @@ struct RankEntry {
   int32_t stage = 0;
   /// `programs/rank<N>.pb`; ArtifactWriter::commit fills it in.
   std::string program;
+  /// For target `cuda`: the rank's generated CUDA source and the fatbin nvcc
+  /// built from it (paths of files of the artifact; ranks with equal sources
+  /// share both). Empty for target `host`.
+  std::string cudaSource;
+  std::string cudaFatbin;
 };
 
 /// How a global input or output is laid out over the mesh.
@@ -82,6 +87,9 @@ struct Manifest {
   /// (null in manifest.json).
   std::string scheduleJson;
   std::map<std::string, std::string> compileOptions;
+  /// For target `cuda`: the architectures the fatbins hold code for
+  /// (`sm_80`, `sm_90a`, ...).
+  std::vector<std::string> cudaArchs;
   /// Filled by ArtifactWriter::commit and by the loader: the weights files
   /// (paths relative to the artifact), and every file's `sha256:<hex>`.
   std::vector<std::string> weightFiles;

@@ -19,9 +19,21 @@
 #include "partita/runtime/Status.h"
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace partita::runtime {
+
+/// A point in one of a device's queues that another queue can wait for
+/// (CUDA: an event). Synchronous devices have none.
+class DeviceEvent {
+public:
+  virtual ~DeviceEvent() = default;
+};
+
+/// The queues of a device: kernels and copies run on Compute, collectives
+/// and transfers on Communication, so the two overlap.
+enum class DeviceQueue { Compute, Communication };
 
 class Device {
 public:
@@ -46,6 +58,22 @@ public:
                            const BufferResolver &buffers) = 0;
   /// Waits until everything enqueued has finished.
   virtual Status synchronize() = 0;
+
+  /// Marks the work issued so far on `queue`; `event` stays null on devices
+  /// that run everything synchronously (the host). Thread-safe.
+  virtual Status record(DeviceQueue queue,
+                        std::shared_ptr<DeviceEvent> &event) {
+    (void)queue;
+    event = nullptr;
+    return Status::ok();
+  }
+  /// Makes the work issued next on `queue` wait for `event` (null: nothing
+  /// to wait for). Thread-safe.
+  virtual Status waitFor(DeviceQueue queue, const DeviceEvent *event) {
+    (void)queue;
+    (void)event;
+    return Status::ok();
+  }
 };
 
 /// The CPU: kernels run synchronously on a thread pool.

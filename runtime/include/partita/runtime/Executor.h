@@ -11,6 +11,12 @@
 // thread of its own, so asynchronous ones overlap the kernels that follow
 // them until their Wait.
 //
+// On a device with memory and queues of its own (CUDA), weights and
+// constants are uploaded once at load, inputs and outputs are staged
+// through device copies around each run, and the device's events order the
+// communication queue after the kernels that produce its operands and the
+// kernels after a Wait after the communication.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef PARTITA_RUNTIME_EXECUTOR_H

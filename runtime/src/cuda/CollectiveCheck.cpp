@@ -1,0 +1,142 @@
+//===- CollectiveCheck.cpp - what every member checks alone ---------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CollectiveCheck.h"
+
+#include <algorithm>
+#include <set>
+
+using namespace partita::runtime;
+using namespace partita::runtime::cuda;
+namespace program = partita::program;
+
+namespace {
+
+const char *kindName(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+    return "all_reduce";
+  case CollectiveKind::AllGather:
+    return "all_gather";
+  case CollectiveKind::ReduceScatter:
+    return "reduce_scatter";
+  case CollectiveKind::AllToAll:
+    return "all_to_all";
+  case CollectiveKind::CollectivePermute:
+    return "collective_permute";
+  }
+  return "?";
+}
+
+} // namespace
+
+std::string CollectiveCall::describe(const Tensor &in, const Tensor &out,
+                                     const Group &group) const {
+  std::string text = kindName(kind);
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+    text += "(" + reductionName(reduction) + ")";
+    break;
+  case CollectiveKind::AllGather:
+    text += "(dim " + std::to_string(dim) + ")";
+    break;
+  case CollectiveKind::ReduceScatter:
+    text +=
+        "(" + reductionName(reduction) + ", dim " + std::to_string(dim) + ")";
+    break;
+  case CollectiveKind::AllToAll:
+    text += "(split " + std::to_string(dim) + ", concat " +
+            std::to_string(concatDim) + ")";
+    break;
+  case CollectiveKind::CollectivePermute:
+    text += "(shift " + std::to_string(shift) + ")";
+    break;
+  }
+  return text + " " + dtypeName(in.dtype) + " " + shapeString(in.shape) +
+         " -> " + shapeString(out.shape) + " over group " + groupString(group);
+}
+
+bool cuda::overlaps(const Tensor &a, const Tensor &b) {
+  if (!a.data || !b.data || a.byteSize() == 0 || b.byteSize() == 0)
+    return false;
+  const char *aBegin = static_cast<const char *>(a.data);
+  const char *bBegin = static_cast<const char *>(b.data);
+  return aBegin < bBegin + b.byteSize() && bBegin < aBegin + a.byteSize();
+}
+
+Status cuda::checkCollective(const CollectiveCall &call, const Tensor &in,
+                             const Tensor &out, const Group &group,
+                             int32_t rank, int32_t worldSize, size_t &index) {
+  std::string what = std::string(kindName(call.kind)) + " over group " +
+                     groupString(group) + " on rank " + std::to_string(rank);
+  if (group.empty())
+    return Status::error(what + ": the group is empty");
+  std::set<int32_t> members;
+  for (int32_t member : group)
+    if (member < 0 || member >= worldSize || !members.insert(member).second)
+      return Status::error(what +
+                           ": the group must list distinct ranks of 0.." +
+                           std::to_string(worldSize - 1));
+  auto self = std::find(group.begin(), group.end(), rank);
+  if (self == group.end())
+    return Status::error(what + ": this rank is not a member");
+  index = size_t(self - group.begin());
+  if (dtypeSize(in.dtype) == 0)
+    return Status::error(what + ": unsupported dtype");
+  if (out.dtype != in.dtype)
+    return Status::error(what + ": the result is " + dtypeName(out.dtype) +
+                         ", the operand " + dtypeName(in.dtype));
+  for (const Tensor *tensor : {&in, &out})
+    for (int64_t dim : tensor->shape)
+      if (dim < 0)
+        return Status::error(what + ": negative dimension in " +
+                             shapeString(tensor->shape));
+  if ((!in.data && in.numElements() > 0) ||
+      (!out.data && out.numElements() > 0))
+    return Status::error(what + ": a buffer has no memory");
+  int64_t n = int64_t(group.size());
+  int64_t rankOf = int64_t(in.shape.size());
+  auto checkDim = [&](int64_t dim, const char *name) -> Status {
+    if (dim < 0 || dim >= rankOf)
+      return Status::error(what + ": " + name + " " + std::to_string(dim) +
+                           " is not a dimension of " + shapeString(in.shape));
+    return Status::ok();
+  };
+  auto checkSplit = [&](int64_t dim) -> Status {
+    if (in.shape[size_t(dim)] % n != 0)
+      return Status::error(what + ": dimension " + std::to_string(dim) +
+                           " of " + shapeString(in.shape) +
+                           " does not split into " + std::to_string(n));
+    return Status::ok();
+  };
+  std::vector<int64_t> expected = in.shape;
+  switch (call.kind) {
+  case CollectiveKind::AllReduce:
+  case CollectiveKind::CollectivePermute:
+    break;
+  case CollectiveKind::AllGather:
+    PARTITA_RETURN_IF_ERROR(checkDim(call.dim, "dim"));
+    expected[size_t(call.dim)] *= n;
+    break;
+  case CollectiveKind::ReduceScatter:
+    PARTITA_RETURN_IF_ERROR(checkDim(call.dim, "dim"));
+    PARTITA_RETURN_IF_ERROR(checkSplit(call.dim));
+    expected[size_t(call.dim)] /= n;
+    break;
+  case CollectiveKind::AllToAll:
+    PARTITA_RETURN_IF_ERROR(checkDim(call.dim, "split dim"));
+    PARTITA_RETURN_IF_ERROR(checkDim(call.concatDim, "concat dim"));
+    PARTITA_RETURN_IF_ERROR(checkSplit(call.dim));
+    expected[size_t(call.dim)] /= n;
+    expected[size_t(call.concatDim)] *= n;
+    break;
+  }
+  if (out.shape != expected)
+    return Status::error(what + ": the result should be " +
+                         shapeString(expected) + ", it is " +
+                         shapeString(out.shape));
+  return Status::ok();
+}

@@ -1,0 +1,50 @@
+//===- CollectiveCheck.h - what every member checks alone -------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The checks a CUDA communicator makes on its own rank before it takes part
+// in a collective, with the host communicator's messages: the group lists
+// distinct ranks including this one, operand and result share a dtype, and
+// the result has the shape the collective gives.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_CUDA_COLLECTIVECHECK_H
+#define PARTITA_RUNTIME_CUDA_COLLECTIVECHECK_H
+
+#include "partita/runtime/Communicator.h"
+
+namespace partita::runtime::cuda {
+
+enum class CollectiveKind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  CollectivePermute
+};
+
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  Reduction reduction = Reduction::Sum;
+  int64_t dim = 0, concatDim = 0, shift = 0;
+
+  /// `all_gather(dim 1) f32 [2, 4] -> [2, 8] over group [0, 1]`.
+  std::string describe(const Tensor &in, const Tensor &out,
+                       const Group &group) const;
+};
+
+/// Checks `call` on `rank` of a world of `worldSize`; `index` is the rank's
+/// position in the group.
+Status checkCollective(const CollectiveCall &call, const Tensor &in,
+                       const Tensor &out, const Group &group, int32_t rank,
+                       int32_t worldSize, size_t &index);
+
+/// Whether two tensors' bytes overlap.
+bool overlaps(const Tensor &a, const Tensor &b);
+
+} // namespace partita::runtime::cuda
+
+#endif // PARTITA_RUNTIME_CUDA_COLLECTIVECHECK_H
