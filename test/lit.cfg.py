@@ -33,6 +33,14 @@ config.substitutions.insert(0, ("%python", python))
 # environment variable.
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
+# Tests that build fatbins need the CUDA toolkit's nvcc (no GPU).
+if config.partita_nvcc and os.access(config.partita_nvcc, os.X_OK):
+    config.available_features.add("nvcc")
+    config.substitutions.append(("%nvcc", config.partita_nvcc))
+# Fatbins built by tests are cached per build tree, not in the user's home.
+config.environment["PARTITA_CACHE_DIR"] = os.path.join(
+    config.partita_obj_root, "partita-cache")
+
 tool_dirs = [config.partita_tools_dir, config.llvm_tools_dir]
 tools = [
     ToolSubst("partita-opt", unresolved="fatal"),

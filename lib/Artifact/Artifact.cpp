@@ -10,10 +10,14 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/Schedule/Schedule.h"
 #include "partita/runtime/Artifact.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <set>
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -109,9 +113,37 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
   manifest.inputs = tensorSpecs(global, /*results=*/false);
   manifest.outputs = tensorSpecs(global, /*results=*/true);
   manifest.compileOptions = options.compileOptions;
+  manifest.cudaArchs = options.cudaArchs;
+  if (options.target == "cuda" && options.cudaModules.size() != programs.size())
+    return global.emitError()
+           << "the cuda artifact has " << options.cudaModules.size()
+           << " CUDA modules for " << programs.size() << " ranks";
+  std::set<std::string> storedModules;
   for (auto [rank, exec] : llvm::enumerate(programs)) {
     rt::RankEntry entry;
     entry.rank = rank;
+    if (options.target == "cuda") {
+      // Ranks of one stage share their source (the code is shape-specialised,
+      // not rank-specialised): name the files by its hash, store them once.
+      const CudaModule &module = options.cudaModules[rank];
+      std::string hash =
+          llvm::toHex(
+              llvm::SHA256::hash(llvm::arrayRefFromStringRef(module.source)),
+              /*LowerCase=*/true)
+              .substr(0, 16);
+      std::string stem = "cuda/" + hash;
+      entry.cudaSource = stem + ".cu";
+      entry.cudaFatbin = stem + ".fatbin";
+      if (storedModules.insert(hash).second)
+        for (auto [suffix, contents] :
+             {std::pair<const char *, const std::string *>{".cu",
+                                                           &module.source},
+              {".fatbin", &module.fatbin},
+              {".ptxas.txt", &module.ptxasLog}})
+          if (rt::Status status = writer.addFile(stem + suffix, *contents);
+              !status)
+            return global.emitError() << status.message();
+    }
     entry.coords = coordsOf(meshOf(global), rank);
     for (auto &[axis, coord] : entry.coords)
       if (axis == "pp")

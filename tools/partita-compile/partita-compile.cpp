@@ -5,8 +5,9 @@
 //===----------------------------------------------------------------------===//
 //
 // partita-compile MODEL.onnx -o ART [--mesh dp=2,tp=2] [--bind name=value,...]
-//                 [--target host] [--report FILE.json] [--explain]
-// partita-compile MODEL.onnx --emit nn|dist|local|exec [-o FILE]
+//                 [--target host|cuda] [--dtype fp32|bf16|fp16]
+//                 [--cuda-arch sm_80,sm_90a] [--report FILE.json] [--explain]
+// partita-compile MODEL.onnx --emit nn|dist|local|exec|cuda [-o FILE]
 //
 // Imports an ONNX model (binary or textual syntax), runs the pipeline up to
 // the requested stage, and writes the artifact or prints the stage. Errors
@@ -27,9 +28,13 @@
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/Dialect/NN/Transforms/Passes.h"
 #include "partita/Frontend/ONNX/Import.h"
 #include "partita/InitAllDialects.h"
 #include "partita/Pipelines/Pipelines.h"
+#include "partita/Target/CUDA/CodeGen.h"
+#include "partita/Target/CUDA/Nvcc.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -40,6 +45,7 @@
 using namespace mlir;
 using namespace mlir::partita;
 namespace cl = llvm::cl;
+namespace cudatarget = ::partita::target::cuda;
 
 namespace {
 
@@ -67,6 +73,17 @@ cl::opt<Target>
            cl::values(clEnumValN(Target::Host, "host", "CPU ranks"),
                       clEnumValN(Target::CUDA, "cuda", "NVIDIA GPUs")),
            cl::init(Target::Host));
+cl::opt<std::string>
+    dtype("dtype",
+          cl::desc("Storage type of the model's fp32 tensors (weights, "
+                   "activations, transfers); arithmetic accumulates in fp32 "
+                   "whatever it is"),
+          cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"));
+cl::opt<std::string>
+    cudaArch("cuda-arch",
+             cl::desc("GPU architectures the fatbin holds code for "
+                      "(--target cuda)"),
+             cl::value_desc("sm_80,sm_90a"), cl::init("sm_80,sm_90a"));
 cl::list<std::string>
     bindings("bind", cl::desc("Values of symbolic dimensions: name=value,..."),
              cl::value_desc("name=value"), cl::CommaSeparated);
@@ -225,20 +242,17 @@ int compile(MLIRContext &context) {
   OnnxImportOptions options;
   if (failed(parseBindings(options)))
     return 1;
-  if (target == Target::CUDA) {
-    llvm::errs() << "partita-compile: error: --target cuda is not implemented "
-                    "yet; this build compiles for --target host\n";
-    return 1;
-  }
-  if (emit == EmitStage::CUDA) {
-    llvm::errs() << "partita-compile: error: --emit cuda is not implemented "
-                    "yet; this build provides --emit nn, dist, local, exec "
-                    "and artifacts\n";
+  bool cuda = target == Target::CUDA || emit == EmitStage::CUDA;
+  cudatarget::NvccOptions nvcc;
+  if (llvm::Error error = cudatarget::parseCudaArchs(cudaArch, nvcc.archs)) {
+    llvm::errs() << "partita-compile: error: --cuda-arch " << cudaArch << ": "
+                 << llvm::toString(std::move(error)) << "\n";
     return 1;
   }
   if (emit == EmitStage::Artifact && outputFile.empty()) {
     llvm::errs() << "partita-compile: error: give the artifact directory with "
-                    "-o ART, or print a stage with --emit nn|dist|local|exec\n";
+                    "-o ART, or print a stage with --emit "
+                    "nn|dist|local|exec|cuda\n";
     return 1;
   }
   if (!meshSpec.empty()) {
@@ -254,6 +268,12 @@ int compile(MLIRContext &context) {
     llvm::errs() << "partita-compile: error: --collective-matmul expects "
                     "auto, always or never, got '"
                  << collectiveMatmul << "'\n";
+    return 1;
+  }
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
+    llvm::errs() << "partita-compile: error: --dtype expects fp32, bf16 or "
+                    "fp16, got '"
+                 << dtype << "'\n";
     return 1;
   }
   if (strategy != "megatron" && strategy != "none") {
@@ -279,6 +299,11 @@ int compile(MLIRContext &context) {
   nnOptions.raise = !noRaise;
   if (failed(runStage(*module, root, "Pipeline", [&](PassManager &pm) {
         buildNNPipeline(pm, nnOptions);
+        if (dtype != "fp32") {
+          ConvertFloatPassOptions convert;
+          convert.to = dtype == "bf16" ? "bf16" : "f16";
+          pm.nest<func::FuncOp>().addPass(createConvertFloatPass(convert));
+        }
       })))
     return 1;
 
@@ -354,6 +379,36 @@ int compile(MLIRContext &context) {
   if (!traceFile.empty() &&
       failed(writeTrace(main, programs, traceFile.getValue())))
     return 1;
+  // CUDA: kernels for every rank (filling in how each instruction runs on
+  // the device), then one nvcc build per distinct source.
+  std::vector<std::string> cudaSources;
+  if (cuda) {
+    TimingScope cudaTiming = root.nest("CUDA code generation");
+    for (auto [rank, exec] : llvm::enumerate(programs)) {
+      llvm::Expected<std::string> source =
+          cudatarget::generateCudaSource(exec.program, {});
+      if (!source) {
+        llvm::errs() << "partita-compile: error: rank " << rank << ": "
+                     << llvm::toString(source.takeError()) << "\n";
+        return 1;
+      }
+      cudaSources.push_back(std::move(*source));
+    }
+  }
+  if (emit == EmitStage::CUDA) {
+    std::string text;
+    for (auto [rank, source] : llvm::enumerate(cudaSources)) {
+      auto same = llvm::find(cudaSources, source);
+      if (cudaSources.size() > 1)
+        text += "// ===== rank " + std::to_string(rank) + " =====\n";
+      if (same != cudaSources.begin() + rank)
+        text += "// the module of rank " +
+                std::to_string(same - cudaSources.begin()) + "\n";
+      else
+        text += source;
+    }
+    return printStage([&](llvm::raw_ostream &os) { os << text; });
+  }
   if (emit == EmitStage::Exec) {
     std::string text;
     for (auto [rank, exec] : llvm::enumerate(programs)) {
@@ -368,9 +423,29 @@ int compile(MLIRContext &context) {
 
   TimingScope writeTiming = root.nest("Artifact");
   ArtifactOptions artifact;
-  artifact.target = "host";
+  artifact.target = cuda ? "cuda" : "host";
   artifact.compileOptions["source"] = inputFile;
-  artifact.compileOptions["target"] = "host";
+  artifact.compileOptions["target"] = artifact.target;
+  if (cuda) {
+    artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
+    artifact.cudaArchs = nvcc.archs;
+    std::map<std::string, CudaModule> built;
+    for (const std::string &source : cudaSources) {
+      auto [it, fresh] = built.try_emplace(source);
+      if (fresh) {
+        llvm::Expected<cudatarget::Fatbin> fatbin =
+            cudatarget::buildFatbin(source, nvcc);
+        if (!fatbin) {
+          llvm::errs() << "partita-compile: error: "
+                       << llvm::toString(fatbin.takeError()) << "\n";
+          return 1;
+        }
+        it->second = {source, std::move(fatbin->bytes),
+                      std::move(fatbin->ptxasLog)};
+      }
+      artifact.cudaModules.push_back(it->second);
+    }
+  }
   std::string bound;
   for (const std::string &entry : bindings)
     bound += (bound.empty() ? "" : ",") + entry;
@@ -378,6 +453,8 @@ int compile(MLIRContext &context) {
     artifact.compileOptions["bind"] = bound;
   if (noRaise)
     artifact.compileOptions["no-raise"] = "true";
+  if (dtype != "fp32")
+    artifact.compileOptions["dtype"] = dtype;
   if (!meshSpec.empty()) {
     artifact.compileOptions["mesh"] = meshSpec;
     artifact.compileOptions["strategy"] = strategy;

@@ -22,9 +22,22 @@
 
 namespace mlir::partita {
 
+/// The CUDA module of a rank: generated source, the fatbin nvcc built from
+/// it, and ptxas's report on its kernels.
+struct CudaModule {
+  std::string source;
+  std::string fatbin;
+  std::string ptxasLog;
+};
+
 struct ArtifactOptions {
   /// `host` or `cuda`.
   std::string target = "host";
+  /// For `cuda`: each rank's module (index = rank; ranks with equal sources
+  /// are stored once, under `cuda/<hash>.*`) and the architectures the
+  /// fatbins hold code for.
+  std::vector<CudaModule> cudaModules;
+  std::vector<std::string> cudaArchs;
   /// The flags the artifact was compiled with, recorded in its manifest.
   std::map<std::string, std::string> compileOptions;
 };
