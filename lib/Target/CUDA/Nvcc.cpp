@@ -69,23 +69,28 @@ partita::target::cuda::findNvcc(const NvccOptions &options) {
   return candidate;
 }
 
-namespace {
-
-/// The nvcc command line after the executable, for `input` → `output`.
-std::vector<std::string> nvccArguments(const NvccOptions &options,
-                                       StringRef input, StringRef output) {
+std::vector<std::string>
+partita::target::cuda::nvccArguments(const NvccOptions &options,
+                                     StringRef input, StringRef output) {
   std::vector<std::string> args = {"-std=c++17", "-O3", "-fatbin",   "-Xptxas",
                                    "-v",         "-o",  output.str()};
   // SASS for every architecture; PTX of the lowest one without the
   // architecture-specific `a` suffix (whose PTX newer GPUs cannot JIT).
+  // Lowest by number: as strings, sm_100 would sort before sm_80.
   std::string portable;
+  unsigned portableVersion = 0;
   for (const std::string &arch : options.archs) {
     StringRef number = StringRef(arch).drop_front(3);
     std::string compute = "compute_" + number.str();
     args.push_back("-gencode");
     args.push_back("arch=" + compute + ",code=" + arch);
-    if (!number.ends_with("a") && (portable.empty() || arch < portable))
+    unsigned version;
+    if (number.ends_with("a") || number.getAsInteger(10, version))
+      continue;
+    if (portable.empty() || version < portableVersion) {
       portable = arch;
+      portableVersion = version;
+    }
   }
   if (!portable.empty()) {
     std::string compute = "compute_" + StringRef(portable).drop_front(3).str();
@@ -95,6 +100,8 @@ std::vector<std::string> nvccArguments(const NvccOptions &options,
   args.push_back(input.str());
   return args;
 }
+
+namespace {
 
 std::string cacheDirectory(const NvccOptions &options) {
   std::string chosen = options.cacheDir;

@@ -158,15 +158,17 @@ private:
 // cuBLASLt plans
 //===----------------------------------------------------------------------===//
 
-/// What fixes a cuBLASLt plan: everything but the pointers.
+/// What fixes a cuBLASLt plan: everything but the pointers, save how
+/// aligned they are.
 struct MatmulShape {
   DType a, b, d, c, bias;
   int64_t m, n, k, batch, strideA, strideB, strideD;
   bool gelu;
+  uint32_t alignA = 256, alignB = 256, alignC = 256, alignD = 256;
 
   auto tie() const {
     return std::tie(a, b, d, c, bias, m, n, k, batch, strideA, strideB, strideD,
-                    gelu);
+                    gelu, alignA, alignB, alignC, alignD);
   }
   bool operator<(const MatmulShape &other) const { return tie() < other.tie(); }
 };
@@ -203,6 +205,17 @@ bool storageType(DType dtype, cudaDataType_t &type) {
   default:
     return false;
   }
+}
+
+/// The alignment (up to cuBLASLt's default assumption of 256 bytes) of every
+/// batch's matrix: arena buffers are only 64-byte aligned, and an algorithm
+/// chosen for 256-byte operands may fault or fail on them.
+uint32_t matmulAlignment(const void *pointer, int64_t batch, int64_t stride,
+                         DType dtype) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(pointer) | 256;
+  if (batch > 1 && stride > 0)
+    bits |= uint64_t(stride) * dtypeSize(dtype);
+  return uint32_t(bits & (~bits + 1));
 }
 
 std::string matmulString(const MatmulShape &shape) {
@@ -666,6 +679,16 @@ Status CudaDeviceOnGpu::plan(const MatmulShape &shape, MatmulPlan *&plan) {
   Status heuristic =
       set(lt->cublasLtMatmulPreferenceSetAttribute, preference,
           CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspaceBytes);
+  // cuBLASLt's operand A is our b, its B our a (see the layouts above).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] =
+      {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, shape.alignB},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, shape.alignA},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, shape.alignC},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, shape.alignD}};
+  for (const auto &[attribute, bytes] : alignments)
+    if (heuristic)
+      heuristic = set(lt->cublasLtMatmulPreferenceSetAttribute, preference,
+                      attribute, bytes);
   cublasLtMatmulHeuristicResult_t result{};
   int results = 0;
   if (heuristic)
@@ -698,6 +721,12 @@ Status CudaDeviceOnGpu::matmul(const program::CublasLtMatmul &step,
                     step.n(),        step.k(),        step.batch(),
                     step.stride_a(), step.stride_b(), step.stride_d(),
                     step.gelu()};
+  shape.alignA = matmulAlignment(a.data, shape.batch, shape.strideA, a.dtype);
+  shape.alignB = matmulAlignment(b.data, shape.batch, shape.strideB, b.dtype);
+  shape.alignD = matmulAlignment(d.data, shape.batch, shape.strideD, d.dtype);
+  shape.alignC = step.c() >= 0 ? matmulAlignment(c.data, shape.batch,
+                                                 shape.strideD, c.dtype)
+                               : shape.alignD;
   std::string what = matmulString(shape);
   if (a.dtype == program::DTYPE_UNSPECIFIED ||
       b.dtype == program::DTYPE_UNSPECIFIED ||

@@ -14,7 +14,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "partita/Target/CUDA/CodeGen.h"
+#include "partita/Target/CUDA/Nvcc.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -503,6 +505,17 @@ TEST(CudaCodeGen, Errors) {
                   "attention at /attn: head dimensions 256 and 256"),
               std::string::npos);
   }
+}
+
+TEST(CudaCodeGen, NvccEmbedsPtxOfTheLowestPortableArchitecture) {
+  NvccOptions options;
+  options.archs = {"sm_90a", "sm_100", "sm_80"};
+  std::vector<std::string> args = nvccArguments(options, "in.cu", "out");
+  // By number, not as text ("sm_100" < "sm_80"): PTX for compute_80 is what
+  // an sm_90 GPU without SASS of its own can still JIT.
+  EXPECT_TRUE(llvm::is_contained(args, "arch=compute_80,code=compute_80"));
+  EXPECT_FALSE(llvm::is_contained(args, "arch=compute_100,code=compute_100"));
+  EXPECT_TRUE(llvm::is_contained(args, "arch=compute_100,code=sm_100"));
 }
 
 //===----------------------------------------------------------------------===//

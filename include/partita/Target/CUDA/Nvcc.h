@@ -48,6 +48,12 @@ struct Fatbin {
 llvm::Error parseCudaArchs(llvm::StringRef text,
                            std::vector<std::string> &archs);
 
+/// The nvcc command line after the executable that compiles `input` into
+/// the fatbin `output`.
+std::vector<std::string> nvccArguments(const NvccOptions &options,
+                                       llvm::StringRef input,
+                                       llvm::StringRef output);
+
 /// The nvcc this build would run for `options`, or an error saying why there
 /// is none.
 llvm::Expected<std::string> findNvcc(const NvccOptions &options);
