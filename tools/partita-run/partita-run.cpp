@@ -19,19 +19,18 @@
 // and MASTER_PORT set), or joined from a launcher's environment (torchrun,
 // mpirun, srun); rank 0 gathers the outputs through the bootstrap store.
 // --single-gpu runs every rank of a cuda artifact as threads sharing GPU 0.
+// Runs that hold every rank in this process go through Runner (Runner.h);
+// a joined rank uses its building blocks (prepareRank, runRanks, ...).
 //
 //===----------------------------------------------------------------------===//
 
 #include "partita/runtime/Artifact.h"
 #include "partita/runtime/CudaDevice.h"
-#include "partita/runtime/CudaMultiRankCommunicator.h"
 #include "partita/runtime/Executor.h"
 #include "partita/runtime/Float16.h"
-#include "partita/runtime/HostCommunicator.h"
-#include "partita/runtime/HostKernels.h"
 #include "partita/runtime/Launcher.h"
 #include "partita/runtime/NcclCommunicator.h"
-#include "partita/runtime/Sharding.h"
+#include "partita/runtime/Runner.h"
 #include "partita/runtime/TcpStore.h"
 #include "partita/runtime/TensorFile.h"
 
@@ -43,9 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <set>
 #include <sys/stat.h>
-#include <thread>
 #include <unistd.h>
 
 using namespace partita::runtime;
@@ -216,197 +213,6 @@ Status readInputs(const Manifest &manifest, const Options &options,
   return Status::ok();
 }
 
-/// What one rank runs with: its executor, pool, its shards of the sharded
-/// inputs and its output memory.
-struct RankRun {
-  /// The rank's GPU (cuda artifacts); outlives the executor.
-  std::unique_ptr<CudaDevice> device;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<Executor> executor;
-  std::vector<NamedTensor> inputs;
-  std::vector<NamedTensor> outputs;
-  std::vector<HostTensor> inputMemory;
-  std::vector<HostTensor> outputMemory;
-  Status status;
-};
-
-Status prepareRank(const Artifact &artifact, int32_t rank,
-                   Communicator &communicator, unsigned threads,
-                   const std::map<std::string, HostTensor> &inputs,
-                   RankRun &run) {
-  const Manifest &manifest = artifact.manifest();
-  const program::Program &program = artifact.program(rank);
-  std::string where = "rank " + std::to_string(rank);
-  if (run.device) {
-    PARTITA_RETURN_IF_ERROR(Executor::create(
-        program, artifact.weights(), communicator, *run.device, run.executor));
-  } else {
-    run.pool = std::make_unique<ThreadPool>(threads);
-    PARTITA_RETURN_IF_ERROR(Executor::create(
-        program, artifact.weights(), communicator, *run.pool, run.executor));
-  }
-  // A replicated input is read in place by every rank; a sharded one is
-  // copied, each rank getting its block. A pipeline stage binds only the
-  // inputs it uses.
-  for (const program::Binding &binding : program.inputs()) {
-    auto it = inputs.find(binding.name());
-    auto spec = std::find_if(manifest.inputs.begin(), manifest.inputs.end(),
-                             [&](const TensorSpec &candidate) {
-                               return candidate.name == binding.name();
-                             });
-    if (it == inputs.end() || spec == manifest.inputs.end())
-      return Status::error(where + " reads input '" + binding.name() +
-                           "', which the manifest does not list");
-    std::string what = "input '" + binding.name() + "'";
-    std::vector<int64_t> shape;
-    Status located = localShape(*spec, manifest, rank, shape);
-    if (!located)
-      return Status::error(what + ": " + located.message());
-    if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
-      return Status::error(where + ": " + what + " has no buffer");
-    const program::TensorType &type = program.buffers(binding.buffer()).type();
-    std::vector<int64_t> read(type.shape().begin(), type.shape().end());
-    if (type.dtype() != spec->dtype || read != shape)
-      return Status::error(what + " is " + specString(*spec) +
-                           " in the manifest with sharding " +
-                           shardingString(spec->sharding) + ", so " + where +
-                           " should read " + dtypeName(spec->dtype) + " " +
-                           shapeString(shape) + ", but its program reads " +
-                           dtypeName(type.dtype()) + " " + shapeString(read));
-    if (spec->sharding.isReplicated()) {
-      run.inputs.push_back({binding.name(), it->second.tensor()});
-      continue;
-    }
-    HostTensor shard;
-    Status extracted = extractShard(it->second.tensor(), spec->sharding,
-                                    manifest, rank, shard);
-    if (!extracted)
-      return Status::error(what + ": " + extracted.message());
-    run.inputs.push_back({binding.name(), shard.tensor()});
-    run.inputMemory.push_back(std::move(shard));
-  }
-  run.outputMemory.resize(size_t(program.outputs_size()));
-  for (int i = 0; i < program.outputs_size(); ++i) {
-    const program::Binding &binding = program.outputs(i);
-    if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
-      return Status::error("rank " + std::to_string(rank) + ": output '" +
-                           binding.name() + "' has no buffer");
-    const program::TensorType &type = program.buffers(binding.buffer()).type();
-    HostTensor &memory = run.outputMemory[size_t(i)];
-    Status allocated = memory.allocate(
-        type.dtype(), {type.shape().begin(), type.shape().end()});
-    if (!allocated)
-      return Status::error("rank " + std::to_string(rank) + ": output '" +
-                           binding.name() + "': " + allocated.message());
-    run.outputs.push_back({binding.name(), memory.tensor()});
-  }
-  return Status::ok();
-}
-
-/// Runs every rank once, concurrently; returns the first failure in rank
-/// order (each message names its rank).
-Status runAll(std::vector<RankRun> &runs) {
-  std::vector<std::thread> threads;
-  for (RankRun &run : runs)
-    if (run.executor)
-      threads.emplace_back(
-          [&run] { run.status = run.executor->run(run.inputs, run.outputs); });
-  for (std::thread &thread : threads)
-    thread.join();
-  std::string messages;
-  for (const RankRun &run : runs)
-    if (!run.status)
-      messages += (messages.empty() ? "" : "\n  ") + run.status.message();
-  return messages.empty() ? Status::ok() : Status::error(messages);
-}
-
-/// Where an output comes from: the first rank that binds a replicated one
-/// (rank 0, unless a pipeline puts the last stage elsewhere), every rank
-/// that binds a sharded one, assembled into `global`.
-struct OutputPlan {
-  const TensorSpec *spec = nullptr;
-  bool sharded = false;
-  std::vector<std::pair<int32_t, const Tensor *>> shards;
-  HostTensor global;
-
-  const Tensor &tensor() const {
-    return sharded ? global.tensor() : *shards[0].second;
-  }
-};
-
-Status planOutput(const Manifest &manifest, const TensorSpec &spec,
-                  const std::vector<RankRun> &runs, OutputPlan &plan) {
-  std::string what = "output '" + spec.name + "'";
-  plan.spec = &spec;
-  plan.sharded = !spec.sharding.isReplicated();
-  for (size_t r = 0; r < runs.size(); ++r) {
-    for (const NamedTensor &named : runs[r].outputs)
-      if (named.name == spec.name)
-        plan.shards.emplace_back(int32_t(r), &named.tensor);
-    if (!plan.sharded && !plan.shards.empty())
-      break;
-  }
-  if (plan.shards.empty())
-    return Status::error(what + " is produced by no rank");
-  if (!plan.sharded) {
-    const Tensor &found = *plan.shards[0].second;
-    if (found.dtype != spec.dtype || found.shape != spec.shape)
-      return Status::error(what + " is " + specString(spec) +
-                           " in the manifest, but its rank produces " +
-                           dtypeName(found.dtype) + " " +
-                           shapeString(found.shape));
-    return Status::ok();
-  }
-
-  // Every distinct shard must come from some rank, or part of the output
-  // would silently stay zero.
-  std::set<int64_t> covered;
-  int64_t count = 1;
-  for (const auto &[rank, tensor] : plan.shards) {
-    std::vector<int64_t> shape;
-    Status located = localShape(spec, manifest, rank, shape);
-    if (!located)
-      return Status::error(what + ": " + located.message());
-    if (tensor->dtype != spec.dtype || tensor->shape != shape)
-      return Status::error(
-          what + " is " + specString(spec) + " in the manifest with sharding " +
-          shardingString(spec.sharding) + ", so rank " + std::to_string(rank) +
-          " should produce " + dtypeName(spec.dtype) + " " +
-          shapeString(shape) + ", but it produces " + dtypeName(tensor->dtype) +
-          " " + shapeString(tensor->shape));
-    int64_t index = 0;
-    Status indexed = shardIndex(spec.sharding, manifest, rank, index, count);
-    if (!indexed)
-      return Status::error(what + ": " + indexed.message());
-    covered.insert(index);
-  }
-  if (int64_t(covered.size()) != count)
-    return Status::error(what + " (sharding " + shardingString(spec.sharding) +
-                         ") is split into " + std::to_string(count) +
-                         " shards, but the ranks that produce it hold only " +
-                         std::to_string(covered.size()) + " of them");
-  Status allocated = plan.global.allocate(spec.dtype, spec.shape);
-  if (!allocated)
-    return Status::error(what + ": " + allocated.message());
-  return Status::ok();
-}
-
-/// Copies every rank's shard of a sharded output into its global tensor;
-/// ranks that differ only on replicating axes write the same block.
-Status assemble(const Manifest &manifest, OutputPlan &plan) {
-  if (!plan.sharded)
-    return Status::ok();
-  Tensor global = plan.global.tensor();
-  for (const auto &[rank, tensor] : plan.shards) {
-    Status inserted =
-        insertShard(*tensor, plan.spec->sharding, manifest, rank, global);
-    if (!inserted)
-      return Status::error("output '" + plan.spec->name +
-                           "': " + inserted.message());
-  }
-  return Status::ok();
-}
-
 double elementAt(const Tensor &tensor, int64_t i) {
   switch (tensor.dtype) {
   case program::F32:
@@ -500,24 +306,19 @@ int64_t tokensPerRun(const Manifest &manifest) {
   return 1;
 }
 
-/// Everything the ranks of this process run with, torn down in order:
-/// executors, then communicators, then devices.
+/// What this process runs with as one rank of a multi-process run, torn
+/// down in order: the executor, then the communicator, then the device.
 struct World {
-  std::unique_ptr<HostWorld> host;
-  std::unique_ptr<CudaRankWorld> cudaRanks;
   std::unique_ptr<TcpStore> store;
   std::unique_ptr<NcclCommunicator> nccl;
   std::vector<RankRun> runs;
-  /// Ranks run by this process (all but in a multi-process run).
-  std::vector<int32_t> local;
-  /// This process's rank in a multi-process run; -1 otherwise.
+  /// This process's rank.
   int32_t joinedRank = -1;
 
   ~World() {
     for (RankRun &run : runs)
       run.executor.reset();
     nccl.reset();
-    cudaRanks.reset();
     for (RankRun &run : runs)
       run.device.reset();
   }
@@ -582,10 +383,12 @@ Status selfExecutable(std::string &path) {
   return Status::ok();
 }
 
-/// Sets up the ranks of a cuda artifact that this process runs, or starts
-/// one process per rank and returns `launched` when they are done.
+/// Decides how a cuda artifact runs: every rank in this process on one GPU
+/// (`inProcess`, for the Runner), one process per rank started here
+/// (`launched` when they are done), or as the rank the environment names
+/// (set up in `world`).
 Status setUpCuda(const Artifact &artifact, const Options &options, int argc,
-                 char **argv, World &world, bool &launched) {
+                 char **argv, World &world, bool &launched, bool &inProcess) {
   const Manifest &manifest = artifact.manifest();
   int32_t worldSize = manifest.worldSize;
   std::string compiled = options.artifact + " was compiled for --target cuda";
@@ -611,22 +414,11 @@ Status setUpCuda(const Artifact &artifact, const Options &options, int argc,
                          environment.source + ") makes it rank " +
                          std::to_string(environment.rank) + " of " +
                          std::to_string(environment.worldSize));
-  world.runs.resize(size_t(worldSize));
 
   if (options.singleGpu || (!joined && worldSize == 1)) {
-    // Every rank as a thread with a device of its own on one GPU.
-    int32_t ordinal = joined ? environment.localRank : 0;
-    std::vector<CudaDevice *> devices;
-    for (int32_t rank = 0; rank < worldSize; ++rank) {
-      RankRun &run = world.runs[size_t(rank)];
-      Status created = CudaDevice::create(ordinal, deviceOptions, run.device);
-      if (!created)
-        return Status::error("rank " + std::to_string(rank) + ": " +
-                             created.message());
-      devices.push_back(run.device.get());
-      world.local.push_back(rank);
-    }
-    return CudaRankWorld::create(devices, timeout, world.cudaRanks);
+    // Every rank as a thread with a device of its own on GPU 0.
+    inProcess = true;
+    return Status::ok();
   }
 
   if (!joined) {
@@ -658,7 +450,7 @@ Status setUpCuda(const Artifact &artifact, const Options &options, int argc,
         std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s"));
   int32_t rank = environment.rank;
   world.joinedRank = rank;
-  world.local.push_back(rank);
+  world.runs.resize(size_t(worldSize));
   RankRun &run = world.runs[size_t(rank)];
   Status created =
       CudaDevice::create(environment.localRank, deviceOptions, run.device);
@@ -710,55 +502,58 @@ int runMain(int argc, char **argv) {
                 std::to_string(worldSize) +
                 " ranks, and every one of them must run; compile with "
                 "another --mesh for another count");
-  for (const TensorSpec &spec : manifest.outputs)
-    if (!spec.sharding.partial.empty())
-      return fail("output '" + spec.name + "' holds partial sums (sharding " +
-                  shardingString(spec.sharding) +
-                  "): the program should have reduced them (a compiler bug)");
+  Status assemblable = checkOutputsAssemblable(manifest);
+  if (!assemblable)
+    return fail(assemblable.message());
 
   std::map<std::string, HostTensor> inputs;
   Status read = readInputs(manifest, options, inputs);
   if (!read)
     return fail(read.message());
 
+  std::vector<NamedTensor> globalInputs;
+  for (const auto &[name, tensor] : inputs)
+    globalInputs.push_back({name, tensor.tensor()});
+
+  // Every rank in this process (host ranks as threads, cuda ranks on one
+  // GPU) through the Runner, or this process as one rank of many.
   World world;
+  bool inProcess = !cuda;
   if (cuda) {
     bool launched = false;
-    Status ready = setUpCuda(*artifact, options, argc, argv, world, launched);
+    Status ready =
+        setUpCuda(*artifact, options, argc, argv, world, launched, inProcess);
     if (!ready)
       return fail(ready.message());
     if (launched)
       return 0;
-  } else {
-    world.host = std::make_unique<HostWorld>(
-        worldSize, std::chrono::milliseconds(
-                       int64_t(std::ceil(options.timeoutSeconds * 1000))));
-    world.runs.resize(size_t(worldSize));
-    for (int32_t rank = 0; rank < worldSize; ++rank)
-      world.local.push_back(rank);
   }
-
-  unsigned threads = unsigned(options.threads);
-  if (threads == 0)
-    threads =
-        std::max(1u, std::thread::hardware_concurrency() / unsigned(worldSize));
-  std::vector<RankRun> &runs = world.runs;
-  for (int32_t rank : world.local) {
-    RankRun &run = runs[size_t(rank)];
-    if (run.device) {
-      std::string image;
-      Status loaded = readCudaModule(*artifact, rank, image);
-      if (loaded)
-        loaded = run.device->loadModule(image);
-      if (!loaded)
-        return fail("rank " + std::to_string(rank) + ": " + loaded.message());
-    }
-    Communicator &communicator = world.host ? world.host->communicator(rank)
-                                 : world.cudaRanks
-                                     ? world.cudaRanks->communicator(rank)
-                                     : static_cast<Communicator &>(*world.nccl);
-    Status prepared =
-        prepareRank(*artifact, rank, communicator, threads, inputs, run);
+  // The global outputs, assembled from the ranks.
+  std::vector<HostTensor> outputMemory(manifest.outputs.size());
+  std::vector<NamedTensor> globalOutputs;
+  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+    const TensorSpec &spec = manifest.outputs[i];
+    Status allocated = outputMemory[i].allocate(spec.dtype, spec.shape);
+    if (!allocated)
+      return fail("output '" + spec.name + "': " + allocated.message());
+    globalOutputs.push_back({spec.name, outputMemory[i].tensor()});
+  }
+  std::unique_ptr<Runner> runner;
+  if (inProcess) {
+    RunnerOptions runnerOptions;
+    runnerOptions.threadsPerRank = unsigned(options.threads);
+    runnerOptions.timeoutSeconds = options.timeoutSeconds;
+    runnerOptions.singleGpu = options.singleGpu;
+    Status created = Runner::create(*artifact, runnerOptions, runner);
+    if (!created)
+      return fail(created.message());
+  } else {
+    int32_t rank = world.joinedRank;
+    RankRun &run = world.runs[size_t(rank)];
+    Status prepared = prepareRank(*artifact, rank, *world.nccl,
+                                  unsigned(options.threads), run);
+    if (prepared)
+      prepared = bindRankInputs(*artifact, rank, globalInputs, run);
     if (!prepared)
       return fail(prepared.message());
   }
@@ -770,7 +565,8 @@ int runMain(int argc, char **argv) {
   std::vector<double> latencies;
   for (int64_t iteration = 0; iteration < warmup + timed; ++iteration) {
     auto start = std::chrono::steady_clock::now();
-    Status ran = runAll(runs);
+    Status ran = runner ? runner->run(globalInputs, globalOutputs)
+                        : runRanks(world.runs);
     auto end = std::chrono::steady_clock::now();
     if (!ran)
       return fail(ran.message());
@@ -778,21 +574,22 @@ int runMain(int argc, char **argv) {
       latencies.push_back(
           std::chrono::duration<double, std::milli>(end - start).count());
   }
-  if (world.joinedRank >= 0) {
+  if (!runner) {
     Status exchanged = exchangeOutputs(*artifact, world);
     if (!exchanged)
       return fail(exchanged.message());
-    // Rank 0 writes the outputs and prints.
+    // Rank 0 assembles the outputs, writes them and prints.
     if (world.joinedRank > 0)
       return 0;
-  }
-
-  std::vector<OutputPlan> outputs(manifest.outputs.size());
-  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
-    Status planned =
-        planOutput(manifest, manifest.outputs[i], runs, outputs[i]);
-    if (!planned)
-      return fail(planned.message());
+    for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+      OutputPlan plan;
+      Status assembled =
+          planOutput(manifest, manifest.outputs[i], world.runs, plan);
+      if (assembled)
+        assembled = assembleOutput(manifest, plan, globalOutputs[i].tensor);
+      if (!assembled)
+        return fail(assembled.message());
+    }
   }
 
   if (!options.outputDirectory.empty()) {
@@ -800,16 +597,13 @@ int runMain(int argc, char **argv) {
     if (!made)
       return fail(made.message());
   }
-  for (OutputPlan &output : outputs) {
-    Status assembled = assemble(manifest, output);
-    if (!assembled)
-      return fail(assembled.message());
-    const TensorSpec *spec = output.spec;
-    const Tensor &tensor = output.tensor();
-    std::string line = summary(spec->name, tensor);
+  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+    const std::string &name = manifest.outputs[i].name;
+    const Tensor &tensor = globalOutputs[i].tensor;
+    std::string line = summary(name, tensor);
     if (!options.outputDirectory.empty()) {
       std::string path =
-          options.outputDirectory + "/" + fileNameFor(spec->name) + ".npy";
+          options.outputDirectory + "/" + fileNameFor(name) + ".npy";
       Status written = writeNpy(path, tensor);
       if (!written)
         return fail(written.message());

@@ -1,0 +1,161 @@
+//===- Runner.h - every rank of an artifact in one process ------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Runner runs all the ranks of an artifact in the calling process on global
+// tensors: it cuts each sharded input into the ranks' blocks, runs the ranks
+// concurrently and assembles each output from the ranks that produce it. A
+// host artifact's ranks are threads sharing a HostWorld; a cuda artifact's
+// run on GPU 0 (CudaRankWorld). It is what partita-run does in process and
+// what an embedding API calls.
+//
+// The building blocks below it (RankRun, prepareRank, bindRankInputs,
+// runRanks, planOutput, assembleOutput) serve runs that hold only some
+// ranks, such as partita-run joined as one NCCL rank of a multi-process run.
+//
+// The runner's library (PartitaRunner) links the CUDA device (PartitaCuda,
+// which loads CUDA with dlopen) on top of PartitaRuntime.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_RUNNER_H
+#define PARTITA_RUNTIME_RUNNER_H
+
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/Executor.h"
+#include "partita/runtime/Status.h"
+#include "partita/runtime/Tensor.h"
+#include "partita/runtime/TensorFile.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace partita::runtime {
+
+class Communicator;
+class CudaDevice;
+class ThreadPool;
+
+struct RunnerOptions {
+  /// Threads per host rank; 0: hardware_concurrency / ranks (at least 1).
+  unsigned threadsPerRank = 0;
+  /// Deadline of every wait between ranks.
+  double timeoutSeconds = 120;
+  /// cuda artifacts: run every rank as threads sharing GPU 0 (a one-rank
+  /// cuda artifact runs on GPU 0 regardless).
+  bool singleGpu = false;
+};
+
+class Runner {
+public:
+  /// Every rank of `artifact` in this process: a host artifact's as threads
+  /// on a HostWorld; a cuda artifact's on GPU 0 (one rank, or all with
+  /// singleGpu, via CudaRankWorld); anything else (a multi-rank cuda
+  /// artifact without singleGpu) is an error saying to use partita-run (one
+  /// process per GPU). Creates each rank's executor once (weights loaded
+  /// once). The artifact must outlive the runner. Refuses outputs holding
+  /// partial sums (compiler bug), as partita-run does.
+  static Status create(const Artifact &artifact, const RunnerOptions &options,
+                       std::unique_ptr<Runner> &runner);
+  ~Runner();
+  Runner(const Runner &) = delete;
+  Runner &operator=(const Runner &) = delete;
+
+  /// Runs all ranks once. `inputs` names every manifest input exactly once
+  /// with its dtype and GLOBAL shape; sharded inputs are split per rank on
+  /// every call. `outputs` names every manifest output exactly once with
+  /// its dtype and global shape and caller-owned memory, which receives the
+  /// output assembled from the ranks (replicated: from the first rank
+  /// binding it; sharded: every shard inserted, coverage checked at
+  /// create). One run at a time. A run refused before it starts (names,
+  /// dtypes, shapes) changes nothing; one that fails while the ranks run
+  /// leaves the runner unusable (its ranks have aborted their world).
+  Status run(const std::vector<NamedTensor> &inputs,
+             const std::vector<NamedTensor> &outputs);
+  const Manifest &manifest() const;
+
+private:
+  Runner();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+//===----------------------------------------------------------------------===//
+// Building blocks, for runs that hold only some of the ranks.
+//===----------------------------------------------------------------------===//
+
+/// What one rank of this process runs with: its executor (on `device`, or
+/// on the host with `pool`), its inputs (replicated ones in the caller's
+/// memory, its blocks of sharded ones in `inputMemory`) and its outputs (in
+/// `outputMemory`, unless rebound).
+struct RankRun {
+  RankRun();
+  ~RankRun();
+  RankRun(RankRun &&);
+  RankRun &operator=(RankRun &&);
+
+  /// The rank's GPU (cuda artifacts); must outlive the executor, so a
+  /// holder resets every executor and communicator before the devices.
+  std::unique_ptr<CudaDevice> device;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Executor> executor;
+  std::vector<NamedTensor> inputs;
+  std::vector<NamedTensor> outputs;
+  std::vector<HostTensor> inputMemory;
+  std::vector<HostTensor> outputMemory;
+  /// The last run's outcome.
+  Status status;
+};
+
+/// Refuses a manifest whose outputs hold partial sums: no assembly of the
+/// ranks' blocks gives the global tensor (the compiler should have reduced
+/// them).
+Status checkOutputsAssemblable(const Manifest &manifest);
+
+/// Creates `rank`'s executor over `communicator`: on `run.device` when set
+/// (after loading the rank's CUDA module into it), else on a fresh pool of
+/// `threads` workers (0: hardware_concurrency / world size, at least 1).
+/// Checks every input the program binds against the manifest's dtype and
+/// sharding, and allocates the outputs' memory.
+Status prepareRank(const Artifact &artifact, int32_t rank,
+                   Communicator &communicator, unsigned threads, RankRun &run);
+
+/// Binds the inputs of a prepared `rank` from the GLOBAL `inputs` (which
+/// must match the manifest's): a replicated one is read in place, a
+/// sharded one copied, the rank getting its block. A pipeline stage binds
+/// only the inputs it uses.
+Status bindRankInputs(const Artifact &artifact, int32_t rank,
+                      const std::vector<NamedTensor> &inputs, RankRun &run);
+
+/// Runs every rank that has an executor once, concurrently; returns every
+/// failure in rank order (each message names its rank).
+Status runRanks(std::vector<RankRun> &runs);
+
+/// Where an output comes from: the first rank that binds a replicated one
+/// (rank 0, unless a pipeline puts the last stage elsewhere), every rank
+/// that binds a sharded one. `shards` points into the runs' outputs.
+struct OutputPlan {
+  const TensorSpec *spec = nullptr;
+  bool sharded = false;
+  std::vector<std::pair<int32_t, const Tensor *>> shards;
+};
+
+/// Plans output `spec` from the ranks' bound outputs: checks each shard's
+/// dtype and shape and that every distinct block is produced by some rank.
+Status planOutput(const Manifest &manifest, const TensorSpec &spec,
+                  const std::vector<RankRun> &runs, OutputPlan &plan);
+
+/// Copies the planned output into `global` (the spec's dtype and shape):
+/// the replicated tensor, or every rank's block of a sharded one (ranks that
+/// differ only on replicating axes write the same block).
+Status assembleOutput(const Manifest &manifest, const OutputPlan &plan,
+                      const Tensor &global);
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_RUNNER_H
