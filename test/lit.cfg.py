@@ -47,6 +47,7 @@ tools = [
     ToolSubst("partita-compile", unresolved="fatal"),
     ToolSubst("partita-run", unresolved="fatal"),
     ToolSubst("split-file", unresolved="fatal"),
+    ToolSubst("partita-example-cpp", unresolved="fatal"),
 ]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

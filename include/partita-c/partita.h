@@ -1,0 +1,305 @@
+/*===- partita.h - Partita's C embedding API ----------------------*- C -*-===*\
+|*                                                                            *|
+|* Part of the Partita project.                                               *|
+|*                                                                            *|
+\*===----------------------------------------------------------------------===*/
+/*
+ * The C API over include/partita/Partita.h: compile an ONNX model for a
+ * device mesh and run the result from C (or any language with a C FFI).
+ * Pure C99; every object is an opaque handle that its `_destroy` function
+ * frees, and no C++ type crosses the boundary.
+ *
+ * Errors. A fallible function returns `partita_status *`: NULL means
+ * success, anything else is an error the caller owns and frees with
+ * partita_status_destroy(). Every pointer argument is checked: a NULL
+ * handle or out-parameter gives an error status, never a crash. Accessors
+ * that cannot fail return their value directly (0, NULL or "" for a NULL
+ * handle). Strings and arrays returned by an accessor belong to the handle
+ * and live as long as it does.
+ *
+ *   partita_compile_options *options = partita_compile_options_create();
+ *   partita_compile_options_add_mesh_axis(options, "tp", 2);
+ *   partita_compile_result *result = NULL;
+ *   partita_status *status =
+ *       partita_compile_file("model.onnx", options, &result);
+ *   if (status) {
+ *     fprintf(stderr, "%s\n", partita_status_message(status));
+ *     ...
+ *   }
+ *   partita_artifact *artifact = NULL;
+ *   partita_compile_result_artifact(result, &artifact);
+ *   partita_session *session = NULL;
+ *   partita_session_load_artifact(artifact, NULL, &session);
+ *   partita_session_run(session, inputs, 1, outputs, 1);
+ *
+ * Threads: distinct handles may be used from distinct threads; one handle
+ * from one thread at a time, and one run of a session at a time.
+ */
+
+#ifndef PARTITA_C_PARTITA_H
+#define PARTITA_C_PARTITA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define PARTITA_C_EXPORT __declspec(dllexport)
+#else
+#define PARTITA_C_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*===----------------------------------------------------------------------===*
+ * Status
+ *===----------------------------------------------------------------------===*/
+
+/* An error: a message. A NULL status is success. */
+typedef struct partita_status partita_status;
+
+/* 1 when `status` is NULL (success), 0 otherwise. */
+PARTITA_C_EXPORT int partita_status_ok(const partita_status *status);
+/* The error's message; "" for NULL. */
+PARTITA_C_EXPORT const char *
+partita_status_message(const partita_status *status);
+/* Frees `status`; NULL is a no-op. */
+PARTITA_C_EXPORT void partita_status_destroy(partita_status *status);
+
+/* This library's version, "MAJOR.MINOR.PATCH". */
+PARTITA_C_EXPORT const char *partita_version(void);
+
+/*===----------------------------------------------------------------------===*
+ * Element types
+ *===----------------------------------------------------------------------===*/
+
+/* The values of partita_tensor.dtype (partita::DType in the same order). */
+typedef enum partita_dtype {
+  PARTITA_DTYPE_F32 = 0,
+  PARTITA_DTYPE_F16 = 1,
+  PARTITA_DTYPE_BF16 = 2,
+  PARTITA_DTYPE_I64 = 3,
+  PARTITA_DTYPE_I32 = 4,
+  PARTITA_DTYPE_I8 = 5,
+  PARTITA_DTYPE_BOOL = 6
+} partita_dtype;
+
+/* "f32", "f16", "bf16", "i64", "i32", "i8", "bool"; NULL for any other
+ * value. */
+PARTITA_C_EXPORT const char *partita_dtype_name(int dtype);
+/* Bytes per element (bf16 and f16: 2, bool: 1); 0 for any other value. */
+PARTITA_C_EXPORT size_t partita_dtype_size(int dtype);
+
+/*===----------------------------------------------------------------------===*
+ * Compile options: the flags of partita-compile
+ *===----------------------------------------------------------------------===*/
+
+typedef struct partita_compile_options partita_compile_options;
+
+/* Options with partita-compile's defaults (one device, host, megatron,
+ * fp32, overlap on); NULL only when out of memory. */
+PARTITA_C_EXPORT partita_compile_options *partita_compile_options_create(void);
+PARTITA_C_EXPORT void
+partita_compile_options_destroy(partita_compile_options *options);
+
+/* Appends a mesh axis (`--mesh dp=2,tp=4` is two calls, in order). */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_add_mesh_axis(partita_compile_options *options,
+                                      const char *name, int64_t size);
+/* Removes every mesh axis (back to one device). */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_clear_mesh(partita_compile_options *options);
+/* "host" or "cuda". */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_target(partita_compile_options *options,
+                                   const char *target);
+/* Binds the symbolic dimension `name` (replacing an earlier value). */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_bind(partita_compile_options *options,
+                                 const char *name, int64_t value);
+/* "megatron" or "none". */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_strategy(partita_compile_options *options,
+                                     const char *strategy);
+/* "", "megatron", "ulysses" or "ring". */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_sp_mode(partita_compile_options *options,
+                                    const char *sp_mode);
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_microbatches(partita_compile_options *options,
+                                         int64_t microbatches);
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_virtual_stages(partita_compile_options *options,
+                                           int64_t virtual_stages);
+/* "fp32", "bf16" or "fp16". */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_dtype(partita_compile_options *options,
+                                  const char *dtype);
+/* Replaces the architectures of --target cuda's fatbin ("sm_80", ...). */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_cuda_archs(partita_compile_options *options,
+                                       const char *const *archs, size_t count);
+/* 0: collectives stay synchronous (--no-overlap). */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_overlap(partita_compile_options *options,
+                                    int overlap);
+/* "auto", "always" or "never". */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_collective_matmul(partita_compile_options *options,
+                                              const char *mode);
+/* The cluster model as JSON text (--cluster's file contents); "" for the
+ * defaults. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_cluster_json(partita_compile_options *options,
+                                         const char *json);
+
+/*===----------------------------------------------------------------------===*
+ * Compiling
+ *===----------------------------------------------------------------------===*/
+
+/* The outcome of a compilation: the diagnostics, and the artifact when it
+ * succeeded. */
+typedef struct partita_compile_result partita_compile_result;
+/* A compiled model held in memory (the files of the artifact directory). */
+typedef struct partita_artifact partita_artifact;
+
+typedef enum partita_severity {
+  PARTITA_SEVERITY_ERROR = 0,
+  PARTITA_SEVERITY_WARNING = 1,
+  PARTITA_SEVERITY_NOTE = 2,
+  PARTITA_SEVERITY_REMARK = 3
+} partita_severity;
+
+/* Compiles the ONNX model (binary or textual) at `path`. `options` may be
+ * NULL for the defaults. On return `*result` is set whenever the arguments
+ * were valid, also when compilation failed: the status is then an error
+ * whose message is every diagnostic, one per line, and the result holds
+ * them one by one. The caller destroys both. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_file(const char *path, const partita_compile_options *options,
+                     partita_compile_result **result);
+/* The same for a model in memory; `name` (NULL: "model.onnx") stands for its
+ * file name in diagnostics. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_buffer(const void *data, size_t size, const char *name,
+                       const partita_compile_options *options,
+                       partita_compile_result **result);
+PARTITA_C_EXPORT void
+partita_compile_result_destroy(partita_compile_result *result);
+
+/* 1 when compilation succeeded, 0 otherwise (and for NULL). */
+PARTITA_C_EXPORT int
+partita_compile_result_ok(const partita_compile_result *result);
+/* Every diagnostic, errors and warnings alike, one per line as
+ * partita-compile prints them; "" for NULL. */
+PARTITA_C_EXPORT const char *
+partita_compile_result_error_text(const partita_compile_result *result);
+PARTITA_C_EXPORT size_t
+partita_compile_result_diagnostic_count(const partita_compile_result *result);
+/* The diagnostic at `index`: any of `severity`, `location` (the ONNX node,
+ * or "" when none) and `message` may be NULL to skip it. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_result_diagnostic(const partita_compile_result *result,
+                                  size_t index, partita_severity *severity,
+                                  const char **location, const char **message);
+/* A new handle on the compiled artifact (shared with the result: destroying
+ * either leaves the other valid); an error when compilation failed. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_result_artifact(const partita_compile_result *result,
+                                partita_artifact **artifact);
+
+/*===----------------------------------------------------------------------===*
+ * Artifacts
+ *===----------------------------------------------------------------------===*/
+
+PARTITA_C_EXPORT void partita_artifact_destroy(partita_artifact *artifact);
+/* The plan as `partita-compile --report` writes it (partita-report/1 JSON,
+ * NUL-terminated); "" for NULL. */
+PARTITA_C_EXPORT const char *
+partita_artifact_report(const partita_artifact *artifact);
+/* Writes the artifact directory at `path` (replacing an artifact there,
+ * refusing any other existing path); nothing is left on failure. */
+PARTITA_C_EXPORT partita_status *
+partita_artifact_save(const partita_artifact *artifact, const char *path);
+/* The artifact's files (manifest.json, programs/..., weights/...), sorted by
+ * path. */
+PARTITA_C_EXPORT size_t
+partita_artifact_file_count(const partita_artifact *artifact);
+/* The file at `index`: its path relative to the artifact and its bytes; any
+ * out-parameter may be NULL. */
+PARTITA_C_EXPORT partita_status *
+partita_artifact_file(const partita_artifact *artifact, size_t index,
+                      const char **path, const void **data, size_t *size);
+
+/*===----------------------------------------------------------------------===*
+ * Sessions: running an artifact
+ *===----------------------------------------------------------------------===*/
+
+typedef struct partita_session partita_session;
+typedef struct partita_session_options partita_session_options;
+
+/* Threads per host rank 0 (the machine's cores shared among the ranks),
+ * 120 s deadline on every wait between ranks. */
+PARTITA_C_EXPORT partita_session_options *partita_session_options_create(void);
+PARTITA_C_EXPORT void
+partita_session_options_destroy(partita_session_options *options);
+PARTITA_C_EXPORT partita_status *
+partita_session_options_set_threads_per_rank(partita_session_options *options,
+                                             unsigned threads);
+PARTITA_C_EXPORT partita_status *
+partita_session_options_set_timeout_seconds(partita_session_options *options,
+                                            double seconds);
+
+/* A tensor in caller-owned memory, row-major and dense: an input to read or
+ * an output to fill. `dtype` is a partita_dtype; `shape` has `rank`
+ * entries (NULL allowed when rank is 0). */
+typedef struct partita_tensor {
+  const char *name;
+  int dtype;
+  int64_t rank;
+  const int64_t *shape;
+  void *data;
+} partita_tensor;
+
+/* Loads the artifact directory at `path`; `options` may be NULL. */
+PARTITA_C_EXPORT partita_status *
+partita_session_load_path(const char *path,
+                          const partita_session_options *options,
+                          partita_session **session);
+/* Loads an artifact held in memory; the session does not keep `artifact`. */
+PARTITA_C_EXPORT partita_status *
+partita_session_load_artifact(const partita_artifact *artifact,
+                              const partita_session_options *options,
+                              partita_session **session);
+PARTITA_C_EXPORT void partita_session_destroy(partita_session *session);
+
+/* "host" or "cuda"; "" for NULL. */
+PARTITA_C_EXPORT const char *
+partita_session_target(const partita_session *session);
+PARTITA_C_EXPORT size_t
+partita_session_input_count(const partita_session *session);
+PARTITA_C_EXPORT size_t
+partita_session_output_count(const partita_session *session);
+/* The input (output) at `index`: name, dtype, rank and global shape, with
+ * `data` NULL. The strings and the shape belong to the session. */
+PARTITA_C_EXPORT partita_status *
+partita_session_input(const partita_session *session, size_t index,
+                      partita_tensor *info);
+PARTITA_C_EXPORT partita_status *
+partita_session_output(const partita_session *session, size_t index,
+                       partita_tensor *info);
+
+/* Runs the model once: `inputs` names every model input and `outputs` every
+ * output exactly once, with the dtype and shape the session reports. One
+ * run at a time per session. */
+PARTITA_C_EXPORT partita_status *
+partita_session_run(partita_session *session, const partita_tensor *inputs,
+                    size_t num_inputs, const partita_tensor *outputs,
+                    size_t num_outputs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PARTITA_C_PARTITA_H */

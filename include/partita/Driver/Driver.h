@@ -1,0 +1,89 @@
+//===- Driver.h - The compiler, from a model to an artifact -----*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// What partita-compile does, as a library: import an ONNX model, plan and
+// partition it for a mesh, lower every rank, generate CUDA, and write the
+// artifact (or print a stage). partita-compile parses flags into
+// DriverOptions; the embedding API (include/partita/Partita.h) fills them
+// from its own options. Every error is an MLIR diagnostic on the context:
+// located at the ONNX node where there is one, at an unknown location for
+// errors in the options.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_DRIVER_DRIVER_H
+#define PARTITA_DRIVER_DRIVER_H
+
+#include "mlir/IR/Location.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/LLVM.h"
+#include "mlir/Support/Timing.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace mlir::partita {
+
+enum class EmitStage { NN, Dist, Local, Exec, CUDA, Artifact };
+
+struct DriverOptions {
+  /// The model file, or with `inputBuffer` the name that stands for it in
+  /// diagnostics.
+  std::string input;
+  /// The model's bytes, when it is held in memory.
+  std::optional<std::string> inputBuffer;
+  EmitStage emit = EmitStage::Artifact;
+  /// The artifact directory (emit Artifact).
+  std::string output;
+  /// `host` or `cuda`.
+  std::string target = "host";
+  std::map<std::string, int64_t> bindings;
+  std::string mesh;
+  std::string strategy = "megatron";
+  std::string spMode;
+  int64_t microbatches = 1;
+  int64_t virtualStages = 1;
+  std::string dtype = "fp32";
+  /// `sm_80,sm_90a` (the --cuda-arch syntax).
+  std::string cudaArch = "sm_80,sm_90a";
+  bool overlap = true;
+  std::string collectiveMatmul = "auto";
+  /// The cluster model's JSON text and where it came from (for messages);
+  /// empty: the defaults.
+  std::string clusterJson;
+  std::string clusterSource;
+  bool raise = true;
+  bool explain = false;
+  /// Files to write the report and the trace to; empty: none.
+  std::string reportFile;
+  std::string traceFile;
+  /// Apply MLIR's pass manager command-line options (partita-compile).
+  bool passManagerCommandLine = false;
+};
+
+struct DriverResult {
+  /// The printed stage (emit other than Artifact).
+  std::string emitted;
+  /// The --explain listing.
+  std::string explanation;
+};
+
+/// Runs the compiler. Diagnostics go to the context's handler.
+LogicalResult runCompiler(MLIRContext &context, const DriverOptions &options,
+                          DriverResult &result, TimingScope &timing);
+
+/// The dialects the compiler needs, loaded into `context`.
+void loadCompilerDialects(MLIRContext &context);
+
+/// A location as users of ONNX models read it: `model.onnx: node 'name'`,
+/// or empty for an unknown location.
+std::string formatLocation(Location location);
+
+} // namespace mlir::partita
+
+#endif // PARTITA_DRIVER_DRIVER_H

@@ -1,0 +1,207 @@
+//===- Partita.h - Partita's C++ embedding API ------------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Compile an ONNX model for a device mesh and run the result, from C++. This
+// header is the whole API: it includes only the standard library, reports
+// errors as values (no exceptions cross it), and its types are stable. The
+// options are the flags of `partita-compile`, the artifact is the directory
+// it writes (held in memory here until saved), the report is `--report`'s
+// JSON (DESIGN.md), and a session runs an artifact like `partita-run`.
+//
+//   partita::CompileOptions options;
+//   options.mesh = {{"tp", 2}};
+//   partita::CompileResult compiled = partita::compileFile("model.onnx",
+//                                                          options);
+//   if (!compiled.ok()) { std::cerr << compiled.errorText(); return 1; }
+//   std::unique_ptr<partita::Session> session;
+//   partita::Status loaded = partita::Session::load(*compiled.artifact,
+//                                                   {}, session);
+//   ...
+//   session->run({{"input_ids", partita::DType::I64, {2, 16}, ids}},
+//                {{"logits", partita::DType::F32, {2, 16, 128}, logits}});
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_PARTITA_H
+#define PARTITA_PARTITA_H
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace partita {
+
+/// The outcome of an operation: ok, or an error with a message.
+class Status {
+public:
+  Status() = default;
+  static Status error(std::string message) {
+    Status status;
+    status.failed = true;
+    status.text = std::move(message);
+    return status;
+  }
+  bool ok() const { return !failed; }
+  explicit operator bool() const { return ok(); }
+  const std::string &message() const { return text; }
+
+private:
+  bool failed = false;
+  std::string text;
+};
+
+/// What `partita-compile` prints as a diagnostic, as data.
+struct Diagnostic {
+  enum class Severity { Error, Warning, Note, Remark };
+  Severity severity = Severity::Error;
+  /// `model.onnx: node '/h.0/attn/MatMul'`, or empty when the diagnostic
+  /// concerns no place in the model (an option, the machine).
+  std::string location;
+  std::string message;
+  /// `location: error: message`, as the compiler prints it.
+  std::string str() const;
+};
+
+/// The flags of partita-compile (docs/sharding.md, docs/cuda.md).
+struct CompileOptions {
+  /// Mesh axes in order with their sizes, e.g. {{"dp", 2}, {"tp", 4}};
+  /// empty: one device.
+  std::vector<std::pair<std::string, int64_t>> mesh;
+  /// `host` or `cuda`.
+  std::string target = "host";
+  /// Values of the model's symbolic dimensions.
+  std::map<std::string, int64_t> bind;
+  /// `megatron` or `none`.
+  std::string strategy = "megatron";
+  /// Empty, `megatron`, `ulysses` or `ring`.
+  std::string spMode;
+  int64_t microbatches = 1;
+  int64_t virtualStages = 1;
+  /// `fp32`, `bf16` or `fp16`.
+  std::string dtype = "fp32";
+  /// Architectures of --target cuda's fatbin.
+  std::vector<std::string> cudaArchs = {"sm_80", "sm_90a"};
+  /// False: collectives stay synchronous (--no-overlap).
+  bool overlap = true;
+  /// `auto`, `always` or `never`.
+  std::string collectiveMatmul = "auto";
+  /// The cluster model as JSON text (--cluster's file contents); empty: the
+  /// defaults.
+  std::string clusterJson;
+};
+
+/// A compiled model: the files of the artifact directory, in memory.
+class Artifact {
+public:
+  Artifact(std::map<std::string, std::string> files, std::string report);
+  /// Files by path relative to the artifact (`manifest.json`,
+  /// `programs/rank0.pb`, `weights/...`, `cuda/...`).
+  const std::map<std::string, std::string> &files() const { return contents; }
+  /// The plan, as `--report` writes it (partita-report/1 JSON).
+  const std::string &report() const { return reportJson; }
+  /// Writes the artifact directory at `path`, with the report as
+  /// `report.json` beside `manifest.json` (replacing an artifact there,
+  /// refusing any other existing path); nothing is left on failure.
+  Status save(const std::string &path) const;
+  /// Reads the artifact directory at `path` (and its `report.json`, if
+  /// any) into memory.
+  static Status load(const std::string &path,
+                     std::shared_ptr<const Artifact> &artifact);
+
+private:
+  std::map<std::string, std::string> contents;
+  std::string reportJson;
+};
+
+struct CompileResult {
+  /// Null when compilation failed.
+  std::shared_ptr<const Artifact> artifact;
+  /// Every diagnostic, errors and warnings alike, in order.
+  std::vector<Diagnostic> diagnostics;
+  bool ok() const { return artifact != nullptr; }
+  /// The diagnostics, one per line, as partita-compile prints them.
+  std::string errorText() const;
+};
+
+/// Compiles the ONNX model (binary protobuf or textual syntax) at `path`.
+CompileResult compileFile(const std::string &path,
+                          const CompileOptions &options);
+/// The same for a model held in memory; `name` stands for its file name in
+/// diagnostics.
+CompileResult compileBuffer(const void *data, size_t size,
+                            const CompileOptions &options,
+                            const std::string &name = "model.onnx");
+
+enum class DType { F32, F16, BF16, I64, I32, I8, Bool };
+/// `f32`, `f16`, `bf16`, `i64`, `i32`, `i8`, `bool`.
+const char *dtypeName(DType dtype);
+size_t dtypeSize(DType dtype);
+
+/// A model input or output: name, element type and global shape.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+/// Caller-owned memory holding (inputs) or receiving (outputs) one tensor,
+/// row-major and dense.
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  void *data = nullptr;
+};
+
+struct SessionOptions {
+  /// Threads per host rank; 0: the machine's cores shared among the ranks.
+  unsigned threadsPerRank = 0;
+  /// Deadline of every wait between ranks.
+  double timeoutSeconds = 120;
+};
+
+/// A loaded artifact, ready to run: all ranks in this process, as threads
+/// for `host`; on GPU 0 for `cuda` (ranks sharing it).
+class Session {
+public:
+  /// Loads the artifact directory at `path`.
+  static Status load(const std::string &path, const SessionOptions &options,
+                     std::unique_ptr<Session> &session);
+  /// Loads an artifact held in memory.
+  static Status load(const Artifact &artifact, const SessionOptions &options,
+                     std::unique_ptr<Session> &session);
+  ~Session();
+  Session(const Session &) = delete;
+  Session &operator=(const Session &) = delete;
+
+  const std::vector<TensorInfo> &inputs() const;
+  const std::vector<TensorInfo> &outputs() const;
+  /// The artifact's target, `host` or `cuda`.
+  const std::string &target() const;
+
+  /// Runs the model once. `inputs` names every model input and `outputs`
+  /// every output exactly once, with the dtype and global shape of
+  /// inputs()/outputs(); the caller owns their memory. One run at a time.
+  Status run(const std::vector<TensorRef> &inputs,
+             const std::vector<TensorRef> &outputs);
+
+private:
+  Session();
+  Status open(const std::string &path, const SessionOptions &options);
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+/// This library's version, `MAJOR.MINOR.PATCH`.
+const char *version();
+
+} // namespace partita
+
+#endif // PARTITA_PARTITA_H

@@ -1,0 +1,571 @@
+//===- CAPI.cpp - Partita's C API over the C++ API
+//-------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each handle wraps the C++ object it stands for; every entry point checks
+// its pointers first, so that misuse from C is an error status, not a crash.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita-c/partita.h"
+
+#include "partita/Partita.h"
+
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+// The C enums are the C++ ones by value.
+static_assert(PARTITA_DTYPE_F32 == static_cast<int>(partita::DType::F32) &&
+                  PARTITA_DTYPE_F16 == static_cast<int>(partita::DType::F16) &&
+                  PARTITA_DTYPE_BF16 ==
+                      static_cast<int>(partita::DType::BF16) &&
+                  PARTITA_DTYPE_I64 == static_cast<int>(partita::DType::I64) &&
+                  PARTITA_DTYPE_I32 == static_cast<int>(partita::DType::I32) &&
+                  PARTITA_DTYPE_I8 == static_cast<int>(partita::DType::I8) &&
+                  PARTITA_DTYPE_BOOL == static_cast<int>(partita::DType::Bool),
+              "partita_dtype differs from partita::DType");
+static_assert(
+    PARTITA_SEVERITY_ERROR ==
+            static_cast<int>(partita::Diagnostic::Severity::Error) &&
+        PARTITA_SEVERITY_WARNING ==
+            static_cast<int>(partita::Diagnostic::Severity::Warning) &&
+        PARTITA_SEVERITY_NOTE ==
+            static_cast<int>(partita::Diagnostic::Severity::Note) &&
+        PARTITA_SEVERITY_REMARK ==
+            static_cast<int>(partita::Diagnostic::Severity::Remark),
+    "partita_severity differs from partita::Diagnostic::Severity");
+
+struct partita_status {
+  std::string message;
+};
+
+struct partita_compile_options {
+  partita::CompileOptions options;
+};
+
+struct partita_compile_result {
+  partita::CompileResult result;
+  std::string errorText;
+};
+
+struct partita_artifact {
+  std::shared_ptr<const partita::Artifact> artifact;
+  // files() sorted by path, for access by index.
+  std::vector<const std::pair<const std::string, std::string> *> files;
+};
+
+struct partita_session_options {
+  partita::SessionOptions options;
+};
+
+struct partita_session {
+  std::unique_ptr<partita::Session> session;
+};
+
+namespace {
+
+partita_status *makeError(std::string message) {
+  return new (std::nothrow) partita_status{std::move(message)};
+}
+
+partita_status *fromStatus(const partita::Status &status) {
+  if (status.ok())
+    return nullptr;
+  return makeError(status.message());
+}
+
+partita_status *nullArgument(const char *function, const char *argument) {
+  return makeError(std::string(function) + ": '" + argument + "' is null");
+}
+
+#define PARTITA_CHECK_ARG(arg)                                                 \
+  do {                                                                         \
+    if (!(arg))                                                                \
+      return nullArgument(__func__, #arg);                                     \
+  } while (false)
+
+bool validDType(int dtype) {
+  return dtype >= PARTITA_DTYPE_F32 && dtype <= PARTITA_DTYPE_BOOL;
+}
+
+partita_artifact *wrapArtifact(std::shared_ptr<const partita::Artifact> art) {
+  auto *handle = new (std::nothrow) partita_artifact;
+  if (!handle)
+    return nullptr;
+  handle->artifact = std::move(art);
+  for (const auto &file : handle->artifact->files())
+    handle->files.push_back(&file);
+  return handle;
+}
+
+partita_status *compiled(partita::CompileResult result,
+                         partita_compile_result **out) {
+  auto *handle = new (std::nothrow) partita_compile_result;
+  if (!handle)
+    return makeError("partita: out of memory");
+  handle->result = std::move(result);
+  handle->errorText = handle->result.errorText();
+  *out = handle;
+  if (handle->result.ok())
+    return nullptr;
+  // A failure without diagnostics would give an empty message.
+  return makeError(handle->errorText.empty() ? "compilation failed"
+                                             : handle->errorText);
+}
+
+// Converts one caller tensor, checking what C cannot check for us.
+partita_status *toTensorRef(const char *function, const char *what,
+                            size_t index, const partita_tensor &tensor,
+                            partita::TensorRef &ref) {
+  std::string where =
+      std::string(function) + ": " + what + "[" + std::to_string(index) + "]";
+  if (!tensor.name)
+    return makeError(where + ".name is null");
+  where += " '" + std::string(tensor.name) + "'";
+  if (!validDType(tensor.dtype))
+    return makeError(where + ": unknown dtype " + std::to_string(tensor.dtype));
+  if (tensor.rank < 0 || tensor.rank > 64)
+    return makeError(where + ": invalid rank " + std::to_string(tensor.rank));
+  if (tensor.rank > 0 && !tensor.shape)
+    return makeError(where + ".shape is null");
+  ref.name = tensor.name;
+  ref.dtype = static_cast<partita::DType>(tensor.dtype);
+  ref.shape.assign(tensor.shape, tensor.shape + tensor.rank);
+  bool empty = false;
+  for (int64_t dim : ref.shape) {
+    if (dim < 0)
+      return makeError(where + ": negative dimension " + std::to_string(dim));
+    empty |= dim == 0;
+  }
+  if (!tensor.data && !empty)
+    return makeError(where + ".data is null");
+  ref.data = tensor.data;
+  return nullptr;
+}
+
+void describe(const partita::TensorInfo &info, partita_tensor *out) {
+  out->name = info.name.c_str();
+  out->dtype = static_cast<int>(info.dtype);
+  out->rank = static_cast<int64_t>(info.shape.size());
+  out->shape = info.shape.data();
+  out->data = nullptr;
+}
+
+} // namespace
+
+extern "C" {
+
+//===----------------------------------------------------------------------===//
+// Status
+//===----------------------------------------------------------------------===//
+
+int partita_status_ok(const partita_status *status) {
+  return status == nullptr;
+}
+
+const char *partita_status_message(const partita_status *status) {
+  return status ? status->message.c_str() : "";
+}
+
+void partita_status_destroy(partita_status *status) { delete status; }
+
+const char *partita_version(void) { return partita::version(); }
+
+const char *partita_dtype_name(int dtype) {
+  if (!validDType(dtype))
+    return nullptr;
+  return partita::dtypeName(static_cast<partita::DType>(dtype));
+}
+
+size_t partita_dtype_size(int dtype) {
+  if (!validDType(dtype))
+    return 0;
+  return partita::dtypeSize(static_cast<partita::DType>(dtype));
+}
+
+//===----------------------------------------------------------------------===//
+// Compile options
+//===----------------------------------------------------------------------===//
+
+partita_compile_options *partita_compile_options_create(void) {
+  return new (std::nothrow) partita_compile_options;
+}
+
+void partita_compile_options_destroy(partita_compile_options *options) {
+  delete options;
+}
+
+partita_status *
+partita_compile_options_add_mesh_axis(partita_compile_options *options,
+                                      const char *name, int64_t size) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(name);
+  options->options.mesh.emplace_back(name, size);
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_clear_mesh(partita_compile_options *options) {
+  PARTITA_CHECK_ARG(options);
+  options->options.mesh.clear();
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_target(partita_compile_options *options,
+                                   const char *target) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(target);
+  options->options.target = target;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_bind(partita_compile_options *options,
+                                 const char *name, int64_t value) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(name);
+  options->options.bind[name] = value;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_strategy(partita_compile_options *options,
+                                     const char *strategy) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(strategy);
+  options->options.strategy = strategy;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_sp_mode(partita_compile_options *options,
+                                    const char *sp_mode) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(sp_mode);
+  options->options.spMode = sp_mode;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_microbatches(partita_compile_options *options,
+                                         int64_t microbatches) {
+  PARTITA_CHECK_ARG(options);
+  options->options.microbatches = microbatches;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_virtual_stages(partita_compile_options *options,
+                                           int64_t virtual_stages) {
+  PARTITA_CHECK_ARG(options);
+  options->options.virtualStages = virtual_stages;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_dtype(partita_compile_options *options,
+                                  const char *dtype) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(dtype);
+  options->options.dtype = dtype;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_cuda_archs(partita_compile_options *options,
+                                       const char *const *archs, size_t count) {
+  PARTITA_CHECK_ARG(options);
+  if (count > 0)
+    PARTITA_CHECK_ARG(archs);
+  std::vector<std::string> list;
+  for (size_t i = 0; i < count; ++i) {
+    if (!archs[i])
+      return makeError(std::string(__func__) + ": archs[" + std::to_string(i) +
+                       "] is null");
+    list.emplace_back(archs[i]);
+  }
+  options->options.cudaArchs = std::move(list);
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_overlap(partita_compile_options *options,
+                                    int overlap) {
+  PARTITA_CHECK_ARG(options);
+  options->options.overlap = overlap != 0;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_collective_matmul(partita_compile_options *options,
+                                              const char *mode) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(mode);
+  options->options.collectiveMatmul = mode;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_cluster_json(partita_compile_options *options,
+                                         const char *json) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(json);
+  options->options.clusterJson = json;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Compiling
+//===----------------------------------------------------------------------===//
+
+partita_status *partita_compile_file(const char *path,
+                                     const partita_compile_options *options,
+                                     partita_compile_result **result) {
+  PARTITA_CHECK_ARG(result);
+  *result = nullptr;
+  PARTITA_CHECK_ARG(path);
+  partita::CompileOptions defaults;
+  return compiled(
+      partita::compileFile(path, options ? options->options : defaults),
+      result);
+}
+
+partita_status *partita_compile_buffer(const void *data, size_t size,
+                                       const char *name,
+                                       const partita_compile_options *options,
+                                       partita_compile_result **result) {
+  PARTITA_CHECK_ARG(result);
+  *result = nullptr;
+  if (size > 0)
+    PARTITA_CHECK_ARG(data);
+  partita::CompileOptions defaults;
+  static const char empty = 0;
+  return compiled(partita::compileBuffer(data ? data : &empty, size,
+                                         options ? options->options : defaults,
+                                         name ? name : "model.onnx"),
+                  result);
+}
+
+void partita_compile_result_destroy(partita_compile_result *result) {
+  delete result;
+}
+
+int partita_compile_result_ok(const partita_compile_result *result) {
+  return result && result->result.ok();
+}
+
+const char *
+partita_compile_result_error_text(const partita_compile_result *result) {
+  return result ? result->errorText.c_str() : "";
+}
+
+size_t
+partita_compile_result_diagnostic_count(const partita_compile_result *result) {
+  return result ? result->result.diagnostics.size() : 0;
+}
+
+partita_status *
+partita_compile_result_diagnostic(const partita_compile_result *result,
+                                  size_t index, partita_severity *severity,
+                                  const char **location, const char **message) {
+  PARTITA_CHECK_ARG(result);
+  const auto &diagnostics = result->result.diagnostics;
+  if (index >= diagnostics.size())
+    return makeError(std::string(__func__) + ": index " +
+                     std::to_string(index) + " out of range (" +
+                     std::to_string(diagnostics.size()) + " diagnostics)");
+  const partita::Diagnostic &diagnostic = diagnostics[index];
+  if (severity)
+    *severity = static_cast<partita_severity>(diagnostic.severity);
+  if (location)
+    *location = diagnostic.location.c_str();
+  if (message)
+    *message = diagnostic.message.c_str();
+  return nullptr;
+}
+
+partita_status *
+partita_compile_result_artifact(const partita_compile_result *result,
+                                partita_artifact **artifact) {
+  PARTITA_CHECK_ARG(artifact);
+  *artifact = nullptr;
+  PARTITA_CHECK_ARG(result);
+  if (!result->result.ok())
+    return makeError(std::string(__func__) +
+                     ": compilation failed, there is no artifact");
+  *artifact = wrapArtifact(result->result.artifact);
+  return *artifact ? nullptr : makeError("partita: out of memory");
+}
+
+//===----------------------------------------------------------------------===//
+// Artifacts
+//===----------------------------------------------------------------------===//
+
+void partita_artifact_destroy(partita_artifact *artifact) { delete artifact; }
+
+const char *partita_artifact_report(const partita_artifact *artifact) {
+  return artifact ? artifact->artifact->report().c_str() : "";
+}
+
+partita_status *partita_artifact_save(const partita_artifact *artifact,
+                                      const char *path) {
+  PARTITA_CHECK_ARG(artifact);
+  PARTITA_CHECK_ARG(path);
+  return fromStatus(artifact->artifact->save(path));
+}
+
+size_t partita_artifact_file_count(const partita_artifact *artifact) {
+  return artifact ? artifact->files.size() : 0;
+}
+
+partita_status *partita_artifact_file(const partita_artifact *artifact,
+                                      size_t index, const char **path,
+                                      const void **data, size_t *size) {
+  PARTITA_CHECK_ARG(artifact);
+  if (index >= artifact->files.size())
+    return makeError(std::string(__func__) + ": index " +
+                     std::to_string(index) + " out of range (" +
+                     std::to_string(artifact->files.size()) + " files)");
+  const auto &file = *artifact->files[index];
+  if (path)
+    *path = file.first.c_str();
+  if (data)
+    *data = file.second.data();
+  if (size)
+    *size = file.second.size();
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Sessions
+//===----------------------------------------------------------------------===//
+
+partita_session_options *partita_session_options_create(void) {
+  return new (std::nothrow) partita_session_options;
+}
+
+void partita_session_options_destroy(partita_session_options *options) {
+  delete options;
+}
+
+partita_status *
+partita_session_options_set_threads_per_rank(partita_session_options *options,
+                                             unsigned threads) {
+  PARTITA_CHECK_ARG(options);
+  options->options.threadsPerRank = threads;
+  return nullptr;
+}
+
+partita_status *
+partita_session_options_set_timeout_seconds(partita_session_options *options,
+                                            double seconds) {
+  PARTITA_CHECK_ARG(options);
+  if (!(seconds > 0))
+    return makeError(std::string(__func__) + ": the timeout must be positive");
+  options->options.timeoutSeconds = seconds;
+  return nullptr;
+}
+
+partita_status *
+partita_session_load_path(const char *path,
+                          const partita_session_options *options,
+                          partita_session **session) {
+  PARTITA_CHECK_ARG(session);
+  *session = nullptr;
+  PARTITA_CHECK_ARG(path);
+  auto handle = std::make_unique<partita_session>();
+  partita::SessionOptions defaults;
+  if (partita_status *error = fromStatus(partita::Session::load(
+          path, options ? options->options : defaults, handle->session)))
+    return error;
+  *session = handle.release();
+  return nullptr;
+}
+
+partita_status *
+partita_session_load_artifact(const partita_artifact *artifact,
+                              const partita_session_options *options,
+                              partita_session **session) {
+  PARTITA_CHECK_ARG(session);
+  *session = nullptr;
+  PARTITA_CHECK_ARG(artifact);
+  auto handle = std::make_unique<partita_session>();
+  partita::SessionOptions defaults;
+  if (partita_status *error = fromStatus(partita::Session::load(
+          *artifact->artifact, options ? options->options : defaults,
+          handle->session)))
+    return error;
+  *session = handle.release();
+  return nullptr;
+}
+
+void partita_session_destroy(partita_session *session) { delete session; }
+
+const char *partita_session_target(const partita_session *session) {
+  return session ? session->session->target().c_str() : "";
+}
+
+size_t partita_session_input_count(const partita_session *session) {
+  return session ? session->session->inputs().size() : 0;
+}
+
+size_t partita_session_output_count(const partita_session *session) {
+  return session ? session->session->outputs().size() : 0;
+}
+
+partita_status *partita_session_input(const partita_session *session,
+                                      size_t index, partita_tensor *info) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(info);
+  const auto &inputs = session->session->inputs();
+  if (index >= inputs.size())
+    return makeError(std::string(__func__) + ": index " +
+                     std::to_string(index) + " out of range (" +
+                     std::to_string(inputs.size()) + " inputs)");
+  describe(inputs[index], info);
+  return nullptr;
+}
+
+partita_status *partita_session_output(const partita_session *session,
+                                       size_t index, partita_tensor *info) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(info);
+  const auto &outputs = session->session->outputs();
+  if (index >= outputs.size())
+    return makeError(std::string(__func__) + ": index " +
+                     std::to_string(index) + " out of range (" +
+                     std::to_string(outputs.size()) + " outputs)");
+  describe(outputs[index], info);
+  return nullptr;
+}
+
+partita_status *partita_session_run(partita_session *session,
+                                    const partita_tensor *inputs,
+                                    size_t num_inputs,
+                                    const partita_tensor *outputs,
+                                    size_t num_outputs) {
+  PARTITA_CHECK_ARG(session);
+  if (num_inputs > 0)
+    PARTITA_CHECK_ARG(inputs);
+  if (num_outputs > 0)
+    PARTITA_CHECK_ARG(outputs);
+  std::vector<partita::TensorRef> inputRefs(num_inputs),
+      outputRefs(num_outputs);
+  for (size_t i = 0; i < num_inputs; ++i)
+    if (partita_status *error =
+            toTensorRef(__func__, "inputs", i, inputs[i], inputRefs[i]))
+      return error;
+  for (size_t i = 0; i < num_outputs; ++i)
+    if (partita_status *error =
+            toTensorRef(__func__, "outputs", i, outputs[i], outputRefs[i]))
+      return error;
+  return fromStatus(session->session->run(inputRefs, outputRefs));
+}
+
+} // extern "C"

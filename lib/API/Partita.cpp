@@ -1,0 +1,437 @@
+//===- Partita.cpp - Partita's C++ embedding API --------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The API over the compiler driver (lib/Driver) and the runtime's Runner.
+// A compile runs in a fresh MLIRContext whose diagnostics are collected as
+// data; the artifact is written to a private temporary directory and read
+// back into memory. A session runs an artifact from its directory (weights
+// are memory-mapped), so one held in memory is saved to a private temporary
+// directory first, removed with the session.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Partita.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/Timing.h"
+#include "partita/Driver/Driver.h"
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/Runner.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace partita;
+namespace rt = partita::runtime;
+namespace fs = llvm::sys::fs;
+
+namespace {
+
+/// A directory removed (with everything in it) when this goes out of scope.
+class TemporaryDirectory {
+public:
+  TemporaryDirectory() = default;
+  TemporaryDirectory(TemporaryDirectory &&other) : path(std::move(other.path)) {
+    other.path.clear();
+  }
+  ~TemporaryDirectory() {
+    if (!path.empty())
+      fs::remove_directories(path);
+  }
+  Status create(const llvm::Twine &prefix) {
+    llvm::SmallString<128> made;
+    if (std::error_code error = fs::createUniqueDirectory(prefix, made))
+      return Status::error("cannot create a temporary directory: " +
+                           error.message());
+    path = std::string(made);
+    return Status();
+  }
+  std::string path;
+};
+
+/// Every regular file under `root`, by path relative to it.
+Status readTree(const std::string &root,
+                std::map<std::string, std::string> &files) {
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(root, error), end;
+       it != end && !error; it.increment(error)) {
+    if (it->type() != fs::file_type::regular_file)
+      continue;
+    auto buffer = llvm::MemoryBuffer::getFile(it->path(), /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return Status::error("cannot read " + it->path() + ": " +
+                           buffer.getError().message());
+    llvm::StringRef relative =
+        llvm::StringRef(it->path()).drop_front(root.size() + 1);
+    files[relative.str()] = (*buffer)->getBuffer().str();
+  }
+  if (error)
+    return Status::error("cannot list " + root + ": " + error.message());
+  return Status();
+}
+
+Status writeFile(const std::string &path, const std::string &contents) {
+  std::error_code error =
+      fs::create_directories(llvm::sys::path::parent_path(path));
+  if (error)
+    return Status::error(path + ": " + error.message());
+  llvm::raw_fd_ostream os(path, error);
+  if (error)
+    return Status::error(path + ": " + error.message());
+  os << contents;
+  os.close();
+  if (os.has_error()) {
+    os.clear_error();
+    return Status::error(path + ": write failed");
+  }
+  return Status();
+}
+
+std::string severityName(Diagnostic::Severity severity) {
+  switch (severity) {
+  case Diagnostic::Severity::Error:
+    return "error";
+  case Diagnostic::Severity::Warning:
+    return "warning";
+  case Diagnostic::Severity::Note:
+    return "note";
+  case Diagnostic::Severity::Remark:
+    return "remark";
+  }
+  return "error";
+}
+
+Diagnostic::Severity severityOf(mlir::DiagnosticSeverity severity) {
+  switch (severity) {
+  case mlir::DiagnosticSeverity::Error:
+    return Diagnostic::Severity::Error;
+  case mlir::DiagnosticSeverity::Warning:
+    return Diagnostic::Severity::Warning;
+  case mlir::DiagnosticSeverity::Note:
+    return Diagnostic::Severity::Note;
+  case mlir::DiagnosticSeverity::Remark:
+    return Diagnostic::Severity::Remark;
+  }
+  return Diagnostic::Severity::Error;
+}
+
+CompileResult compile(mlir::partita::DriverOptions driver,
+                      const CompileOptions &options) {
+  CompileResult result;
+  auto failWith = [&](const std::string &message) {
+    result.diagnostics.push_back({Diagnostic::Severity::Error, "", message});
+    return result;
+  };
+  for (const auto &[axis, size] : options.mesh)
+    driver.mesh +=
+        (driver.mesh.empty() ? "" : ",") + axis + "=" + std::to_string(size);
+  driver.target = options.target;
+  driver.bindings = options.bind;
+  driver.strategy = options.strategy;
+  driver.spMode = options.spMode;
+  driver.microbatches = options.microbatches;
+  driver.virtualStages = options.virtualStages;
+  driver.dtype = options.dtype;
+  driver.cudaArch.clear();
+  for (const std::string &arch : options.cudaArchs)
+    driver.cudaArch += (driver.cudaArch.empty() ? "" : ",") + arch;
+  driver.overlap = options.overlap;
+  driver.collectiveMatmul = options.collectiveMatmul;
+  driver.clusterJson = options.clusterJson;
+  driver.clusterSource = "(CompileOptions::clusterJson)";
+
+  TemporaryDirectory work;
+  if (Status made = work.create("partita-compile"); !made)
+    return failWith(made.message());
+  driver.output = work.path + "/artifact";
+  driver.reportFile = work.path + "/report.json";
+
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  mlir::partita::loadCompilerDialects(context);
+  context.printOpOnDiagnostic(false);
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    auto record = [&](mlir::Diagnostic &one) {
+      result.diagnostics.push_back(
+          {severityOf(one.getSeverity()),
+           mlir::partita::formatLocation(one.getLocation()), one.str()});
+    };
+    record(d);
+    for (mlir::Diagnostic &note : d.getNotes())
+      record(note);
+    return mlir::success();
+  });
+  mlir::DefaultTimingManager timing;
+  mlir::TimingScope root = timing.getRootScope();
+  mlir::partita::DriverResult driven;
+  if (failed(mlir::partita::runCompiler(context, driver, driven, root))) {
+    bool anyError = false;
+    for (const Diagnostic &d : result.diagnostics)
+      anyError |= d.severity == Diagnostic::Severity::Error;
+    if (!anyError)
+      result.diagnostics.push_back(
+          {Diagnostic::Severity::Error, "", "compilation failed"});
+    return result;
+  }
+  std::map<std::string, std::string> files;
+  if (Status read = readTree(driver.output, files); !read)
+    return failWith(read.message());
+  auto report = llvm::MemoryBuffer::getFile(driver.reportFile);
+  if (!report)
+    return failWith("cannot read the report: " + report.getError().message());
+  result.artifact = std::make_shared<const Artifact>(
+      std::move(files), (*report)->getBuffer().str());
+  return result;
+}
+
+DType fromRuntime(rt::DType dtype) {
+  switch (dtype) {
+  case program::F16:
+    return DType::F16;
+  case program::BF16:
+    return DType::BF16;
+  case program::I64:
+    return DType::I64;
+  case program::I32:
+    return DType::I32;
+  case program::I8:
+    return DType::I8;
+  case program::BOOL:
+    return DType::Bool;
+  default:
+    return DType::F32;
+  }
+}
+
+rt::DType toRuntime(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return program::F32;
+  case DType::F16:
+    return program::F16;
+  case DType::BF16:
+    return program::BF16;
+  case DType::I64:
+    return program::I64;
+  case DType::I32:
+    return program::I32;
+  case DType::I8:
+    return program::I8;
+  case DType::Bool:
+    return program::BOOL;
+  }
+  return program::DTYPE_UNSPECIFIED;
+}
+
+std::vector<TensorInfo> infos(const std::vector<rt::TensorSpec> &specs) {
+  std::vector<TensorInfo> result;
+  for (const rt::TensorSpec &spec : specs)
+    result.push_back({spec.name, fromRuntime(spec.dtype), spec.shape});
+  return result;
+}
+
+} // namespace
+
+std::string Diagnostic::str() const {
+  return (location.empty() ? std::string("partita") : location) + ": " +
+         severityName(severity) + ": " + message;
+}
+
+std::string CompileResult::errorText() const {
+  std::string text;
+  for (const Diagnostic &d : diagnostics)
+    text += d.str() + "\n";
+  return text;
+}
+
+Artifact::Artifact(std::map<std::string, std::string> files, std::string report)
+    : contents(std::move(files)), reportJson(std::move(report)) {}
+
+Status Artifact::save(const std::string &path) const {
+  if (path.empty())
+    return Status::error("save: no path given");
+  bool existing = fs::exists(path);
+  if (existing && !fs::exists(path + "/manifest.json"))
+    return Status::error(path +
+                         ": exists and is not a Partita artifact; refusing "
+                         "to replace it");
+  // Written beside the destination, then renamed over it: a reader sees the
+  // old artifact or the new one, never half of one.
+  llvm::SmallString<256> staging;
+  llvm::SmallString<256> absolute(path);
+  fs::make_absolute(absolute);
+  if (std::error_code error = fs::createUniqueDirectory(
+          llvm::Twine(absolute) + ".partial", staging))
+    return Status::error(path + ": " + error.message());
+  for (const auto &[relative, bytes] : contents)
+    if (Status written =
+            writeFile(std::string(staging) + "/" + relative, bytes);
+        !written) {
+      fs::remove_directories(staging);
+      return written;
+    }
+  if (existing)
+    fs::remove_directories(path);
+  if (std::error_code error = fs::rename(staging, path)) {
+    fs::remove_directories(staging);
+    return Status::error(path + ": " + error.message());
+  }
+  return Status();
+}
+
+Status Artifact::load(const std::string &path,
+                      std::shared_ptr<const Artifact> &artifact) {
+  if (!fs::exists(path + "/manifest.json"))
+    return Status::error(path + ": not a Partita artifact (no manifest.json)");
+  std::map<std::string, std::string> files;
+  if (Status read = readTree(path, files); !read)
+    return read;
+  std::string report;
+  if (auto found = files.find("report.json"); found != files.end()) {
+    report = std::move(found->second);
+    files.erase(found);
+  }
+  artifact =
+      std::make_shared<const Artifact>(std::move(files), std::move(report));
+  return Status();
+}
+
+CompileResult partita::compileFile(const std::string &path,
+                                   const CompileOptions &options) {
+  mlir::partita::DriverOptions driver;
+  driver.input = path;
+  return compile(std::move(driver), options);
+}
+
+CompileResult partita::compileBuffer(const void *data, size_t size,
+                                     const CompileOptions &options,
+                                     const std::string &name) {
+  mlir::partita::DriverOptions driver;
+  driver.input = name;
+  driver.inputBuffer =
+      std::string(static_cast<const char *>(data), data ? size : 0);
+  return compile(std::move(driver), options);
+}
+
+const char *partita::dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return "f32";
+  case DType::F16:
+    return "f16";
+  case DType::BF16:
+    return "bf16";
+  case DType::I64:
+    return "i64";
+  case DType::I32:
+    return "i32";
+  case DType::I8:
+    return "i8";
+  case DType::Bool:
+    return "bool";
+  }
+  return "?";
+}
+
+size_t partita::dtypeSize(DType dtype) {
+  return rt::dtypeSize(toRuntime(dtype));
+}
+
+const char *partita::version() { return PARTITA_VERSION; }
+
+struct Session::Impl {
+  /// The artifact's directory when the session made it (removed last).
+  TemporaryDirectory owned;
+  std::unique_ptr<rt::Artifact> artifact;
+  std::unique_ptr<rt::Runner> runner;
+  std::vector<TensorInfo> inputs, outputs;
+};
+
+Session::Session() : impl(std::make_unique<Impl>()) {}
+Session::~Session() {
+  // The runner reads the artifact, which reads the directory.
+  if (impl) {
+    impl->runner.reset();
+    impl->artifact.reset();
+  }
+}
+
+Status Session::open(const std::string &path, const SessionOptions &options) {
+  Impl &impl = *this->impl;
+  if (rt::Status opened = rt::Artifact::open(path, impl.artifact); !opened)
+    return Status::error(opened.message());
+  rt::RunnerOptions runnerOptions;
+  runnerOptions.threadsPerRank = options.threadsPerRank;
+  runnerOptions.timeoutSeconds = options.timeoutSeconds;
+  // Every rank of a cuda artifact shares GPU 0 in this process.
+  runnerOptions.singleGpu = impl.artifact->manifest().target == "cuda";
+  if (rt::Status created =
+          rt::Runner::create(*impl.artifact, runnerOptions, impl.runner);
+      !created)
+    return Status::error(created.message());
+  impl.inputs = infos(impl.artifact->manifest().inputs);
+  impl.outputs = infos(impl.artifact->manifest().outputs);
+  return Status();
+}
+
+Status Session::load(const std::string &path, const SessionOptions &options,
+                     std::unique_ptr<Session> &session) {
+  std::unique_ptr<Session> made(new Session());
+  if (Status opened = made->open(path, options); !opened)
+    return opened;
+  session = std::move(made);
+  return Status();
+}
+
+Status Session::load(const Artifact &artifact, const SessionOptions &options,
+                     std::unique_ptr<Session> &session) {
+  std::unique_ptr<Session> made(new Session());
+  if (Status created = made->impl->owned.create("partita-session"); !created)
+    return created;
+  std::string path = made->impl->owned.path + "/artifact";
+  if (Status saved = artifact.save(path); !saved)
+    return saved;
+  if (Status opened = made->open(path, options); !opened)
+    return opened;
+  session = std::move(made);
+  return Status();
+}
+
+const std::vector<TensorInfo> &Session::inputs() const { return impl->inputs; }
+const std::vector<TensorInfo> &Session::outputs() const {
+  return impl->outputs;
+}
+const std::string &Session::target() const {
+  return impl->artifact->manifest().target;
+}
+
+Status Session::run(const std::vector<TensorRef> &inputs,
+                    const std::vector<TensorRef> &outputs) {
+  auto convert = [](const std::vector<TensorRef> &refs) {
+    std::vector<rt::NamedTensor> named;
+    for (const TensorRef &ref : refs) {
+      rt::Tensor tensor;
+      tensor.data = ref.data;
+      tensor.dtype = toRuntime(ref.dtype);
+      tensor.shape = ref.shape;
+      named.push_back({ref.name, tensor});
+    }
+    return named;
+  };
+  for (const auto *refs : {&inputs, &outputs})
+    for (const TensorRef &ref : *refs)
+      if (!ref.data &&
+          rt::Tensor{nullptr, toRuntime(ref.dtype), ref.shape}.numElements() !=
+              0)
+        return Status::error("tensor '" + ref.name + "' has no memory");
+  if (rt::Status ran = impl->runner->run(convert(inputs), convert(outputs));
+      !ran)
+    return Status::error(ran.message());
+  return Status();
+}

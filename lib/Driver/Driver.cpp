@@ -1,0 +1,382 @@
+//===- Driver.cpp - The compiler, from a model to an artifact -------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Driver/Driver.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/Pass/PassManager.h"
+#include "partita/Analysis/Cluster.h"
+#include "partita/Artifact/Artifact.h"
+#include "partita/Conversion/NNToExec/NNToExec.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/Dialect/NN/Transforms/Passes.h"
+#include "partita/Frontend/ONNX/Import.h"
+#include "partita/InitAllDialects.h"
+#include "partita/Pipelines/Pipelines.h"
+#include "partita/Target/CUDA/CodeGen.h"
+#include "partita/Target/CUDA/Nvcc.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <google/protobuf/text_format.h>
+
+using namespace mlir;
+using namespace mlir::partita;
+namespace cudatarget = ::partita::target::cuda;
+
+namespace {
+
+/// An error in the options (no place in the model): reported at an unknown
+/// location, which partita-compile prints as `partita-compile: error: ...`.
+LogicalResult fail(MLIRContext &context, const llvm::Twine &message) {
+  emitError(UnknownLoc::get(&context)) << message.str();
+  return failure();
+}
+
+/// Runs the passes `build` adds on `module`, timed as `name` under `root`.
+LogicalResult runStage(ModuleOp module, const DriverOptions &options,
+                       TimingScope &root, StringRef name,
+                       llvm::function_ref<void(PassManager &)> build) {
+  PassManager pm(module.getContext());
+  if (options.passManagerCommandLine && failed(applyPassManagerCLOptions(pm)))
+    return failure();
+  TimingScope timing = root.nest(name);
+  pm.enableTiming(timing);
+  build(pm);
+  return pm.run(module);
+}
+
+/// One line per weight of the planned (global) function: name, type and
+/// sharding.
+std::vector<std::string> describeWeights(func::FuncOp main) {
+  std::vector<std::string> lines;
+  dist::MeshOp mesh;
+  if (auto module = main->getParentOfType<ModuleOp>())
+    for (auto m : module.getOps<dist::MeshOp>())
+      mesh = m;
+  if (!mesh)
+    return lines;
+  main.walk([&](nn::ConstantOp constant) {
+    auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue());
+    if (!resource)
+      return;
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    os << "  " << resource.getRawHandle().getKey() << "  " << constant.getType()
+       << "  "
+       << dist::formatSharding(
+              dist::getValueSharding(constant.getResult(), mesh));
+    lines.push_back(line);
+  });
+  return lines;
+}
+
+/// The --explain listing: weights, then rank 0's collectives in program
+/// order with the op that needed each.
+std::string explanation(ArrayRef<std::string> weights,
+                        const ExecProgram &rank0) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "weights (name, global type, sharding):\n";
+  for (const std::string &line : weights)
+    os << line << "\n";
+  os << "collectives of rank 0 (kind, axes, payload bytes, reason):\n";
+  for (const ExecCollectiveStat &c : rank0.collectives) {
+    os << "  " << c.kind << " [";
+    llvm::interleaveComma(c.axes, os);
+    os << "]  " << c.payload << "  " << c.reason << "\n";
+  }
+  return text;
+}
+
+/// Checks the options that name a choice among a few.
+LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
+  if (options.emit == EmitStage::Artifact && options.output.empty())
+    return fail(context, "give the artifact directory with -o ART, or print "
+                         "a stage with --emit nn|dist|local|exec|cuda");
+  if (options.target != "host" && options.target != "cuda")
+    return fail(context,
+                "--target expects host or cuda, got '" + options.target + "'");
+  for (const auto &[name, value] : options.bindings)
+    if (name.empty() || value <= 0)
+      return fail(context, "--bind expects name=value with a positive "
+                           "integer value, got '" +
+                               name + "=" + std::to_string(value) + "'");
+  if (!options.mesh.empty()) {
+    std::string error;
+    if (failed(dist::parseMeshAxes(options.mesh, error)))
+      return fail(context, "--mesh " + options.mesh + ": " + error);
+  }
+  if (options.collectiveMatmul != "auto" &&
+      options.collectiveMatmul != "always" &&
+      options.collectiveMatmul != "never")
+    return fail(context, "--collective-matmul expects auto, always or never, "
+                         "got '" +
+                             options.collectiveMatmul + "'");
+  if (options.dtype != "fp32" && options.dtype != "bf16" &&
+      options.dtype != "fp16")
+    return fail(context, "--dtype expects fp32, bf16 or fp16, got '" +
+                             options.dtype + "'");
+  if (options.strategy != "megatron" && options.strategy != "none")
+    return fail(context, "--strategy expects megatron or none, got '" +
+                             options.strategy + "'");
+  if (options.microbatches < 1)
+    return fail(context, "--microbatches must be positive, got " +
+                             std::to_string(options.microbatches));
+  if (options.virtualStages < 1)
+    return fail(context, "--virtual-stages must be positive, got " +
+                             std::to_string(options.virtualStages));
+  return success();
+}
+
+/// The flags the artifact was compiled with, for its manifest.
+std::map<std::string, std::string>
+recordedOptions(const DriverOptions &options) {
+  std::map<std::string, std::string> recorded;
+  recorded["source"] = options.input;
+  recorded["target"] = options.target;
+  std::string bound;
+  for (const auto &[name, value] : options.bindings)
+    bound += (bound.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  if (!bound.empty())
+    recorded["bind"] = bound;
+  if (!options.raise)
+    recorded["no-raise"] = "true";
+  if (options.dtype != "fp32")
+    recorded["dtype"] = options.dtype;
+  if (!options.mesh.empty()) {
+    recorded["mesh"] = options.mesh;
+    recorded["strategy"] = options.strategy;
+    if (!options.spMode.empty())
+      recorded["sp-mode"] = options.spMode;
+    if (options.microbatches > 1)
+      recorded["microbatches"] = std::to_string(options.microbatches);
+    if (options.virtualStages > 1)
+      recorded["virtual-stages"] = std::to_string(options.virtualStages);
+    if (!options.overlap)
+      recorded["no-overlap"] = "true";
+    if (options.collectiveMatmul != "auto")
+      recorded["collective-matmul"] = options.collectiveMatmul;
+  }
+  return recorded;
+}
+
+std::string printModule(ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os);
+  return text;
+}
+
+} // namespace
+
+void mlir::partita::loadCompilerDialects(MLIRContext &context) {
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+}
+
+std::string mlir::partita::formatLocation(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc)) {
+    std::string parent = formatLocation(name.getChildLoc());
+    return (parent.empty() ? "" : parent + ": ") + "node '" +
+           name.getName().getValue().str() + "'";
+  }
+  if (auto file = dyn_cast<FileLineColLoc>(loc)) {
+    std::string text = file.getFilename().getValue().str();
+    if (file.getLine())
+      text += ":" + std::to_string(file.getLine()) + ":" +
+              std::to_string(file.getColumn());
+    return text;
+  }
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    return fused.getLocations().empty()
+               ? ""
+               : formatLocation(fused.getLocations().front());
+  if (auto callSite = dyn_cast<CallSiteLoc>(loc))
+    return formatLocation(callSite.getCallee());
+  return "";
+}
+
+LogicalResult mlir::partita::runCompiler(MLIRContext &context,
+                                         const DriverOptions &options,
+                                         DriverResult &result,
+                                         TimingScope &root) {
+  if (failed(checkOptions(context, options)))
+    return failure();
+  bool cuda = options.target == "cuda" || options.emit == EmitStage::CUDA;
+  cudatarget::NvccOptions nvcc;
+  if (llvm::Error error =
+          cudatarget::parseCudaArchs(options.cudaArch, nvcc.archs))
+    return fail(context, "--cuda-arch " + options.cudaArch + ": " +
+                             llvm::toString(std::move(error)));
+  ClusterModel cluster;
+  if (!options.clusterJson.empty()) {
+    llvm::Expected<ClusterModel> parsed =
+        ClusterModel::fromJson(options.clusterJson);
+    if (!parsed)
+      return fail(context, "--cluster " + options.clusterSource + ": " +
+                               llvm::toString(parsed.takeError()));
+    cluster = std::move(*parsed);
+  }
+
+  OnnxImportOptions import;
+  for (const auto &[name, value] : options.bindings)
+    import.bindings[name] = value;
+  OwningOpRef<ModuleOp> module;
+  {
+    TimingScope importTiming = root.nest("ONNX import");
+    module = options.inputBuffer
+                 ? importOnnxBuffer(&context, *options.inputBuffer,
+                                    options.input, /*modelDir=*/"", import)
+                 : importOnnxFile(&context, options.input, import);
+  }
+  if (!module)
+    return failure();
+
+  NNPipelineOptions nnOptions;
+  nnOptions.raise = options.raise;
+  if (failed(runStage(*module, options, root, "Pipeline", [&](PassManager &pm) {
+        buildNNPipeline(pm, nnOptions);
+        if (options.dtype != "fp32") {
+          ConvertFloatPassOptions convert;
+          convert.to = options.dtype == "bf16" ? "bf16" : "f16";
+          pm.nest<func::FuncOp>().addPass(createConvertFloatPass(convert));
+        }
+      })))
+    return failure();
+  if (options.emit == EmitStage::NN) {
+    result.emitted = printModule(*module);
+    return success();
+  }
+
+  auto main = module->lookupSymbol<func::FuncOp>("main");
+  ModelSummary model = summarizeModel(main);
+  std::vector<std::string> weightLines;
+  int64_t worldSize = 1;
+  if (!options.mesh.empty()) {
+    ShardPipelineOptions shardOptions;
+    shardOptions.mesh = options.mesh;
+    shardOptions.strategy = options.strategy;
+    shardOptions.spMode = options.spMode;
+    if (failed(runStage(
+            *module, options, root, "Sharding plan",
+            [&](PassManager &pm) { buildPlanPipeline(pm, shardOptions); })))
+      return failure();
+    if (options.emit == EmitStage::Dist) {
+      result.emitted = printModule(*module);
+      return success();
+    }
+    if (options.explain)
+      weightLines = describeWeights(main);
+    if (failed(
+            runStage(*module, options, root, "Partition", [&](PassManager &pm) {
+              buildPartitionPipeline(pm, options.microbatches,
+                                     options.virtualStages, options.overlap,
+                                     options.collectiveMatmul);
+            })))
+      return failure();
+    for (auto mesh : module->getOps<dist::MeshOp>())
+      worldSize = mesh.getNumDevices();
+  } else if (options.emit == EmitStage::Dist) {
+    result.emitted = printModule(*module);
+    return success();
+  }
+  if (options.emit == EmitStage::Local) {
+    result.emitted = printModule(*module);
+    return success();
+  }
+
+  ExecLoweringOptions lowering;
+  lowering.cluster = &cluster;
+  std::vector<ExecProgram> programs;
+  {
+    TimingScope lowerTiming = root.nest("Exec lowering");
+    for (int64_t rank = 0; rank < worldSize; ++rank) {
+      FailureOr<ExecProgram> exec = lowerToExecProgram(
+          main, static_cast<int>(rank), static_cast<int>(worldSize), lowering);
+      if (failed(exec))
+        return failure();
+      programs.push_back(std::move(*exec));
+    }
+  }
+  if (options.explain)
+    result.explanation = explanation(weightLines, programs.front());
+  if (!options.reportFile.empty() &&
+      failed(writeReport(model, main, programs, options.reportFile)))
+    return failure();
+  if (!options.traceFile.empty() &&
+      failed(writeTrace(main, programs, options.traceFile)))
+    return failure();
+
+  // CUDA: kernels for every rank (filling in how each instruction runs on
+  // the device), then one nvcc build per distinct source.
+  std::vector<std::string> cudaSources;
+  if (cuda) {
+    TimingScope cudaTiming = root.nest("CUDA code generation");
+    for (auto [rank, exec] : llvm::enumerate(programs)) {
+      llvm::Expected<std::string> source =
+          cudatarget::generateCudaSource(exec.program, {});
+      if (!source)
+        return fail(context, "rank " + std::to_string(rank) + ": " +
+                                 llvm::toString(source.takeError()));
+      cudaSources.push_back(std::move(*source));
+    }
+  }
+  if (options.emit == EmitStage::CUDA) {
+    for (auto [rank, source] : llvm::enumerate(cudaSources)) {
+      auto same = llvm::find(cudaSources, source);
+      if (cudaSources.size() > 1)
+        result.emitted += "// ===== rank " + std::to_string(rank) + " =====\n";
+      if (same != cudaSources.begin() + rank)
+        result.emitted += "// the module of rank " +
+                          std::to_string(same - cudaSources.begin()) + "\n";
+      else
+        result.emitted += source;
+    }
+    return success();
+  }
+  if (options.emit == EmitStage::Exec) {
+    for (auto [rank, exec] : llvm::enumerate(programs)) {
+      std::string one;
+      google::protobuf::TextFormat::PrintToString(exec.program, &one);
+      if (programs.size() > 1)
+        result.emitted += "# rank " + std::to_string(rank) + "\n";
+      result.emitted += one;
+    }
+    return success();
+  }
+
+  TimingScope writeTiming = root.nest("Artifact");
+  ArtifactOptions artifact;
+  artifact.target = cuda ? "cuda" : "host";
+  artifact.compileOptions = recordedOptions(options);
+  if (cuda) {
+    artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
+    artifact.cudaArchs = nvcc.archs;
+    std::map<std::string, CudaModule> built;
+    for (const std::string &source : cudaSources) {
+      auto [it, fresh] = built.try_emplace(source);
+      if (fresh) {
+        llvm::Expected<cudatarget::Fatbin> fatbin =
+            cudatarget::buildFatbin(source, nvcc);
+        if (!fatbin)
+          return fail(context, llvm::toString(fatbin.takeError()));
+        it->second = {source, std::move(fatbin->bytes),
+                      std::move(fatbin->ptxasLog)};
+      }
+      artifact.cudaModules.push_back(it->second);
+    }
+  }
+  return writeArtifact(main, programs, artifact, options.output);
+}

@@ -1,0 +1,293 @@
+//===- PartitaModule.cpp - partita._partita, the Python extension ---------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A thin binding of include/partita/Partita.h; the friendly API (keyword
+// options, exceptions with diagnostics, dtype conversion) is Python, in
+// python/partita/__init__.py. Errors from the library come back as values
+// (compile) or as `_partita.Error` (load, run, save), which the Python layer
+// turns into its own exception types.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Partita.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+/// A failure of the library, raised as `_partita.Error`.
+struct PartitaFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const partita::Status &status) {
+  if (!status.ok())
+    throw PartitaFailure(status.message());
+}
+
+const char *severityName(partita::Diagnostic::Severity severity) {
+  switch (severity) {
+  case partita::Diagnostic::Severity::Error:
+    return "error";
+  case partita::Diagnostic::Severity::Warning:
+    return "warning";
+  case partita::Diagnostic::Severity::Note:
+    return "note";
+  case partita::Diagnostic::Severity::Remark:
+    return "remark";
+  }
+  return "error";
+}
+
+partita::DType dtypeFromName(const std::string &name) {
+  for (partita::DType dtype :
+       {partita::DType::F32, partita::DType::F16, partita::DType::BF16,
+        partita::DType::I64, partita::DType::I32, partita::DType::I8,
+        partita::DType::Bool})
+    if (name == partita::dtypeName(dtype))
+      return dtype;
+  throw PartitaFailure("unknown dtype '" + name + "'");
+}
+
+/// The Python-side description of a tensor: (name, dtype name, shape).
+using TensorDescription =
+    std::tuple<std::string, std::string, std::vector<int64_t>>;
+
+std::vector<TensorDescription>
+describe(const std::vector<partita::TensorInfo> &infos) {
+  std::vector<TensorDescription> result;
+  for (const partita::TensorInfo &info : infos)
+    result.emplace_back(info.name, partita::dtypeName(info.dtype), info.shape);
+  return result;
+}
+
+/// Inputs may be read-only arrays; outputs are written in place.
+using InputArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using OutputArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+/// One tensor of a run: a dense host array reinterpreted as `dtype` (the
+/// Python layer chose the array's type; here only the element size must
+/// agree, which keeps the library from reading or writing past it).
+template <typename Array>
+partita::TensorRef toTensorRef(const std::string &name,
+                               const std::string &dtypeName,
+                               const Array &array) {
+  partita::TensorRef ref;
+  ref.name = name;
+  ref.dtype = dtypeFromName(dtypeName);
+  if (array.itemsize() != partita::dtypeSize(ref.dtype))
+    throw PartitaFailure("tensor '" + name +
+                         "': " + std::to_string(array.itemsize()) +
+                         "-byte elements given for " + dtypeName);
+  for (size_t i = 0; i < array.ndim(); ++i)
+    ref.shape.push_back(array.shape(i));
+  // The library only reads inputs; TensorRef has one pointer type for both.
+  ref.data = const_cast<void *>(static_cast<const void *>(array.data()));
+  return ref;
+}
+
+struct PySession {
+  std::unique_ptr<partita::Session> session;
+};
+
+partita::SessionOptions sessionOptions(unsigned threadsPerRank,
+                                       double timeoutSeconds) {
+  partita::SessionOptions options;
+  options.threadsPerRank = threadsPerRank;
+  options.timeoutSeconds = timeoutSeconds;
+  return options;
+}
+
+} // namespace
+
+NB_MODULE(_partita, m) {
+  m.doc() = "Partita's C++ embedding API (include/partita/Partita.h); use "
+            "the `partita` package rather than this module.";
+  nb::exception<PartitaFailure>(m, "Error", PyExc_RuntimeError);
+
+  m.def("version", &partita::version, "The library's version.");
+
+  nb::class_<partita::Diagnostic>(m, "Diagnostic",
+                                  "A compiler diagnostic, as data.")
+      .def_prop_ro("severity",
+                   [](const partita::Diagnostic &diagnostic) {
+                     return severityName(diagnostic.severity);
+                   })
+      .def_ro("location", &partita::Diagnostic::location)
+      .def_ro("message", &partita::Diagnostic::message)
+      .def("__str__", &partita::Diagnostic::str)
+      .def("__repr__", [](const partita::Diagnostic &diagnostic) {
+        return "<Diagnostic " + diagnostic.str() + ">";
+      });
+
+  nb::class_<partita::Artifact>(m, "Artifact",
+                                "A compiled model, held in memory.")
+      .def(
+          "__init__",
+          [](partita::Artifact *self, std::map<std::string, nb::bytes> files,
+             std::string report) {
+            std::map<std::string, std::string> contents;
+            for (auto &[path, data] : files)
+              contents[path] = std::string(data.c_str(), data.size());
+            new (self)
+                partita::Artifact(std::move(contents), std::move(report));
+          },
+          "files"_a, "report"_a)
+      .def_prop_ro("report", &partita::Artifact::report)
+      .def("file_names",
+           [](const partita::Artifact &artifact) {
+             std::vector<std::string> names;
+             for (const auto &file : artifact.files())
+               names.push_back(file.first);
+             return names;
+           })
+      .def("file",
+           [](const partita::Artifact &artifact, const std::string &path) {
+             auto it = artifact.files().find(path);
+             if (it == artifact.files().end())
+               throw nb::key_error(path.c_str());
+             return nb::bytes(it->second.data(), it->second.size());
+           })
+      .def(
+          "save",
+          [](const partita::Artifact &artifact, const std::string &path) {
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = artifact.save(path);
+            }
+            check(status);
+          },
+          "path"_a);
+
+  // compile(model, is_path, name, options...) -> (artifact | None,
+  // diagnostics): a failed compilation is a value, so that the Python layer
+  // can raise CompileError with the diagnostics attached.
+  m.def(
+      "compile",
+      [](nb::bytes model, bool isPath, const std::string &name,
+         std::vector<std::pair<std::string, int64_t>> mesh,
+         const std::string &target, std::map<std::string, int64_t> bind,
+         const std::string &strategy, const std::string &spMode,
+         int64_t microbatches, int64_t virtualStages, const std::string &dtype,
+         std::vector<std::string> cudaArchs, bool overlap,
+         const std::string &collectiveMatmul, const std::string &clusterJson) {
+        partita::CompileOptions options;
+        options.mesh = std::move(mesh);
+        options.target = target;
+        options.bind = std::move(bind);
+        options.strategy = strategy;
+        options.spMode = spMode;
+        options.microbatches = microbatches;
+        options.virtualStages = virtualStages;
+        options.dtype = dtype;
+        if (!cudaArchs.empty())
+          options.cudaArchs = std::move(cudaArchs);
+        options.overlap = overlap;
+        options.collectiveMatmul = collectiveMatmul;
+        options.clusterJson = clusterJson;
+        std::string bytes(model.c_str(), model.size());
+        partita::CompileResult result;
+        {
+          nb::gil_scoped_release released;
+          result = isPath ? partita::compileFile(bytes, options)
+                          : partita::compileBuffer(bytes.data(), bytes.size(),
+                                                   options, name);
+        }
+        // nanobind shares ownership through shared_ptr<T>, not <const T>;
+        // the Python side never mutates an Artifact.
+        return std::make_pair(
+            std::const_pointer_cast<partita::Artifact>(result.artifact),
+            result.diagnostics);
+      },
+      "model"_a, "is_path"_a, "name"_a, "mesh"_a, "target"_a, "bind"_a,
+      "strategy"_a, "sp_mode"_a, "microbatches"_a, "virtual_stages"_a,
+      "dtype"_a, "cuda_archs"_a, "overlap"_a, "collective_matmul"_a,
+      "cluster_json"_a);
+
+  nb::class_<PySession>(m, "Session", "A loaded artifact, ready to run.")
+      .def_static(
+          "load_path",
+          [](const std::string &path, unsigned threadsPerRank,
+             double timeoutSeconds) {
+            auto session = std::make_unique<PySession>();
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = partita::Session::load(
+                  path, sessionOptions(threadsPerRank, timeoutSeconds),
+                  session->session);
+            }
+            check(status);
+            return session.release();
+          },
+          "path"_a, "threads_per_rank"_a = 0, "timeout_seconds"_a = 120.0,
+          nb::rv_policy::take_ownership)
+      .def_static(
+          "load_artifact",
+          [](const partita::Artifact &artifact, unsigned threadsPerRank,
+             double timeoutSeconds) {
+            auto session = std::make_unique<PySession>();
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = partita::Session::load(
+                  artifact, sessionOptions(threadsPerRank, timeoutSeconds),
+                  session->session);
+            }
+            check(status);
+            return session.release();
+          },
+          "artifact"_a, "threads_per_rank"_a = 0, "timeout_seconds"_a = 120.0,
+          nb::rv_policy::take_ownership)
+      .def_prop_ro("target",
+                   [](const PySession &self) { return self.session->target(); })
+      .def_prop_ro("inputs",
+                   [](const PySession &self) {
+                     return describe(self.session->inputs());
+                   })
+      .def_prop_ro("outputs",
+                   [](const PySession &self) {
+                     return describe(self.session->outputs());
+                   })
+      // run([(name, dtype, array)], [(name, dtype, array)]): the outputs
+      // are preallocated by the caller and filled in place.
+      .def(
+          "run",
+          [](PySession &self,
+             std::vector<std::tuple<std::string, std::string, InputArray>>
+                 inputs,
+             std::vector<std::tuple<std::string, std::string, OutputArray>>
+                 outputs) {
+            std::vector<partita::TensorRef> inputRefs, outputRefs;
+            for (auto &[name, dtype, array] : inputs)
+              inputRefs.push_back(toTensorRef(name, dtype, array));
+            for (auto &[name, dtype, array] : outputs)
+              outputRefs.push_back(toTensorRef(name, dtype, array));
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = self.session->run(inputRefs, outputRefs);
+            }
+            check(status);
+          },
+          "inputs"_a, "outputs"_a);
+}

@@ -1,0 +1,141 @@
+/* Every C API entry point given NULL handles, NULL out-parameters or bad
+ * values returns an error status (or a neutral value), never crashes. */
+
+#include "partita-c/partita.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+
+/* Expects an error status whose message contains `needle`. */
+static void expectError(partita_status *status, const char *needle,
+                        const char *what) {
+  if (partita_status_ok(status)) {
+    printf("FAIL %s: succeeded\n", what);
+    ++failures;
+    return;
+  }
+  if (!strstr(partita_status_message(status), needle)) {
+    printf("FAIL %s: '%s' lacks '%s'\n", what, partita_status_message(status),
+           needle);
+    ++failures;
+  }
+  partita_status_destroy(status);
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  /* Neutral values for NULL handles. */
+  if (!partita_status_ok(NULL) || *partita_status_message(NULL) ||
+      partita_compile_result_ok(NULL) ||
+      partita_compile_result_diagnostic_count(NULL) ||
+      *partita_compile_result_error_text(NULL) ||
+      *partita_artifact_report(NULL) || partita_artifact_file_count(NULL) ||
+      partita_session_input_count(NULL) || partita_session_output_count(NULL) ||
+      *partita_session_target(NULL) || partita_dtype_name(99) ||
+      partita_dtype_size(-1) || partita_dtype_size(PARTITA_DTYPE_BF16) != 2) {
+    printf("FAIL neutral values\n");
+    ++failures;
+  }
+  partita_status_destroy(NULL);
+  partita_compile_options_destroy(NULL);
+  partita_compile_result_destroy(NULL);
+  partita_artifact_destroy(NULL);
+  partita_session_destroy(NULL);
+  partita_session_options_destroy(NULL);
+
+  expectError(partita_compile_options_add_mesh_axis(NULL, "tp", 2), "options",
+              "add_mesh_axis(NULL)");
+  partita_compile_options *options = partita_compile_options_create();
+  expectError(partita_compile_options_add_mesh_axis(options, NULL, 2), "name",
+              "add_mesh_axis(name NULL)");
+  expectError(partita_compile_options_set_target(options, NULL), "target",
+              "set_target");
+  expectError(partita_compile_options_set_cuda_archs(options, NULL, 1), "archs",
+              "set_cuda_archs");
+  const char *archs[] = {"sm_80", NULL};
+  expectError(partita_compile_options_set_cuda_archs(options, archs, 2),
+              "archs[1]", "set_cuda_archs(NULL entry)");
+  expectError(partita_compile_options_set_cluster_json(options, NULL), "json",
+              "set_cluster_json");
+
+  partita_compile_result *result = NULL;
+  expectError(partita_compile_file(NULL, options, &result), "path",
+              "compile_file(path NULL)");
+  expectError(partita_compile_file(argv[1], options, NULL), "result",
+              "compile_file(result NULL)");
+  expectError(partita_compile_buffer(NULL, 10, NULL, NULL, &result), "data",
+              "compile_buffer(data NULL)");
+  /* Garbage: an error status, and a result holding the diagnostics. */
+  expectError(partita_compile_buffer("garbage", 7, "junk.onnx", NULL, &result),
+              "junk.onnx", "compile_buffer(garbage)");
+  if (!result || partita_compile_result_ok(result) ||
+      partita_compile_result_diagnostic_count(result) == 0) {
+    printf("FAIL garbage: no diagnostics\n");
+    ++failures;
+  }
+  partita_artifact *artifact = (partita_artifact *)1;
+  expectError(partita_compile_result_artifact(result, &artifact),
+              "compilation failed", "artifact of a failed compile");
+  if (artifact) {
+    printf("FAIL artifact not reset\n");
+    ++failures;
+  }
+  expectError(partita_compile_result_diagnostic(result, 1000, NULL, NULL, NULL),
+              "out of range", "diagnostic(1000)");
+  partita_compile_result_destroy(result);
+
+  expectError(partita_artifact_save(NULL, "x"), "artifact", "save(NULL)");
+  expectError(partita_artifact_file(NULL, 0, NULL, NULL, NULL), "artifact",
+              "file(NULL)");
+
+  partita_session *session = NULL;
+  expectError(partita_session_load_path(NULL, NULL, &session), "path",
+              "load_path(NULL)");
+  expectError(partita_session_load_path("/nonexistent", NULL, NULL), "session",
+              "load_path(session NULL)");
+  expectError(partita_session_load_path("/nonexistent", NULL, &session),
+              "nonexistent", "load_path(missing)");
+  expectError(partita_session_load_artifact(NULL, NULL, &session), "artifact",
+              "load_artifact(NULL)");
+  expectError(partita_session_run(NULL, NULL, 0, NULL, 0), "session",
+              "run(NULL)");
+  expectError(partita_session_input(NULL, 0, NULL), "session", "input(NULL)");
+  partita_session_options *sessionOptions = partita_session_options_create();
+  expectError(partita_session_options_set_timeout_seconds(sessionOptions, -1),
+              "positive", "timeout -1");
+  partita_session_options_destroy(sessionOptions);
+
+  /* A real session, then bad tensors. */
+  partita_compile_options_destroy(options);
+  if (partita_status_ok(partita_compile_file(argv[1], NULL, &result))) {
+    partita_compile_result_artifact(result, &artifact);
+    partita_session_load_artifact(artifact, NULL, &session);
+    partita_tensor info;
+    expectError(partita_session_input(session, 5, &info), "out of range",
+                "input(5)");
+    int64_t shape[] = {2, 16};
+    int64_t ids[32] = {0};
+    partita_tensor bad[] = {{NULL, PARTITA_DTYPE_I64, 2, shape, ids},
+                            {"input_ids", 42, 2, shape, ids},
+                            {"input_ids", PARTITA_DTYPE_I64, -1, shape, ids},
+                            {"input_ids", PARTITA_DTYPE_I64, 2, NULL, ids},
+                            {"input_ids", PARTITA_DTYPE_I64, 2, shape, NULL}};
+    const char *needles[] = {"name is null", "unknown dtype", "invalid rank",
+                             "shape is null", "data is null"};
+    for (int i = 0; i < 5; ++i)
+      expectError(partita_session_run(session, &bad[i], 1, NULL, 0), needles[i],
+                  needles[i]);
+    expectError(partita_session_run(session, NULL, 1, NULL, 0), "inputs",
+                "run(inputs NULL)");
+    partita_session_destroy(session);
+    partita_artifact_destroy(artifact);
+  } else {
+    printf("FAIL compiling %s\n", argv[1]);
+    ++failures;
+  }
+  partita_compile_result_destroy(result);
+  printf("%d failures\n", failures);
+  return failures != 0;
+}
