@@ -8,7 +8,10 @@
 // parallelism over two (host ranks), runs both on the same token ids and
 // checks that they agree. Uses nothing but include/partita/Partita.h.
 //
-//   partita-example-cpp MODEL.onnx
+//   partita-example-cpp MODEL.onnx [DIR]
+//
+// With DIR, the tp=2 artifact is also saved there, read back and run from
+// the directory.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,25 +32,12 @@ int64_t elements(const std::vector<int64_t> &shape) {
   return n;
 }
 
-/// Compiles `model` with `options` and runs it on `ids`; fills `logits`
-/// with the first output (f32). False, with the reason printed, on error.
-bool compileAndRun(const char *model, const partita::CompileOptions &options,
-                   const std::vector<int64_t> &ids,
-                   std::vector<float> &logits) {
-  partita::CompileResult compiled = partita::compileFile(model, options);
-  if (!compiled.ok()) {
-    std::fprintf(stderr, "compile failed:\n%s", compiled.errorText().c_str());
-    return false;
-  }
-  std::unique_ptr<partita::Session> session;
-  if (partita::Status loaded =
-          partita::Session::load(*compiled.artifact, {}, session);
-      !loaded) {
-    std::fprintf(stderr, "load failed: %s\n", loaded.message().c_str());
-    return false;
-  }
-  const partita::TensorInfo &input = session->inputs().front();
-  const partita::TensorInfo &output = session->outputs().front();
+/// Runs `session` on `ids`; fills `logits` with the first output (f32).
+/// False, with the reason printed, on error.
+bool run(partita::Session &session, const std::vector<int64_t> &ids,
+         std::vector<float> &logits) {
+  const partita::TensorInfo &input = session.inputs().front();
+  const partita::TensorInfo &output = session.outputs().front();
   if (input.dtype != partita::DType::I64 ||
       elements(input.shape) != int64_t(ids.size()) ||
       output.dtype != partita::DType::F32) {
@@ -56,13 +46,35 @@ bool compileAndRun(const char *model, const partita::CompileOptions &options,
   }
   logits.assign(size_t(elements(output.shape)), 0.0f);
   partita::Status ran =
-      session->run({{input.name, input.dtype, input.shape,
-                     const_cast<int64_t *>(ids.data())}},
-                   {{output.name, output.dtype, output.shape, logits.data()}});
+      session.run({{input.name, input.dtype, input.shape,
+                    const_cast<int64_t *>(ids.data())}},
+                  {{output.name, output.dtype, output.shape, logits.data()}});
   if (!ran) {
     std::fprintf(stderr, "run failed: %s\n", ran.message().c_str());
     return false;
   }
+  return true;
+}
+
+/// Compiles `model` with `options` into `artifact` and runs it on `ids`.
+bool compileAndRun(const char *model, const partita::CompileOptions &options,
+                   const std::vector<int64_t> &ids, std::vector<float> &logits,
+                   std::shared_ptr<const partita::Artifact> &artifact) {
+  partita::CompileResult compiled = partita::compileFile(model, options);
+  if (!compiled.ok()) {
+    std::fprintf(stderr, "compile failed:\n%s", compiled.errorText().c_str());
+    return false;
+  }
+  artifact = compiled.artifact;
+  std::unique_ptr<partita::Session> session;
+  if (partita::Status loaded = partita::Session::load(*artifact, {}, session);
+      !loaded) {
+    std::fprintf(stderr, "load failed: %s\n", loaded.message().c_str());
+    return false;
+  }
+  if (!run(*session, ids, logits))
+    return false;
+  const partita::TensorInfo &output = session->outputs().front();
   std::printf("%zu ranks: %s %s [",
               options.mesh.empty() ? size_t(1) : size_t(2), output.name.c_str(),
               partita::dtypeName(output.dtype));
@@ -75,8 +87,8 @@ bool compileAndRun(const char *model, const partita::CompileOptions &options,
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s MODEL.onnx\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s MODEL.onnx [DIR]\n", argv[0]);
     return 2;
   }
   std::printf("libpartita %s\n", partita::version());
@@ -87,11 +99,12 @@ int main(int argc, char **argv) {
     ids[i] = int64_t((i * 37 + 11) % 128);
 
   std::vector<float> single, sharded;
+  std::shared_ptr<const partita::Artifact> artifact;
   partita::CompileOptions options;
-  if (!compileAndRun(argv[1], options, ids, single))
+  if (!compileAndRun(argv[1], options, ids, single, artifact))
     return 1;
   options.mesh = {{"tp", 2}};
-  if (!compileAndRun(argv[1], options, ids, sharded))
+  if (!compileAndRun(argv[1], options, ids, sharded, artifact))
     return 1;
 
   // Equal within fp32 rtol 1e-4 (atol 1e-5), numpy's allclose.
@@ -109,6 +122,29 @@ int main(int argc, char **argv) {
   if (!close) {
     std::fprintf(stderr, "tp=2 differs from one device\n");
     return 1;
+  }
+
+  // Saved, read back, and run from the directory: the same bits.
+  if (argc == 3) {
+    std::shared_ptr<const partita::Artifact> reloaded;
+    std::unique_ptr<partita::Session> session;
+    std::vector<float> again;
+    partita::Status status = artifact->save(argv[2]);
+    if (status)
+      status = partita::Artifact::load(argv[2], reloaded);
+    if (status)
+      status = partita::Session::load(argv[2], {}, session);
+    if (!status) {
+      std::fprintf(stderr, "save/load failed: %s\n", status.message().c_str());
+      return 1;
+    }
+    if (!run(*session, ids, again) || again != sharded ||
+        reloaded->report() != artifact->report() ||
+        reloaded->files() != artifact->files()) {
+      std::fprintf(stderr, "the saved artifact differs\n");
+      return 1;
+    }
+    std::printf("saved to %s, read back and run: identical\n", argv[2]);
   }
 
   // Errors are values: a mesh the model cannot use.

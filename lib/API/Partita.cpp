@@ -269,7 +269,10 @@ Status Artifact::save(const std::string &path) const {
   if (std::error_code error = fs::createUniqueDirectory(
           llvm::Twine(absolute) + ".partial", staging))
     return Status::error(path + ": " + error.message());
-  for (const auto &[relative, bytes] : contents)
+  std::map<std::string, std::string> all = contents;
+  if (!reportJson.empty())
+    all.emplace("report.json", reportJson);
+  for (const auto &[relative, bytes] : all)
     if (Status written =
             writeFile(std::string(staging) + "/" + relative, bytes);
         !written) {

@@ -303,7 +303,8 @@ class Artifact:
 
     @property
     def files(self) -> List[str]:
-        """The artifact's files, relative paths, sorted."""
+        """The artifact's files, relative paths, sorted (the report, which
+        ``save`` writes beside them as ``report.json``, is not one)."""
         if self._native is not None:
             return list(self._native.file_names())
         names = []
@@ -311,7 +312,7 @@ class Artifact:
             for filename in filenames:
                 full = os.path.join(root, filename)
                 names.append(os.path.relpath(full, self._path).replace(os.sep, "/"))
-        return sorted(names)
+        return sorted(n for n in names if n != "report.json")
 
     def file(self, relative: str) -> bytes:
         """The bytes of one of the artifact's files (``manifest.json``,
@@ -322,9 +323,9 @@ class Artifact:
             return f.read()
 
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
-        """Writes the artifact directory at `path`, replacing an artifact
-        there and refusing any other existing path; nothing is left on
-        failure."""
+        """Writes the artifact directory at `path`, with the report as
+        ``report.json`` beside ``manifest.json``, replacing an artifact there
+        and refusing any other existing path; nothing is left on failure."""
         native = self._native
         if native is None:
             files = {name: self.file(name) for name in self.files}
