@@ -6,6 +6,8 @@
 
 #include "partita/runtime/HostCommunicator.h"
 
+#include "partita/runtime/CollectiveCheck.h"
+
 #include "partita/runtime/Float16.h"
 
 #include <algorithm>
@@ -84,6 +86,24 @@ const char *kindName(Kind kind) {
     return "barrier";
   }
   return "?";
+}
+
+/// The shared checks' name for a collective (not a barrier).
+CollectiveKind collectiveKind(Kind kind) {
+  switch (kind) {
+  case Kind::AllGather:
+    return CollectiveKind::AllGather;
+  case Kind::ReduceScatter:
+    return CollectiveKind::ReduceScatter;
+  case Kind::AllToAll:
+    return CollectiveKind::AllToAll;
+  case Kind::CollectivePermute:
+    return CollectiveKind::CollectivePermute;
+  case Kind::AllReduce:
+  case Kind::Barrier:
+    break;
+  }
+  return CollectiveKind::AllReduce;
 }
 
 std::string durationString(std::chrono::milliseconds timeout) {
@@ -388,83 +408,22 @@ private:
 Status HostCommunicator::checkLocal(Post &post, const Tensor &in,
                                     const Tensor &out, const Group &group,
                                     size_t &index) const {
-  std::string what = std::string(kindName(post.kind)) + " over group " +
-                     groupString(group) + " on rank " + std::to_string(myRank);
-  if (group.empty())
-    return Status::error(what + ": the group is empty");
-  std::set<int32_t> members;
-  for (int32_t member : group)
-    if (member < 0 || member >= world.worldSize ||
-        !members.insert(member).second)
-      return Status::error(what +
-                           ": the group must list distinct ranks of 0.." +
-                           std::to_string(world.worldSize - 1));
-  auto self = std::find(group.begin(), group.end(), myRank);
-  if (self == group.end())
-    return Status::error(what + ": this rank is not a member");
-  index = size_t(self - group.begin());
   if (post.kind == Kind::Barrier)
-    return Status::ok();
-
+    return checkGroup("barrier over group " + groupString(group) + " on rank " +
+                          std::to_string(myRank),
+                      group, myRank, world.worldSize, index);
+  CollectiveCall call;
+  call.kind = collectiveKind(post.kind);
+  call.reduction = post.reduction;
+  call.dim = post.dim;
+  call.concatDim = post.concatDim;
+  call.shift = post.shift;
+  PARTITA_RETURN_IF_ERROR(
+      checkCollective(call, in, out, group, myRank, world.worldSize, index));
   post.dtype = in.dtype;
   post.inShape = in.shape;
   post.outShape = out.shape;
   post.in = in.data;
-  if (!knownDType(in.dtype))
-    return Status::error(what + ": unsupported dtype");
-  if (out.dtype != in.dtype)
-    return Status::error(what + ": the result is " + dtypeName(out.dtype) +
-                         ", the operand " + dtypeName(in.dtype));
-  for (const Tensor *tensor : {&in, &out})
-    for (int64_t dim : tensor->shape)
-      if (dim < 0)
-        return Status::error(what + ": negative dimension in " +
-                             shapeString(tensor->shape));
-  if ((!in.data && in.numElements() > 0) ||
-      (!out.data && out.numElements() > 0))
-    return Status::error(what + ": a buffer has no memory");
-
-  int64_t n = int64_t(group.size());
-  int64_t rank = int64_t(in.shape.size());
-  auto checkDim = [&](int64_t dim, const char *name) -> Status {
-    if (dim < 0 || dim >= rank)
-      return Status::error(what + ": " + name + " " + std::to_string(dim) +
-                           " is not a dimension of " + shapeString(in.shape));
-    return Status::ok();
-  };
-  std::vector<int64_t> expected = in.shape;
-  switch (post.kind) {
-  case Kind::AllReduce:
-  case Kind::CollectivePermute:
-  case Kind::Barrier:
-    break;
-  case Kind::AllGather:
-    PARTITA_RETURN_IF_ERROR(checkDim(post.dim, "dim"));
-    expected[post.dim] *= n;
-    break;
-  case Kind::ReduceScatter:
-    PARTITA_RETURN_IF_ERROR(checkDim(post.dim, "dim"));
-    if (in.shape[post.dim] % n != 0)
-      return Status::error(what + ": dimension " + std::to_string(post.dim) +
-                           " of " + shapeString(in.shape) +
-                           " does not split into " + std::to_string(n));
-    expected[post.dim] /= n;
-    break;
-  case Kind::AllToAll:
-    PARTITA_RETURN_IF_ERROR(checkDim(post.dim, "split dim"));
-    PARTITA_RETURN_IF_ERROR(checkDim(post.concatDim, "concat dim"));
-    if (in.shape[post.dim] % n != 0)
-      return Status::error(what + ": dimension " + std::to_string(post.dim) +
-                           " of " + shapeString(in.shape) +
-                           " does not split into " + std::to_string(n));
-    expected[post.dim] /= n;
-    expected[post.concatDim] *= n;
-    break;
-  }
-  if (out.shape != expected)
-    return Status::error(what + ": the result should be " +
-                         shapeString(expected) + ", it is " +
-                         shapeString(out.shape));
   return Status::ok();
 }
 

@@ -6,8 +6,8 @@
 
 #include "partita/runtime/CudaMultiRankCommunicator.h"
 
-#include "CollectiveCheck.h"
 #include "CudaDeviceImpl.h"
+#include "partita/runtime/CollectiveCheck.h"
 
 #include "partita/runtime/HostCommunicator.h"
 

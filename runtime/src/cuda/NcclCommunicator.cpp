@@ -6,8 +6,8 @@
 
 #include "partita/runtime/NcclCommunicator.h"
 
-#include "CollectiveCheck.h"
 #include "CudaDeviceImpl.h"
+#include "partita/runtime/CollectiveCheck.h"
 
 #include "partita/runtime/TcpStore.h"
 

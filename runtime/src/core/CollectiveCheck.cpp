@@ -4,18 +4,15 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CollectiveCheck.h"
+#include "partita/runtime/CollectiveCheck.h"
 
 #include <algorithm>
 #include <set>
 
 using namespace partita::runtime;
-using namespace partita::runtime::cuda;
 namespace program = partita::program;
 
-namespace {
-
-const char *kindName(CollectiveKind kind) {
+const char *partita::runtime::collectiveName(CollectiveKind kind) {
   switch (kind) {
   case CollectiveKind::AllReduce:
     return "all_reduce";
@@ -31,11 +28,9 @@ const char *kindName(CollectiveKind kind) {
   return "?";
 }
 
-} // namespace
-
 std::string CollectiveCall::describe(const Tensor &in, const Tensor &out,
                                      const Group &group) const {
-  std::string text = kindName(kind);
+  std::string text = collectiveName(kind);
   switch (kind) {
   case CollectiveKind::AllReduce:
     text += "(" + reductionName(reduction) + ")";
@@ -59,7 +54,7 @@ std::string CollectiveCall::describe(const Tensor &in, const Tensor &out,
          " -> " + shapeString(out.shape) + " over group " + groupString(group);
 }
 
-bool cuda::overlaps(const Tensor &a, const Tensor &b) {
+bool partita::runtime::overlaps(const Tensor &a, const Tensor &b) {
   if (!a.data || !b.data || a.byteSize() == 0 || b.byteSize() == 0)
     return false;
   const char *aBegin = static_cast<const char *>(a.data);
@@ -67,11 +62,9 @@ bool cuda::overlaps(const Tensor &a, const Tensor &b) {
   return aBegin < bBegin + b.byteSize() && bBegin < aBegin + a.byteSize();
 }
 
-Status cuda::checkCollective(const CollectiveCall &call, const Tensor &in,
-                             const Tensor &out, const Group &group,
-                             int32_t rank, int32_t worldSize, size_t &index) {
-  std::string what = std::string(kindName(call.kind)) + " over group " +
-                     groupString(group) + " on rank " + std::to_string(rank);
+Status partita::runtime::checkGroup(const std::string &what, const Group &group,
+                                    int32_t rank, int32_t worldSize,
+                                    size_t &index) {
   if (group.empty())
     return Status::error(what + ": the group is empty");
   std::set<int32_t> members;
@@ -84,6 +77,16 @@ Status cuda::checkCollective(const CollectiveCall &call, const Tensor &in,
   if (self == group.end())
     return Status::error(what + ": this rank is not a member");
   index = size_t(self - group.begin());
+  return Status::ok();
+}
+
+Status partita::runtime::checkCollective(const CollectiveCall &call,
+                                         const Tensor &in, const Tensor &out,
+                                         const Group &group, int32_t rank,
+                                         int32_t worldSize, size_t &index) {
+  std::string what = std::string(collectiveName(call.kind)) + " over group " +
+                     groupString(group) + " on rank " + std::to_string(rank);
+  PARTITA_RETURN_IF_ERROR(checkGroup(what, group, rank, worldSize, index));
   if (dtypeSize(in.dtype) == 0)
     return Status::error(what + ": unsupported dtype");
   if (out.dtype != in.dtype)

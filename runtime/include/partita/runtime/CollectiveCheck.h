@@ -4,19 +4,19 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The checks a CUDA communicator makes on its own rank before it takes part
-// in a collective, with the host communicator's messages: the group lists
-// distinct ranks including this one, operand and result share a dtype, and
-// the result has the shape the collective gives.
+// The checks every communicator (host, NCCL, single-GPU) makes on its own
+// rank before it takes part in a collective, with one set of messages: the
+// group lists distinct ranks including this one, operand and result share a
+// dtype, and the result has the shape the collective gives.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PARTITA_RUNTIME_CUDA_COLLECTIVECHECK_H
-#define PARTITA_RUNTIME_CUDA_COLLECTIVECHECK_H
+#ifndef PARTITA_RUNTIME_COLLECTIVECHECK_H
+#define PARTITA_RUNTIME_COLLECTIVECHECK_H
 
 #include "partita/runtime/Communicator.h"
 
-namespace partita::runtime::cuda {
+namespace partita::runtime {
 
 enum class CollectiveKind {
   AllReduce,
@@ -36,6 +36,14 @@ struct CollectiveCall {
                        const Group &group) const;
 };
 
+/// The name of a collective, `all_gather`, ...
+const char *collectiveName(CollectiveKind kind);
+
+/// Checks that `group` lists distinct ranks of 0..worldSize-1 including
+/// `rank`, whose position in it becomes `index`; `what` prefixes errors.
+Status checkGroup(const std::string &what, const Group &group, int32_t rank,
+                  int32_t worldSize, size_t &index);
+
 /// Checks `call` on `rank` of a world of `worldSize`; `index` is the rank's
 /// position in the group.
 Status checkCollective(const CollectiveCall &call, const Tensor &in,
@@ -45,6 +53,6 @@ Status checkCollective(const CollectiveCall &call, const Tensor &in,
 /// Whether two tensors' bytes overlap.
 bool overlaps(const Tensor &a, const Tensor &b);
 
-} // namespace partita::runtime::cuda
+} // namespace partita::runtime
 
-#endif // PARTITA_RUNTIME_CUDA_COLLECTIVECHECK_H
+#endif // PARTITA_RUNTIME_COLLECTIVECHECK_H
