@@ -19,6 +19,7 @@
 #define PARTITA_LIB_TARGET_CUDA_EMITTER_H
 
 #include "partita/proto/program.pb.h"
+#include "partita/runtime/Tensor.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -55,9 +56,9 @@ bool isFloat(DType dtype);
 bool isInteger(DType dtype);
 /// The CUDA storage type: float, __half, __nv_bfloat16, long long, ...
 const char *cudaType(DType dtype);
-/// "f32", "bf16", ... for messages.
-std::string dtypeName(DType dtype);
-size_t dtypeSize(DType dtype);
+/// "f32", "bf16", ... for messages, and bytes per element: the runtime's.
+using ::partita::runtime::dtypeName;
+using ::partita::runtime::dtypeSize;
 std::string shapeString(llvm::ArrayRef<int64_t> shape);
 
 /// One generated launch: the kernel's text (with the name placeholder) and

@@ -63,45 +63,6 @@ const char *cudaType(DType dtype) {
   }
 }
 
-std::string dtypeName(DType dtype) {
-  switch (dtype) {
-  case program::F32:
-    return "f32";
-  case program::F16:
-    return "f16";
-  case program::BF16:
-    return "bf16";
-  case program::I64:
-    return "i64";
-  case program::I32:
-    return "i32";
-  case program::I8:
-    return "i8";
-  case program::BOOL:
-    return "bool";
-  default:
-    return "unspecified";
-  }
-}
-
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case program::F32:
-  case program::I32:
-    return 4;
-  case program::F16:
-  case program::BF16:
-    return 2;
-  case program::I64:
-    return 8;
-  case program::I8:
-  case program::BOOL:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
 std::string shapeString(llvm::ArrayRef<int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i)
