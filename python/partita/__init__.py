@@ -155,6 +155,9 @@ def _mesh_axes(mesh: Mesh) -> List[Tuple[str, int]]:
         axes = []
         for item in filter(None, (s.strip() for s in mesh.split(","))):
             name, _, size = item.partition("=")
+            if not size.strip().isdigit():
+                raise ValueError(
+                    f"mesh: '{item}' is not of the form axis=size")
             axes.append((name.strip(), int(size)))
         return axes
     items = mesh.items() if isinstance(mesh, Mapping) else mesh
@@ -349,18 +352,20 @@ class Artifact:
 
     @property
     def target(self) -> str:
-        """``"host"`` or ``"cuda"``."""
-        return self._get_session().target
+        """``"host"`` or ``"cuda"`` (from the manifest; no session needed)."""
+        return str(self.manifest["target"])
 
     @property
     def inputs(self) -> List[TensorSpec]:
-        """The model's inputs (loads the session)."""
-        return [TensorSpec(*t) for t in self._get_session().inputs]
+        """The model's inputs, global shapes (from the manifest)."""
+        return [TensorSpec(t["name"], t["dtype"], t["shape"])
+                for t in self.manifest["inputs"]]
 
     @property
     def outputs(self) -> List[TensorSpec]:
-        """The model's outputs (loads the session)."""
-        return [TensorSpec(*t) for t in self._get_session().outputs]
+        """The model's outputs, global shapes (from the manifest)."""
+        return [TensorSpec(t["name"], t["dtype"], t["shape"])
+                for t in self.manifest["outputs"]]
 
     def run(self, inputs: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Runs the model once.

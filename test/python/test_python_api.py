@@ -205,3 +205,22 @@ def test_compile_error_bad_option(options, message):
         partita.compile(GPT2, **options)
     (diagnostic,) = caught.value.diagnostics
     assert diagnostic.severity == "error" and diagnostic.location == ""
+
+
+def test_mesh_string_is_checked():
+    with pytest.raises(ValueError, match="'tp=x' is not of the form axis=size"):
+        partita.compile(MODELS / "gpt2.onnx", mesh="tp=x")
+
+
+def test_cuda_artifact_is_inspectable_without_a_gpu():
+    # Target, inputs and outputs come from the manifest: no session (and no
+    # GPU) is needed to read them. Building the fatbin needs nvcc.
+    cache = (BUILD / "CMakeCache.txt").read_text()
+    if "CUDAToolkit_NVCC_EXECUTABLE:FILEPATH=/" not in cache:
+        pytest.skip("no CUDA toolkit (nvcc) in this build")
+    art = partita.compile(MODELS / "gpt2.onnx", mesh={"tp": 2}, target="cuda")
+    assert art.target == "cuda"
+    assert [(t.name, t.partita_dtype, t.shape) for t in art.inputs] == [
+        ("input_ids", "i64", (2, 16))]
+    assert [(t.name, t.shape) for t in art.outputs] == [("logits", (2, 16, 128))]
+    assert any(f.endswith(".fatbin") for f in art.files)
