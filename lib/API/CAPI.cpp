@@ -1,5 +1,4 @@
-//===- CAPI.cpp - Partita's C API over the C++ API
-//-------------------------===//
+//===- CAPI.cpp - Partita's C API over the C++ API ------------------------===//
 //
 // Part of the Partita project.
 //

@@ -1,5 +1,4 @@
-//===- BlockCopy.h - boxes of row-major tensors as strided copies -*- C++
-//-*-===//
+//===- BlockCopy.h - boxes of tensors as strided copies ---------*- C++ -*-===//
 //
 // Part of the Partita project.
 //

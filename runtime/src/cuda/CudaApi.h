@@ -1,5 +1,4 @@
-//===- CudaApi.h - the CUDA driver, cuBLASLt and NCCL over dlopen -*- C++
-//-*-===//
+//===- CudaApi.h - CUDA, cuBLASLt and NCCL over dlopen ----------*- C++ -*-===//
 //
 // Part of the Partita project.
 //

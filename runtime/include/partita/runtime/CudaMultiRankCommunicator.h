@@ -1,5 +1,4 @@
-//===- CudaMultiRankCommunicator.h - ranks as threads on one GPU -*- C++
-//-*-===//
+//===- CudaMultiRankCommunicator.h - ranks on one GPU -----------*- C++ -*-===//
 //
 // Part of the Partita project.
 //

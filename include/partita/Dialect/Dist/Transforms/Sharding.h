@@ -1,5 +1,4 @@
-//===- Sharding.h - What the sharding passes share ---------------*- C++
-//-*-===//
+//===- Sharding.h - What the sharding passes share --------------*- C++ -*-===//
 //
 // Part of the Partita project.
 //
