@@ -123,8 +123,8 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
     rt::RankEntry entry;
     entry.rank = rank;
     if (options.target == "cuda") {
-      // Ranks of one stage share their source (the code is shape-specialised,
-      // not rank-specialised): name the files by its hash, store them once.
+      // Code is specialised to shapes, not ranks, so many ranks have equal
+      // sources: name the files by the source's hash and store them once.
       const CudaModule &module = options.cudaModules[rank];
       std::string hash =
           llvm::toHex(

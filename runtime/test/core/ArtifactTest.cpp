@@ -216,6 +216,18 @@ TEST_F(ArtifactTest, InvalidManifestWritesNothing) {
   EXPECT_ERROR_CONTAINS(badAxis.commit(directory.path("art")),
                         "'pp', which is not a mesh axis");
 
+  ArtifactWriter missingModule;
+  fill(missingModule);
+  missingModule.manifest().target = "cuda";
+  missingModule.manifest().cudaArchs = {"sm_80"};
+  for (RankEntry &entry : missingModule.manifest().ranks) {
+    entry.cudaSource = "cuda/a.cu";
+    entry.cudaFatbin = "cuda/a.fatbin";
+  }
+  EXPECT_ERROR_CONTAINS(missingModule.commit(directory.path("art")),
+                        "rank 0 names 'cuda/a.cu', which was not added to the "
+                        "artifact");
+
   ArtifactWriter badSchedule;
   fill(badSchedule);
   badSchedule.manifest().scheduleJson = "[1]";
@@ -309,6 +321,32 @@ TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
       {[](auto &m) { m["files"].erase("programs/rank1.pb"); },
        "'programs/rank1.pb' has no entry in 'files'"},
       {[](auto &m) { m["schedule"] = 3; }, "neither an object nor null"},
+      // CUDA modules belong to cuda artifacts, and every rank of one has its
+      // module, covered by a digest.
+      {[](auto &m) { m["target"] = "cuda"; },
+       "rank 0 of a cuda artifact names no CUDA source and fatbin"},
+      {[](auto &m) {
+         m["ranks"][0]["cuda"] = {{"source", "cuda/a.cu"},
+                                  {"fatbin", "cuda/a.fatbin"}};
+       },
+       "rank 0 of a host artifact names CUDA files"},
+      {[](auto &m) { m["cuda"] = {{"archs", {"sm_80"}}}; },
+       "a host artifact lists CUDA architectures"},
+      {[](auto &m) {
+         m["target"] = "cuda";
+         for (auto &rank : m["ranks"])
+           rank["cuda"] = {{"source", "cuda/a.cu"},
+                           {"fatbin", "cuda/a.fatbin"}};
+       },
+       "a cuda artifact lists no CUDA architectures"},
+      {[](auto &m) {
+         m["target"] = "cuda";
+         m["cuda"] = {{"archs", {"sm_80"}}};
+         for (auto &rank : m["ranks"])
+           rank["cuda"] = {{"source", "cuda/a.cu"},
+                           {"fatbin", "cuda/a.fatbin"}};
+       },
+       "'cuda/a.cu' has no entry in 'files'"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = original;
