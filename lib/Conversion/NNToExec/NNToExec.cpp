@@ -28,6 +28,7 @@
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
@@ -321,7 +322,18 @@ private:
   };
 
   void planFusion();
+  /// The value of `condition` on this rank when it compares the rank's
+  /// axis index with a constant (the guard that adds a bias on one member
+  /// of a partial-sum group), else nothing.
+  std::optional<bool> rankCondition(Value condition);
+  /// Finds the `nn.where` ops this rank can decide (and the compares only
+  /// they read): their result is the chosen operand, not a kernel.
+  void planDecided(llvm::DenseMap<Value, unsigned> &outputIndex);
+  /// The buffer of a decided where: a view of the chosen operand, or the
+  /// chosen splat constant broadcast to the result.
+  int32_t decideWhere(nn::WhereOp where);
   int32_t addBuffer(RankedTensorType type, program::Buffer::Kind kind);
+  int32_t addConstant(RankedTensorType type, DenseElementsAttr dense);
   LogicalResult lowerConstant(nn::ConstantOp op);
   void emitKernel(Operation *op);
   void planArena();
@@ -333,6 +345,8 @@ private:
   llvm::DenseMap<Operation *, Fused> fused;
   /// Fused ops of each head, in order.
   llvm::DenseMap<Operation *, SmallVector<Operation *>> epilogueOf;
+  /// Ops decided at lowering (planDecided): no instruction.
+  llvm::DenseSet<Operation *> decided;
   llvm::DenseMap<Operation *, unsigned> position;
   /// Per buffer: the instruction that writes it and the last that reads it.
   std::vector<int64_t> firstWrite, lastRead;
@@ -712,24 +726,97 @@ LogicalResult Lowering::lowerConstant(nn::ConstantOp op) {
   auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
   if (!dense)
     return op.emitError() << "constant of an unsupported kind";
+  bufferOf[op] = addConstant(type, dense);
+  return success();
+}
+
+int32_t Lowering::addConstant(RankedTensorType type, DenseElementsAttr dense) {
   std::vector<char> bytes = serialize(dense);
   if (bytes.size() <= options.maxInlineConstantBytes) {
     int32_t id = addBuffer(type, program::Buffer::CONSTANT);
     prog.mutable_buffers(id)->set_data(bytes.data(), bytes.size());
-    bufferOf[op] = id;
-    return success();
+    return id;
   }
   int32_t id = addBuffer(type, program::Buffer::WEIGHT);
   std::string name = "constant." + std::to_string(id);
   prog.mutable_buffers(id)->set_weight(name);
-  bufferOf[op] = id;
   result.ownedBytes.push_back(
       std::make_unique<std::vector<char>>(std::move(bytes)));
   const std::vector<char> &owned = *result.ownedBytes.back();
   result.weights.push_back({name, getExecDType(type.getElementType()),
                             SmallVector<int64_t>(type.getShape()),
                             ArrayRef<char>(owned.data(), owned.size())});
-  return success();
+  return id;
+}
+
+std::optional<bool> Lowering::rankCondition(Value condition) {
+  auto compare = condition.getDefiningOp<nn::CompareOp>();
+  if (!compare)
+    return std::nullopt;
+  auto index = compare.getLhs().getDefiningOp<dist::AxisIndexOp>();
+  auto constant = compare.getRhs().getDefiningOp<nn::ConstantOp>();
+  auto dense =
+      constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+  if (!index || !dense || !dense.isSplat() ||
+      !dense.getElementType().isInteger())
+    return std::nullopt;
+  int64_t lhs = place.position(index.getGroupAxes());
+  int64_t rhs = dense.getSplatValue<APInt>().getSExtValue();
+  switch (compare.getDirection()) {
+  case nn::CompareDirection::EQ:
+    return lhs == rhs;
+  case nn::CompareDirection::NE:
+    return lhs != rhs;
+  case nn::CompareDirection::LT:
+    return lhs < rhs;
+  case nn::CompareDirection::LE:
+    return lhs <= rhs;
+  case nn::CompareDirection::GT:
+    return lhs > rhs;
+  case nn::CompareDirection::GE:
+    return lhs >= rhs;
+  }
+  return std::nullopt;
+}
+
+void Lowering::planDecided(llvm::DenseMap<Value, unsigned> &outputIndex) {
+  for (Operation *op : llvm::make_first_range(position)) {
+    auto where = dyn_cast<nn::WhereOp>(op);
+    if (!where || fused.count(op) || !epilogueOf.lookup(op).empty() ||
+        outputIndex.count(where.getResult()))
+      continue;
+    std::optional<bool> known = rankCondition(where.getCondition());
+    if (!known)
+      continue;
+    Value chosen = *known ? where.getOnTrue() : where.getOnFalse();
+    auto constant = chosen.getDefiningOp<nn::ConstantOp>();
+    auto dense =
+        constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+    if (chosen.getType() == where.getType() || (dense && dense.isSplat()))
+      decided.insert(op);
+  }
+  for (Operation *op : llvm::make_first_range(position))
+    if (auto compare = dyn_cast<nn::CompareOp>(op);
+        compare && rankCondition(compare.getResult()) &&
+        !compare->use_empty() &&
+        llvm::all_of(compare->getUsers(),
+                     [&](Operation *user) { return decided.count(user); }))
+      decided.insert(op);
+}
+
+int32_t Lowering::decideWhere(nn::WhereOp where) {
+  Value chosen = *rankCondition(where.getCondition()) ? where.getOnTrue()
+                                                      : where.getOnFalse();
+  auto type = cast<RankedTensorType>(where.getType());
+  if (chosen.getType() == type) {
+    int32_t id = addBuffer(type, program::Buffer::ALIAS);
+    prog.mutable_buffers(id)->set_alias_of(materialize(chosen));
+    return id;
+  }
+  auto dense = cast<DenseElementsAttr>(
+      chosen.getDefiningOp<nn::ConstantOp>().getValue());
+  return addConstant(
+      type, DenseElementsAttr::get(type, dense.getSplatValue<Attribute>()));
 }
 
 void Lowering::emitKernel(Operation *op) {
@@ -896,6 +983,8 @@ LogicalResult Lowering::run(int rank, int worldSize) {
     return "output" + std::to_string(i);
   };
 
+  planDecided(outputIndex);
+
   for (BlockArgument arg : body.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!type ||
@@ -969,6 +1058,11 @@ LogicalResult Lowering::run(int rank, int worldSize) {
         continue;
       }
     }
+    if (decided.count(&op)) {
+      if (auto where = dyn_cast<nn::WhereOp>(op))
+        bufferOf[where.getResult()] = decideWhere(where);
+      continue;
+    }
     if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
       int32_t id = addBuffer(reshape.getType(), program::Buffer::ALIAS);
       prog.mutable_buffers(id)->set_alias_of(
@@ -1039,6 +1133,8 @@ LogicalResult Lowering::run(int rank, int worldSize) {
   // Emit instructions in program order, now that every buffer exists.
   for (Operation *opPtr : ops) {
     Operation &op = *opPtr;
+    if (decided.count(opPtr))
+      continue;
     if (auto recv = dyn_cast<dist::RecvOp>(op)) {
       if (!recvToken.count(recv))
         startRecv(recv);
