@@ -106,7 +106,11 @@ Status partita::runtime::prepareRank(const Artifact &artifact, int32_t rank,
   const Manifest &manifest = artifact.manifest();
   const program::Program &program = artifact.program(rank);
   std::string where = "rank " + std::to_string(rank);
-  if (run.device) {
+  if (run.externalDevice) {
+    PARTITA_RETURN_IF_ERROR(Executor::create(program, artifact.weights(),
+                                             communicator, *run.externalDevice,
+                                             run.executor));
+  } else if (run.device) {
     std::string image;
     Status loaded = readCudaModule(artifact, rank, image);
     if (loaded)

@@ -39,6 +39,7 @@ namespace partita::runtime {
 
 class Communicator;
 class CudaDevice;
+class Device;
 class ThreadPool;
 
 struct RunnerOptions {
@@ -102,6 +103,9 @@ struct RankRun {
   /// The rank's GPU (cuda artifacts); must outlive the executor, so a
   /// holder resets every executor and communicator before the devices.
   std::unique_ptr<CudaDevice> device;
+  /// A device the caller owns and sets up (an emulator in tests), used
+  /// instead of `device` and the pool when set; must outlive the executor.
+  Device *externalDevice = nullptr;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Executor> executor;
   std::vector<NamedTensor> inputs;
@@ -117,8 +121,9 @@ struct RankRun {
 /// them).
 Status checkOutputsAssemblable(const Manifest &manifest);
 
-/// Creates `rank`'s executor over `communicator`: on `run.device` when set
-/// (after loading the rank's CUDA module into it), else on a fresh pool of
+/// Creates `rank`'s executor over `communicator`: on `run.externalDevice`
+/// when set (as is), else on `run.device` when set (after loading the
+/// rank's CUDA module into it), else on a fresh pool of
 /// `threads` workers (0: hardware_concurrency / world size, at least 1).
 /// Checks every input the program binds against the manifest's dtype and
 /// sharding, and allocates the outputs' memory.

@@ -1,0 +1,276 @@
+//===- CudaEmulationTest.cpp - generated CUDA checked on the CPU ----------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Compiles the committed models for --target cuda, builds each distinct
+// generated module as a host library with Emulation.h, runs every rank on
+// an EmulatedCudaDevice over a HostWorld (through the Runner's building
+// blocks) and compares the outputs with onnxruntime's. Needs nvcc (the
+// artifact holds a fatbin) and python3 with numpy (the references are
+// .npz); skipped without them. PARTITA_EMULATION_COMPILE overrides the
+// partita-compile it runs, CXX the host compiler of the modules.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EmulatedDevice.h"
+
+#include "partita/runtime/Artifact.h"
+#include "partita/runtime/HostCommunicator.h"
+#include "partita/runtime/Runner.h"
+#include "partita/runtime/TensorFile.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace partita::runtime;
+
+namespace {
+
+std::string envOr(const char *name, const std::string &fallback) {
+  const char *value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+bool exists(const std::string &path) { return access(path.c_str(), F_OK) == 0; }
+
+/// Runs `command`; returns its exit status and puts stdout and stderr in
+/// `output`.
+int runCommand(const std::string &command, std::string &output) {
+  output.clear();
+  FILE *pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe)
+    return -1;
+  char chunk[4096];
+  size_t got;
+  while ((got = fread(chunk, 1, sizeof(chunk), pipe)) > 0)
+    output.append(chunk, got);
+  return pclose(pipe);
+}
+
+/// Everything the cases share within one run of the test binary: the work
+/// directory, the models' tensors as .npy, the emulator builds of the
+/// modules by source hash.
+struct Workspace {
+  std::string root;
+  std::map<std::string, std::string> libraries; // Source hash -> library.
+  std::mutex mutex;
+
+  static Workspace &get() {
+    static Workspace workspace;
+    return workspace;
+  }
+  Workspace() {
+    root = ::testing::TempDir() + "partita-cuda-emulation-" +
+           std::to_string(getpid());
+    mkdir(root.c_str(), 0755);
+  }
+  /// PARTITA_EMULATION_KEEP=1 keeps the artifacts and builds for a look.
+  ~Workspace() {
+    if (!std::getenv("PARTITA_EMULATION_KEEP"))
+      std::system(("rm -rf '" + root + "'").c_str());
+  }
+
+  /// The model's reference tensors (`inputs` or `outputs`) as .npy files
+  /// in a folder, one per name.
+  Status unpack(const std::string &model, const std::string &which,
+                std::string &folder) {
+    folder = root + "/" + model + "." + which;
+    if (exists(folder))
+      return Status::ok();
+    std::string npz =
+        std::string(PARTITA_EMU_MODELS) + "/" + model + "." + which + ".npz";
+    std::string output;
+    int status = runCommand(
+        "python3 -c 'import numpy as np, os, sys; os.makedirs(sys.argv[2]); "
+        "[np.save(os.path.join(sys.argv[2], k + \".npy\"), v) for k, v in "
+        "np.load(sys.argv[1]).items()]' '" +
+            npz + "' '" + folder + "'",
+        output);
+    if (status != 0)
+      return Status::error("unpacking " + npz + ": " + output);
+    return Status::ok();
+  }
+
+  /// The emulator build of the artifact's module `source` (cuda/<hash>.cu).
+  Status library(const std::string &artifact, const std::string &source,
+                 std::string &path) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string hash = source.substr(source.rfind('/') + 1);
+    hash = hash.substr(0, hash.find('.'));
+    auto found = libraries.find(hash);
+    if (found != libraries.end()) {
+      path = found->second;
+      return Status::ok();
+    }
+    path = root + "/" + hash + ".so";
+    PARTITA_RETURN_IF_ERROR(buildEmulatedModule(
+        envOr("CXX", PARTITA_EMU_CXX), PARTITA_EMU_SHIM,
+        PARTITA_EMU_CUDA_INCLUDE, artifact + "/" + source, path));
+    libraries[hash] = path;
+    return Status::ok();
+  }
+};
+
+struct Case {
+  std::string name;
+  std::string model;
+  std::string flags;
+  bool bf16 = false;
+};
+
+std::ostream &operator<<(std::ostream &os, const Case &c) {
+  return os << c.name;
+}
+
+class CudaEmulation : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaEmulation, MatchesOnnxRuntime) {
+  const Case &c = GetParam();
+  std::string compiler =
+      envOr("PARTITA_EMULATION_COMPILE", PARTITA_EMU_COMPILE);
+  std::string nvcc = envOr("PARTITA_NVCC", PARTITA_EMU_NVCC);
+  if (!exists(compiler))
+    GTEST_SKIP() << compiler << " is not built";
+  if (nvcc.empty() || !exists(nvcc))
+    GTEST_SKIP() << "no nvcc (a cuda artifact holds a fatbin)";
+  std::string probe;
+  if (runCommand("python3 -c 'import numpy'", probe) != 0)
+    GTEST_SKIP() << "no python3 with numpy to read the .npz references";
+
+  Workspace &workspace = Workspace::get();
+  std::string model = std::string(PARTITA_EMU_MODELS) + "/" + c.model;
+  std::string artifactPath = workspace.root + "/" + c.name;
+  std::string output;
+  int status = runCommand(
+      "PARTITA_NVCC='" + nvcc + "' PARTITA_CACHE_DIR='" + workspace.root +
+          "/nvcc-cache' '" + compiler + "' '" + model + ".onnx' " + c.flags +
+          " --target cuda --cuda-arch sm_80 -o '" + artifactPath + "'",
+      output);
+  ASSERT_EQ(status, 0) << output;
+
+  std::unique_ptr<Artifact> artifact;
+  Status opened = Artifact::open(artifactPath, artifact);
+  ASSERT_TRUE(opened) << opened.message();
+  const Manifest &manifest = artifact->manifest();
+  ASSERT_EQ(manifest.target, "cuda");
+  int32_t worldSize = manifest.worldSize;
+
+  std::vector<std::unique_ptr<EmulatedCudaDevice>> devices(worldSize);
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    std::string library;
+    Status built = workspace.library(
+        artifactPath, manifest.ranks[size_t(rank)].cudaSource, library);
+    ASSERT_TRUE(built) << built.message();
+    Status created = EmulatedCudaDevice::create(library, devices[rank]);
+    ASSERT_TRUE(created) << created.message();
+  }
+
+  std::string inputFolder, outputFolder;
+  Status unpacked = workspace.unpack(c.model, "inputs", inputFolder);
+  ASSERT_TRUE(unpacked) << unpacked.message();
+  unpacked = workspace.unpack(c.model, "outputs", outputFolder);
+  ASSERT_TRUE(unpacked) << unpacked.message();
+  std::vector<HostTensor> inputMemory(manifest.inputs.size());
+  std::vector<NamedTensor> inputs;
+  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+    const TensorSpec &spec = manifest.inputs[i];
+    Status read =
+        readNpy(inputFolder + "/" + spec.name + ".npy", inputMemory[i]);
+    ASSERT_TRUE(read) << read.message();
+    inputs.push_back({spec.name, inputMemory[i].tensor()});
+  }
+
+  HostWorld world(worldSize, std::chrono::seconds(60));
+  std::vector<RankRun> runs(static_cast<size_t>(worldSize));
+  // Executors go before the world and the devices they use.
+  struct Reset {
+    std::vector<RankRun> &runs;
+    ~Reset() {
+      for (RankRun &run : runs)
+        run.executor.reset();
+    }
+  } reset{runs};
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    RankRun &run = runs[size_t(rank)];
+    run.externalDevice = devices[rank].get();
+    Status prepared =
+        prepareRank(*artifact, rank, world.communicator(rank), 1, run);
+    ASSERT_TRUE(prepared) << prepared.message();
+    Status bound = bindRankInputs(*artifact, rank, inputs, run);
+    ASSERT_TRUE(bound) << bound.message();
+  }
+  Status ran = runRanks(runs);
+  ASSERT_TRUE(ran) << ran.message();
+  int64_t launches = 0, matmuls = 0;
+  for (const auto &device : devices)
+    launches += device->launches(), matmuls += device->matmuls();
+  EXPECT_GT(launches, 0);
+  EXPECT_GT(matmuls, 0);
+
+  for (const TensorSpec &spec : manifest.outputs) {
+    OutputPlan plan;
+    Status planned = planOutput(manifest, spec, runs, plan);
+    ASSERT_TRUE(planned) << planned.message();
+    HostTensor global, expected;
+    ASSERT_TRUE(global.allocate(spec.dtype, spec.shape));
+    Status assembled = assembleOutput(manifest, plan, global.tensor());
+    ASSERT_TRUE(assembled) << assembled.message();
+    Status read = readNpy(outputFolder + "/" + spec.name + ".npy", expected);
+    ASSERT_TRUE(read) << read.message();
+    ASSERT_EQ(spec.dtype, partita::program::F32);
+    ASSERT_EQ(expected.dtype(), partita::program::F32);
+    ASSERT_EQ(expected.shape(), spec.shape);
+    const float *got = static_cast<const float *>(global.data());
+    const float *want = static_cast<const float *>(expected.data());
+    int64_t n = global.tensor().numElements();
+    double maxError = 0, maxReference = 0, worst = 0;
+    int64_t worstAt = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      maxReference = std::max(maxReference, double(std::fabs(want[i])));
+      double error = std::fabs(double(got[i]) - double(want[i]));
+      if (!(error == error))
+        error = INFINITY;
+      maxError = std::max(maxError, error);
+      // fp32: error over the allowed error (rtol 1e-4, atol 1e-5).
+      double ratio = error / (1e-5 + 1e-4 * std::fabs(double(want[i])));
+      if (ratio > worst || worstAt < 0)
+        worst = ratio, worstAt = i;
+    }
+    std::printf("[ %s ] %s: %d rank(s), %lld launches, %lld matmuls, max "
+                "|error| %.3g (max |reference| %.3g)\n",
+                c.name.c_str(), spec.name.c_str(), int(worldSize),
+                (long long)launches, (long long)matmuls, maxError,
+                maxReference);
+    if (c.bf16)
+      EXPECT_LE(maxError, 2e-2 * maxReference)
+          << spec.name << ": max |error| " << maxError;
+    else
+      EXPECT_LE(worst, 1.0) << spec.name << "[" << worstAt << "] is "
+                            << got[worstAt] << ", onnxruntime " << want[worstAt]
+                            << " (max |error| " << maxError << ")";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaEmulation,
+    ::testing::Values(
+        Case{"gpt2", "gpt2", ""}, Case{"gpt2_tp2", "gpt2", "--mesh tp=2"},
+        Case{"llama", "llama", ""}, Case{"llama_tp2", "llama", "--mesh tp=2"},
+        Case{"bert", "bert", ""}, Case{"bert_tp2", "bert", "--mesh tp=2"},
+        Case{"gpt2_bf16", "gpt2", "--dtype bf16", true},
+        Case{"gpt2_sp2_ring", "gpt2", "--mesh sp=2 --sp-mode ring"},
+        Case{"llama_tp2_megatron", "llama", "--mesh tp=2 --sp-mode megatron"}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+} // namespace
