@@ -54,15 +54,23 @@ func.func @bias(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> 
   return %y : tensor<4x8xf32>
 }
 
-// A vocab-parallel lookup: indices shifted by the device's first row, rows
-// it does not hold zeroed, then summed.
+// A vocab-parallel lookup: negative indices count from the end of the
+// whole table (32 rows), valid indices are shifted by the device's first
+// row, rows it does not hold are zeroed, then summed; an index outside
+// [-32, 32) reaches the lookup unchanged, out of range of every block.
 // CHECK-LABEL: func.func @vocab
 // CHECK-SAME: (%[[IDS:.*]]: tensor<2x4xi64> {{.*}}, %[[TABLE:.*]]: tensor<16x8xf32>
+// CHECK: %[[NEGATIVE:.*]] = nn.compare lt, %[[IDS]], %{{.*}}
+// CHECK: %[[TOTAL:.*]] = nn.constant dense<32> : tensor<i64>
+// CHECK: %[[FROM_END:.*]] = nn.add %[[IDS]], %[[TOTAL]]
+// CHECK: %[[WRAPPED:.*]] = nn.where %[[NEGATIVE]], %[[FROM_END]], %[[IDS]]
 // CHECK: %[[I:.*]] = dist.axis_index on @mesh axes [tp]
 // CHECK: %[[OFFSET:.*]] = nn.mul %[[I]], %{{.*}}
-// CHECK: %[[SHIFTED:.*]] = nn.sub %[[IDS]], %[[OFFSET]]
+// CHECK: %[[SHIFTED:.*]] = nn.sub %[[WRAPPED]], %[[OFFSET]]
 // CHECK: %[[HELD:.*]] = nn.and
-// CHECK: %[[SAFE:.*]] = nn.where %[[HELD]], %[[SHIFTED]]
+// CHECK: %[[VALID:.*]] = nn.and
+// CHECK: %[[NOT_HELD:.*]] = nn.where %[[VALID]], %{{.*}}, %[[IDS]]
+// CHECK: %[[SAFE:.*]] = nn.where %[[HELD]], %[[SHIFTED]], %[[NOT_HELD]]
 // CHECK: %[[ROWS:.*]] = nn.embedding %[[TABLE]], %[[SAFE]] : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
 // CHECK: %[[MASK:.*]] = nn.reshape %[[HELD]] : tensor<2x4xi1> -> tensor<2x4x1xi1>
 // CHECK: %[[ZEROED:.*]] = nn.where %[[MASK]], %[[ROWS]]

@@ -80,15 +80,18 @@ class GPT2Attention(nn.Module):
         t = t.permute(0, 2, 1, 3).contiguous()
         return t.view(t.size()[:-2] + (self.num_heads * self.head_dim,))
 
-    def forward(self, hidden_states):
+    def forward(self, hidden_states, attention_mask=None):
         query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
         query, key, value = self._split_heads(query), self._split_heads(key), self._split_heads(value)
         attn_weights = torch.matmul(query, key.transpose(-1, -2))
         attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5, dtype=attn_weights.dtype)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length:key_length, :key_length]
-        mask_value = torch.full([], torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype)
-        attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+        if attention_mask is None:
+            query_length, key_length = query.size(-2), key.size(-2)
+            causal_mask = self.bias[:, :, key_length - query_length:key_length, :key_length]
+            mask_value = torch.full([], torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype)
+            attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+        else:  # transformers >= 4.36: one [batch, 1, seq, seq] additive mask
+            attn_weights = attn_weights + attention_mask
         attn_weights = nn.functional.softmax(attn_weights, dim=-1)
         attn_output = self._merge_heads(torch.matmul(attn_weights, value))
         return self.c_proj(attn_output)
@@ -103,8 +106,8 @@ class GPT2Block(nn.Module):
         self.c_fc = Conv1D(4 * HIDDEN, HIDDEN)
         self.c_proj = Conv1D(HIDDEN, 4 * HIDDEN)
 
-    def forward(self, hidden_states):
-        hidden_states = hidden_states + self.attn(self.ln_1(hidden_states))
+    def forward(self, hidden_states, attention_mask=None):
+        hidden_states = hidden_states + self.attn(self.ln_1(hidden_states), attention_mask)
         mlp = self.c_proj(gelu_new(self.c_fc(self.ln_2(hidden_states))))
         return hidden_states + mlp
 
@@ -125,6 +128,25 @@ class GPT2LMHeadModel(nn.Module):
         hidden_states = self.wte(input_ids) + self.wpe(position_ids)
         for block in self.h:
             hidden_states = block(hidden_states)
+        return self.lm_head(self.ln_f(hidden_states))
+
+
+class GPT2MaskedLMHeadModel(GPT2LMHeadModel):
+    """GPT-2 as transformers 4.36+ exports it: causal and padding masks folded
+    into one additive [batch, 1, seq, seq] mask (`_prepare_4d_causal_attention_mask`),
+    which differs per query row."""
+
+    def forward(self, input_ids, attention_mask):
+        batch, seq = input_ids.size()
+        position_ids = torch.arange(0, seq, dtype=torch.long).unsqueeze(0).view(-1, seq)
+        hidden_states = self.wte(input_ids) + self.wpe(position_ids)
+        min_dtype = torch.finfo(hidden_states.dtype).min
+        causal = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)
+        padding = (attention_mask == 0)[:, None, None, :]
+        blocked = causal[None, None, :, :] | padding
+        mask = torch.zeros(batch, 1, seq, seq, dtype=hidden_states.dtype).masked_fill(blocked, min_dtype)
+        for block in self.h:
+            hidden_states = block(hidden_states, mask)
         return self.lm_head(self.ln_f(hidden_states))
 
 
@@ -304,6 +326,7 @@ MODELS = {  # name -> (class, input names, output names)
     "gpt2": (GPT2LMHeadModel, ["input_ids"], ["logits"]),
     "llama": (LlamaForCausalLM, ["input_ids"], ["logits"]),
     "bert": (BertModel, ["input_ids", "attention_mask"], ["last_hidden_state"]),
+    "gpt2_masked": (GPT2MaskedLMHeadModel, ["input_ids", "attention_mask"], ["logits"]),
 }
 
 
@@ -324,7 +347,7 @@ def build(name):
 def example_inputs(name, batch=2, seq=16):
     g = torch.Generator().manual_seed(1)
     inputs = [torch.randint(0, VOCAB, (batch, seq), generator=g, dtype=torch.long)]
-    if name == "bert":
+    if name in ("bert", "gpt2_masked"):
         mask = torch.ones(batch, seq, dtype=torch.long)
         mask[-1, -5:] = 0
         inputs.append(mask)
@@ -367,5 +390,5 @@ if __name__ == "__main__":
         verify(sys.argv[2])
     else:
         print(f"torch {torch.__version__}")
-        for model_name in MODELS:
+        for model_name in sys.argv[1:] or MODELS:
             export(model_name)

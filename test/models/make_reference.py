@@ -34,7 +34,7 @@ ORT_VERSION_USED = "1.32.0"
 ONNX_VERSION_USED = "1.23.2"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["gpt2", "llama", "bert"]
+MODELS = ["gpt2", "llama", "bert", "gpt2_masked"]
 VOCAB = 128
 ATOL = 1e-4
 
@@ -42,7 +42,7 @@ ATOL = 1e-4
 def make_inputs(name, batch, seq, pad, seed=1234):
     rng = np.random.default_rng(seed)
     feeds = {"input_ids": rng.integers(0, VOCAB, size=(batch, seq), dtype=np.int64)}
-    if name == "bert":
+    if name in ("bert", "gpt2_masked"):
         mask = np.ones((batch, seq), dtype=np.int64)
         mask[batch - 1, seq - pad:] = 0  # pad the tail of the last row
         feeds["attention_mask"] = mask

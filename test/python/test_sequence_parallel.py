@@ -11,7 +11,7 @@ from conftest import ROOT, compile_and_run
 from test_sharded_equivalence import model_dims
 
 MODELS = ROOT / "test" / "models"
-NAMES = ["gpt2", "llama", "bert"]
+NAMES = ["gpt2", "llama", "bert", "gpt2_masked"]
 CONFIGS = [
     ("tp=2", "megatron"), ("tp=4", "megatron"), ("dp=2,tp=2", "megatron"),
     ("sp=2", "ulysses"), ("sp=4", "ulysses"), ("dp=2,tp=2,sp=2", "ulysses"),
@@ -119,20 +119,23 @@ def test_ulysses_all_to_all_bytes(tmp_path, name, sp):
 def test_ring_rotates_key_value_blocks(tmp_path, name, sp):
     """sp - 1 steps per layer, each sending this rank's key and value block
     (and their positions, or the padding mask's block) to the next rank;
-    causal attention is balanced by the zigzag layout."""
+    causal attention is balanced by the zigzag layout. A mask with a row
+    per query (gpt2_masked) stays with the queries: only keys and values
+    travel."""
     _, report = run(tmp_path, name, f"sp={sp}", "ring")
     layers, hidden = model_dims(name)
     batch, seq = np.load(MODELS / f"{name}.inputs.npz")["input_ids"].shape
     kv_hidden = hidden // 2 if name == "llama" else hidden  # 2 of 4 kv heads
     block = batch * (seq // sp) * kv_hidden * 4
-    extra = (seq // sp) * 8 if name != "bert" else batch * (seq // sp) * 4
+    extra = {"bert": batch * (seq // sp) * 4,
+             "gpt2_masked": 0}.get(name, (seq // sp) * 8)
     for rank in report["ranks"]:
         [permute] = collectives(rank, "collective_permute")
-        assert permute["count"] == 3 * layers * (sp - 1)
+        assert permute["count"] == (3 if extra else 2) * layers * (sp - 1)
         assert permute["bytes"] == layers * (sp - 1) * (2 * block + extra)
     plan = report["sequence_parallel"]
-    if name == "bert":
-        assert plan["causal"] is False
+    if name in ("bert", "gpt2_masked"):
+        assert plan["causal"] is False and plan["zigzag"] is False
     else:
         assert plan["zigzag"] and plan["imbalance"] == 1.0
         assert plan["contiguous_imbalance"] > 1.4

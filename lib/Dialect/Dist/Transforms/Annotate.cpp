@@ -577,11 +577,20 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   }
 
   // Causal attention: a zigzag layout gives rank r the chunks r and
-  // 2*sp-1-r of 2*sp, so every rank sees as many (query, key) pairs.
+  // 2*sp-1-r of 2*sp, so every rank sees as many (query, key) pairs. A mask
+  // with a row per query reads its key columns in sequence order, so it
+  // keeps the layout contiguous.
   SmallVector<int64_t> order(length), contiguous(length);
   for (int64_t i = 0; i < length; ++i)
     order[i] = contiguous[i] = i;
-  bool zigzag = causal && length % (2 * sp) == 0;
+  bool perQueryMask = llvm::any_of(attentions, [](nn::AttentionOp a) {
+    if (!a.getMask())
+      return false;
+    ShardingRule rule = a.getShardingRule();
+    return usesFactor(rule, ShardingRule::operand(3),
+                      rule.getOperands()[0][2].front());
+  });
+  bool zigzag = causal && !perQueryMask && length % (2 * sp) == 0;
   if (zigzag) {
     int64_t chunk = length / (2 * sp), perRank = length / sp;
     for (int64_t i = 0; i < length; ++i) {

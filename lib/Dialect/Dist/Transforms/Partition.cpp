@@ -302,8 +302,36 @@ LogicalResult Partitioner::partitionLookup(Operation *op,
   Type indexElement = indexType.getElementType();
   int64_t rows = tableType.getDimSize(*tableDim);
 
-  // Shift the indices by this device's first row and mask the rows it does
-  // not hold.
+  // The lookup keeps the unsharded op's index semantics on every device: a
+  // negative index counts from the end of the whole table, and an index
+  // outside [-total, total) reaches each device's kernel unchanged, where it
+  // is out of range of the local block too, so every device refuses the
+  // input as the unsharded kernel does. Valid indices are shifted by this
+  // device's first row, and the rows it does not hold are masked.
+  std::optional<int64_t> groupSize =
+      mesh.getGroupSize(assignment[lookupFactor]);
+  if (!groupSize)
+    return op->emitError() << "the lookup's axes are not axes of the mesh";
+  int64_t total = rows * *groupSize;
+  auto boolType = indexType.clone(b.getI1Type());
+  auto compare = [&](nn::CompareDirection direction, Value lhs,
+                     int64_t bound) -> Value {
+    return nn::CompareOp::create(
+        b, loc, boolType, direction, lhs,
+        scalarConstant(b, loc, indexElement, double(bound)));
+  };
+  // Operands are built one statement at a time: argument evaluation order
+  // is unspecified, and the IR must not depend on the host compiler.
+  auto inRange = [&](Value x, int64_t size) -> Value {
+    Value atLeast = compare(nn::CompareDirection::GE, x, 0);
+    Value below = compare(nn::CompareDirection::LT, x, size);
+    return nn::AndOp::create(b, loc, atLeast, below);
+  };
+  Value negative = compare(nn::CompareDirection::LT, indices, 0);
+  Value fromEnd = nn::AddOp::create(
+      b, loc, indices, scalarConstant(b, loc, indexElement, double(total)));
+  Value wrapped =
+      nn::WhereOp::create(b, loc, indexType, negative, fromEnd, indices);
   Value position =
       AxisIndexOp::create(b, loc, RankedTensorType::get({}, b.getI64Type()),
                           FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
@@ -313,17 +341,13 @@ LogicalResult Partitioner::partitionLookup(Operation *op,
         b, loc, RankedTensorType::get({}, indexElement), position);
   Value offset = nn::MulOp::create(
       b, loc, position, scalarConstant(b, loc, indexElement, double(rows)));
-  Value shifted = nn::SubOp::create(b, loc, indices, offset);
-  auto boolType = indexType.clone(b.getI1Type());
-  Value atLeast =
-      nn::CompareOp::create(b, loc, boolType, nn::CompareDirection::GE, shifted,
-                            scalarConstant(b, loc, indexElement, 0));
-  Value below =
-      nn::CompareOp::create(b, loc, boolType, nn::CompareDirection::LT, shifted,
-                            scalarConstant(b, loc, indexElement, double(rows)));
-  Value held = nn::AndOp::create(b, loc, atLeast, below);
-  Value safe = nn::WhereOp::create(b, loc, indexType, held, shifted,
-                                   scalarConstant(b, loc, indexElement, 0));
+  Value shifted = nn::SubOp::create(b, loc, wrapped, offset);
+  Value held = inRange(shifted, rows);
+  Value valid = inRange(wrapped, total);
+  Value notHeld =
+      nn::WhereOp::create(b, loc, indexType, valid,
+                          scalarConstant(b, loc, indexElement, 0), indices);
+  Value safe = nn::WhereOp::create(b, loc, indexType, held, shifted, notHeld);
   operands[indexOperand] = safe;
 
   IRMapping mapping;
@@ -385,21 +409,35 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
     op->removeAttr(kRingAttr);
     return partitionOp(op);
   }
+  // A mask with a row per query and a column per key (a causal or
+  // relative-position bias folded into the mask) stays with its query rows:
+  // each device keeps its rows whole and, at every step, reads the columns
+  // of the key block visiting it. A mask with one row for all queries is
+  // split on keys and travels with them.
+  constexpr unsigned kMaskOperand = 3;
+  bool maskPerQuery =
+      op.getMask() &&
+      usesFactor(rule, ShardingRule::operand(kMaskOperand), querySeq) &&
+      usesFactor(rule, ShardingRule::operand(kMaskOperand), keySeq);
+  FactorAxes maskAssignment = assignment;
   assignment[keySeq] = ring;
+  if (!maskPerQuery)
+    maskAssignment[keySeq] = ring;
   OpBuilder b(op);
   Location loc = op.getLoc();
   SmallVector<Value> operands;
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     ShardingAttr need =
-        getTensorSharding(rule, ShardingRule::operand(i), assignment, mesh,
+        getTensorSharding(rule, ShardingRule::operand(i),
+                          i == kMaskOperand ? maskAssignment : assignment, mesh,
                           /*withPartial=*/false);
     operands.push_back(localOperand(b, op, i, need));
   }
   Value q = operands[0], k = operands[1], v = operands[2];
-  Value mask = op.getMask() ? operands[3] : Value();
+  Value mask = op.getMask() ? operands[kMaskOperand] : Value();
   // The mask travels only if it is split on the key dimension.
   bool maskTravels =
-      mask &&
+      mask && !maskPerQuery &&
       cast<RankedTensorType>(mask.getType()).getShape().back() !=
           cast<RankedTensorType>(op.getMask().getType()).getShape().back();
   FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
@@ -407,6 +445,39 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
   int64_t ranks = *mesh.getGroupSize(ring);
   auto qType = cast<RankedTensorType>(q.getType());
   int64_t rows = qType.getDimSize(2);
+
+  // After `t` steps a device at ring position `i` holds the key block of
+  // position (i - t) mod ranks; a per-query mask gives it those columns.
+  Value ringIndexValue;
+  auto ringIndex = [&]() -> Value {
+    if (!ringIndexValue)
+      ringIndexValue = AxisIndexOp::create(
+          b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, axes);
+    return ringIndexValue;
+  };
+  auto maskColumns = [&](int64_t t) -> Value {
+    if (!maskPerQuery)
+      return mask;
+    auto maskType = cast<RankedTensorType>(mask.getType());
+    SmallVector<int64_t> blocks(maskType.getShape());
+    int64_t columns = blocks.back() / ranks;
+    blocks.back() = ranks;
+    blocks.push_back(columns);
+    Value split = nn::ReshapeOp::create(b, loc, maskType.clone(blocks), mask);
+    SmallVector<int64_t> visiting(ranks);
+    for (int64_t i = 0; i < ranks; ++i)
+      visiting[i] = (i - t + ranks) % ranks;
+    Value table = nn::ConstantOp::create(
+        b, loc,
+        getIndexConstant(b.getContext(), {ranks}, visiting, "ring_blocks"));
+    Value block =
+        nn::GatherOp::create(b, loc, RankedTensorType::get({}, b.getI64Type()),
+                             table, ringIndex(), static_cast<int64_t>(0));
+    SmallVector<int64_t> shape(maskType.getShape());
+    shape.back() = columns;
+    return nn::GatherOp::create(b, loc, maskType.clone(shape), split, block,
+                                static_cast<int64_t>(maskType.getRank() - 1));
+  };
 
   // Causal attention compares global positions: this device's rows are
   // row block `axis_index` of the ring's sequence order.
@@ -427,11 +498,9 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
         nn::ConstantOp::create(b, loc,
                                getIndexConstant(b.getContext(), {ranks, rows},
                                                 order, "ring_positions"));
-    Value index = AxisIndexOp::create(
-        b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, axes);
     qpos = nn::GatherOp::create(b, loc,
                                 RankedTensorType::get({rows}, b.getI64Type()),
-                                table, index, static_cast<int64_t>(0));
+                                table, ringIndex(), static_cast<int64_t>(0));
     kpos = qpos;
   }
   FloatAttr scale = b.getF32FloatAttr(op.getEffectiveScale());
@@ -446,7 +515,7 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
                                           q, key, value, stepMask, qpos, keyPos,
                                           scale);
   };
-  auto first = step(k, v, mask, kpos);
+  auto first = step(k, v, maskColumns(0), kpos);
   Value out = first.getResult(), lse = first.getLse();
   Type element = outType.getElementType();
   SmallVector<int64_t> column(lseType.getShape());
@@ -481,7 +550,7 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
       mask = rotate(mask);
     if (kpos)
       kpos = rotate(kpos);
-    auto next = step(k, v, mask, kpos);
+    auto next = step(k, v, maskColumns(t), kpos);
     // Online-softmax merge of the two partial results; a row that has seen
     // no key yet (lse = -inf) takes weight 0, and 0/0 becomes 0.
     Value most = nn::MaxOp::create(b, loc, lse, next.getLse());

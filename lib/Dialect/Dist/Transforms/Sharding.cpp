@@ -117,6 +117,13 @@ AxisList dist::getDimAxes(const ShardingRule &rule, const DimFactors &factors,
   return axes;
 }
 
+bool dist::usesFactor(const ShardingRule &rule, ShardingRule::TensorRef ref,
+                      unsigned factor) {
+  return llvm::any_of(rule.getTensor(ref), [&](const DimFactors &factors) {
+    return llvm::is_contained(factors, factor);
+  });
+}
+
 ShardingAttr dist::getTensorSharding(const ShardingRule &rule,
                                      ShardingRule::TensorRef ref,
                                      const FactorAxes &assignment, MeshOp mesh,

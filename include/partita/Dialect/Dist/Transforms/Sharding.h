@@ -91,6 +91,10 @@ SmallVector<AxisList> projectDim(const ShardingRule &rule,
 AxisList getDimAxes(const ShardingRule &rule, const DimFactors &factors,
                     const FactorAxes &assignment, MeshOp mesh);
 
+/// Whether some dimension of tensor `ref` of the rule carries `factor`.
+bool usesFactor(const ShardingRule &rule, ShardingRule::TensorRef ref,
+                unsigned factor);
+
 /// The sharding of tensor `ref` of the rule under `assignment`. With
 /// `withPartial`, the axes of shardable reduction and lookup factors that
 /// the tensor does not have become its partial axes (a result's).
