@@ -83,13 +83,12 @@ struct Workspace {
 
   /// The model's reference tensors (`inputs` or `outputs`) as .npy files
   /// in a folder, one per name.
-  Status unpack(const std::string &model, const std::string &which,
-                std::string &folder) {
+  Status unpack(const std::string &models, const std::string &model,
+                const std::string &which, std::string &folder) {
     folder = root + "/" + model + "." + which;
     if (exists(folder))
       return Status::ok();
-    std::string npz =
-        std::string(PARTITA_EMU_MODELS) + "/" + model + "." + which + ".npz";
+    std::string npz = models + "/" + model + "." + which + ".npz";
     std::string output;
     int status = runCommand(
         "python3 -c 'import numpy as np, os, sys; os.makedirs(sys.argv[2]); "
@@ -127,6 +126,9 @@ struct Case {
   std::string model;
   std::string flags;
   bool bf16 = false;
+  /// bench/gen_gpt.py flags of a generated model (make_case.py writes it
+  /// and onnxruntime's outputs); empty: a committed model.
+  std::string generate = "";
 };
 
 std::ostream &operator<<(std::ostream &os, const Case &c) {
@@ -149,7 +151,21 @@ TEST_P(CudaEmulation, MatchesOnnxRuntime) {
     GTEST_SKIP() << "no python3 with numpy to read the .npz references";
 
   Workspace &workspace = Workspace::get();
-  std::string model = std::string(PARTITA_EMU_MODELS) + "/" + c.model;
+  std::string models = PARTITA_EMU_MODELS;
+  if (!c.generate.empty()) {
+    if (runCommand("python3 -c 'import onnx, onnxruntime'", probe) != 0)
+      GTEST_SKIP() << "no python3 with onnx and onnxruntime to generate "
+                   << c.model;
+    models = workspace.root;
+    std::string generated;
+    ASSERT_EQ(runCommand("python3 '" + std::string(PARTITA_EMU_MAKE_CASE) +
+                             "' '" + models + "' '" + c.model + "' " +
+                             c.generate,
+                         generated),
+              0)
+        << generated;
+  }
+  std::string model = models + "/" + c.model;
   std::string artifactPath = workspace.root + "/" + c.name;
   std::string output;
   int status = runCommand(
@@ -177,9 +193,9 @@ TEST_P(CudaEmulation, MatchesOnnxRuntime) {
   }
 
   std::string inputFolder, outputFolder;
-  Status unpacked = workspace.unpack(c.model, "inputs", inputFolder);
+  Status unpacked = workspace.unpack(models, c.model, "inputs", inputFolder);
   ASSERT_TRUE(unpacked) << unpacked.message();
-  unpacked = workspace.unpack(c.model, "outputs", outputFolder);
+  unpacked = workspace.unpack(models, c.model, "outputs", outputFolder);
   ASSERT_TRUE(unpacked) << unpacked.message();
   std::vector<HostTensor> inputMemory(manifest.inputs.size());
   std::vector<NamedTensor> inputs;
@@ -270,7 +286,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bert", "bert", ""}, Case{"bert_tp2", "bert", "--mesh tp=2"},
         Case{"gpt2_bf16", "gpt2", "--dtype bf16", true},
         Case{"gpt2_sp2_ring", "gpt2", "--mesh sp=2 --sp-mode ring"},
-        Case{"llama_tp2_megatron", "llama", "--mesh tp=2 --sp-mode megatron"}),
+        Case{"llama_tp2_megatron", "llama", "--mesh tp=2 --sp-mode megatron"},
+        // Wider than the committed models, so that every lane of a warp
+        // holds data: hidden 256 (rows of 256 in the norms, head dim 64),
+        // a sequence of 80 (a partial 32-key tile and partial query
+        // blocks), a vocabulary of 640.
+        Case{"gpt_wide", "gpt_wide", "", false,
+             "--hidden 256 --heads 4 --seq 80 --vocab 640"},
+        Case{"gpt_wide_tp2", "gpt_wide", "--mesh tp=2", false,
+             "--hidden 256 --heads 4 --seq 80 --vocab 640"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace
