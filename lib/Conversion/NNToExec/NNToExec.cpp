@@ -424,6 +424,16 @@ void Lowering::deferSlice(dist::AllSliceOp op) {
   SmallVector<StringRef> axes = op.getGroupAxes();
   int64_t dim = op.getSliceDim();
   int64_t block = place.position(axes);
+  // A block without elements has no bytes to copy, and its size along `dim`
+  // may be 0, which divides nothing.
+  if (type.getNumElements() == 0) {
+    hostData[op.getResult()] =
+        HostData{from.name + ".shard" + std::to_string(dim) + "_" +
+                     std::to_string(block) + ".empty",
+                 type,
+                 {}};
+    return;
+  }
   int64_t parts = from.type.getDimSize(dim) / type.getDimSize(dim);
   // Bytes of one index of `dim` (everything inside it), and how many
   // blocks of the dimensions outside it there are.

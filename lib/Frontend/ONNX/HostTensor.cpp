@@ -8,9 +8,13 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/Endian.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::partita::onnx_import;
@@ -95,11 +99,34 @@ size_t mlir::partita::onnx_import::dataTypeSize(int dataType) {
   }
 }
 
-int64_t HostTensor::getNumElements() const {
+std::optional<int64_t>
+mlir::partita::onnx_import::getElementCount(ArrayRef<int64_t> shape) {
   int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
+  for (int64_t d : shape) {
+    std::optional<int64_t> product =
+        d < 0 ? std::nullopt : llvm::checkedMul(n, d);
+    if (!product)
+      return std::nullopt;
+    n = *product;
+  }
   return n;
+}
+
+int64_t
+mlir::partita::onnx_import::getElementCountSaturated(ArrayRef<int64_t> shape) {
+  return getElementCount(shape).value_or(std::numeric_limits<int64_t>::max());
+}
+
+std::string mlir::partita::onnx_import::shapeText(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  llvm::raw_string_ostream os(text);
+  llvm::interleaveComma(shape, os);
+  os << "]";
+  return text;
+}
+
+int64_t HostTensor::getNumElements() const {
+  return getElementCountSaturated(shape);
 }
 
 static double halfToDouble(uint16_t bits, bool isBF16) {

@@ -43,6 +43,16 @@ bool isFloatType(int dataType);
 /// Bytes per element of a fixed-size data type, 0 for others.
 size_t dataTypeSize(int dataType);
 
+/// The number of elements of a tensor of `shape`, or nullopt when a
+/// dimension is negative or the count overflows int64. Every shape the
+/// importer makes (graph inputs, tensors, node results) is checked with it.
+std::optional<int64_t> getElementCount(ArrayRef<int64_t> shape);
+/// The same, saturating at INT64_MAX: for comparisons with size limits of
+/// shapes that may not have been checked yet.
+int64_t getElementCountSaturated(ArrayRef<int64_t> shape);
+/// `[2, 3]`, for messages.
+std::string shapeText(ArrayRef<int64_t> shape);
+
 /// Bytes shared with the model (an initializer's raw data), kept alive by
 /// `owner`.
 struct RawBytes {
@@ -152,9 +162,14 @@ public:
   /// An error at the node's location.
   InFlightDiagnostic emitError();
 
-  /// Normalizes `axis` in [-rank, rank) to [0, rank), or emits an error.
+  /// Normalizes `axis` in [-rank, rank) to [0, rank), or emits an error
+  /// (always for rank 0, which has no axis).
   FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank,
                                    StringRef what = "axis");
+
+  /// Checks a shape the node computes (`what`: "output 0", "shape", ...):
+  /// no negative dimension and an element count that fits in int64.
+  LogicalResult checkShape(ArrayRef<int64_t> shape, StringRef what);
 
 private:
   GraphImporter &importer;
@@ -187,6 +202,8 @@ public:
   /// since-version not above it.
   const OpEntry *lookup(StringRef opType, int64_t opset) const;
   bool knows(StringRef opType) const;
+  /// Every op type with an entry.
+  SmallVector<StringRef> getOpTypes() const;
 
   void add(StringRef opType, OpEntry entry);
 

@@ -16,10 +16,12 @@
 #include "partita/Frontend/ONNX/Import.h"
 
 #include "ImportContext.h"
+#include "OpSchema.h"
 #include "Reader/ModelReader.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Verifier.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
@@ -71,6 +73,30 @@ const OpEntry *OpRegistry::lookup(StringRef opType, int64_t opset) const {
 
 bool OpRegistry::knows(StringRef opType) const {
   return entries.find(opType) != entries.end();
+}
+
+SmallVector<StringRef> OpRegistry::getOpTypes() const {
+  SmallVector<StringRef> names;
+  for (const auto &entry : entries)
+    names.push_back(entry.first);
+  return names;
+}
+
+/// Op types (at an opset) that have a handler but no entry in the schema
+/// table, which must not happen: OpSchemas.py lists the op types.
+static const SmallVector<std::string> &opsWithoutSchema() {
+  static const SmallVector<std::string> missing = [] {
+    SmallVector<std::string> names;
+    const OpRegistry &registry = OpRegistry::get();
+    for (StringRef op : registry.getOpTypes())
+      for (int64_t opset = kMinOnnxOpset; opset <= kMaxOnnxOpset; ++opset)
+        if (registry.lookup(op, opset) && !lookupOpSchema(op, opset)) {
+          names.push_back(op.str() + " at opset " + std::to_string(opset));
+          break;
+        }
+    return names;
+  }();
+  return missing;
 }
 
 //===----------------------------------------------------------------------===//
@@ -133,6 +159,7 @@ public:
                   std::optional<size_t> initializer = std::nullopt);
 
 private:
+  LogicalResult checkModel();
   LogicalResult checkOpsets();
   LogicalResult importInitializers();
 
@@ -140,7 +167,9 @@ private:
                            SmallVectorImpl<Type> &inputTypes);
   LogicalResult sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order);
   LogicalResult checkSupported(ArrayRef<const onnx::NodeProto *> order);
+  LogicalResult checkNodes(ArrayRef<const onnx::NodeProto *> order);
   LogicalResult importNode(const onnx::NodeProto &node, unsigned index);
+  LogicalResult runHandlers(const OpEntry &entry, NodeContext &ctx);
 
   MLIRContext *context;
   std::unique_ptr<onnx::ModelProto> model;
@@ -164,6 +193,25 @@ Location GraphImporter::nodeLoc(const onnx::NodeProto &node, unsigned index) {
   if (name.empty())
     name = node.op_type() + "_" + std::to_string(index);
   return NameLoc::get(StringAttr::get(context, name), fileLoc);
+}
+
+LogicalResult GraphImporter::checkModel() {
+  if (!opsWithoutSchema().empty()) {
+    InFlightDiagnostic diag = emitError(fileLoc)
+                              << "internal error: the ONNX schema table "
+                                 "(OpSchemas.inc) lacks ";
+    llvm::interleaveComma(opsWithoutSchema(), diag);
+    return diag;
+  }
+  int64_t ir = model->ir_version();
+  if (ir < kMinOnnxIrVersion || ir > kMaxOnnxIrVersion)
+    return emitError(fileLoc)
+           << "the model has IR version " << ir
+           << "; Partita reads IR versions " << kMinOnnxIrVersion << " to "
+           << kMaxOnnxIrVersion;
+  if (model->graph().output_size() == 0)
+    return emitError(fileLoc) << "the graph has no outputs";
+  return success();
 }
 
 LogicalResult GraphImporter::checkOpsets() {
@@ -496,6 +544,15 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
                             << "' has no shape; Partita needs static shapes";
     SmallVector<int64_t> shape;
     if (resolveShape(input, "input", shape)) {
+      for (auto [d, dim] : llvm::enumerate(shape))
+        if (dim < 0)
+          return emitError(loc)
+                 << "input '" << input.name() << "' dimension " << d << " is "
+                 << dim << "; dimensions must be 0 or more";
+      if (!getElementCount(shape))
+        return emitError(loc)
+               << "input '" << input.name() << "' has shape "
+               << shapeText(shape) << ", whose element count overflows int64";
       inputNames.push_back(input.name());
       inputTypes.push_back(RankedTensorType::get(shape, element));
     }
@@ -638,57 +695,117 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
   return diag;
 }
 
+LogicalResult
+GraphImporter::checkNodes(ArrayRef<const onnx::NodeProto *> order) {
+  bool ok = true;
+  for (auto [i, node] : llvm::enumerate(order)) {
+    const OpSchema *schema = lookupOpSchema(node->op_type(), opset);
+    if (!schema) {
+      emitError(nodeLoc(*node, i)) << "internal error: no ONNX schema for "
+                                   << node->op_type() << " at opset " << opset;
+      ok = false;
+      continue;
+    }
+    if (failed(verifyNodeSignature(*node, *schema, nodeLoc(*node, i))))
+      ok = false;
+  }
+  return success(ok);
+}
+
+LogicalResult GraphImporter::runHandlers(const OpEntry &entry,
+                                         NodeContext &ctx) {
+  const onnx::NodeProto &node = ctx.getNode();
+  // Inputs' types are known once their producers are imported: check them
+  // against the schema's type constraints before any handler reads them.
+  const OpSchema *schema = lookupOpSchema(node.op_type(), opset);
+  if (failed(verifyNodeInputTypes(
+          node, *schema, [&](unsigned i) { return ctx.getInputDataType(i); },
+          ctx.getLoc())))
+    return failure();
+
+  bool allConstant = true;
+  for (unsigned i = 0; i < ctx.getNumInputs(); ++i)
+    if (ctx.hasInput(i) && !ctx.getConstant(i))
+      allConstant = false;
+  bool folded = false;
+  if (entry.evaluate && (allConstant || entry.evaluatesFromTypes)) {
+    if (succeeded(entry.evaluate(ctx))) {
+      for (unsigned i = 0; i < ctx.getNumOutputs(); ++i)
+        if (ctx.hasOutput(i) && !lookup(node.output(i)))
+          return ctx.emitError()
+                 << "internal error: output " << i << " was not folded";
+      folded = true;
+    }
+  }
+  if (!folded) {
+    if (!entry.build)
+      return ctx.emitError()
+             << node.op_type() << " is supported only on constant inputs";
+    Block *block = builder.getInsertionBlock();
+    Operation *last = block->empty() ? nullptr : &block->back();
+    if (failed(entry.build(ctx)))
+      return failure();
+    // Verify what the handler built, so that a malformed model is reported
+    // at its node rather than as a broken module later.
+    Operation *op = last             ? last->getNextNode()
+                    : block->empty() ? nullptr
+                                     : &block->front();
+    for (; op; op = op->getNextNode())
+      if (failed(mlir::verify(op, /*verifyRecursively=*/false)))
+        return failure();
+    for (unsigned i = 0; i < ctx.getNumOutputs(); ++i)
+      if (ctx.hasOutput(i) && !lookup(node.output(i)))
+        return ctx.emitError() << "output " << i << " of " << node.op_type()
+                               << " is not supported";
+  }
+  // Whatever a node computes must be a shape later stages can count.
+  for (unsigned i = 0; i < ctx.getNumOutputs(); ++i) {
+    if (!ctx.hasOutput(i))
+      continue;
+    ValueInfo *info = lookup(node.output(i));
+    ArrayRef<int64_t> shape =
+        info->value ? info->type.getShape() : info->constant->shape;
+    if (failed(ctx.checkShape(shape, "output " + std::to_string(i))))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                                         unsigned index) {
   const OpEntry *entry = OpRegistry::get().lookup(node.op_type(), opset);
   Location loc = nodeLoc(node, index);
   NodeContext ctx(*this, node, opset, loc, builder);
 
-  bool allConstant = true;
-  for (unsigned i = 0; i < ctx.getNumInputs(); ++i)
-    if (ctx.hasInput(i) && !ctx.getConstant(i))
-      allConstant = false;
-  if (entry->evaluate && (allConstant || entry->evaluatesFromTypes)) {
-    if (succeeded(entry->evaluate(ctx))) {
-      for (unsigned i = 0; i < ctx.getNumOutputs(); ++i)
-        if (ctx.hasOutput(i) && !lookup(node.output(i)))
-          return ctx.emitError()
-                 << "internal error: output " << i << " was not folded";
-      return success();
-    }
-  }
-  if (!entry->build)
-    return ctx.emitError() << node.op_type()
-                           << " is supported only on constant inputs";
-
-  Block *block = builder.getInsertionBlock();
-  Operation *last = block->empty() ? nullptr : &block->back();
-  if (failed(entry->build(ctx)))
-    return failure();
-  // Verify what the handler built, so that a malformed model is reported at
-  // its node rather than as a broken module later.
-  Operation *op = last             ? last->getNextNode()
-                  : block->empty() ? nullptr
-                                   : &block->front();
-  for (; op; op = op->getNextNode())
-    if (failed(mlir::verify(op, /*verifyRecursively=*/false)))
+  // Every failure must leave a diagnostic at the node: count the errors the
+  // handlers emit (passing each on to the caller's handler).
+  unsigned errors = 0;
+  LogicalResult result = failure();
+  {
+    ScopedDiagnosticHandler counter(context, [&](Diagnostic &diag) {
+      if (diag.getSeverity() == DiagnosticSeverity::Error)
+        ++errors;
       return failure();
-  for (unsigned i = 0; i < ctx.getNumOutputs(); ++i)
-    if (ctx.hasOutput(i) && !lookup(node.output(i)))
-      return ctx.emitError() << "output " << i << " of " << node.op_type()
-                             << " is not supported";
-  return success();
+    });
+    result = runHandlers(*entry, ctx);
+  }
+  if (failed(result) && errors == 0)
+    return ctx.emitError() << "internal error: importing " << node.op_type()
+                           << " failed without a diagnostic";
+  return result;
 }
 
 OwningOpRef<ModuleOp> GraphImporter::run() {
-  if (failed(checkOpsets()) || failed(importInitializers()))
+  if (failed(checkModel()) || failed(checkOpsets()) ||
+      failed(importInitializers()))
     return nullptr;
   SmallVector<std::string> inputNames;
   SmallVector<Type> inputTypes;
   if (failed(bindInputs(inputNames, inputTypes)))
     return nullptr;
   SmallVector<const onnx::NodeProto *> order;
-  if (failed(sortNodes(order)) || failed(checkSupported(order)))
+  if (failed(sortNodes(order)) || failed(checkSupported(order)) ||
+      failed(checkNodes(order)))
     return nullptr;
 
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
@@ -842,10 +959,23 @@ InFlightDiagnostic NodeContext::emitError() { return mlir::emitError(loc); }
 
 FailureOr<int64_t> NodeContext::normalizeAxis(int64_t axis, int64_t rank,
                                               StringRef what) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+  if (axis < -rank || axis >= rank)
     return emitError() << node.op_type() << " " << what << " " << axis
                        << " is out of range for rank " << rank;
   return axis < 0 ? axis + rank : axis;
+}
+
+LogicalResult NodeContext::checkShape(ArrayRef<int64_t> shape, StringRef what) {
+  for (auto [d, dim] : llvm::enumerate(shape))
+    if (dim < 0)
+      return emitError() << what << " of " << node.op_type()
+                         << " would have a negative dimension " << dim
+                         << " (dimension " << d << ")";
+  if (!getElementCount(shape))
+    return emitError() << what << " of " << node.op_type() << " has shape "
+                       << shapeText(shape)
+                       << ", whose element count overflows int64";
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

@@ -38,9 +38,7 @@ LogicalResult foldBinary(NodeContext &ctx, FloatFn floatFn, IntFn intFn,
     FailureOr<SmallVector<int64_t>> shape = broadcast(result.shape, rhs->shape);
     if (failed(shape))
       return failure();
-    int64_t n = 1;
-    for (int64_t d : *shape)
-      n *= d;
+    int64_t n = getElementCountSaturated(*shape);
     if (n > kMaxFoldedElements)
       return failure();
     SmallVector<int64_t> li = broadcastIndices(result.shape, *shape);
@@ -83,7 +81,7 @@ template <typename Fn> LogicalResult foldToBool(NodeContext &ctx, Fn fn) {
   if (!a || !b)
     return failure();
   FailureOr<SmallVector<int64_t>> shape = broadcast(a->shape, b->shape);
-  if (failed(shape))
+  if (failed(shape) || getElementCountSaturated(*shape) > kMaxFoldedElements)
     return failure();
   SmallVector<int64_t> ai = broadcastIndices(a->shape, *shape);
   SmallVector<int64_t> bi = broadcastIndices(b->shape, *shape);
@@ -302,10 +300,19 @@ LogicalResult foldIdentity(NodeContext &ctx) {
   const HostTensor *in = ctx.getConstant(0);
   if (!in)
     return failure();
+  if (ctx.getNode().op_type() == "Dropout") {
+    // Only inference folds (the builder reports the rest).
+    const HostTensor *training = ctx.getConstant(2);
+    if (training &&
+        (training->getNumElements() != 1 || training->getAsInt(0) != 0))
+      return failure();
+    if (ctx.hasOutput(1) && in->getNumElements() > kMaxFoldedElements)
+      return failure();
+    if (ctx.hasOutput(1))
+      ctx.setOutput(1, makeTensor(onnx::TensorProto_DataType_BOOL, in->shape,
+                                  [](int64_t) { return 1; }));
+  }
   ctx.setOutput(0, *in);
-  if (ctx.getNode().op_type() == "Dropout" && ctx.hasOutput(1))
-    ctx.setOutput(1, makeTensor(onnx::TensorProto_DataType_BOOL, in->shape,
-                                [](int64_t) { return 1; }));
   return success();
 }
 
@@ -315,14 +322,20 @@ LogicalResult buildIdentity(NodeContext &ctx) {
     return failure();
   if (ctx.getNode().op_type() == "Dropout") {
     // Inference: Dropout passes its input through; its mask keeps everything.
-    if (const HostTensor *training = ctx.getConstant(2);
-        (training && training->getAsInt(0)) || (ctx.hasInput(2) && !training))
+    const HostTensor *training = ctx.getConstant(2);
+    if (training && training->getNumElements() != 1)
+      return ctx.emitError() << "Dropout training_mode must be a scalar";
+    if ((training && training->getAsInt(0)) || (ctx.hasInput(2) && !training))
       return ctx.emitError() << "Dropout in training mode is not supported";
+    ArrayRef<int64_t> shape = cast<RankedTensorType>(x.getType()).getShape();
+    if (ctx.hasOutput(1) &&
+        getElementCountSaturated(shape) > kMaxFoldedElements)
+      return ctx.emitError()
+             << "the mask output of Dropout on " << shapeText(shape)
+             << " is larger than Partita folds";
     if (ctx.hasOutput(1))
-      ctx.setOutput(1,
-                    makeTensor(onnx::TensorProto_DataType_BOOL,
-                               cast<RankedTensorType>(x.getType()).getShape(),
-                               [](int64_t) { return 1; }));
+      ctx.setOutput(1, makeTensor(onnx::TensorProto_DataType_BOOL, shape,
+                                  [](int64_t) { return 1; }));
   }
   ctx.setOutput(0, x);
   return success();

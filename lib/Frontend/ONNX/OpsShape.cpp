@@ -14,6 +14,7 @@
 #include "Folding.h"
 
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -28,11 +29,10 @@ HostTensor intVector(ArrayRef<int64_t> values) {
   return t;
 }
 
+/// Elements of `shape`, saturating: for comparisons with size limits. The
+/// shapes a node makes are checked (NodeContext::checkShape) before use.
 int64_t product(ArrayRef<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
+  return getElementCountSaturated(shape);
 }
 
 /// Sets output 0 to `input` reshaped to `shape`: a folded constant when the
@@ -97,6 +97,8 @@ LogicalResult constantOfShapeHandler(NodeContext &ctx) {
     if (d < 0)
       return ctx.emitError() << "ConstantOfShape shape has a negative "
                              << "dimension " << d;
+  if (failed(ctx.checkShape(*shape, "the result")))
+    return failure();
   // The fill value: a one-element tensor attribute, f32 0 by default.
   HostTensor fill(onnx::TensorProto_DataType_FLOAT, {});
   fill.mutableFloats().push_back(0.0);
@@ -137,6 +139,9 @@ LogicalResult rangeHandler(NodeContext &ctx) {
   if (d == 0)
     return ctx.emitError() << "Range delta is zero";
   double count = std::ceil((l - s) / d);
+  if (!std::isfinite(count))
+    return ctx.emitError() << "Range from " << s << " to " << l << " by " << d
+                           << " has no finite length";
   if (count > static_cast<double>(kMaxFoldedElements))
     return ctx.emitError() << "Range of " << count
                            << " elements is larger than Partita folds ("
@@ -151,6 +156,10 @@ LogicalResult rangeHandler(NodeContext &ctx) {
 /// value_float(s) / value_int(s) lists.
 LogicalResult constantHandler(NodeContext &ctx) {
   const onnx::NodeProto &node = ctx.getNode();
+  // The schema declares every value attribute optional; exactly one is set.
+  if (node.attribute_size() != 1)
+    return ctx.emitError() << "Constant needs exactly one value attribute, "
+                           << "node has " << node.attribute_size();
   for (const onnx::AttributeProto &attr : node.attribute()) {
     StringRef name = attr.name();
     if (name == "value") {
@@ -218,7 +227,11 @@ LogicalResult reshapeHandler(NodeContext &ctx) {
     if (d < 0)
       return ctx.emitError() << "Reshape shape has a negative dimension " << d;
     shape.push_back(d);
-    known *= d;
+    std::optional<int64_t> next = llvm::checkedMul(known, d);
+    if (!next)
+      return ctx.emitError() << "Reshape shape " << shapeText(*target)
+                             << " has an element count that overflows int64";
+    known = *next;
   }
   int64_t total = product(in);
   if (inferred >= 0) {
@@ -325,7 +338,17 @@ LogicalResult concatHandler(NodeContext &ctx) {
     ArrayRef<int64_t> s = ctx.getInputShape(i);
     if (s.size() != first.size())
       return ctx.emitError() << "Concat inputs have different ranks";
-    shape[*axis] += s[*axis];
+    for (size_t d = 0; d < s.size(); ++d)
+      if (static_cast<int64_t>(d) != *axis && s[d] != first[d])
+        return ctx.emitError()
+               << "Concat input " << i << " of shape " << shapeText(s)
+               << " does not match input 0 of shape " << shapeText(first)
+               << " outside axis " << *axis;
+    std::optional<int64_t> size = llvm::checkedAdd(shape[*axis], s[*axis]);
+    if (!size)
+      return ctx.emitError()
+             << "Concat result dimension " << *axis << " overflows int64";
+    shape[*axis] = *size;
     allConstant &= ctx.getConstant(i) != nullptr;
   }
   if (allConstant && product(shape) <= kMaxFoldedElements) {
@@ -368,6 +391,9 @@ LogicalResult splitHandler(NodeContext &ctx) {
     return failure();
   unsigned numOutputs = ctx.getNumOutputs();
   SmallVector<int64_t> sizes;
+  if (ctx.hasInput(1) && ctx.getAttr("num_outputs"))
+    return ctx.emitError() << "Split takes a split input or num_outputs, "
+                              "not both";
   if (ctx.getOpset() >= 13 && ctx.hasInput(1)) {
     FailureOr<SmallVector<int64_t>> split = ctx.getConstantInts(1, "split");
     if (failed(split))
@@ -379,6 +405,9 @@ LogicalResult splitHandler(NodeContext &ctx) {
   } else {
     // Equal pieces; with opset 18's num_outputs the last may be smaller.
     int64_t n = ctx.getAttrInt("num_outputs", numOutputs);
+    if (n != numOutputs)
+      return ctx.emitError() << "Split num_outputs " << n << " but the node "
+                             << "has " << numOutputs << " outputs";
     int64_t piece = (in[*axis] + n - 1) / n;
     for (int64_t i = 0; i < n; ++i)
       sizes.push_back(std::min(piece, in[*axis] - i * piece));
@@ -387,7 +416,10 @@ LogicalResult splitHandler(NodeContext &ctx) {
   for (int64_t s : sizes) {
     if (s < 0)
       return ctx.emitError() << "Split size " << s << " is negative";
-    total += s;
+    std::optional<int64_t> sum = llvm::checkedAdd(total, s);
+    if (!sum)
+      return ctx.emitError() << "Split sizes overflow int64";
+    total = *sum;
   }
   if (sizes.size() != numOutputs || total != in[*axis])
     return ctx.emitError() << "Split sizes do not cover dimension " << *axis
@@ -459,10 +491,14 @@ LogicalResult sliceHandler(NodeContext &ctx) {
     return ctx.emitError() << "Slice starts, ends, axes and steps differ in "
                               "length";
   SmallVector<int64_t> start(rank, 0), limit(in), stride(rank, 1);
+  SmallVector<bool> sliced(rank, false);
   for (size_t i = 0; i < axes.size(); ++i) {
     FailureOr<int64_t> axis = ctx.normalizeAxis(axes[i], rank);
     if (failed(axis))
       return failure();
+    if (sliced[*axis])
+      return ctx.emitError() << "Slice axes repeat " << *axis;
+    sliced[*axis] = true;
     int64_t size = in[*axis], step = steps[i];
     if (step <= 0)
       return ctx.emitError() << "Slice with step " << step
@@ -478,7 +514,8 @@ LogicalResult sliceHandler(NodeContext &ctx) {
   }
   SmallVector<int64_t> shape;
   for (int64_t d = 0; d < rank; ++d)
-    shape.push_back((limit[d] - start[d] + stride[d] - 1) / stride[d]);
+    shape.push_back(
+        limit[d] > start[d] ? 1 + (limit[d] - start[d] - 1) / stride[d] : 0);
   if (const HostTensor *t = ctx.getConstant(0);
       t && product(shape) <= kMaxFoldedElements) {
     SmallVector<int64_t> inStrides = stridesOf(in),
@@ -561,6 +598,8 @@ LogicalResult expandHandler(NodeContext &ctx) {
   if (failed(shape))
     return ctx.emitError() << "Expand of a tensor that does not broadcast to "
                               "the target shape";
+  if (failed(ctx.checkShape(*shape, "the result")))
+    return failure();
   if (const HostTensor *t = ctx.getConstant(0);
       t && product(*shape) <= kMaxFoldedElements) {
     SmallVector<int64_t> indices = broadcastIndices(in, *shape);
@@ -640,8 +679,11 @@ LogicalResult triluHandler(NodeContext &ctx) {
   int64_t k = 0;
   if (ctx.hasInput(1)) {
     FailureOr<SmallVector<int64_t>> kv = ctx.getConstantInts(1, "k");
-    if (failed(kv) || kv->empty())
+    if (failed(kv))
       return failure();
+    if (kv->size() != 1)
+      return ctx.emitError()
+             << "Trilu k must have one element, found " << kv->size();
     k = (*kv)[0];
   }
   bool upper = ctx.getAttrInt("upper", 1) != 0;

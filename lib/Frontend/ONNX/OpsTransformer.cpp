@@ -50,10 +50,11 @@ LogicalResult foldMatmul(NodeContext &ctx, const HostTensor &a,
       ArrayRef<int64_t>(as).drop_back(2), ArrayRef<int64_t>(bs).drop_back(2));
   if (failed(batch))
     return failure();
-  int64_t batches = 1;
-  for (int64_t d : *batch)
-    batches *= d;
-  if (batches * m * n > kMaxFoldedElements || batches * m * n * k > (1 << 26))
+  SmallVector<int64_t> counted(*batch);
+  counted.append({m, n, k});
+  if (getElementCountSaturated(counted) > (1 << 26) ||
+      getElementCountSaturated(ArrayRef<int64_t>(counted).drop_back()) >
+          kMaxFoldedElements)
     return failure();
   SmallVector<int64_t> aBatch =
       broadcastIndices(ArrayRef<int64_t>(as).drop_back(2), *batch);
@@ -374,6 +375,10 @@ LogicalResult attentionHandler(NodeContext &ctx) {
   OpBuilder &b = ctx.getBuilder();
   Location loc = ctx.getLoc();
   bool threeD = typeOf(q).getRank() == 3;
+  for (Value operand : {q, k, v})
+    if (typeOf(operand).getRank() != typeOf(q).getRank())
+      return ctx.emitError() << "Attention Q, K and V must have the same rank "
+                                "(3 or 4)";
   auto toHeads = [&](Value x, int64_t heads) -> FailureOr<Value> {
     ArrayRef<int64_t> s = typeOf(x).getShape();
     if (heads <= 0 || s[2] % heads != 0)
@@ -451,6 +456,10 @@ LogicalResult rotaryHandler(NodeContext &ctx) {
     return ctx.emitError() << "RotaryEmbedding input must have rank 3 or 4";
   }
   ArrayRef<int64_t> x4 = typeOf(x).getShape();
+  if (!ctx.hasInput(3) &&
+      (typeOf(cos).getRank() != 3 || typeOf(sin).getRank() != 3))
+    return ctx.emitError() << "RotaryEmbedding without position_ids needs "
+                              "[batch, sequence, rotary/2] caches";
   // Gather each token's row of the caches.
   if (ctx.hasInput(3)) {
     Value ids = ctx.getInput(3);
@@ -462,7 +471,8 @@ LogicalResult rotaryHandler(NodeContext &ctx) {
       return nn::GatherOp::create(
           b, loc, typeOf(table).clone({is[0], is[1], ts[1]}), table, ids, 0);
     };
-    if (typeOf(cos).getRank() != 2 || typeOf(ids).getRank() != 2)
+    if (typeOf(cos).getRank() != 2 || typeOf(sin).getRank() != 2 ||
+        typeOf(ids).getRank() != 2)
       return ctx.emitError() << "RotaryEmbedding with position_ids needs 2-D "
                                 "caches and [batch, sequence] positions";
     cos = gather(cos);

@@ -48,6 +48,11 @@ void registerOnnxImportDialects(DialectRegistry &registry);
 constexpr int64_t kMinOnnxOpset = 13;
 constexpr int64_t kMaxOnnxOpset = 23;
 
+/// The ONNX IR versions the importer accepts: 3 (the first with opset
+/// imports) to 14 (onnx 1.23's, which onnxruntime 1.32 reads).
+constexpr int64_t kMinOnnxIrVersion = 3;
+constexpr int64_t kMaxOnnxIrVersion = 14;
+
 } // namespace mlir::partita
 
 #endif // PARTITA_FRONTEND_ONNX_IMPORT_H

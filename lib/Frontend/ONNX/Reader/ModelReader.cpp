@@ -304,7 +304,14 @@ bool partita::onnx_reader::readModelFile(const std::string &path,
                                          onnx::ModelProto &model,
                                          MappedInitializers &mapped,
                                          std::string &error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opening a FIFO blocks until a writer comes; look before opening, and
+  // open without blocking (MappedFile::map checks again what was opened).
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    error = "'" + path + "' is not a regular file";
+    return false;
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     error = "cannot open '" + path + "': " + std::strerror(errno);
     return false;
@@ -390,7 +397,7 @@ bool partita::onnx_reader::mapExternalFile(const std::string &modelDir,
             "' resolves outside the model's folder";
     return false;
   }
-  int fd = ::open(resolvedFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = ::open(resolvedFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     error = "cannot open external data file '" + location +
             "': " + std::strerror(errno);

@@ -50,6 +50,8 @@ def main(root):
     os.symlink("weights.bin", os.path.join(model_dir, "link.bin"))
     # A hard link may name a file anywhere on the file system: refused too.
     os.link(os.path.join(root, "outside.bin"), os.path.join(model_dir, "hard.bin"))
+    # Reading a FIFO would block until someone writes to it.
+    os.mkfifo(os.path.join(model_dir, "fifo.bin"))
 
     cases = {
         "ok": ("weights.bin", 64, 1024),
@@ -61,6 +63,8 @@ def main(root):
         "past_end": ("weights.bin", 512, 1024),
         "bad_length": ("weights.bin", 0, 1000),
         "missing": ("nothere.bin", 0, None),
+        "fifo": ("fifo.bin", 0, None),
+        "folder": ("data", 0, None),
     }
     for name, (location, offset, length) in cases.items():
         model_with_external(os.path.join(model_dir, name + ".onnx"), location,
