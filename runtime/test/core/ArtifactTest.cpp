@@ -22,6 +22,8 @@ using test::TemporaryDirectory;
 
 namespace {
 
+/// Rank `rank` of the tp=2 test artifact: its block of `logits` is its
+/// weight shard broadcast; it reads nothing of `ids`.
 program::Program rankProgram(int32_t rank, int32_t worldSize) {
   program::Program p;
   p.set_format_version(1);
@@ -33,6 +35,26 @@ program::Program rankProgram(int32_t rank, int32_t worldSize) {
   buffer->set_weight("w.shard" + std::to_string(rank));
   buffer->mutable_type()->set_dtype(program::F32);
   buffer->mutable_type()->add_shape(4);
+  program::Buffer *ids = p.add_buffers();
+  ids->set_id(1);
+  ids->set_kind(program::Buffer::INPUT);
+  ids->mutable_type()->set_dtype(program::I64);
+  for (int64_t dim : {2, 8})
+    ids->mutable_type()->add_shape(dim);
+  program::Buffer *logits = p.add_buffers();
+  logits->set_id(2);
+  logits->set_kind(program::Buffer::OUTPUT);
+  logits->mutable_type()->set_dtype(program::F32);
+  for (int64_t dim : {2, 8, 4})
+    logits->mutable_type()->add_shape(dim);
+  p.add_inputs()->set_name("ids");
+  p.mutable_inputs(0)->set_buffer(1);
+  p.add_outputs()->set_name("logits");
+  p.mutable_outputs(0)->set_buffer(2);
+  program::Kernel *kernel = p.add_instructions()->mutable_kernel();
+  kernel->set_op("broadcast_to");
+  kernel->add_operands(0);
+  kernel->add_results(2);
   return p;
 }
 
@@ -64,7 +86,7 @@ protected:
                                  {4}, shards[rank], sizeof(shards[rank])));
     }
     TensorSpec input{"ids", program::I64, {2, 8}, {}};
-    TensorSpec output{"logits", program::F32, {2, 8, 16}, {}};
+    TensorSpec output{"logits", program::F32, {2, 8, 8}, {}};
     output.sharding.dims = {{}, {}, {"tp"}};
     manifest.inputs = {input};
     manifest.outputs = {output};
@@ -92,6 +114,22 @@ nlohmann::json readManifest(const std::string &artifact) {
 
 void writeManifest(const std::string &artifact, const nlohmann::json &json) {
   test::writeBytes(artifact + "/manifest.json", json.dump(2));
+}
+
+/// The manifest's own digest as docs/artifact.md defines it: SHA-256 of the
+/// manifest without `manifest_sha256`, keys sorted, no whitespace.
+std::string manifestDigest(nlohmann::json manifest) {
+  manifest.erase("manifest_sha256");
+  std::string canonical = manifest.dump();
+  return "sha256:" + Sha256::hexDigest(canonical.data(), canonical.size());
+}
+
+/// Writes an edited manifest with its digest recomputed, as a tamperer who
+/// knows the format would: only checks of the contents can refuse it.
+void writeRehashedManifest(const std::string &artifact,
+                           nlohmann::json manifest) {
+  manifest["manifest_sha256"] = manifestDigest(manifest);
+  writeManifest(artifact, manifest);
 }
 
 TEST_F(ArtifactTest, RoundTrip) {
@@ -351,7 +389,7 @@ TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
   for (const Case &c : cases) {
     nlohmann::json manifest = original;
     c.edit(manifest);
-    writeManifest(path, manifest);
+    writeRehashedManifest(path, manifest);
     EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
   }
 }
@@ -396,7 +434,7 @@ TEST_F(ArtifactTest, RefusesMalformedFilesWithMatchingHashes) {
     nlohmann::json manifest = readManifest(path);
     manifest["files"][relative] =
         "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
-    writeManifest(path, manifest);
+    writeRehashedManifest(path, manifest);
   };
   std::string programBytes = test::readBytes(path + "/programs/rank0.pb");
   replace("programs/rank0.pb", "\xff\xff\xff");
