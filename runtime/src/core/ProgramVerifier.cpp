@@ -723,29 +723,37 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
       return checkOneOf(attrs, "approximation", {"none", "tanh"});
     return Status::ok();
   }
-  // Operand counts that attributes decide.
-  int expected = -1;
-  std::string flags;
-  auto flag = [&](const char *name) {
-    bool value = boolAttr(attrs, name);
-    flags += (flags.empty() ? "" : ", ") + std::string(name) + " = " +
-             (value ? "true" : "false");
-    return int(value);
+  // Operand counts that attributes decide: a base count, plus each flag
+  // set times its operands.
+  struct FlagRule {
+    const char *op;
+    int base;
+    const char *flags[2];
+    int weights[2];
   };
-  if (op == "layer_norm")
-    expected = 1 + flag("has_scale") + flag("has_bias");
-  else if (op == "rms_norm")
-    expected = 1 + flag("has_scale");
-  else if (op == "matmul")
-    expected = 2 + flag("has_bias");
-  else if (op == "attention")
-    expected = 3 + flag("has_mask");
-  else if (op == "attention_partial")
-    expected = 3 + flag("has_mask") + 2 * flag("has_positions");
-  if (expected >= 0 && kernel.operands_size() != expected)
+  static const FlagRule kFlagRules[] = {
+      {"layer_norm", 1, {"has_scale", "has_bias"}, {1, 1}},
+      {"rms_norm", 1, {"has_scale", nullptr}, {1, 0}},
+      {"matmul", 2, {"has_bias", nullptr}, {1, 0}},
+      {"attention", 3, {"has_mask", nullptr}, {1, 0}},
+      {"attention_partial", 3, {"has_mask", "has_positions"}, {1, 2}},
+  };
+  for (const FlagRule &rule : kFlagRules) {
+    if (op != rule.op)
+      continue;
+    int expected = rule.base;
+    std::string flags;
+    for (int f = 0; f < 2 && rule.flags[f]; ++f)
+      expected += rule.weights[f] * int(boolAttr(attrs, rule.flags[f]));
+    if (kernel.operands_size() == expected)
+      break;
+    for (int f = 0; f < 2 && rule.flags[f]; ++f)
+      flags += (f ? ", " : "") + std::string(rule.flags[f]) + " = " +
+               (boolAttr(attrs, rule.flags[f]) ? "true" : "false");
     return Status::error("expected " + std::to_string(expected) +
                          " operands for " + flags + ", got " +
                          std::to_string(kernel.operands_size()));
+  }
 
   if (op == "reduce") {
     PARTITA_RETURN_IF_ERROR(
@@ -835,6 +843,8 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
 }
 
 Status RankVerifier::checkCudaSteps(const program::Kernel &kernel) const {
+  if (kernel.cuda_size() == 0)
+    return Status::ok();
   std::set<int32_t> operands(kernel.operands().begin(),
                              kernel.operands().end());
   std::set<int32_t> results(kernel.results().begin(), kernel.results().end());
