@@ -38,11 +38,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace partita::runtime;
@@ -68,7 +71,9 @@ constexpr const char *kUsage =
     "                      sharing GPU 0\n"
     "  --repeat N          time N runs and print the latency\n"
     "  --warmup N          untimed runs before them (default 1 with --repeat)\n"
-    "  --timeout SECONDS   deadline of every wait between ranks (default 120)\n"
+    "  --timeout SECONDS   deadline of every wait between ranks, and of\n"
+    "                      loading, reading inputs and writing outputs\n"
+    "                      (default 120)\n"
     "  --threads N         kernel threads per rank (default: cores / ranks)\n";
 
 struct Options {
@@ -165,6 +170,48 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
     return Status::error("no artifact given");
   return Status::ok();
 }
+
+/// Ends the process with an error if the phase it guards outlasts
+/// --timeout. Files that are not regular (FIFOs, devices) are refused
+/// before they are opened, but reading a regular file can still block where
+/// no deadline of the runtime reaches (a network file system that stops
+/// answering, a /proc file that waits for data).
+class Watchdog {
+public:
+  Watchdog(double seconds, std::string what)
+      : what(std::move(what)), seconds(seconds), thread([this] { watch(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+    }
+    finished.notify_all();
+    thread.join();
+  }
+  Watchdog(const Watchdog &) = delete;
+  Watchdog &operator=(const Watchdog &) = delete;
+
+private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto limit = std::chrono::duration<double>(seconds);
+    if (finished.wait_for(lock, limit, [this] { return done; }))
+      return;
+    std::fprintf(stderr,
+                 "partita-run: error: %s did not finish within %g s "
+                 "(--timeout)\n",
+                 what.c_str(), seconds);
+    std::fflush(stderr);
+    ::_exit(1);
+  }
+
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::string what;
+  double seconds;
+  std::thread thread;
+};
 
 std::string specString(const TensorSpec &spec) {
   return dtypeName(spec.dtype) + " " + shapeString(spec.shape);
@@ -484,7 +531,12 @@ int runMain(int argc, char **argv) {
     return fail(parsed.message() + " (partita-run --help shows the usage)");
 
   std::unique_ptr<Artifact> artifact;
-  Status opened = Artifact::open(options.artifact, artifact);
+  Status opened = Status::ok();
+  {
+    Watchdog watchdog(options.timeoutSeconds,
+                      "loading the artifact " + options.artifact);
+    opened = Artifact::open(options.artifact, artifact);
+  }
   if (!opened)
     return fail(opened.message());
   const Manifest &manifest = artifact->manifest();
@@ -507,7 +559,11 @@ int runMain(int argc, char **argv) {
     return fail(assemblable.message());
 
   std::map<std::string, HostTensor> inputs;
-  Status read = readInputs(manifest, options, inputs);
+  Status read = Status::ok();
+  {
+    Watchdog watchdog(options.timeoutSeconds, "reading the inputs");
+    read = readInputs(manifest, options, inputs);
+  }
   if (!read)
     return fail(read.message());
 
@@ -592,6 +648,7 @@ int runMain(int argc, char **argv) {
     }
   }
 
+  Watchdog watchdog(options.timeoutSeconds, "writing the outputs");
   if (!options.outputDirectory.empty()) {
     Status made = makeDirectories(options.outputDirectory);
     if (!made)

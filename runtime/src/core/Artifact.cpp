@@ -8,9 +8,11 @@
 
 #include "FileUtil.h"
 #include "ManifestJson.h"
+#include "partita/runtime/ProgramVerifier.h"
 #include "partita/runtime/Safetensors.h"
 #include "partita/runtime/Sha256.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -386,6 +388,8 @@ struct Artifact::Impl {
   Status load();
   Status verifyFiles() const;
   Status loadPrograms();
+  Status verifyPrograms() const;
+  Status checkManifestAgainstPrograms() const;
 };
 
 Status Artifact::Impl::verifyFiles() const {
@@ -431,6 +435,130 @@ Status Artifact::Impl::loadPrograms() {
   return Status::ok();
 }
 
+Status Artifact::Impl::verifyPrograms() const {
+  std::vector<const program::Program *> all;
+  for (const program::Program &program : programs)
+    all.push_back(&program);
+  Status verified = partita::runtime::verifyPrograms(all, &weights);
+  if (!verified)
+    return Status::error(path + ": " + verified.message());
+  return Status::ok();
+}
+
+namespace {
+
+std::string coordsString(const std::vector<MeshAxis> &axes,
+                         const std::vector<int64_t> &coords) {
+  std::string text = "{";
+  for (size_t a = 0; a < axes.size(); ++a)
+    text += (a ? ", " : "") + axes[a].name + ": " + std::to_string(coords[a]);
+  return text + "}";
+}
+
+/// The shape of `rank`'s block of `spec` (whose sharding validateManifest
+/// checked): each dimension divided by the sizes of the axes that split it.
+Status blockShape(const Manifest &manifest, const TensorSpec &spec,
+                  std::vector<int64_t> &shape) {
+  shape = spec.shape;
+  for (size_t d = 0; d < spec.sharding.dims.size() && d < shape.size(); ++d) {
+    int64_t blocks = 1;
+    for (const std::string &name : spec.sharding.dims[d])
+      for (const MeshAxis &axis : manifest.meshAxes)
+        if (axis.name == name)
+          blocks *= axis.size;
+    if (shape[d] % blocks != 0)
+      return Status::error("dimension " + std::to_string(d) + " of " +
+                           shapeString(spec.shape) + " does not split into " +
+                           std::to_string(blocks) + " blocks");
+    shape[d] /= blocks;
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status Artifact::Impl::checkManifestAgainstPrograms() const {
+  std::string where = path + ": manifest.json: ";
+  if (manifest.outputs.empty())
+    return Status::error(where + "the model has no outputs");
+  // Rank r sits at r written in the mixed radix of the axis sizes, first
+  // axis major (docs/artifact.md), and its stage is its pp coordinate: the
+  // compiler placed each program there, so a manifest that says otherwise
+  // would hand ranks the wrong shards.
+  for (const RankEntry &entry : manifest.ranks) {
+    std::vector<int64_t> expected(manifest.meshAxes.size()), actual;
+    int64_t rest = entry.rank, stage = 0;
+    for (size_t a = manifest.meshAxes.size(); a-- > 0;) {
+      expected[a] = rest % manifest.meshAxes[a].size;
+      rest /= manifest.meshAxes[a].size;
+      if (manifest.meshAxes[a].name == "pp")
+        stage = expected[a];
+    }
+    for (const auto &coord : entry.coords)
+      actual.push_back(coord.second);
+    std::string rank = "rank " + std::to_string(entry.rank);
+    if (actual != expected)
+      return Status::error(where + rank + " has coordinates " +
+                           coordsString(manifest.meshAxes, actual) +
+                           ", but rank " + std::to_string(entry.rank) +
+                           " of this mesh is at " +
+                           coordsString(manifest.meshAxes, expected));
+    if (entry.stage != stage)
+      return Status::error(
+          where + rank + " has stage " + std::to_string(entry.stage) +
+          ", but its pp coordinate is " + std::to_string(stage));
+  }
+  // Every binding of every program is a manifest input or output, with the
+  // dtype and shape of the rank's block; every output comes from some rank.
+  std::vector<bool> produced(manifest.outputs.size(), false);
+  for (size_t r = 0; r < programs.size(); ++r) {
+    const program::Program &program = programs[r];
+    std::string rank = "rank " + std::to_string(r);
+    auto check = [&](const program::Binding &binding,
+                     const std::vector<TensorSpec> &specs,
+                     const char *kind) -> Status {
+      auto spec = std::find_if(specs.begin(), specs.end(),
+                               [&](const TensorSpec &candidate) {
+                                 return candidate.name == binding.name();
+                               });
+      if (spec == specs.end())
+        return Status::error(where + rank + "'s program binds " + kind + " '" +
+                             binding.name() + "', which the manifest does " +
+                             "not list");
+      if (std::string(kind) == "output")
+        produced[size_t(spec - specs.begin())] = true;
+      std::vector<int64_t> shape;
+      Status split = blockShape(manifest, *spec, shape);
+      if (!split)
+        return Status::error(where + kind + " '" + spec->name +
+                             "': " + split.message());
+      const program::TensorType &type =
+          program.buffers(binding.buffer()).type();
+      std::vector<int64_t> bound(type.shape().begin(), type.shape().end());
+      if (type.dtype() != spec->dtype || bound != shape)
+        return Status::error(
+            where + kind + " '" + spec->name + "' is " +
+            dtypeName(spec->dtype) + " " + shapeString(spec->shape) +
+            (spec->sharding.isReplicated()
+                 ? ""
+                 : " split over the mesh, so " + rank + "'s block is " +
+                       shapeString(shape)) +
+            ", but " + rank + "'s program binds " + dtypeName(type.dtype()) +
+            " " + shapeString(bound));
+      return Status::ok();
+    };
+    for (const program::Binding &binding : program.inputs())
+      PARTITA_RETURN_IF_ERROR(check(binding, manifest.inputs, "input"));
+    for (const program::Binding &binding : program.outputs())
+      PARTITA_RETURN_IF_ERROR(check(binding, manifest.outputs, "output"));
+  }
+  for (size_t i = 0; i < manifest.outputs.size(); ++i)
+    if (!produced[i])
+      return Status::error(where + "output '" + manifest.outputs[i].name +
+                           "' is produced by no rank's program");
+  return Status::ok();
+}
+
 Status Artifact::Impl::load() {
   if (!isDirectory(path))
     return Status::error(
@@ -465,7 +593,8 @@ Status Artifact::Impl::load() {
   for (const std::string &relative : manifest.weightFiles)
     PARTITA_RETURN_IF_ERROR(
         weights.addFile(path + "/" + relative, path + ": " + relative));
-  return Status::ok();
+  PARTITA_RETURN_IF_ERROR(verifyPrograms());
+  return checkManifestAgainstPrograms();
 }
 
 Artifact::Artifact() : impl(std::make_unique<Impl>()) {}

@@ -12,6 +12,38 @@
 using namespace partita::runtime;
 namespace program = partita::program;
 
+bool partita::runtime::parseReduction(const std::string &name,
+                                      Reduction &reduction) {
+  if (name == "sum")
+    reduction = Reduction::Sum;
+  else if (name == "max")
+    reduction = Reduction::Max;
+  else if (name == "min")
+    reduction = Reduction::Min;
+  else
+    return false;
+  return true;
+}
+
+std::string partita::runtime::reductionName(Reduction reduction) {
+  switch (reduction) {
+  case Reduction::Sum:
+    return "sum";
+  case Reduction::Max:
+    return "max";
+  case Reduction::Min:
+    return "min";
+  }
+  return "?";
+}
+
+std::string partita::runtime::groupString(const Group &group) {
+  std::string text = "[";
+  for (size_t i = 0; i < group.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(group[i]);
+  return text + "]";
+}
+
 const char *partita::runtime::collectiveName(CollectiveKind kind) {
   switch (kind) {
   case CollectiveKind::AllReduce:
@@ -80,10 +112,9 @@ Status partita::runtime::checkGroup(const std::string &what, const Group &group,
   return Status::ok();
 }
 
-Status partita::runtime::checkCollective(const CollectiveCall &call,
-                                         const Tensor &in, const Tensor &out,
-                                         const Group &group, int32_t rank,
-                                         int32_t worldSize, size_t &index) {
+Status partita::runtime::checkCollectiveShapes(
+    const CollectiveCall &call, const Tensor &in, const Tensor &out,
+    const Group &group, int32_t rank, int32_t worldSize, size_t &index) {
   std::string what = std::string(collectiveName(call.kind)) + " over group " +
                      groupString(group) + " on rank " + std::to_string(rank);
   PARTITA_RETURN_IF_ERROR(checkGroup(what, group, rank, worldSize, index));
@@ -97,9 +128,6 @@ Status partita::runtime::checkCollective(const CollectiveCall &call,
       if (dim < 0)
         return Status::error(what + ": negative dimension in " +
                              shapeString(tensor->shape));
-  if ((!in.data && in.numElements() > 0) ||
-      (!out.data && out.numElements() > 0))
-    return Status::error(what + ": a buffer has no memory");
   int64_t n = int64_t(group.size());
   int64_t rankOf = int64_t(in.shape.size());
   auto checkDim = [&](int64_t dim, const char *name) -> Status {
@@ -141,5 +169,19 @@ Status partita::runtime::checkCollective(const CollectiveCall &call,
     return Status::error(what + ": the result should be " +
                          shapeString(expected) + ", it is " +
                          shapeString(out.shape));
+  return Status::ok();
+}
+
+Status partita::runtime::checkCollective(const CollectiveCall &call,
+                                         const Tensor &in, const Tensor &out,
+                                         const Group &group, int32_t rank,
+                                         int32_t worldSize, size_t &index) {
+  PARTITA_RETURN_IF_ERROR(
+      checkCollectiveShapes(call, in, out, group, rank, worldSize, index));
+  if ((!in.data && in.numElements() > 0) ||
+      (!out.data && out.numElements() > 0))
+    return Status::error(std::string(collectiveName(call.kind)) +
+                         " over group " + groupString(group) + " on rank " +
+                         std::to_string(rank) + ": a buffer has no memory");
   return Status::ok();
 }

@@ -645,13 +645,21 @@ Status Executor::Impl::execute() {
       break;
     }
   }
-  if (!failure) {
-    // Peers may be blocked on this rank; release them before draining the
-    // transfers in flight, which reference this run's buffers.
-    communicator->abort(failure.message());
-    for (auto &[token, started] : inFlight)
-      (void)started.done.get();
+  if (failure) {
+    // Everything this rank sends and receives is issued and complete: tell
+    // the communicator, which fails a peer still waiting for this rank and,
+    // after the last rank, a message nobody received.
+    Status ended = communicator->endRun();
+    if (!ended)
+      failure = Status::error("rank " + std::to_string(program->rank()) +
+                              ": at the end of the run: " + ended.message());
+    return failure;
   }
+  // Peers may be blocked on this rank; release them before draining the
+  // transfers in flight, which reference this run's buffers.
+  communicator->abort(failure.message());
+  for (auto &[token, started] : inFlight)
+    (void)started.done.get();
   return failure;
 }
 

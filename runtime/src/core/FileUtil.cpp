@@ -65,21 +65,52 @@ Status partita::runtime::writeNewFile(const std::string &path, const void *data,
   return file.close();
 }
 
-Status partita::runtime::readFile(const std::string &path, size_t maxBytes,
-                                  std::string &out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char *fileTypeName(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+} // namespace
+
+Status partita::runtime::openRegularFile(const std::string &path, int &fd,
+                                         struct stat &info) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer. It is cleared again once the file is known to be regular.
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     return errnoStatus(path);
+  Status status = Status::ok();
+  if (::fstat(fd, &info) != 0)
+    status = errnoStatus(path);
+  else if (!S_ISREG(info.st_mode))
+    status = Status::error(path + ": " + fileTypeName(info.st_mode) +
+                           ", not a regular file");
+  else if (int flags = ::fcntl(fd, F_GETFL);
+           flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    status = errnoStatus(path);
+  if (!status) {
+    ::close(fd);
+    fd = -1;
+  }
+  return status;
+}
+
+Status partita::runtime::readFile(const std::string &path, size_t maxBytes,
+                                  std::string &out) {
+  int fd = -1;
   struct stat info;
-  if (::fstat(fd, &info) != 0) {
-    Status status = errnoStatus(path);
-    ::close(fd);
-    return status;
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return Status::error(path + ": not a regular file");
-  }
+  PARTITA_RETURN_IF_ERROR(openRegularFile(path, fd, info));
   if (uint64_t(info.st_size) > maxBytes) {
     ::close(fd);
     return Status::error(path + ": " + std::to_string(info.st_size) +
@@ -123,19 +154,9 @@ MappedFile::~MappedFile() {
 }
 
 Status MappedFile::open(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return errnoStatus(path);
+  int fd = -1;
   struct stat info;
-  if (::fstat(fd, &info) != 0) {
-    Status status = errnoStatus(path);
-    ::close(fd);
-    return status;
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return Status::error(path + ": not a regular file");
-  }
+  PARTITA_RETURN_IF_ERROR(openRegularFile(path, fd, info));
   length = size_t(info.st_size);
   if (length == 0) {
     ::close(fd);

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <sys/stat.h>
 
 namespace partita::runtime {
 
@@ -45,6 +46,12 @@ private:
 
 /// Writes `bytes` to a new file at `path` and fsyncs it.
 Status writeNewFile(const std::string &path, const void *data, size_t bytes);
+
+/// Opens `path` for reading if it is a regular file, without blocking on
+/// anything else: a FIFO, a device, a socket or a directory is refused (a
+/// FIFO would block the open until a writer comes, and a device may never
+/// end). `info` receives the file's status.
+Status openRegularFile(const std::string &path, int &fd, struct stat &info);
 
 /// Reads a whole regular file of at most `maxBytes` bytes.
 Status readFile(const std::string &path, size_t maxBytes, std::string &out);

@@ -27,37 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 Communicator::~Communicator() = default;
 
-bool partita::runtime::parseReduction(const std::string &name,
-                                      Reduction &reduction) {
-  if (name == "sum")
-    reduction = Reduction::Sum;
-  else if (name == "max")
-    reduction = Reduction::Max;
-  else if (name == "min")
-    reduction = Reduction::Min;
-  else
-    return false;
-  return true;
-}
-
-std::string partita::runtime::reductionName(Reduction reduction) {
-  switch (reduction) {
-  case Reduction::Sum:
-    return "sum";
-  case Reduction::Max:
-    return "max";
-  case Reduction::Min:
-    return "min";
-  }
-  return "?";
-}
-
-std::string partita::runtime::groupString(const Group &group) {
-  std::string text = "[";
-  for (size_t i = 0; i < group.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(group[i]);
-  return text + "]";
-}
+Status Communicator::endRun() { return Status::ok(); }
 
 namespace {
 
@@ -354,6 +324,9 @@ struct HostWorld::State {
   /// (source, destination, tag) -> messages in send order.
   std::map<std::tuple<int32_t, int32_t, int64_t>, std::deque<Message>>
       mailboxes;
+  /// The ranks that have ended the current run (endRun), and how many.
+  std::vector<bool> ended;
+  int32_t endedCount = 0;
   std::vector<std::unique_ptr<HostCommunicator>> communicators;
 
   /// Records `message` as the world's failure (unless one came first), wakes
@@ -389,6 +362,7 @@ public:
   Status send(const Tensor &tensor, int32_t peer, int64_t tag) override;
   Status recv(const Tensor &tensor, int32_t peer, int64_t tag) override;
   Status barrier(const Group &group) override;
+  Status endRun() override;
   void abort(const std::string &reason) override;
 
 private:
@@ -465,6 +439,12 @@ Status HostCommunicator::rendezvous(const Group &group, size_t index, Post post,
 
   auto deadline = Clock::now() + world.timeout;
   while (step->arrived < group.size() && world.failure.empty()) {
+    // A member that has ended its run will not come.
+    for (size_t i = 0; i < group.size(); ++i)
+      if (!step->posts[i] && world.ended[size_t(group[i])])
+        return world.fail(what + ": rank " + std::to_string(group[i]) +
+                          " ended its run without taking part (call " +
+                          std::to_string(call) + " of the group)");
     if (world.changed.wait_until(lock, deadline) != std::cv_status::timeout)
       continue;
     if (step->arrived == group.size() || !world.failure.empty())
@@ -669,6 +649,9 @@ Status HostCommunicator::recv(const Tensor &tensor, int32_t peer, int64_t tag) {
     auto box = world.mailboxes.find(key);
     if (box != world.mailboxes.end() && !box->second.empty())
       break;
+    if (world.ended[size_t(peer)])
+      return world.fail(what + ": rank " + std::to_string(peer) +
+                        " ended its run without sending it");
     if (world.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
       box = world.mailboxes.find(key);
       if (box == world.mailboxes.end() || box->second.empty())
@@ -693,6 +676,43 @@ Status HostCommunicator::recv(const Tensor &tensor, int32_t peer, int64_t tag) {
   return Status::ok();
 }
 
+Status HostCommunicator::endRun() {
+  std::lock_guard<std::mutex> lock(world.mutex);
+  if (!world.failure.empty())
+    return Status::error(world.failure);
+  if (!world.ended[size_t(myRank)]) {
+    world.ended[size_t(myRank)] = true;
+    ++world.endedCount;
+  }
+  world.changed.notify_all();
+  if (world.endedCount < world.worldSize)
+    return Status::ok();
+  // Every rank has ended: a message still in a mailbox was sent for a
+  // receive that no program makes.
+  world.ended.assign(size_t(world.worldSize), false);
+  world.endedCount = 0;
+  std::string unreceived;
+  size_t count = 0;
+  for (const auto &[key, box] : world.mailboxes) {
+    const auto &[source, destination, tag] = key;
+    for (const Message &message : box)
+      if (count++ < 4)
+        unreceived +=
+            std::string(unreceived.empty() ? "" : "; ") + "rank " +
+            std::to_string(source) + " sent " + dtypeName(message.dtype) + " " +
+            shapeString(message.shape) + " to rank " +
+            std::to_string(destination) + " with tag " + std::to_string(tag) +
+            ", which rank " + std::to_string(destination) + " never received";
+  }
+  if (count == 0)
+    return Status::ok();
+  if (count > 4)
+    unreceived += "; and " + std::to_string(count - 4) + " more";
+  return world.fail("the run ended with " + std::to_string(count) +
+                    " unmatched send" + (count == 1 ? "" : "s") + ": " +
+                    unreceived);
+}
+
 void HostCommunicator::abort(const std::string &reason) {
   std::lock_guard<std::mutex> lock(world.mutex);
   (void)world.fail(reason);
@@ -704,6 +724,7 @@ HostWorld::HostWorld(int32_t worldSize, std::chrono::milliseconds timeout)
     : state(std::make_unique<State>()) {
   state->worldSize = worldSize;
   state->timeout = timeout;
+  state->ended.assign(size_t(std::max(worldSize, 0)), false);
   for (int32_t rank = 0; rank < worldSize; ++rank)
     state->communicators.push_back(
         std::make_unique<HostCommunicator>(*state, rank));

@@ -6,6 +6,8 @@
 
 #include "ManifestJson.h"
 
+#include "partita/runtime/Sha256.h"
+
 #include <nlohmann/json.hpp>
 
 #include <exception>
@@ -18,6 +20,21 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr const char *kFormatName = "partita-artifact";
+constexpr const char *kHashField = "manifest_sha256";
+
+/// The manifest's own digest: SHA-256 of its canonical text without the
+/// `manifest_sha256` field, which is what Python's
+/// `json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`
+/// writes: keys sorted, no whitespace, UTF-8 (docs/artifact.md).
+std::string manifestDigest(const json &root) {
+  json copy = root;
+  if (copy.is_object())
+    copy.erase(kHashField);
+  // nlohmann::json (std::map) sorts keys by byte, which for UTF-8 is the
+  // code point order Python sorts by.
+  std::string canonical = nlohmann::json::parse(copy.dump()).dump();
+  return "sha256:" + Sha256::hexDigest(canonical.data(), canonical.size());
+}
 
 /// A malformed manifest field; caught in manifestFromJson and returned as a
 /// Status, so it never leaves this file.
@@ -141,6 +158,18 @@ void parseManifest(const json &root, const std::string &where,
                     std::to_string(kArtifactFormatVersion) +
                     "; run it with the partita-run of the compiler that "
                     "wrote it, or compile the model again");
+
+  // Nothing but this digest covers the manifest itself: check it before
+  // believing anything else the manifest says.
+  auto digest = root.find(kHashField);
+  if (digest == root.end() || !digest->is_string())
+    fail(where, std::string("no '") + kHashField +
+                    "' string (the digest of the manifest itself); compile "
+                    "the model again with this partita-compile");
+  if (digest->get<std::string>() != manifestDigest(root))
+    fail(where, std::string("'") + kHashField +
+                    "' does not match the manifest's contents (edited or "
+                    "corrupted)");
 
   manifest.modelName =
       getString(field(root, "model", where), "name", where + ".model");
@@ -400,6 +429,7 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
     root["schedule"] = schedule;
     root["compile_options"] = manifest.compileOptions;
     root["files"] = manifest.files;
+    root[kHashField] = manifestDigest(root);
     text = root.dump(2) + "\n";
   } catch (const std::exception &e) {
     // Strings that are not UTF-8 are what the JSON writer refuses.

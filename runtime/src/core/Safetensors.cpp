@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <set>
 #include <unordered_map>
 
 using namespace partita::runtime;
@@ -185,6 +186,7 @@ struct SafetensorsFile::Impl {
   std::map<std::string, std::string> metadata;
 
   Status parse(const std::string &path);
+  Status checkLayout(const std::string &path, uint64_t dataBytes) const;
   Status parseEntry(const std::string &path, const std::string &name,
                     const json &entry, const uint8_t *dataStart,
                     uint64_t dataBytes);
@@ -270,10 +272,24 @@ Status SafetensorsFile::Impl::parse(const std::string &path) {
     return Status::error(path + ": header length " +
                          std::to_string(headerBytes) + " is implausibly large");
   const char *text = reinterpret_cast<const char *>(mapping.data() + 8);
-  json header = json::parse(text, text + headerBytes, nullptr,
+  // JSON keeps the last of two equal keys: catch a name given twice here,
+  // before it silently replaces the first.
+  std::set<std::string> names;
+  std::string duplicate;
+  json::parser_callback_t noteNames = [&](int depth, json::parse_event_t event,
+                                          json &parsed) {
+    if (depth == 1 && event == json::parse_event_t::key &&
+        !names.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json header = json::parse(text, text + headerBytes, noteNames,
                             /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return Status::error(path + ": the header is not a JSON object");
+  if (!duplicate.empty())
+    return Status::error(path + ": tensor '" + duplicate +
+                         "' appears twice in the header");
   const uint8_t *dataStart = mapping.data() + 8 + headerBytes;
   uint64_t dataBytes = fileSize - 8 - headerBytes;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -291,6 +307,47 @@ Status SafetensorsFile::Impl::parse(const std::string &path) {
       metadata[field.key()] = field.value().get<std::string>();
     }
   }
+  return checkLayout(path, dataBytes);
+}
+
+Status SafetensorsFile::Impl::checkLayout(const std::string &path,
+                                          uint64_t dataBytes) const {
+  // The tensors tile the data section: no two share a byte (a tampered
+  // header could make one weight read another's data), and, as the
+  // reference implementation requires, no byte lies outside every tensor.
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>> ranges;
+  const uint8_t *start = mapping.data() + (mapping.size() - dataBytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor &tensor = tensors[i].second;
+    uint64_t begin =
+        uint64_t(static_cast<const uint8_t *>(tensor.data) - start);
+    ranges.push_back({{begin, begin + tensor.byteSize()}, i});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  auto describe = [&](size_t at) {
+    const auto &[range, index] = ranges[at];
+    return "'" + tensors[index].first + "' [" + std::to_string(range.first) +
+           ", " + std::to_string(range.second) + "]";
+  };
+  uint64_t covered = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    uint64_t begin = ranges[i].first.first, end = ranges[i].first.second;
+    if (begin < covered)
+      return Status::error(path + ": the data_offsets of tensors " +
+                           describe(i - 1) + " and " + describe(i) +
+                           " overlap");
+    if (begin > covered)
+      return Status::error(
+          path + ": bytes [" + std::to_string(covered) + ", " +
+          std::to_string(begin) +
+          ") of the data section belong to no tensor (before " + describe(i) +
+          ")");
+    covered = end;
+  }
+  if (covered != dataBytes)
+    return Status::error(path + ": bytes [" + std::to_string(covered) + ", " +
+                         std::to_string(dataBytes) +
+                         ") of the data section belong to no tensor");
   return Status::ok();
 }
 

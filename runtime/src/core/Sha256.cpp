@@ -6,6 +6,8 @@
 
 #include "partita/runtime/Sha256.h"
 
+#include "FileUtil.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -136,9 +138,9 @@ std::string Sha256::hexDigest(const void *data, size_t bytes) {
 
 Status partita::runtime::sha256File(const std::string &path,
                                     std::string &hexDigest) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Status::error(path + ": " + std::strerror(errno));
+  int fd = -1;
+  struct stat info;
+  PARTITA_RETURN_IF_ERROR(openRegularFile(path, fd, info));
   Sha256 sha;
   std::vector<uint8_t> chunk(1 << 20);
   while (true) {

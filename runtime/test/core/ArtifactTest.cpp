@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 using namespace partita::runtime;
 namespace program = partita::program;
@@ -22,6 +23,8 @@ using test::TemporaryDirectory;
 
 namespace {
 
+/// Rank `rank` of the tp=2 test artifact: its block of `logits` is its
+/// weight shard broadcast; it reads nothing of `ids`.
 program::Program rankProgram(int32_t rank, int32_t worldSize) {
   program::Program p;
   p.set_format_version(1);
@@ -33,6 +36,26 @@ program::Program rankProgram(int32_t rank, int32_t worldSize) {
   buffer->set_weight("w.shard" + std::to_string(rank));
   buffer->mutable_type()->set_dtype(program::F32);
   buffer->mutable_type()->add_shape(4);
+  program::Buffer *ids = p.add_buffers();
+  ids->set_id(1);
+  ids->set_kind(program::Buffer::INPUT);
+  ids->mutable_type()->set_dtype(program::I64);
+  for (int64_t dim : {2, 8})
+    ids->mutable_type()->add_shape(dim);
+  program::Buffer *logits = p.add_buffers();
+  logits->set_id(2);
+  logits->set_kind(program::Buffer::OUTPUT);
+  logits->mutable_type()->set_dtype(program::F32);
+  for (int64_t dim : {2, 8, 4})
+    logits->mutable_type()->add_shape(dim);
+  p.add_inputs()->set_name("ids");
+  p.mutable_inputs(0)->set_buffer(1);
+  p.add_outputs()->set_name("logits");
+  p.mutable_outputs(0)->set_buffer(2);
+  program::Kernel *kernel = p.add_instructions()->mutable_kernel();
+  kernel->set_op("broadcast_to");
+  kernel->add_operands(0);
+  kernel->add_results(2);
   return p;
 }
 
@@ -64,7 +87,7 @@ protected:
                                  {4}, shards[rank], sizeof(shards[rank])));
     }
     TensorSpec input{"ids", program::I64, {2, 8}, {}};
-    TensorSpec output{"logits", program::F32, {2, 8, 16}, {}};
+    TensorSpec output{"logits", program::F32, {2, 8, 8}, {}};
     output.sharding.dims = {{}, {}, {"tp"}};
     manifest.inputs = {input};
     manifest.outputs = {output};
@@ -92,6 +115,22 @@ nlohmann::json readManifest(const std::string &artifact) {
 
 void writeManifest(const std::string &artifact, const nlohmann::json &json) {
   test::writeBytes(artifact + "/manifest.json", json.dump(2));
+}
+
+/// The manifest's own digest as docs/artifact.md defines it: SHA-256 of the
+/// manifest without `manifest_sha256`, keys sorted, no whitespace.
+std::string manifestDigest(nlohmann::json manifest) {
+  manifest.erase("manifest_sha256");
+  std::string canonical = manifest.dump();
+  return "sha256:" + Sha256::hexDigest(canonical.data(), canonical.size());
+}
+
+/// Writes an edited manifest with its digest recomputed, as a tamperer who
+/// knows the format would: only checks of the contents can refuse it.
+void writeRehashedManifest(const std::string &artifact,
+                           nlohmann::json manifest) {
+  manifest["manifest_sha256"] = manifestDigest(manifest);
+  writeManifest(artifact, manifest);
 }
 
 TEST_F(ArtifactTest, RoundTrip) {
@@ -351,9 +390,124 @@ TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
   for (const Case &c : cases) {
     nlohmann::json manifest = original;
     c.edit(manifest);
-    writeManifest(path, manifest);
+    writeRehashedManifest(path, manifest);
     EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
   }
+}
+
+/// manifest.json carries the digest of its own canonical text: an edit is
+/// refused unless the digest is recomputed, which reformatting does not
+/// need.
+TEST_F(ArtifactTest, TheManifestIsCoveredByItsDigest) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  nlohmann::json original = readManifest(path);
+  std::unique_ptr<Artifact> artifact;
+  EXPECT_EQ(original["manifest_sha256"], manifestDigest(original));
+
+  nlohmann::json edited = original;
+  edited["model"]["name"] = "other";
+  writeManifest(path, edited);
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "manifest.json: 'manifest_sha256' does not match the "
+                        "manifest's contents (edited or corrupted)");
+
+  nlohmann::json undigested = original;
+  undigested.erase("manifest_sha256");
+  writeManifest(path, undigested);
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "manifest.json: no 'manifest_sha256' string");
+
+  // Other whitespace and key order: the same canonical text.
+  test::writeBytes(path + "/manifest.json", original.dump(7));
+  EXPECT_OK(Artifact::open(path, artifact));
+}
+
+/// A manifest whose digest was recomputed after an edit is still checked
+/// against the programs: what each rank binds, where it sits, and that the
+/// model computes something.
+TEST_F(ArtifactTest, RefusesManifestsThatDisagreeWithThePrograms) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  nlohmann::json original = readManifest(path);
+  std::unique_ptr<Artifact> artifact;
+  struct Case {
+    std::function<void(nlohmann::json &)> edit;
+    const char *message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &m) { m["outputs"] = nlohmann::json::array(); },
+       "manifest.json: the model has no outputs"},
+      {[](auto &m) {
+         std::swap(m["ranks"][0]["coords"], m["ranks"][1]["coords"]);
+       },
+       "manifest.json: rank 0 has coordinates {dp: 0, tp: 1}, but rank 0 of "
+       "this mesh is at {dp: 0, tp: 0}"},
+      {[](auto &m) { m["ranks"][1]["stage"] = 1; },
+       "manifest.json: rank 1 has stage 1, but its pp coordinate is 0"},
+      {[](auto &m) { m["outputs"][0]["shape"][2] = 6; },
+       "manifest.json: output 'logits' is f32 [2, 8, 6] split over the mesh, "
+       "so rank 0's block is [2, 8, 3], but rank 0's program binds f32 [2, "
+       "8, 4]"},
+      {[](auto &m) { m["outputs"][0]["shape"][2] = 7; },
+       "manifest.json: output 'logits': dimension 2 of [2, 8, 7] does not "
+       "split into 2 blocks"},
+      {[](auto &m) { m["inputs"][0]["dtype"] = "i32"; },
+       "manifest.json: input 'ids' is i32 [2, 8], but rank 0's program binds "
+       "i64 [2, 8]"},
+      {[](auto &m) { m["inputs"][0]["name"] = "tokens"; },
+       "manifest.json: rank 0's program binds input 'ids', which the manifest "
+       "does not list"},
+      {[](auto &m) {
+         nlohmann::json extra = m["outputs"][0];
+         extra["name"] = "extra";
+         m["outputs"].push_back(extra);
+       },
+       "manifest.json: output 'extra' is produced by no rank's program"},
+  };
+  for (const Case &c : cases) {
+    nlohmann::json manifest = original;
+    c.edit(manifest);
+    writeRehashedManifest(path, manifest);
+    EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
+  }
+  writeRehashedManifest(path, original);
+  EXPECT_OK(Artifact::open(path, artifact));
+}
+
+/// The programs are verified at load (ProgramVerifierTest has each rule):
+/// a program changed along with its digest is refused.
+TEST_F(ArtifactTest, RefusesProgramsTheVerifierRefuses) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  program::Program program = rankProgram(1, 2);
+  program.clear_instructions();
+  std::string bytes = program.SerializeAsString();
+  test::writeBytes(path + "/programs/rank1.pb", bytes);
+  nlohmann::json manifest = readManifest(path);
+  manifest["files"]["programs/rank1.pb"] =
+      "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
+  writeRehashedManifest(path, manifest);
+  std::unique_ptr<Artifact> artifact;
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "rank 1: output 'logits' (buffer 2) is never written");
+}
+
+/// Files of the artifact that are not regular files (a FIFO would block
+/// the loader) are refused.
+TEST_F(ArtifactTest, RefusesFilesThatAreNotRegular) {
+  TemporaryDirectory directory;
+  std::string path = commitTo(directory);
+  std::string program = path + "/programs/rank1.pb";
+  std::filesystem::remove(program);
+  ASSERT_EQ(::mkfifo(program.c_str(), 0600), 0);
+  std::unique_ptr<Artifact> artifact;
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "programs/rank1.pb: a FIFO, not a regular file");
+  std::filesystem::remove(path + "/manifest.json");
+  std::filesystem::create_directory(path + "/manifest.json");
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "manifest.json: a directory, not a regular file");
 }
 
 TEST_F(ArtifactTest, RefusesTamperedTruncatedAndMissingFiles) {
@@ -396,7 +550,7 @@ TEST_F(ArtifactTest, RefusesMalformedFilesWithMatchingHashes) {
     nlohmann::json manifest = readManifest(path);
     manifest["files"][relative] =
         "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
-    writeManifest(path, manifest);
+    writeRehashedManifest(path, manifest);
   };
   std::string programBytes = test::readBytes(path + "/programs/rank0.pb");
   replace("programs/rank0.pb", "\xff\xff\xff");

@@ -502,6 +502,77 @@ TEST(HostCommunicator, Deadline) {
                                      "rank 0 did not send within 200 ms");
 }
 
+/// Runs that match end cleanly, run after run.
+TEST(HostCommunicator, MatchedRunsEnd) {
+  HostWorld world(2, kPatient);
+  std::vector<float> data(4);
+  for (int run = 0; run < 3; ++run)
+    expectAllOk(runRanks(world, [&](int32_t rank, Communicator &comm) {
+      Tensor tensor{data.data(), program::F32, {4}};
+      PARTITA_RETURN_IF_ERROR(rank == 0 ? comm.send(tensor, 1, run)
+                                        : comm.recv(tensor, 0, run));
+      return comm.endRun();
+    }));
+}
+
+/// A message that no receive takes: the last rank to end the run fails,
+/// naming the sender, the receiver and the tag, and the world with it.
+TEST(HostCommunicator, UnreceivedSendFailsTheEndOfTheRun) {
+  HostWorld world(2, kPatient);
+  std::vector<float> data(4);
+  std::vector<Status> statuses =
+      runRanks(world, [&](int32_t rank, Communicator &comm) {
+        if (rank == 0)
+          PARTITA_RETURN_IF_ERROR(
+              comm.send({data.data(), program::F32, {4}}, 1, 5));
+        return comm.endRun();
+      });
+  int failed = 0;
+  for (const Status &status : statuses) {
+    if (status.isOk())
+      continue;
+    ++failed;
+    EXPECT_ERROR_CONTAINS(status, "the run ended with 1 unmatched send: rank "
+                                  "0 sent f32 [4] to rank 1 with tag 5, "
+                                  "which rank 1 never received");
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_ERROR_CONTAINS(world.communicator(0).barrier({0}), "unmatched send");
+}
+
+/// A receive from a rank that has ended its run, or a collective one of
+/// whose members has, fails at once instead of at the deadline.
+TEST(HostCommunicator, WaitingForARankThatEndedFailsAtOnce) {
+  auto start = std::chrono::steady_clock::now();
+  HostWorld p2p(2, kPatient);
+  std::vector<float> in(4), out(4);
+  std::vector<Status> received =
+      runRanks(p2p, [&](int32_t rank, Communicator &comm) {
+        if (rank == 0)
+          return comm.endRun();
+        return comm.recv({in.data(), program::F32, {4}}, 0, 3);
+      });
+  EXPECT_ERROR_CONTAINS(received[1], "recv on rank 1 from rank 0 (tag 3): "
+                                     "rank 0 ended its run without sending "
+                                     "it");
+
+  HostWorld group(3, kPatient);
+  std::vector<Status> reduced =
+      runRanks(group, [&](int32_t rank, Communicator &comm) {
+        if (rank == 2)
+          return comm.endRun();
+        return comm.allReduce({in.data(), program::F32, {4}},
+                              {out.data(), program::F32, {4}}, {0, 1, 2},
+                              Reduction::Sum);
+      });
+  for (int rank : {0, 1})
+    EXPECT_ERROR_CONTAINS(reduced[size_t(rank)],
+                          "all_reduce(sum) f32 [4] -> [4] over group [0, 1, "
+                          "2]: rank 2 ended its run without taking part (call "
+                          "0 of the group)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
 TEST(HostCommunicator, AbortReleasesWaitingRanks) {
   HostWorld world(2, kPatient);
   auto start = std::chrono::steady_clock::now();

@@ -177,6 +177,24 @@ TEST(Safetensors, RefusesMalformedFiles) {
       {"metadata", rawFile(R"({"__metadata__":{"k":1}})", 0),
        "'__metadata__' value 'k' is not a string"},
       {"utf8", rawFile("{\"\xff\":{}}", 0), "not a JSON object"},
+      // The tensors tile the data section: one weight must not read
+      // another's bytes, and no byte belongs to none.
+      {"overlap",
+       rawFile("{\"t\":{" + f32 + "[0,8]},\"u\":{" + f32 + "[4,12]}}", 12),
+       "the data_offsets of tensors 't' [0, 8] and 'u' [4, 12] overlap"},
+      {"same",
+       rawFile("{\"t\":{" + f32 + "[0,8]},\"u\":{" + f32 + "[0,8]}}", 8),
+       "the data_offsets of tensors 't' [0, 8] and 'u' [0, 8] overlap"},
+      {"hole",
+       rawFile("{\"t\":{" + f32 + "[0,8]},\"u\":{" + f32 + "[16,24]}}", 24),
+       "bytes [8, 16) of the data section belong to no tensor (before 'u' "
+       "[16, 24])"},
+      {"trailing", rawFile("{\"t\":{" + f32 + "[0,8]}}", 16),
+       "bytes [8, 16) of the data section belong to no tensor"},
+      // JSON keeps the last of two equal keys; the first must not vanish.
+      {"twice",
+       rawFile("{\"t\":{" + f32 + "[0,8]},\"t\":{" + f32 + "[8,16]}}", 16),
+       "tensor 't' appears twice in the header"},
   };
   test::TemporaryDirectory directory;
   for (const MalformedCase &c : cases) {

@@ -13,6 +13,9 @@
 #include "onnx/onnx_pb.h"
 
 #include <cstring>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace partita::runtime;
 namespace program = partita::program;
@@ -149,6 +152,29 @@ TEST(TensorFile, NpyRefusesWhatItCannotMap) {
   HostTensor read;
   EXPECT_ERROR_CONTAINS(readTensorFile(directory.path("x.txt"), read),
                         "unknown tensor file type");
+}
+
+/// A FIFO would block the open until a writer comes, and a device may never
+/// end: anything but a regular file is refused before it is read.
+TEST(TensorFile, RefusesFilesThatAreNotRegular) {
+  test::TemporaryDirectory directory;
+  HostTensor tensor;
+  std::string fifo = directory.path("fifo.npy");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_ERROR_CONTAINS(readTensorFile(fifo, tensor),
+                        fifo + ": a FIFO, not a regular file");
+  std::string pb = directory.path("fifo.pb");
+  ASSERT_EQ(::mkfifo(pb.c_str(), 0600), 0);
+  EXPECT_ERROR_CONTAINS(readTensorFile(pb, tensor),
+                        pb + ": a FIFO, not a regular file");
+  std::string folder = directory.path("folder.npy");
+  std::filesystem::create_directory(folder);
+  EXPECT_ERROR_CONTAINS(readTensorFile(folder, tensor),
+                        folder + ": a directory, not a regular file");
+  std::string zero = directory.path("zero.npy");
+  ASSERT_EQ(::symlink("/dev/zero", zero.c_str()), 0);
+  EXPECT_ERROR_CONTAINS(readTensorFile(zero, tensor),
+                        zero + ": a character device, not a regular file");
 }
 
 TEST(TensorFile, OnnxTensorProto) {

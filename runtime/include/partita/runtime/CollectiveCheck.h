@@ -44,8 +44,15 @@ const char *collectiveName(CollectiveKind kind);
 Status checkGroup(const std::string &what, const Group &group, int32_t rank,
                   int32_t worldSize, size_t &index);
 
-/// Checks `call` on `rank` of a world of `worldSize`; `index` is the rank's
-/// position in the group.
+/// Checks `call` on `rank` of a world of `worldSize` as far as types tell:
+/// the group, the dtypes, the result's shape; `index` is the rank's position
+/// in the group. The tensors' memory is not looked at (the program verifier
+/// checks calls before any memory exists).
+Status checkCollectiveShapes(const CollectiveCall &call, const Tensor &in,
+                             const Tensor &out, const Group &group,
+                             int32_t rank, int32_t worldSize, size_t &index);
+
+/// checkCollectiveShapes, and that both tensors have memory.
 Status checkCollective(const CollectiveCall &call, const Tensor &in,
                        const Tensor &out, const Group &group, int32_t rank,
                        int32_t worldSize, size_t &index);

@@ -75,6 +75,14 @@ public:
   virtual Status recv(const Tensor &tensor, int32_t peer, int64_t tag) = 0;
   virtual Status barrier(const Group &group) = 0;
 
+  /// Says that this rank has issued everything of the current run. A
+  /// transport that can tell fails a peer still waiting for this rank (a
+  /// receive it will never send, a collective it will never join) at once
+  /// instead of at the deadline, and once every rank has ended, fails if a
+  /// message was sent that no receive took; messages name the ranks. The
+  /// default checks nothing.
+  virtual Status endRun();
+
   /// Tells every rank that this one failed and will not take part in
   /// anything more: their pending and later calls fail with `reason`
   /// instead of waiting for their deadline.
