@@ -307,7 +307,12 @@ class Mutator:
         while len(case.mutations) < count and tries < 20:
             tries += 1
             name = self.rng.choices(ops, weights)[0]
-            what = getattr(self, name)(case)
+            try:
+                what = getattr(self, name)(case)
+            except (ValueError, TypeError, OverflowError, KeyError):
+                # A tensor an earlier mutation made unreadable; each
+                # mutation reads before it writes, so nothing changed.
+                what = None
             if what:
                 case.mutations.append(f"{name[2:]}: {what}")
         return case
