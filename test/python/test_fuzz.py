@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 import campaign  # noqa: E402
 
 SEED = "scripts-test"
-STRUCTURED_CASES = 300
-RUNTIME_CASES = 120
+STRUCTURED_CASES = 320
+RUNTIME_CASES = 140
 
 
 @pytest.fixture(scope="module")
