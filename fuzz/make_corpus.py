@@ -89,6 +89,12 @@ def importer_cases():
         "Concat of rank-0 tensors",
         model([node("Concat", ["a", "b"], ["y"], axis=0)],
               [vi("a", F, []), vi("b", F, [])], [vi("y", F, [2])]))
+    c["2-slice-rank0"] = (
+        "Slice of a rank-0 tensor on axis 0 (found by libFuzzer: SIGSEGV)",
+        model([node("Slice", ["x", "st", "en", "ax"], ["y"])], [vi("x", F, [])],
+              [vi("y", F, [])], [const("st", np.array([0])),
+                                 const("en", np.array([1])),
+                                 const("ax", np.array([0]))]))
     # 3: exit 1 with nothing on stderr.
     c["3-matmul-empty-name"] = (
         "MatMul whose second input is named ''",
@@ -351,7 +357,7 @@ def runtime_cases():
 
 def write_importer_corpus(cases):
     d = CORPUS / "importer"
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)
     for seed in mutate.op_seeds() + mutate._text_models(FUZZ.parent):
         name = seed.name.replace("/", "_").replace(":", "_")
         (d / f"seed-{name}.onnx").write_bytes(seed.model.SerializeToString())
@@ -367,8 +373,11 @@ def main():
     p.add_argument("--check", action="store_true")
     p.add_argument("--build", default=str(FUZZ.parent / "build"))
     args = p.parse_args()
-    for sub in ("importer", "findings"):
-        shutil.rmtree(CORPUS / sub, ignore_errors=True)
+    # Inputs libFuzzer found (libfuzzer-*) are kept; the rest is rewritten.
+    shutil.rmtree(CORPUS / "findings", ignore_errors=True)
+    for p in (CORPUS / "importer").glob("*"):
+        if not p.name.startswith("libfuzzer-"):
+            p.unlink()
     models = {}
     for name, (summary, m) in importer_cases().items():
         models[name] = write_importer_case(name, summary, m, int(name[0]))
