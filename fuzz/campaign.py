@@ -1087,8 +1087,9 @@ class Structured:
                 return
 
     def _record(self, v, steps, case, fifos, directory, prefix=""):
-        sig = f"{_op_of(case)}/" + (case.mutations[0].split(":")[0]
-                                    if case.mutations else "seed")
+        kinds = sorted({m.split(":")[0] for m in case.mutations} -
+                       {"minimized to"})
+        sig = f"{_op_of(case)}/" + ("+".join(kinds) or "seed")
         if prefix:
             sig += " " + prefix.strip(": ")
         if self.minimize and not fifos and len(case.model.graph.node) > 1 \

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 import campaign  # noqa: E402
 
 SEED = "scripts-test"
-STRUCTURED_CASES = 320
-RUNTIME_CASES = 140
+STRUCTURED_CASES = 450
+RUNTIME_CASES = 180
 
 
 @pytest.fixture(scope="module")
