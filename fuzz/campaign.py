@@ -741,8 +741,11 @@ class Tamper:
         return spec
 
     def apply(self, art, spec):
-        getattr(self, "_" + spec["kind"].replace("-", "_"))(art, spec)
+        """Applies `spec`; False when it changed nothing that matters (a
+        manifest edit that does not apply to this artifact)."""
+        changed = getattr(self, "_" + spec["kind"].replace("-", "_"))(art, spec)
         rehash(art)
+        return changed is not False
 
     # Byte level (not detectable: a flip may land in a constant's data).
     def _flip(self, art, spec):
@@ -890,6 +893,7 @@ class Tamper:
     def _manifest(self, art, spec):
         path = art / "manifest.json"
         m = json.loads(path.read_text())
+        before = copy.deepcopy(m)
         op = spec["op"]
         ranks = m.get("ranks", [])
         if op == "outputs-empty":
@@ -929,6 +933,7 @@ class Tamper:
         elif op == "program-path" and ranks:
             ranks[0]["program"] = "../../manifest.json"
         path.write_text(json.dumps(m, indent=2))
+        return m != before
 
     def _safetensors(self, art, spec):
         path = art / spec["file"]
@@ -1400,6 +1405,11 @@ class Runtime:
         a = self.artifacts[name]
         paths = self._case_dir(name, directory, copy_art=True)
         spec = dict(self.tamper.random(directory / "art", rng), art="art")
+        probe = directory / "probe"
+        shutil.copytree(directory / "art", probe)
+        if not self.tamper.apply(probe, spec):
+            return  # The edit does not apply to this artifact.
+        shutil.rmtree(probe)
         detectable = spec["kind"] not in Tamper.BLIND
         if spec["kind"] == "manifest":
             # The manifest is to be hashed with the rest: any edit is
