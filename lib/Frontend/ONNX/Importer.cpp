@@ -839,8 +839,23 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
                        << "' is never defined";
       return nullptr;
     }
-    // Declared static dimensions must agree with what the graph computes.
+    // The declared element type and static dimensions must agree with what
+    // the graph computes.
     auto type = cast<RankedTensorType>(value.getType());
+    if (output.type().value_case() != onnx::TypeProto::kTensorType &&
+        output.type().value_case() != onnx::TypeProto::VALUE_NOT_SET)
+      return emitError(loc) << "graph output '" << output.name()
+                            << "' is declared as something else than a tensor",
+             nullptr;
+    int declaredType = output.type().tensor_type().elem_type();
+    int computedType = getDataType(type.getElementType());
+    if (declaredType != onnx::TensorProto_DataType_UNDEFINED &&
+        declaredType != computedType)
+      return emitError(loc)
+                 << "graph output '" << output.name() << "' is declared "
+                 << dataTypeName(declaredType) << " but the graph computes "
+                 << dataTypeName(computedType),
+             nullptr;
     const onnx::TensorShapeProto &declared =
         output.type().tensor_type().shape();
     bool mismatch = output.type().tensor_type().has_shape() &&

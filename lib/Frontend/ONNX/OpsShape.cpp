@@ -131,9 +131,8 @@ LogicalResult rangeHandler(NodeContext &ctx) {
                                           : "delta")
                              << " input of Range must be a constant once "
                                 "shapes are bound";
-  if (start->getNumElements() != 1 || limit->getNumElements() != 1 ||
-      delta->getNumElements() != 1)
-    return ctx.emitError() << "Range bounds must be scalars";
+  if (!start->shape.empty() || !limit->shape.empty() || !delta->shape.empty())
+    return ctx.emitError() << "Range bounds must be scalars (rank 0)";
   double s = start->getAsDouble(0), l = limit->getAsDouble(0),
          d = delta->getAsDouble(0);
   if (d == 0)
@@ -404,6 +403,9 @@ LogicalResult splitHandler(NodeContext &ctx) {
     sizes = *split;
   } else {
     // Equal pieces; with opset 18's num_outputs the last may be smaller.
+    if (ctx.getOpset() >= 18 && !ctx.getAttr("num_outputs"))
+      return ctx.emitError() << "Split needs a split input or num_outputs "
+                                "since opset 18";
     int64_t n = ctx.getAttrInt("num_outputs", numOutputs);
     if (n != numOutputs)
       return ctx.emitError() << "Split num_outputs " << n << " but the node "
