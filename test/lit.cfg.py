@@ -21,6 +21,25 @@ config.substitutions.append(("%partita_obj_root", config.partita_obj_root))
 
 llvm_config.with_system_environment(
     ["HOME", "INCLUDE", "LIB", "TMP", "TEMP", "PYENV_ROOT", "PYENV_VERSION"])
+# The sanitizers' settings (scripts/test --sanitize sets them), for every
+# tool a test runs. lit passes most of them by default; naming them here
+# keeps that true whatever lit's default list becomes.
+llvm_config.with_system_environment(
+    ["ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "ASAN_SYMBOLIZER_PATH"])
+
+# A build with PARTITA_SANITIZE=ON: %sanitizer_env is what an interpreter
+# needs to import the sanitized Python extension (`env %sanitizer_env
+# python3 ...`): the runtimes preloaded, and no leak check of the
+# interpreter's own objects. %sanitizer_flags are the compiler flags of a
+# program a test builds against libpartita. Both are empty in other builds.
+if config.partita_sanitizer_preload:
+    config.available_features.add("sanitize")
+    config.substitutions.append(
+        ("%sanitizer_env", "LD_PRELOAD=" + config.partita_sanitizer_preload +
+         " LSAN_OPTIONS=detect_leaks=0"))
+else:
+    config.substitutions.append(("%sanitizer_env", ""))
+config.substitutions.append(("%sanitizer_flags", config.partita_sanitize_flags))
 llvm_config.use_default_substitutions()
 
 # %python is the interpreter scripts/setup installed the requirements into

@@ -124,7 +124,8 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  // Saved, read back, and run from the directory: the same bits.
+  // Saved, read back, and run from the directory: the same bits (the same
+  // programs on as many threads per rank make the same calls in order).
   if (argc == 3) {
     std::shared_ptr<const partita::Artifact> reloaded;
     std::unique_ptr<partita::Session> session;

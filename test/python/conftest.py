@@ -6,13 +6,61 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 
 import numpy as np
 import onnx
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The build tree whose tools (bin/) and Python package (python/) the tests
+# use: build/, or PARTITA_BUILD_DIR (scripts/test --sanitize sets
+# build-sanitize/). Its package comes first on sys.path, so that `import
+# partita` loads the extension of the same tree as the tools.
 BUILD = pathlib.Path(os.environ.get("PARTITA_BUILD_DIR", ROOT / "build"))
+if (BUILD / "python" / "partita").is_dir():
+    sys.path.insert(0, str(BUILD / "python"))
+
+
+def _sanitizer_preload(build):
+    """The LD_PRELOAD a sanitized build's extension needs, or ''."""
+    try:
+        cache = (build / "CMakeCache.txt").read_text()
+    except OSError:
+        return ""
+    m = re.search(r"^PARTITA_SANITIZER_PRELOAD:INTERNAL=(.*)$", cache, re.M)
+    return m.group(1).strip() if m else ""
+
+
+def pytest_configure(config):
+    # A sanitized extension cannot load into an interpreter that did not
+    # preload the sanitizer runtimes: say so once instead of failing every
+    # test module that imports partita.
+    preload = _sanitizer_preload(BUILD)
+    loaded = os.environ.get("LD_PRELOAD", "")
+    missing = [p for p in preload.split(":") if p and p not in loaded]
+    if missing:
+        raise pytest.UsageError(
+            f"{BUILD} is a sanitized build (PARTITA_SANITIZE=ON): run pytest "
+            f"with LD_PRELOAD={preload} (scripts/test --sanitize does)")
+    if preload:
+        # This interpreter has them; the processes it starts must not: the
+        # tools link the runtimes themselves, and nvcc (which partita-compile
+        # runs for --target cuda) crashes with them preloaded. They are
+        # checked for leaks, which only the interpreter is not (Python never
+        # frees its own objects at exit).
+        kept = [p for p in loaded.split(":")
+                if p and p not in preload.split(":")]
+        if kept:
+            os.environ["LD_PRELOAD"] = ":".join(kept)
+        else:
+            del os.environ["LD_PRELOAD"]
+        lsan = [o for o in os.environ.get("LSAN_OPTIONS", "").split(":")
+                if o and o != "detect_leaks=0"]
+        if lsan:
+            os.environ["LSAN_OPTIONS"] = ":".join(lsan)
+        else:
+            os.environ.pop("LSAN_OPTIONS", None)
 
 
 def compile_and_run(directory, model, inputs, *flags):

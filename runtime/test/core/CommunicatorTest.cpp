@@ -376,6 +376,7 @@ TEST(HostCommunicator, Subgroups) {
                             {&gathered[2 * r], program::F32, {2}}, {3, 1}, 0);
     return Status::ok();
   }));
+  // Exact: integer sums.
   EXPECT_EQ(sums, (std::vector<float>{3, 3, 7, 7}));
   EXPECT_EQ(gathered, (std::vector<float>{-1, -1, 4, 2, -1, -1, 4, 2}));
 }

@@ -48,5 +48,6 @@ TEST(HostDeviceTest, RunsKernels) {
       device.runKernel(kernel, [&](int32_t id) { return tensors[id]; });
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_TRUE(device.synchronize().isOk());
+  // Exact: integer sums.
   EXPECT_EQ(c, (std::vector<float>{11, 22, 33}));
 }

@@ -75,6 +75,7 @@ TEST(Executor, MatmulWithEpilogue) {
   ASSERT_OK(
       executor->run({{"x", view(xs, {2, 3})}}, {{"y", view(ys, {2, 2})}}));
   // x @ w = [[1+4+1.5, -1+0+3], [-1+0+1, 1+0+2]] = [[6.5, 2], [0, 3]].
+  // Exact: quarter-integer products and sums, the same bits in any order.
   EXPECT_EQ(ys, (std::vector<float>{16.75f, 20, 10.25f, 20}));
 }
 
@@ -113,6 +114,7 @@ TEST(Executor, Constants) {
   for (int run = 0; run < 2; ++run) {
     ASSERT_OK(
         executor->run({{"x", view(xs, {2, 2})}}, {{"y", view(ys, {2, 2})}}));
+    // Exact: products by 0.5 and -2.
     EXPECT_EQ(ys, (std::vector<float>{0.5f, -4, 1.5f, -8}));
     xs = {2, 4, 6, 8};
     for (float &value : xs)
@@ -150,6 +152,7 @@ TEST(Executor, WeightsFromAnArtifact) {
   std::vector<float> xs = {1, -1}, ys(3);
   ASSERT_OK(
       executor->run({{"x", view(xs, {1, 2})}}, {{"y", view(ys, {1, 3})}}));
+  // Exact: small-integer products and sums, the same bits in any order.
   EXPECT_EQ(ys, (std::vector<float>{-3, -3, -3}));
 
   // The program's view of the weight must match the file's.
@@ -214,6 +217,7 @@ TEST(Executor, AsyncAllReduceOnTwoRanks) {
   for (size_t r = 0; r < 2; ++r) {
     ASSERT_OK(statuses[r]);
     for (size_t i = 0; i < 4; ++i) {
+      // Exact: small-integer sums, the same bits in any order.
       EXPECT_EQ(ys[r][i], 2 * (xs[0][i] + xs[1][i]) + xs[r][i]);
       EXPECT_EQ(zs[r][i], -xs[r][i]);
     }

@@ -5,7 +5,11 @@
 //===----------------------------------------------------------------------===//
 //
 // A fused chain must compute exactly what the separate kernels compute:
-// most cases run both and compare bit for bit.
+// most cases run both and compare bit for bit. That is sound because both
+// sides make the same calls in the same order: a matmul with and without
+// an epilogue cuts the same blocks on the same pool (parallelGemm) and so
+// makes the same cblas_sgemm calls, and fused steps run the very loops
+// (unaryFloatLoop, binaryLoop) the separate kernels run.
 //
 //===----------------------------------------------------------------------===//
 
@@ -100,6 +104,7 @@ TEST(EpilogueTest, FusedChainEqualsSeparateKernels) {
     Buffer m = binary("mul", scale, a, a.shape, dtype);
     Buffer s = binary("sub", shift, m, m.shape, dtype);
     Buffer t = unary("tanh", s);
+    // Same shape, same pool: the same cblas_sgemm calls on both sides.
     expectSameBits(fused, t);
   }
 }
@@ -148,6 +153,7 @@ TEST(EpilogueTest, MatmulFinishesEveryBlockShape) {
                    .run(testPool()));
       Buffer r = unary("relu", mm);
       Buffer s = binary("mul", scale, r, shape, dtype);
+      // Same shape, same pool: the same cblas_sgemm calls on both sides.
       expectSameBits(fused, binary("add", s, residual, shape, dtype));
     }
 }
@@ -197,6 +203,7 @@ TEST(EpilogueTest, CompareChangesTheResultType) {
                .attr("epsilon", 1e-5)
                .run(testPool()));
   for (int64_t i = 0; i < 45; ++i)
+    // Same layer_norm code on the same pool on both sides.
     EXPECT_EQ(fused.getInt(i), !(norm.get(i) > 0));
 }
 
@@ -216,6 +223,7 @@ TEST(EpilogueTest, CastsTakeTheirTargetFromWhatFollows) {
   expectOk(KernelBuilder("matmul").operand(x).operand(w).result(full).run(
       testPool()));
   for (int64_t i = 0; i < 20; ++i)
+    // Same shape, same pool: the same cblas_sgemm calls on both sides.
     EXPECT_EQ(half.get(i), roundTo(program::F16, full.get(i)));
 
   // f32 reduce, cast to i32 (the add's operand type), add, into i32.
@@ -255,6 +263,7 @@ TEST(EpilogueTest, DataMovementKernelsTakeEpilogues) {
                .run(testPool()));
   for (int64_t i = 0; i < 6; ++i)
     for (int64_t j = 0; j < 4; ++j)
+      // One f32 addition: correctly rounded on every CPU.
       EXPECT_EQ(out.get(i * 4 + j), static_cast<double>(static_cast<float>(
                                         x.get(j * 6 + i) + bias.get(j))));
 
