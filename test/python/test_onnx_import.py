@@ -316,3 +316,77 @@ def test_negative_split_size_is_an_error(compile_model):
     result = compile_model(m)
     assert result.returncode == 1
     assert "node 'cut': error: Split size -1 is negative" in result.stderr
+
+
+# --- Constant index and shape operands: what onnxruntime refuses ------------
+
+def test_gather_with_constant_indices_out_of_range_is_refused(compile_model):
+    m = model([helper.make_node("Gather", ["x", "i"], ["y"], name="pick")],
+              [vi("x", F, [4, 3])], [vi("y", F, [2, 3])],
+              [const("i", np.array([1, 2**31], np.int64))])
+    with pytest.raises(Exception, match="out of data bounds"):
+        reference(m, {"x": np.zeros((4, 3), np.float32)})
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert ("node 'pick': error: Gather index 2147483648 at position 1 is out "
+            "of range for size 4") in result.stderr
+
+
+def rotary(positions_input):
+    inits = [const("cos", np.ones((4, 4), np.float32)),
+             const("sin", np.zeros((4, 4), np.float32))]
+    inputs = [vi("x", F, [1, 2, 4, 8])]
+    if isinstance(positions_input, np.ndarray):
+        inits.append(const("pos", positions_input))
+    else:
+        inputs.append(vi("pos", I64, [1, 4]))
+    return model([helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"],
+                                   ["y"], name="rope")],
+                 inputs, [vi("y", F, [1, 2, 4, 8])], inits, opset=23)
+
+
+def test_rotary_constant_positions_out_of_range_are_refused(compile_model):
+    m = rotary(np.array([[0, 1, 2, 4]], np.int64))
+    with pytest.raises(Exception, match="out of range"):
+        reference(m, {"x": np.zeros((1, 2, 4, 8), np.float32)})
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert ("node 'rope': error: RotaryEmbedding position_ids value 4 at "
+            "position 3 is out of range [0, 4)") in result.stderr
+
+
+def test_rotary_negative_positions_are_refused_at_run_time(tmp_path):
+    """Gather counts negative indices from the end; RotaryEmbedding's
+    positions may not (onnxruntime refuses them), so neither does Partita."""
+    m = rotary(None)
+    path = tmp_path / "rope.onnx"
+    onnx.save(m, str(path))
+    x = np.zeros((1, 2, 4, 8), np.float32)
+    good = np.array([[0, 1, 2, 3]], np.int64)
+    bad = np.array([[0, 1, -1, 3]], np.int64)
+    with pytest.raises(Exception, match="out of range"):
+        reference(m, {"x": x, "pos": bad})
+    from conftest import compile_and_run
+    outputs, _ = compile_and_run(tmp_path / "good", path, {"x": x, "pos": good})
+    np.testing.assert_allclose(outputs["y"], reference(m, {"x": x, "pos": good})[0],
+                               rtol=1e-6, atol=1e-6)
+    with pytest.raises(AssertionError, match="out of range"):
+        compile_and_run(tmp_path / "bad", path, {"x": x, "pos": bad})
+
+
+@pytest.mark.parametrize("op,shape", [("ConstantOfShape", np.int64(3)),
+                                      ("Reshape", np.array([[2, 3]], np.int64))])
+def test_shape_operands_must_be_vectors(compile_model, op, shape):
+    if op == "ConstantOfShape":
+        m = model([helper.make_node(op, ["s"], ["y"], name="n")], [],
+                  [vi("y", F, None)], [const("s", shape)])
+    else:
+        m = model([helper.make_node(op, ["x", "s"], ["y"], name="n")],
+                  [vi("x", F, [6])], [vi("y", F, None)], [const("s", shape)])
+    feeds = {} if op == "ConstantOfShape" else {"x": np.zeros(6, np.float32)}
+    with pytest.raises(Exception):
+        reference(m, feeds)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert f"the shape input of {op} must be a 1-D tensor, not rank" \
+        in result.stderr

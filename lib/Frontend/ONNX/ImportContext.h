@@ -142,8 +142,10 @@ public:
   FailureOr<HostTensor> readTensor(const onnx::TensorProto &proto);
 
   /// Integer list of a constant input (axes, shape, ...): failure with a
-  /// diagnostic if the input is not constant.
-  FailureOr<SmallVector<int64_t>> getConstantInts(unsigned i, StringRef what);
+  /// diagnostic if the input is not constant or not 1-D (or, with
+  /// `allowScalar`, rank 0, as onnxruntime accepts for axes).
+  FailureOr<SmallVector<int64_t>> getConstantInts(unsigned i, StringRef what,
+                                                  bool allowScalar = false);
 
   unsigned getNumOutputs() const { return node.output_size(); }
   bool hasOutput(unsigned i) const {

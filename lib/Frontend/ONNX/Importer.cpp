@@ -919,12 +919,18 @@ FailureOr<HostTensor> NodeContext::readTensor(const onnx::TensorProto &proto) {
   return importer.tensorFromProto(copy, loc);
 }
 
-FailureOr<SmallVector<int64_t>> NodeContext::getConstantInts(unsigned i,
-                                                             StringRef what) {
+FailureOr<SmallVector<int64_t>>
+NodeContext::getConstantInts(unsigned i, StringRef what, bool allowScalar) {
   const HostTensor *tensor = getConstant(i);
   if (!tensor)
     return emitError() << "the " << what << " input of " << node.op_type()
                        << " must be a constant once shapes are bound";
+  size_t rank = tensor->shape.size();
+  if (rank != 1 && !(allowScalar && rank == 0))
+    return emitError() << "the " << what << " input of " << node.op_type()
+                       << " must be a 1-D tensor"
+                       << (allowScalar ? " or a scalar" : "") << ", not rank "
+                       << rank;
   return SmallVector<int64_t>(tensor->getInts().begin(),
                               tensor->getInts().end());
 }

@@ -264,7 +264,7 @@ FailureOr<SmallVector<int64_t>> getAxes(NodeContext &ctx, bool &present) {
     if (std::optional<SmallVector<int64_t>> axes = ctx.getAttrInts("axes"))
       return *axes;
   } else if (ctx.hasInput(1)) {
-    return ctx.getConstantInts(1, "axes");
+    return ctx.getConstantInts(1, "axes", /*allowScalar=*/true);
   }
   present = false;
   return SmallVector<int64_t>();
@@ -555,15 +555,20 @@ LogicalResult gatherHandler(NodeContext &ctx) {
   llvm::append_range(shape, indices);
   llvm::append_range(shape, data.drop_front(*axis + 1));
   const HostTensor *d = ctx.getConstant(0), *idx = ctx.getConstant(1);
-  if (d && idx && product(shape) <= kMaxFoldedElements) {
-    int64_t inner = product(data.drop_front(*axis + 1));
-    int64_t n = idx->getNumElements(), size = data[*axis];
-    for (int64_t k = 0; k < n; ++k) {
+  int64_t size = data[*axis];
+  // Constant indices are checked here whether or not the gather folds: a
+  // model that indexes out of range is refused at compile time, as
+  // onnxruntime refuses it on every input.
+  if (idx)
+    for (int64_t k = 0, n = idx->getNumElements(); k < n; ++k) {
       int64_t i = idx->getAsInt(k);
       if (i < -size || i >= size)
-        return ctx.emitError()
-               << "Gather index " << i << " is out of range for size " << size;
+        return ctx.emitError() << "Gather index " << i << " at position " << k
+                               << " is out of range for size " << size;
     }
+  if (d && idx && product(shape) <= kMaxFoldedElements) {
+    int64_t inner = product(data.drop_front(*axis + 1));
+    int64_t n = idx->getNumElements();
     ctx.setOutput(0, gatherTensor(*d, shape, [&](int64_t linear) {
                     int64_t innerIndex = linear % inner;
                     int64_t rest = linear / inner;
@@ -680,7 +685,8 @@ LogicalResult triluHandler(NodeContext &ctx) {
     return ctx.emitError() << "Trilu needs rank 2 or more";
   int64_t k = 0;
   if (ctx.hasInput(1)) {
-    FailureOr<SmallVector<int64_t>> kv = ctx.getConstantInts(1, "k");
+    FailureOr<SmallVector<int64_t>> kv =
+        ctx.getConstantInts(1, "k", /*allowScalar=*/true);
     if (failed(kv))
       return failure();
     if (kv->size() != 1)

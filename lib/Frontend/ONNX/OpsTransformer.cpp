@@ -316,7 +316,8 @@ LogicalResult reduceHandler(NodeContext &ctx, nn::ReduceKind kind,
   SmallVector<int64_t> axes;
   if (ctx.getOpset() >= axesInputSince) {
     if (ctx.hasInput(1)) {
-      FailureOr<SmallVector<int64_t>> a = ctx.getConstantInts(1, "axes");
+      FailureOr<SmallVector<int64_t>> a =
+          ctx.getConstantInts(1, "axes", /*allowScalar=*/true);
       if (failed(a))
         return failure();
       axes = *a;
@@ -462,6 +463,8 @@ LogicalResult rotaryHandler(NodeContext &ctx) {
                               "[batch, sequence, rotary/2] caches";
   // Gather each token's row of the caches.
   if (ctx.hasInput(3)) {
+    // Read before getInput, which makes the constant a value.
+    const HostTensor *constantIds = ctx.getConstant(3);
     Value ids = ctx.getInput(3);
     if (!ids)
       return failure();
@@ -475,6 +478,31 @@ LogicalResult rotaryHandler(NodeContext &ctx) {
         typeOf(ids).getRank() != 2)
       return ctx.emitError() << "RotaryEmbedding with position_ids needs 2-D "
                                 "caches and [batch, sequence] positions";
+    // Positions index the caches' rows and, unlike Gather's indices, may not
+    // count from the end: constant ones are checked here, and a negative
+    // one at run time becomes -rows - 1, which the gather refuses.
+    int64_t rows = typeOf(cos).getDimSize(0);
+    if (constantIds) {
+      for (int64_t k = 0, n = constantIds->getNumElements(); k < n; ++k)
+        if (int64_t id = constantIds->getAsInt(k); id < 0 || id >= rows)
+          return ctx.emitError() << "RotaryEmbedding position_ids value " << id
+                                 << " at position " << k
+                                 << " is out of range [0, " << rows << ")";
+    } else {
+      auto idsType = typeOf(ids);
+      auto scalar = [&](int64_t value) -> Value {
+        auto type = RankedTensorType::get({}, idsType.getElementType());
+        return nn::ConstantOp::create(
+            b, loc,
+            cast<ElementsAttr>(DenseElementsAttr::get(
+                type, b.getIntegerAttr(idsType.getElementType(), value))));
+      };
+      Value negative =
+          nn::CompareOp::create(b, loc, idsType.clone(b.getI1Type()),
+                                nn::CompareDirection::LT, ids, scalar(0));
+      Value refused = scalar(-rows - 1);
+      ids = nn::WhereOp::create(b, loc, idsType, negative, refused, ids);
+    }
     cos = gather(cos);
     sin = gather(sin);
   }
