@@ -303,8 +303,8 @@ LogicalResult foldIdentity(NodeContext &ctx) {
   if (ctx.getNode().op_type() == "Dropout") {
     // Only inference folds (the builder reports the rest).
     const HostTensor *training = ctx.getConstant(2);
-    if (training &&
-        (training->getNumElements() != 1 || training->getAsInt(0) != 0))
+    if ((ctx.hasInput(1) && !ctx.getInputShape(1).empty()) ||
+        (training && (!training->shape.empty() || training->getAsInt(0) != 0)))
       return failure();
     if (ctx.hasOutput(1) && in->getNumElements() > kMaxFoldedElements)
       return failure();
@@ -322,9 +322,13 @@ LogicalResult buildIdentity(NodeContext &ctx) {
     return failure();
   if (ctx.getNode().op_type() == "Dropout") {
     // Inference: Dropout passes its input through; its mask keeps everything.
+    for (unsigned i : {1u, 2u})
+      if (ctx.hasInput(i) && !ctx.getInputShape(i).empty())
+        return ctx.emitError()
+               << "Dropout " << (i == 1 ? "ratio" : "training_mode")
+               << " must be a scalar, found shape "
+               << shapeText(ctx.getInputShape(i));
     const HostTensor *training = ctx.getConstant(2);
-    if (training && training->getNumElements() != 1)
-      return ctx.emitError() << "Dropout training_mode must be a scalar";
     if ((training && training->getAsInt(0)) || (ctx.hasInput(2) && !training))
       return ctx.emitError() << "Dropout in training mode is not supported";
     ArrayRef<int64_t> shape = cast<RankedTensorType>(x.getType()).getShape();

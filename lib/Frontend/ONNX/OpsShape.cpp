@@ -639,13 +639,14 @@ LogicalResult transposeHandler(NodeContext &ctx) {
   if (static_cast<int64_t>(perm.size()) != rank)
     return ctx.emitError() << "Transpose perm has " << perm.size()
                            << " entries for rank " << rank;
-  for (int64_t &p : perm) {
-    FailureOr<int64_t> a = ctx.normalizeAxis(p, rank, "perm entry");
-    if (failed(a) || seen[*a])
-      return failed(a) ? failure()
-                       : (ctx.emitError() << "Transpose perm repeats " << *a);
-    seen[*a] = true;
-    p = *a;
+  // Unlike axes, perm entries are never negative.
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank)
+      return ctx.emitError() << "Transpose perm entry " << p
+                             << " is out of range [0, " << rank << ")";
+    if (seen[p])
+      return ctx.emitError() << "Transpose perm repeats " << p;
+    seen[p] = true;
   }
   SmallVector<int64_t> shape;
   for (int64_t p : perm)
@@ -711,14 +712,15 @@ LogicalResult triluHandler(NodeContext &ctx) {
     return failure();
   OpBuilder &b = ctx.getBuilder();
   auto type = cast<RankedTensorType>(x.getType());
+  if (getElementCountSaturated({rows, cols}) >
+      nn::ConstantOp::kMaxInlineElements)
+    return ctx.emitError() << "Trilu of a non-constant " << rows << "x" << cols
+                           << " matrix is not supported";
   SmallVector<bool> keep;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       keep.push_back(triluKeeps(upper, k, r, c));
   auto maskType = RankedTensorType::get({rows, cols}, b.getI1Type());
-  if (rows * cols > nn::ConstantOp::kMaxInlineElements)
-    return ctx.emitError() << "Trilu of a non-constant " << rows << "x" << cols
-                           << " matrix is not supported";
   Value mask = nn::ConstantOp::create(
       b, ctx.getLoc(), DenseElementsAttr::get(maskType, ArrayRef<bool>(keep)));
   Value zero = nn::ConstantOp::create(
