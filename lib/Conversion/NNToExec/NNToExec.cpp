@@ -30,6 +30,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <cstring>
@@ -63,6 +64,30 @@ constexpr uint64_t kArenaAlignment = 64;
 
 size_t elementBytes(Type type) {
   return type.isInteger(1) ? 1 : type.getIntOrFloatBitWidth() / 8;
+}
+
+/// The largest tensor an exec program holds: 2^48 bytes (256 TiB), what a
+/// 64-bit process on x86-64 or AArch64 can address. With it, and with at
+/// most 2^62 bytes for all of a rank's tensors together, no size, stride,
+/// arena offset or sum that the lowering, the runtime or the CUDA target
+/// computes in int64_t can overflow.
+constexpr int64_t kMaxTensorBytes = int64_t(1) << 48;
+constexpr int64_t kMaxRankBytes = int64_t(1) << 62;
+
+/// Whether the bytes of the static `type`, counting every dimension of 0 as
+/// 1 (so that every stride is bounded too), are at most kMaxTensorBytes;
+/// its bytes then go to `bytes`.
+bool boundedBytes(RankedTensorType type, int64_t &bytes) {
+  int64_t bound = static_cast<int64_t>(
+      std::max<size_t>(1, elementBytes(type.getElementType())));
+  bytes = bound;
+  for (int64_t d : type.getShape()) {
+    if (d < 0 || llvm::MulOverflow(bound, std::max<int64_t>(d, 1), bound) ||
+        bound > kMaxTensorBytes)
+      return false;
+    bytes *= d; // At most bound.
+  }
+  return true;
 }
 
 int64_t byteSize(const program::TensorType &type) {
@@ -332,6 +357,9 @@ private:
   /// The buffer of a decided where: a view of the chosen operand, or the
   /// chosen splat constant broadcast to the result.
   int32_t decideWhere(nn::WhereOp where);
+  /// Refuses tensors above kMaxTensorBytes, and a rank whose tensors
+  /// together exceed kMaxRankBytes, before any size is computed.
+  LogicalResult checkSizes();
   int32_t addBuffer(RankedTensorType type, program::Buffer::Kind kind);
   int32_t addConstant(RankedTensorType type, DenseElementsAttr dense);
   LogicalResult lowerConstant(nn::ConstantOp op);
@@ -660,6 +688,48 @@ void Lowering::emitSlice(dist::AllSliceOp op) {
   ++result.numKernels;
 }
 
+LogicalResult Lowering::checkSizes() {
+  int64_t total = 0;
+  auto check =
+      [&](Type type,
+          llvm::function_ref<InFlightDiagnostic()> error) -> LogicalResult {
+    if (auto token = dyn_cast<dist::TokenType>(type))
+      type = token.getPayload();
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || !tensor.getElementType().isIntOrFloat())
+      return success(); // Not a buffer, or refused with its dtype.
+    if (!tensor.hasStaticShape())
+      return error() << tensor
+                     << " has a dynamic shape (give its size with --bind)";
+    int64_t bytes;
+    if (!boundedBytes(tensor, bytes))
+      return error() << tensor
+                     << " is larger than a tensor can be (2^48 bytes, what "
+                        "a 64-bit process can address)";
+    total += bytes;
+    if (total > kMaxRankBytes)
+      return func.emitError()
+             << "the tensors of this rank need more than 2^62 bytes together";
+    return success();
+  };
+  for (BlockArgument arg : func.getBody().front().getArguments())
+    if (failed(check(arg.getType(), [&] {
+          auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        "onnx.name");
+          return func.emitError()
+                 << "input '"
+                 << (name ? name.str()
+                          : "input" + std::to_string(arg.getArgNumber()))
+                 << "': ";
+        })))
+      return failure();
+  for (Operation *op : ops)
+    for (OpResult value : op->getResults())
+      if (failed(check(value.getType(), [&] { return op->emitError(); })))
+        return failure();
+  return success();
+}
+
 int32_t Lowering::addBuffer(RankedTensorType type, program::Buffer::Kind kind) {
   program::Buffer *buffer = prog.add_buffers();
   buffer->set_id(prog.buffers_size() - 1);
@@ -957,6 +1027,8 @@ LogicalResult Lowering::run(int rank, int worldSize) {
                    stageOp.getBody().getTerminator()->getOperands()))
       yielded[result] = value;
   }
+  if (failed(checkSizes()))
+    return failure();
   unsigned index = 0;
   for (Operation *op : ops)
     position[op] = index++;

@@ -20,6 +20,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <map>
@@ -341,11 +342,30 @@ std::string replaceAll(std::string text, llvm::StringRef from,
   return text;
 }
 
+/// Refuses buffers whose sizes the emitters could not compute: every
+/// product of dimensions (0 counted as 1), times 8 bytes, must fit int64_t.
+/// The exec lowering bounds every tensor far below; this keeps a program
+/// from elsewhere from overflowing them.
+llvm::Error checkBufferSizes(const program::Program &program) {
+  for (const program::Buffer &buffer : program.buffers()) {
+    int64_t bound = 8;
+    for (int64_t d : buffer.type().shape())
+      if (d < 0 || llvm::MulOverflow(bound, std::max<int64_t>(d, 1), bound))
+        return llvm::createStringError(
+            "buffer " + std::to_string(buffer.id()) +
+            " has a negative dimension or more elements than 64-bit sizes "
+            "can count");
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 
 llvm::Expected<std::string>
 generateCudaSource(program::Program &program,
                    const CodeGenOptions & /*options*/) {
+  if (llvm::Error error = checkBufferSizes(program))
+    return std::move(error);
   std::vector<Function> functions;
   std::map<std::string, size_t> byText;
   std::map<std::string, int> counters;

@@ -507,6 +507,24 @@ TEST(CudaCodeGen, Errors) {
   }
 }
 
+TEST(CudaCodeGen, BuffersTooLargeToCountAreErrors) {
+  // Sizes the emitters compute (elements, bytes, strides) would overflow
+  // int64_t: refused before any kernel is emitted (issue 14).
+  for (std::vector<int64_t> shape :
+       {std::vector<int64_t>{int64_t(1) << 62, 8},
+        {int64_t(1) << 40, int64_t(1) << 40, int64_t(1) << 40},
+        {0, int64_t(1) << 40, int64_t(1) << 40},
+        {-4, 2}}) {
+    Builder b;
+    int x = b.buffer(program::F32, shape);
+    int y = b.buffer(program::F32, shape);
+    b.kernel("relu", {x}, {y}, "/relu");
+    EXPECT_EQ(generateError(b.prog),
+              "buffer 0 has a negative dimension or more elements than 64-bit "
+              "sizes can count");
+  }
+}
+
 TEST(CudaCodeGen, NvccEmbedsPtxOfTheLowestPortableArchitecture) {
   NvccOptions options;
   options.archs = {"sm_90a", "sm_100", "sm_80"};
