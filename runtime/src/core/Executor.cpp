@@ -215,16 +215,9 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
   slot.dtype = buffer.type().dtype();
   slot.root = id;
   slot.shape.assign(buffer.type().shape().begin(), buffer.type().shape().end());
+  PARTITA_RETURN_IF_ERROR(
+      bufferBytes(name, slot.dtype, slot.shape, slot.bytes));
   size_t elementSize = dtypeSize(slot.dtype);
-  if (slot.dtype == program::DTYPE_UNSPECIFIED || elementSize == 0)
-    return Status::error(name + " has no element type");
-  uint64_t elements = 1;
-  for (int64_t dim : slot.shape)
-    if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
-      return Status::error(name + " has an invalid shape " +
-                           shapeString(slot.shape));
-  if (__builtin_mul_overflow(elements, uint64_t(elementSize), &slot.bytes))
-    return Status::error(name + " is too large");
 
   switch (buffer.kind()) {
   case Buffer::ACTIVATION: {

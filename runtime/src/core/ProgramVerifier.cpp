@@ -466,16 +466,9 @@ Status RankVerifier::checkBuffers() {
     info.dtype = buffer.type().dtype();
     info.shape = shapeOf(buffer.type());
     info.root = id;
+    PARTITA_RETURN_IF_ERROR(
+        bufferBytes(name, info.dtype, info.shape, info.bytes));
     size_t elementSize = dtypeSize(info.dtype);
-    if (info.dtype == program::DTYPE_UNSPECIFIED || elementSize == 0)
-      return Status::error(name + " has no element type");
-    uint64_t elements = 1;
-    for (int64_t dim : info.shape)
-      if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
-        return Status::error(name + " has an invalid shape " +
-                             shapeString(info.shape));
-    if (__builtin_mul_overflow(elements, uint64_t(elementSize), &info.bytes))
-      return Status::error(name + " is too large");
     info.region = {int64_t(id) + 1, 0, info.bytes};
     switch (buffer.kind()) {
     case Buffer::ACTIVATION: {

@@ -65,4 +65,19 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+Status bufferBytes(const std::string &name, DType dtype,
+                   const std::vector<int64_t> &shape, uint64_t &bytes) {
+  size_t elementSize = dtypeSize(dtype);
+  if (dtype == program::DTYPE_UNSPECIFIED || elementSize == 0)
+    return Status::error(name + " has no element type");
+  uint64_t elements = 1;
+  for (int64_t dim : shape)
+    if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
+      return Status::error(name + " has an invalid shape " +
+                           shapeString(shape));
+  if (__builtin_mul_overflow(elements, uint64_t(elementSize), &bytes))
+    return Status::error(name + " is too large");
+  return Status::ok();
+}
+
 } // namespace partita::runtime

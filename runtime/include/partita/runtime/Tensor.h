@@ -8,6 +8,7 @@
 #define PARTITA_RUNTIME_TENSOR_H
 
 #include "partita/proto/program.pb.h"
+#include "partita/runtime/Status.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +46,12 @@ struct Tensor {
 
 /// `[2, 16, 64]`, for messages.
 std::string shapeString(const std::vector<int64_t> &shape);
+
+/// The bytes a buffer called `name` of `dtype` and `shape` holds; an error
+/// naming it when the type has no size, a dimension is negative or the
+/// count overflows 64 bits.
+Status bufferBytes(const std::string &name, DType dtype,
+                   const std::vector<int64_t> &shape, uint64_t &bytes);
 
 } // namespace partita::runtime
 
