@@ -65,8 +65,15 @@ MEMORY_LIMIT = 4 << 30  # Address space of every tool and oracle process.
 TOOLS = ("partita-compile", "partita-run")
 
 
+# AddressSanitizer reserves terabytes of shadow address space at start, so
+# under `scripts/test --sanitize` (which sets ASAN_OPTIONS) the address-space
+# limit would refuse every tool; ASan's own allocator limits stand instead.
+SANITIZED = bool(os.environ.get("ASAN_OPTIONS"))
+
+
 def _limit_memory():
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    if not SANITIZED:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
