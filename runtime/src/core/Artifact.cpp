@@ -373,6 +373,21 @@ const Tensor *WeightStore::find(const std::string &name) const {
   return it == impl->tensors.end() ? nullptr : it->second.second;
 }
 
+Status WeightStore::find(const std::string &name, DType dtype,
+                         const std::vector<int64_t> &shape,
+                         const std::string &what, const Tensor *&tensor) const {
+  tensor = find(name);
+  if (!tensor)
+    return Status::error(what + ": weight '" + name +
+                         "' is not in the artifact's weights");
+  if (tensor->dtype != dtype || tensor->shape != shape)
+    return Status::error(
+        what + ": weight '" + name + "' is " + dtypeName(tensor->dtype) + " " +
+        shapeString(tensor->shape) + " in the artifact, the program expects " +
+        dtypeName(dtype) + " " + shapeString(shape));
+  return Status::ok();
+}
+
 size_t WeightStore::size() const { return impl->tensors.size(); }
 
 //===----------------------------------------------------------------------===//

@@ -247,15 +247,9 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
     }
     return Status::ok();
   case Buffer::WEIGHT: {
-    const Tensor *weight = weights.find(buffer.weight());
-    if (!weight)
-      return Status::error(name + ": weight '" + buffer.weight() +
-                           "' is not in the artifact's weights");
-    if (weight->dtype != slot.dtype || weight->shape != slot.shape)
-      return Status::error(name + ": weight '" + buffer.weight() + "' is " +
-                           typeString(weight->dtype, weight->shape) +
-                           " in the artifact, the program expects " +
-                           typeString(slot.dtype, slot.shape));
+    const Tensor *weight;
+    PARTITA_RETURN_IF_ERROR(
+        weights.find(buffer.weight(), slot.dtype, slot.shape, name, weight));
     slot.memory = weight->data;
     if (device->sharesHostMemory())
       return Status::ok();

@@ -495,15 +495,9 @@ Status RankVerifier::checkBuffers() {
         return Status::error(name + " is a weight without a name");
       if (!weights)
         break;
-      const Tensor *weight = weights->find(buffer.weight());
-      if (!weight)
-        return Status::error(name + ": weight '" + buffer.weight() +
-                             "' is not in the artifact's weights");
-      if (weight->dtype != info.dtype || weight->shape != info.shape)
-        return Status::error(name + ": weight '" + buffer.weight() + "' is " +
-                             typeString(weight->dtype, weight->shape) +
-                             " in the artifact, the program reads " +
-                             typeString(info.dtype, info.shape));
+      const Tensor *weight;
+      PARTITA_RETURN_IF_ERROR(
+          weights->find(buffer.weight(), info.dtype, info.shape, name, weight));
       break;
     }
     case Buffer::CONSTANT:

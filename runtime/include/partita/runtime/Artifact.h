@@ -150,6 +150,12 @@ public:
   Status addFile(const std::string &path, const std::string &displayName);
   /// The tensor named `name`, or null. Its memory must not be written.
   const Tensor *find(const std::string &name) const;
+  /// The tensor named `name`, which a program's buffer `what` reads as
+  /// `dtype` and `shape`: an error naming both when it is missing or of
+  /// another type.
+  Status find(const std::string &name, DType dtype,
+              const std::vector<int64_t> &shape, const std::string &what,
+              const Tensor *&tensor) const;
   size_t size() const;
 
 private:
