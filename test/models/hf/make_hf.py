@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Writes the Hugging Face export fixtures of test/models/hf/.
+
+Run by hand, never in CI: it needs torch 2.x and transformers from PyPI in a
+virtual environment of your own (a large download), and optimum-onnx in a
+second one (optimum-onnx pins an older transformers):
+
+    python3 -m venv /work/venv-hf
+    /work/venv-hf/bin/pip install torch transformers onnx onnxruntime onnxscript
+    python3 -m venv /work/venv-opt    # optimum-onnx, its transformers
+    /work/venv-opt/bin/pip install optimum-onnx
+    /work/venv-hf/bin/python test/models/hf/make_hf.py \
+        [--optimum-python /work/venv-opt/bin/python] [--only NAME,...]
+
+Each model is a small configuration of a transformers class with seeded
+random weights, exported as its users export it:
+
+* `legacy`: `torch.onnx.export(dynamo=False)` at opset 17 with the model's
+  default attention (`sdpa`),
+* `dynamo18`, `dynamo23`: `torch.onnx.export(dynamo=True)` at opset 18 and
+  23,
+* `optimum`: `optimum.exporters.onnx.main_export` at its default opset,
+
+static (batch 2, sequence 16) and dynamic (`<name>.<exporter>.dynamic.onnx`,
+batch and sequence symbolic; optimum writes only dynamic models). Every
+file is checked before it is kept: onnxruntime's outputs on the model's
+inputs equal torch's within 1e-4, and a dynamic model's equal the static
+one's. `<name>.inputs.npz` holds the inputs (keys are ONNX input names),
+`<file>.outputs.npz` onnxruntime's outputs (CPU, graph optimizations off).
+`manifest.json` lists every file with its exporter, opset, shapes and the
+symbols a dynamic model needs bound; tests read it. `skipped.json` lists
+the exports that failed or that onnxruntime refuses, with the reason.
+"""
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import transformers as tf
+
+HERE = pathlib.Path(__file__).resolve().parent
+BATCH, SEQ = 2, 16
+PAD = 5  # The second row's last PAD positions are padding.
+VOCAB = 128
+PAST = 6  # Cached positions of the KV-cache fixtures.
+NEW = 4  # New positions of the KV-cache fixtures.
+
+warnings.filterwarnings("ignore")
+logging.getLogger("torch").setLevel(logging.ERROR)
+
+
+def common(**extra):
+    config = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=64,
+                  max_position_embeddings=64, initializer_range=0.1,
+                  use_cache=False, tie_word_embeddings=False)
+    config.update(extra)
+    return config
+
+
+# name -> (config factory, model class, kind). kind: "lm" (input_ids,
+# attention_mask -> logits), "encoder" (-> last_hidden_state), "pooled"
+# (sentence-transformers mean pooling and L2 normalization -> embeddings),
+# "kv" (a decoder step with past key/values: optimum only).
+MODELS = {
+    "gpt2": (lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_inner=64,
+                                   n_head=4, n_positions=64,
+                                   initializer_range=0.1, use_cache=False),
+             tf.GPT2LMHeadModel, "lm"),
+    "llama": (lambda: tf.LlamaConfig(**common(num_key_value_heads=2)),
+              tf.LlamaForCausalLM, "lm"),
+    "mistral": (lambda: tf.MistralConfig(**common(num_key_value_heads=2,
+                                                  sliding_window=4096)),
+                tf.MistralForCausalLM, "lm"),
+    "qwen2": (lambda: tf.Qwen2Config(**common(num_key_value_heads=2)),
+              tf.Qwen2ForCausalLM, "lm"),
+    "phi3": (lambda: tf.Phi3Config(**common(num_key_value_heads=2,
+                                            pad_token_id=0)),
+             tf.Phi3ForCausalLM, "lm"),
+    "gemma": (lambda: tf.GemmaConfig(**common(num_key_value_heads=1,
+                                              head_dim=8)),
+              tf.GemmaForCausalLM, "lm"),
+    "bert": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
+             tf.BertModel, "encoder"),
+    "minilm": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
+               tf.BertModel, "pooled"),
+    "t5": (lambda: tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8,
+                               d_ff=64, num_layers=2, num_heads=4,
+                               initializer_factor=1.0, use_cache=False),
+           tf.T5EncoderModel, "encoder"),
+    "gpt2_kv": (lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_inner=64,
+                                      n_head=4, n_positions=64,
+                                      initializer_range=0.1),
+                tf.GPT2LMHeadModel, "kv"),
+    "llama_kv": (lambda: tf.LlamaConfig(**common(num_key_value_heads=2,
+                                                 use_cache=True)),
+                 tf.LlamaForCausalLM, "kv"),
+}
+
+OPTIMUM_TASK = {"lm": "text-generation", "encoder": "feature-extraction",
+                "pooled": "feature-extraction",
+                "kv": "text-generation-with-past"}
+
+
+def build(name):
+    """The seeded model: transformers' init, then every norm scale and bias
+    perturbed so that each parameter matters."""
+    make_config, cls, kind = MODELS[name]
+    torch.manual_seed(sum(map(ord, name)))
+    config = make_config()
+    config._attn_implementation = "sdpa"
+    model = cls(config).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return model, kind
+
+
+class Forward(torch.nn.Module):
+    """input_ids, attention_mask -> the first output, as users wrap it."""
+
+    def __init__(self, model, kind):
+        super().__init__()
+        self.model, self.kind = model, kind
+
+    def forward(self, input_ids, attention_mask):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        if self.kind != "pooled":
+            return out[0]
+        # sentence-transformers: mean over the kept tokens, L2 normalized.
+        hidden = out[0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / torch.clamp(mask.sum(1), min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+
+def make_inputs(name, kind):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    ids = rng.integers(0, VOCAB, (BATCH, SEQ), dtype=np.int64)
+    mask = np.ones((BATCH, SEQ), dtype=np.int64)
+    mask[1, SEQ - PAD:] = 0
+    # optimum's decoders take position_ids: transformers' default (arange).
+    positions = np.broadcast_to(np.arange(SEQ, dtype=np.int64), (BATCH, SEQ))
+    # optimum's BERT takes token_type_ids: transformers' default (zeros).
+    return {"input_ids": ids, "attention_mask": mask,
+            "position_ids": np.ascontiguousarray(positions),
+            "token_type_ids": np.zeros((BATCH, SEQ), dtype=np.int64)}
+
+
+OUTPUT_NAME = {"lm": "logits", "encoder": "last_hidden_state",
+               "pooled": "embeddings"}
+
+
+def export_torch(model, kind, inputs, path, exporter, dynamic):
+    wrapper = Forward(model, kind).eval()
+    args = tuple(torch.from_numpy(inputs[k])
+                 for k in ("input_ids", "attention_mask"))
+    names = ["input_ids", "attention_mask"]
+    out_name = OUTPUT_NAME[kind]
+    if exporter == "legacy":
+        axes = None
+        if dynamic:
+            axes = {n: {0: "batch", 1: "sequence"} for n in names}
+            axes[out_name] = {0: "batch", 1: "sequence"} if kind != "pooled" \
+                else {0: "batch"}
+        torch.onnx.export(wrapper, args, path, input_names=names,
+                          output_names=[out_name], opset_version=17,
+                          dynamo=False, dynamic_axes=axes)
+        return
+    opset = int(exporter[len("dynamo"):])
+    shapes = None
+    if dynamic:
+        batch = torch.export.Dim("batch", min=1, max=64)
+        seq = torch.export.Dim("sequence", min=2, max=64)
+        shapes = {n: {0: batch, 1: seq} for n in names}
+    program = torch.onnx.export(wrapper, args, None, input_names=names,
+                                output_names=[out_name], opset_version=opset,
+                                dynamo=True, dynamic_shapes=shapes,
+                                optimize=True, verbose=False)
+    program.save(str(path), external_data=False)
+
+
+def export_optimum(model, name, kind, outdir, optimum_python, skipped):
+    """optimum's main_export on the saved model, in its own interpreter;
+    returns the exported file or None when optimum cannot export it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = pathlib.Path(tmp) / "model"
+        model.config.use_cache = kind == "kv"
+        model.save_pretrained(saved, safe_serialization=True)
+        target = pathlib.Path(tmp) / "onnx"
+        code = ("import sys\nfrom optimum.exporters.onnx import main_export\n"
+                "main_export(sys.argv[1], sys.argv[2], task=sys.argv[3], "
+                "do_validation=False, no_post_process=True)\n")
+        run = subprocess.run([optimum_python, "-c", code, str(saved),
+                              str(target), OPTIMUM_TASK[kind]],
+                             capture_output=True, text=True)
+        model.config.use_cache = False
+        onnx_files = sorted(target.glob("*.onnx")) if target.is_dir() else []
+        if run.returncode != 0 or len(onnx_files) != 1:
+            skipped[f"{name}.optimum.onnx"] = "optimum: not exported"
+            print(f"  optimum: {name}: not exported "
+                  f"({run.stderr.strip().splitlines()[-1:] or run.returncode})",
+                  file=sys.stderr)
+            return None
+        # Inline external data (small models) into one file.
+        m = onnx.load(str(onnx_files[0]))
+        out = outdir / f"{name}.optimum.onnx"
+        onnx.save(m, str(out), save_as_external_data=False)
+        return out
+
+
+def kv_inputs(model, name, path):
+    """Inputs of one decode step of a KV-cache export: NEW tokens after PAST
+    cached ones (the cache from torch's prefill), and the reference logits."""
+    m = onnx.load(str(path), load_external_data=False)
+    rng = np.random.default_rng(sum(map(ord, name)))
+    ids = rng.integers(0, VOCAB, (BATCH, PAST + NEW), dtype=np.int64)
+    mask = np.ones((BATCH, PAST + NEW), dtype=np.int64)
+    mask[1, :2] = 0  # Left padding, as generation pads.
+    # Positions as generation computes them for left-padded rows.
+    pos = np.cumsum(mask, axis=1) - 1
+    pos[mask == 0] = 1
+    with torch.no_grad():
+        model.config.use_cache = True
+        pre = model(input_ids=torch.from_numpy(ids[:, :PAST]),
+                    attention_mask=torch.from_numpy(mask[:, :PAST]),
+                    position_ids=torch.from_numpy(pos[:, :PAST]),
+                    use_cache=True)
+        past = pre.past_key_values
+        # The cache object grows in place in the next call: copy it first.
+        layers = [(layer.keys.clone(), layer.values.clone())
+                  for layer in past.layers] if hasattr(past, "layers") \
+            else [(k.clone(), v.clone()) for k, v in past]
+        full = model(input_ids=torch.from_numpy(ids[:, PAST:]),
+                     attention_mask=torch.from_numpy(mask),
+                     position_ids=torch.from_numpy(pos[:, PAST:]),
+                     past_key_values=past, use_cache=True)
+        model.config.use_cache = False
+    feeds = {}
+    for inp in m.graph.input:
+        n = inp.name
+        if n == "input_ids":
+            feeds[n] = ids[:, PAST:]
+        elif n == "attention_mask":
+            feeds[n] = mask
+        elif n == "position_ids":
+            feeds[n] = pos[:, PAST:].astype(np.int64)
+        elif n.startswith("past_key_values."):
+            _, layer, which = n.split(".")
+            k, v = layers[int(layer)]
+            feeds[n] = (k if which == "key" else v).numpy()
+        else:
+            raise SystemExit(f"{path}: unexpected input {n}")
+    return feeds, full.logits.numpy()
+
+
+def run_ort(path, feeds):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    wanted = {i.name for i in session.get_inputs()}
+    values = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+    return dict(zip(names, values))
+
+
+def check_close(what, got, want, tol=1e-4):
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 0.0)
+    if got.shape != want.shape or err > tol * scale:
+        raise SystemExit(f"{what}: differs from torch (shape {got.shape} vs "
+                         f"{want.shape}, max |err| {err:.3g})")
+    return err
+
+
+def describe(path):
+    m = onnx.load(str(path), load_external_data=False)
+    dims = set()
+    for vi in list(m.graph.input) + list(m.graph.output):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param"):
+                dims.add(d.dim_param)
+    ops = collections.Counter(n.op_type for n in m.graph.node)
+    opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    return {"opset": opset, "symbols": sorted(dims),
+            "ops": dict(sorted(ops.items())),
+            "bytes": path.stat().st_size}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--optimum-python",
+                        help="interpreter with optimum-onnx (skips optimum "
+                             "exports when absent)")
+    parser.add_argument("--out", default=str(HERE))
+    args = parser.parse_args()
+    outdir = pathlib.Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    names = args.only.split(",") if args.only else list(MODELS)
+    skipped_path = outdir / "skipped.json"
+    skipped = json.loads(skipped_path.read_text()) \
+        if skipped_path.exists() else {}
+    manifest_path = outdir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) \
+        if manifest_path.exists() else {}
+    for name in names:
+        model, kind = build(name)
+        print(f"{name}:", file=sys.stderr)
+        files = []
+        if kind == "kv":
+            if not args.optimum_python:
+                continue
+            path = export_optimum(model, name, kind, outdir,
+                                  args.optimum_python, skipped)
+            if path is None:
+                continue
+            feeds, want = kv_inputs(model, name, path)
+            np.savez(outdir / f"{name}.inputs.npz", **feeds)
+            outs = run_ort(path, feeds)
+            err = check_close(path.name, outs["logits"], want)
+            files.append((path, "optimum", True, err, outs))
+        else:
+            inputs = make_inputs(name, kind)
+            np.savez(outdir / f"{name}.inputs.npz", **inputs)
+            with torch.no_grad():
+                want = Forward(model, kind)(
+                    torch.from_numpy(inputs["input_ids"]),
+                    torch.from_numpy(inputs["attention_mask"])).numpy()
+            for exporter in ("legacy", "dynamo18", "dynamo23"):
+                for dynamic in (False, True):
+                    suffix = ".dynamic" if dynamic else ""
+                    path = outdir / f"{name}.{exporter}{suffix}.onnx"
+                    try:
+                        export_torch(model, kind, inputs, path, exporter,
+                                     dynamic)
+                    except Exception as e:  # noqa: BLE001 - report and go on
+                        msg = str(e).strip().splitlines()[:1]
+                        print(f"  {path.name}: export failed: {msg}",
+                              file=sys.stderr)
+                        path.unlink(missing_ok=True)
+                        skipped[path.name] = f"export failed: {msg}"
+                        continue
+                    try:
+                        outs = run_ort(path, inputs)
+                    except Exception as e:  # noqa: BLE001 - onnxruntime refuses
+                        msg = str(e).strip().splitlines()[0][:300]
+                        print(f"  {path.name}: onnxruntime refuses it: {msg}",
+                              file=sys.stderr)
+                        skipped[path.name] = f"onnxruntime refuses it: {msg}"
+                        path.unlink()
+                        continue
+                    err = check_close(path.name, next(iter(outs.values())),
+                                      want)
+                    files.append((path, exporter, dynamic, err, outs))
+            # optimum exports a sentence-transformers model without its
+            # pooling (the same graph as "bert"), and T5 as the whole
+            # encoder-decoder, not T5EncoderModel.
+            if args.optimum_python and kind != "pooled" and name != "t5":
+                path = export_optimum(model, name, kind, outdir,
+                                      args.optimum_python, skipped)
+                if path is not None:
+                    outs = run_ort(path, inputs)
+                    first = outs.get(OUTPUT_NAME[kind], next(iter(outs.values())))
+                    files_err = check_close(path.name, first, want)
+                    files.append((path, "optimum", True, files_err, outs))
+        for path, exporter, dynamic, err, outs in files:
+            np.savez(outdir / (path.name[:-len(".onnx")] + ".outputs.npz"),
+                     **outs)
+            entry = {"model": name, "kind": kind, "exporter": exporter,
+                     "dynamic": dynamic, "inputs": f"{name}.inputs.npz",
+                     "max_abs_err_vs_torch": err}
+            entry.update(describe(path))
+            manifest[path.name] = entry
+            print(f"  {path.name}: {entry['bytes'] // 1024} KiB, opset "
+                  f"{entry['opset']}, |ort - torch| {err}", file=sys.stderr)
+        # Written after every model, so that a failure keeps the rest.
+        manifest_path.write_text(json.dumps(dict(sorted(manifest.items())),
+                                            indent=1) + "\n")
+        skipped_path.write_text(json.dumps(dict(sorted(skipped.items())),
+                                           indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
