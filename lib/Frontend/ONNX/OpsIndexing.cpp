@@ -180,7 +180,8 @@ LogicalResult gatherElementsHandler(NodeContext &ctx) {
     shape[d] = indices[d];
     for (int64_t c = 0; c < indices[d]; ++c)
       values.push_back(c * strides[d]);
-    Value offsets = indexConstant(ctx, shape, values, "offsets");
+    Value offsets =
+        indexConstant(ctx, shape, values, "offsets" + std::to_string(d));
     if (!offsets)
       return failure();
     linear = nn::AddOp::create(b, loc, linear, offsets);
