@@ -390,3 +390,217 @@ def test_shape_operands_must_be_vectors(compile_model, op, shape):
     assert result.returncode == 1
     assert f"the shape input of {op} must be a 1-D tensor, not rank" \
         in result.stderr
+
+
+# --- Decomposed ops against onnxruntime, compiled and run on host -------------
+
+def run_both(tmp_path, m, feeds, *flags):
+    """Compiles and runs `m` on `feeds` with Partita (partita-compile, then
+    partita-run) and with onnxruntime; returns both output lists."""
+    from conftest import compile_and_run
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    outputs, _ = compile_and_run(tmp_path / "run", path, feeds, *flags)
+    got = [outputs[o.name] for o in m.graph.output]
+    return got, reference(m, feeds)
+
+
+def assert_same(got, want):
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g, w)
+        if np.issubdtype(w.dtype, np.floating):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def refused_by_both(tmp_path, m, feeds):
+    """onnxruntime refuses `feeds`, and partita-run exits non-zero on them."""
+    with pytest.raises(Exception):
+        reference(m, feeds)
+    with pytest.raises(AssertionError, match="out of range"):
+        run_both(tmp_path, m, feeds)
+
+
+RNG = np.random.default_rng(15)
+X34 = RNG.standard_normal((3, 4)).astype(np.float32)
+
+
+def test_isnan_runs_like_onnxruntime(tmp_path):
+    m = model([helper.make_node("IsNaN", ["x"], ["y"])], [vi("x", F, [2, 3])],
+              [vi("y", B, [2, 3])], opset=20)
+    x = np.array([[1, np.nan, -np.inf], [np.nan, 0, np.inf]], np.float32)
+    assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+@pytest.mark.parametrize("elem,bounds", [(F, "min,max"), (F, "max"), (I64, "min"),
+                                         (I64, "min,max")])
+def test_clip_runs_like_onnxruntime(tmp_path, elem, bounds):
+    names = ["x", "lo" if "min" in bounds else "", "hi" if "max" in bounds else ""]
+    while not names[-1]:
+        names.pop()
+    inputs = [vi("x", elem, [3, 4])] + [vi(n, elem, []) for n in names[1:] if n]
+    m = model([helper.make_node("Clip", names, ["y"])], inputs, [vi("y", elem, [3, 4])],
+              opset=13)
+    dtype = np.float32 if elem == F else np.int64
+    x = (X34 * 10).astype(dtype)
+    if elem == F:
+        x[0, 0] = np.nan
+    feeds = {"x": x}
+    if "lo" in names:
+        feeds["lo"] = np.array(-3, dtype)
+    if "hi" in names:
+        feeds["hi"] = np.array(4, dtype)
+    assert_same(*run_both(tmp_path, m, feeds))
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare",
+                                "ReduceLogSumExp"])
+@pytest.mark.parametrize("opset,keepdims", [(17, 1), (18, 0)])
+def test_reductions_run_like_onnxruntime(tmp_path, op, opset, keepdims):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    x[1, 2] += 500  # LogSumExp must shift by the maximum.
+    if opset < 18:
+        node = helper.make_node(op, ["x"], ["y"], axes=[-1, 0], keepdims=keepdims)
+        inits = []
+    else:
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+        inits = [const("axes", np.array([-1, 0], np.int64))]
+    m = model([node], [vi("x", F, [2, 3, 4])], [vi("y", F, None)], inits, opset=opset)
+    assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+def test_logsumexp_of_infinities_runs_like_onnxruntime(tmp_path):
+    m = model([helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1], keepdims=0)],
+              [vi("x", F, [3, 2])], [vi("y", F, [3])])
+    x = np.array([[-np.inf, -np.inf], [np.inf, 1], [-np.inf, 2]], np.float32)
+    assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+def test_integer_sum_square_and_l1_run_like_onnxruntime(tmp_path):
+    nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], axes=[1]),
+             helper.make_node("ReduceL1", ["x"], ["l"], axes=[0], keepdims=0)]
+    m = model(nodes, [vi("x", I64, [3, 4])], [vi("s", I64, [3, 1]), vi("l", I64, [4])])
+    x = (X34 * 10).astype(np.int64)
+    assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+def test_reduce_prod_folds_like_onnxruntime(compile_model):
+    m = model([helper.make_node("ReduceProd", ["x"], ["y"], axes=[0], keepdims=0)], [],
+              [vi("y", F, [4])], [const("x", X34)])
+    (got,) = returned_constants(compile_model(m).ok().ir)
+    np.testing.assert_allclose(got, reference(m)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("elem,fmod", [(I64, 0), (I64, 1), (TensorProto.INT32, 0),
+                                       (F, 1)])
+def test_mod_runs_like_onnxruntime(tmp_path, elem, fmod):
+    m = model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
+              [vi("a", elem, [8]), vi("b", elem, [8])], [vi("y", elem, [8])])
+    dtype = {I64: np.int64, TensorProto.INT32: np.int32, F: np.float32}[elem]
+    a = np.array([7, -7, 7, -7, 6, 0, 13, -1], dtype)
+    b = np.array([3, 3, -3, -3, -3, 5, 4, 7], dtype)
+    if elem == F:
+        a = a * np.float32(1.25)
+        b = b * np.float32(0.5)
+    assert_same(*run_both(tmp_path, m, {"a": a, "b": b}))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("index_type", [I64, TensorProto.INT32])
+def test_gather_elements_runs_like_onnxruntime(tmp_path, axis, index_type):
+    m = model([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)],
+              [vi("x", F, [3, 4]), vi("i", index_type, [2, 3])], [vi("y", F, [2, 3])])
+    size = 3 if axis == 0 else 4
+    i = RNG.integers(-size, size, (2, 3)).astype(
+        np.int64 if index_type == I64 else np.int32)
+    assert_same(*run_both(tmp_path, m, {"x": X34, "i": i}))
+
+
+@pytest.mark.parametrize("bad", [4, -5])
+def test_gather_elements_out_of_range_is_refused_at_run_time(tmp_path, bad):
+    m = model([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)],
+              [vi("x", F, [3, 4]), vi("i", I64, [2, 2])], [vi("y", F, [2, 2])])
+    refused_by_both(tmp_path, m, {"x": X34, "i": np.array([[0, 1], [bad, 2]], np.int64)})
+
+
+@pytest.mark.parametrize("batch_dims,data,indices", [
+    (0, [3, 4, 5], [2, 2]),
+    (0, [3, 4, 5], [2, 3, 1]),
+    (0, [3, 4], [5, 2]),
+    (1, [2, 3, 4], [2, 5, 1]),
+    (2, [2, 3, 4, 5], [2, 3, 2])])
+def test_gather_nd_runs_like_onnxruntime(tmp_path, batch_dims, data, indices):
+    out = indices[:-1] + data[batch_dims + indices[-1]:]
+    m = model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims)],
+              [vi("x", F, data), vi("i", I64, indices)], [vi("y", F, out)])
+    x = RNG.standard_normal(data).astype(np.float32)
+    sizes = data[batch_dims:batch_dims + indices[-1]]
+    i = np.stack([RNG.integers(-s, s, indices[:-1]) for s in sizes], -1).astype(np.int64)
+    assert_same(*run_both(tmp_path, m, {"x": x, "i": i}))
+
+
+@pytest.mark.parametrize("bad", [3, -4])
+def test_gather_nd_out_of_range_is_refused_at_run_time(tmp_path, bad):
+    m = model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)],
+              [vi("x", F, [2, 3, 4]), vi("i", I64, [2, 1, 1])], [vi("y", F, [2, 1, 4])])
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    refused_by_both(tmp_path, m, {"x": x, "i": np.array([[[1]], [[bad]]], np.int64)})
+
+
+def test_scatter_nd_runs_like_onnxruntime(tmp_path):
+    # A mask update as transformers' exports write it: constant indices.
+    m = model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+              [vi("x", F, [4, 3, 2]), vi("u", F, [2, 2])], [vi("y", F, [4, 3, 2])],
+              [const("i", np.array([[1, -1], [3, 0]], np.int64))])
+    x = RNG.standard_normal((4, 3, 2)).astype(np.float32)
+    u = RNG.standard_normal((2, 2)).astype(np.float32)
+    assert_same(*run_both(tmp_path, m, {"x": x, "u": u}))
+
+
+def test_scatter_nd_repeated_indices_take_the_last_update(tmp_path):
+    """ONNX leaves repeated indices undefined; Partita writes the last."""
+    m = model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+              [vi("x", F, [3]), vi("u", F, [3])], [vi("y", F, [3])],
+              [const("i", np.array([[1], [2], [1]], np.int64))])
+    from conftest import compile_and_run
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    x = np.array([10, 20, 30], np.float32)
+    u = np.array([1, 2, 3], np.float32)
+    outputs, _ = compile_and_run(tmp_path / "run", path, {"x": x, "u": u})
+    np.testing.assert_array_equal(outputs["y"], [10, 3, 2])
+
+
+def test_range_and_expand_from_bound_shapes_run_like_onnxruntime(tmp_path):
+    """Position ids as dynamic exports compute them: Range up to a length
+    read with Shape, expanded to the input's shape."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "zeros"], ["r2"]),
+             helper.make_node("Expand", ["r2", "s"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=F),
+             helper.make_node("Add", ["x", "posf"], ["y"])]
+    inits = [const("zero", np.int64(0)), const("one", np.int64(1)),
+             const("zeros", np.array([0], np.int64))]
+    m = model(nodes, [vi("x", F, ["batch", "seq"])], [vi("y", F, ["batch", "seq"])], inits)
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    assert_same(*run_both(tmp_path, m, {"x": x}, "--bind", "batch=2,seq=5"))
+
+
+def test_expression_dimensions_run_like_onnxruntime(tmp_path):
+    """A key/value-cache signature as optimum writes it."""
+    nodes = [helper.make_node("Concat", ["past", "cur"], ["all"], axis=1),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=F),
+             helper.make_node("Mul", ["all", "maskf"], ["y"])]
+    total = "past_sequence_length + sequence_length"
+    m = model(nodes, [vi("past", F, ["batch", "past_sequence_length"]),
+                      vi("cur", F, ["batch", "sequence_length"]),
+                      vi("mask", I64, ["batch", total])],
+              [vi("y", F, ["batch", total])])
+    feeds = {"past": RNG.standard_normal((2, 3)).astype(np.float32),
+             "cur": RNG.standard_normal((2, 1)).astype(np.float32),
+             "mask": np.array([[1, 1, 0, 1], [0, 1, 1, 1]], np.int64)}
+    assert_same(*run_both(tmp_path, m, feeds, "--bind",
+                          "batch=2,past_sequence_length=3,sequence_length=1"))

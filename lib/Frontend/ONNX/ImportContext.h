@@ -131,6 +131,10 @@ public:
   Value getInput(unsigned i);
   /// The constant value of input `i`, if it is one.
   const HostTensor *getConstant(unsigned i) const;
+  /// An nn.constant holding `tensor` (an index map, a stride table...), at
+  /// the top of the function with the other constants; null with a
+  /// diagnostic if nn cannot hold its type.
+  Value createConstant(const HostTensor &tensor, StringRef name);
   /// The type of input `i` (constants included).
   RankedTensorType getInputType(unsigned i);
   /// The ONNX data type of input `i`.
@@ -216,6 +220,7 @@ private:
 void registerElementwiseOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerTransformerOps(OpRegistry &registry);
+void registerIndexingOps(OpRegistry &registry);
 
 /// Largest folded constant the importer computes (elements); larger ones are
 /// left to run time.

@@ -15,6 +15,7 @@
 
 #include "partita/Frontend/ONNX/Import.h"
 
+#include "DimExpr.h"
 #include "ImportContext.h"
 #include "OpSchema.h"
 #include "Reader/ModelReader.h"
@@ -47,6 +48,7 @@ const OpRegistry &OpRegistry::get() {
     registerElementwiseOps(*r);
     registerShapeOps(*r);
     registerTransformerOps(*r);
+    registerIndexingOps(*r);
     return r;
   }();
   return *registry;
@@ -133,6 +135,9 @@ public:
     return it == values.end() ? nullptr : &it->second;
   }
   Value materialize(StringRef name, Location loc);
+  /// An nn.constant of `tensor` after the constants at the top of the
+  /// function.
+  Value createConstant(const HostTensor &tensor, StringRef name, Location loc);
   RankedTensorType typeOf(const ValueInfo &info);
   void define(StringRef name, Value value) {
     ValueInfo &info = values[name];
@@ -159,6 +164,19 @@ public:
                   std::optional<size_t> initializer = std::nullopt);
 
 private:
+  /// What --bind makes of a dim_param: its value, or the symbols it lacks.
+  struct ResolvedDim {
+    std::optional<int64_t> value;
+    /// Parsed as an expression other than one symbol.
+    bool isExpression = false;
+    /// The symbols without a value (the text itself for a plain symbol).
+    SmallVector<std::string> unbound;
+    /// Why an expression whose symbols are all bound has no value.
+    std::string error;
+  };
+  /// Resolves `param`; `used` collects the bindings it reads.
+  ResolvedDim resolveDimParam(StringRef param, llvm::StringSet<> *used);
+
   LogicalResult checkModel();
   LogicalResult checkOpsets();
   LogicalResult importInitializers();
@@ -475,7 +493,17 @@ Value GraphImporter::materialize(StringRef name, Location loc) {
     return {};
   if (info->value)
     return info->value;
-  FailureOr<ElementsAttr> attr = toElementsAttr(*info->constant, name, loc);
+  Value value = createConstant(*info->constant, name, loc);
+  if (!value)
+    return {};
+  info->value = value;
+  info->type = cast<RankedTensorType>(value.getType());
+  return value;
+}
+
+Value GraphImporter::createConstant(const HostTensor &tensor, StringRef name,
+                                    Location loc) {
+  FailureOr<ElementsAttr> attr = toElementsAttr(tensor, name, loc);
   if (failed(attr))
     return {};
   // Constants go at the top of the function, in first-use order.
@@ -487,10 +515,57 @@ Value GraphImporter::materialize(StringRef name, Location loc) {
       break;
     builder.setInsertionPointAfter(&op);
   }
-  Value value = nn::ConstantOp::create(builder, loc, *attr);
-  info->value = value;
-  info->type = cast<RankedTensorType>(value.getType());
-  return value;
+  return nn::ConstantOp::create(builder, loc, *attr);
+}
+
+GraphImporter::ResolvedDim
+GraphImporter::resolveDimParam(StringRef param, llvm::StringSet<> *used) {
+  ResolvedDim r;
+  std::optional<DimExpr> expr = DimExpr::parse(param);
+  r.isExpression = expr && !expr->isSymbol();
+  // The text itself may be bound, expression or not.
+  auto direct = options.bindings.find(param);
+  if (direct != options.bindings.end()) {
+    if (used)
+      used->insert(param);
+    r.value = direct->second;
+  }
+  if (!r.isExpression) {
+    if (!r.value)
+      r.unbound.push_back(param.str());
+    return r;
+  }
+  SmallVector<int64_t> values;
+  for (const std::string &symbol : expr->getSymbols()) {
+    auto it = options.bindings.find(symbol);
+    if (it == options.bindings.end()) {
+      r.unbound.push_back(symbol);
+      continue;
+    }
+    if (used)
+      used->insert(symbol);
+    values.push_back(it->second);
+  }
+  if (!r.unbound.empty()) {
+    // A binding of the whole text stands in for its symbols.
+    if (r.value)
+      r.unbound.clear();
+    return r;
+  }
+  std::string error;
+  std::optional<int64_t> value =
+      expr->evaluate([&](unsigned i) { return values[i]; }, error);
+  if (!value) {
+    r.error = "with the bound values " + error;
+    return r;
+  }
+  if (r.value && *r.value != *value) {
+    r.error = "--bind gives it " + std::to_string(*r.value) +
+              " and its symbols make it " + std::to_string(*value);
+    return r;
+  }
+  r.value = value;
+  return r;
 }
 
 LogicalResult
@@ -499,7 +574,8 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
   const onnx::GraphProto &graph = model->graph();
   // Every unbound symbolic dimension, with the places it appears.
   llvm::MapVector<StringRef, SmallVector<std::string>> unbound;
-  llvm::StringSet<> used;
+  llvm::StringSet<> used, names;
+  bool hardError = false;
   auto resolveShape = [&](const onnx::ValueInfoProto &info, StringRef kind,
                           SmallVectorImpl<int64_t> &shape) -> bool {
     bool ok = true;
@@ -509,18 +585,30 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
         shape.push_back(dim.dim_value());
         continue;
       }
-      auto it = options.bindings.find(dim.dim_param());
-      if (!dim.dim_param().empty() && it != options.bindings.end()) {
-        used.insert(dim.dim_param());
-        shape.push_back(it->second);
+      std::string place =
+          (kind + " '" + info.name() + "' dimension " + std::to_string(i))
+              .str();
+      if (dim.dim_param().empty()) {
+        ok = false;
+        unbound["<unnamed>"].push_back(place);
+        continue;
+      }
+      ResolvedDim r = resolveDimParam(dim.dim_param(), &used);
+      if (!r.error.empty()) {
+        emitError(fileLoc) << place << " is '" << dim.dim_param() << "', but "
+                           << r.error;
+        hardError = true;
+        ok = false;
+        continue;
+      }
+      if (r.value) {
+        shape.push_back(*r.value);
         continue;
       }
       ok = false;
-      StringRef param = dim.dim_param().empty() ? StringRef("<unnamed>")
-                                                : StringRef(dim.dim_param());
-      unbound[param].push_back(
-          (kind + " '" + info.name() + "' dimension " + std::to_string(i))
-              .str());
+      for (const std::string &symbol : r.unbound)
+        unbound[names.insert(symbol).first->getKey()].push_back(
+            r.isExpression ? place + " in '" + dim.dim_param() + "'" : place);
     }
     return ok;
   };
@@ -563,6 +651,8 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
     SmallVector<int64_t> shape;
     (void)resolveShape(output, "output", shape);
   }
+  if (hardError)
+    return failure();
   // Output dims not named by any input are inferred: only inputs' matter.
   SmallVector<StringRef> missing;
   for (auto &[param, places] : unbound) {
@@ -868,6 +958,20 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
                             << "' is declared with another shape than the "
                             << type << " the graph computes",
              nullptr;
+    // A dimension declared as an expression of bound symbols is checked
+    // against what the graph computes.
+    for (int d = 0; d < declared.dim_size(); ++d) {
+      if (!declared.dim(d).has_dim_param())
+        continue;
+      ResolvedDim r = resolveDimParam(declared.dim(d).dim_param(), nullptr);
+      if (r.isExpression && r.value && *r.value != type.getDimSize(d))
+        return emitError(loc)
+                   << "graph output '" << output.name() << "' dimension " << d
+                   << " is declared '" << declared.dim(d).dim_param()
+                   << "' = " << *r.value << " with the bound values, but the "
+                   << "graph computes " << type.getDimSize(d),
+               nullptr;
+    }
     results.push_back(value);
     resultTypes.push_back(type);
   }
@@ -893,6 +997,10 @@ const HostTensor *NodeContext::getConstant(unsigned i) const {
     return nullptr;
   GraphImporter::ValueInfo *info = importer.lookup(node.input(i));
   return info && !info->value ? info->constant.get() : nullptr;
+}
+
+Value NodeContext::createConstant(const HostTensor &tensor, StringRef name) {
+  return importer.createConstant(tensor, name, loc);
 }
 
 RankedTensorType NodeContext::getInputType(unsigned i) {

@@ -21,7 +21,7 @@ from onnx import TensorProto, defs
 MIN_OPSET, MAX_OPSET = 13, 23
 
 # The op types OpRegistry has entries for (OpsElementwise.cpp, OpsShape.cpp,
-# OpsTransformer.cpp). An op missing here is reported as an internal error
+# OpsTransformer.cpp, OpsIndexing.cpp). An op missing here is reported as an internal error
 # by every import, so the list cannot silently fall behind.
 OPS = """
 Add Sub Mul Div Max Min And Or Xor Pow Equal Less Greater LessOrEqual
@@ -31,6 +31,8 @@ Shape Size ConstantOfShape Range Constant Reshape Flatten Squeeze Unsqueeze
 Concat Split Slice Gather Expand Transpose Trilu
 MatMul Gemm Softmax LogSoftmax LayerNormalization RMSNormalization Gelu
 Attention RotaryEmbedding ReduceMean ReduceSum ReduceMax ReduceMin
+IsNaN Clip Mod ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
+GatherElements GatherND ScatterND
 """.split()
 
 # INT attributes that ONNX defines as booleans: 0 or 1, nothing else.

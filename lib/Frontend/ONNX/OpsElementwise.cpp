@@ -345,6 +345,200 @@ LogicalResult buildIdentity(NodeContext &ctx) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// IsNaN, Clip, Mod
+//===----------------------------------------------------------------------===//
+
+/// A rank-0 constant of `elementType` holding `value`.
+Value scalarOf(NodeContext &ctx, Type elementType, double value) {
+  HostTensor t(getDataType(elementType), {});
+  if (t.isFloat())
+    t.mutableFloats().push_back(value);
+  else
+    t.mutableInts().push_back(static_cast<int64_t>(value));
+  return ctx.createConstant(t, "");
+}
+
+LogicalResult foldIsNaN(NodeContext &ctx) {
+  const HostTensor *in = ctx.getConstant(0);
+  if (!in || in->getNumElements() > kMaxFoldedElements)
+    return failure();
+  ctx.setOutput(
+      0, makeTensor(onnx::TensorProto_DataType_BOOL, in->shape, [&](int64_t i) {
+        return std::isnan(in->getAsDouble(i)) ? 1 : 0;
+      }));
+  return success();
+}
+
+/// IsNaN is `x != x`: true exactly for NaN under IEEE comparison.
+LogicalResult buildIsNaN(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  auto type = cast<RankedTensorType>(x.getType());
+  ctx.setOutput(0,
+                nn::CompareOp::create(ctx.getBuilder(), ctx.getLoc(),
+                                      type.clone(ctx.getBuilder().getI1Type()),
+                                      nn::CompareDirection::NE, x, x));
+  return success();
+}
+
+/// Clip's bounds (inputs 1 and 2, each optional) are scalars; onnxruntime
+/// also takes one-element tensors.
+LogicalResult checkClipBounds(NodeContext &ctx) {
+  for (unsigned i : {1u, 2u})
+    if (ctx.hasInput(i) && getElementCountSaturated(ctx.getInputShape(i)) != 1)
+      return ctx.emitError() << "Clip " << (i == 1 ? "min" : "max")
+                             << " must be a scalar, found shape "
+                             << shapeText(ctx.getInputShape(i));
+  return success();
+}
+
+LogicalResult foldClip(NodeContext &ctx) {
+  const HostTensor *x = ctx.getConstant(0);
+  if (!x || x->getNumElements() > kMaxFoldedElements)
+    return failure();
+  for (unsigned i : {1u, 2u})
+    if (ctx.hasInput(i) &&
+        (!ctx.getConstant(i) || ctx.getConstant(i)->getNumElements() != 1))
+      return failure();
+  const HostTensor *lo = ctx.getConstant(1), *hi = ctx.getConstant(2);
+  HostTensor out(x->dataType, x->shape);
+  int64_t n = x->getNumElements();
+  if (x->isFloat()) {
+    std::vector<double> &v = out.mutableFloats();
+    for (int64_t i = 0; i < n; ++i) {
+      double e = x->getAsDouble(i);
+      if (lo && e < lo->getAsDouble(0))
+        e = lo->getAsDouble(0);
+      if (hi && e > hi->getAsDouble(0))
+        e = hi->getAsDouble(0);
+      v.push_back(e);
+    }
+  } else {
+    std::vector<int64_t> &v = out.mutableInts();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t e = x->getAsInt(i);
+      if (lo)
+        e = std::max(e, lo->getAsInt(0));
+      if (hi)
+        e = std::min(e, hi->getAsInt(0));
+      v.push_back(e);
+    }
+  }
+  ctx.setOutput(0, std::move(out));
+  return success();
+}
+
+/// Clip is max(x, min) then min(.., max), x first so that NaN stays NaN.
+LogicalResult buildClip(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x || failed(checkClipBounds(ctx)))
+    return failure();
+  OpBuilder &b = ctx.getBuilder();
+  Value result = x;
+  for (unsigned i : {1u, 2u}) {
+    if (!ctx.hasInput(i))
+      continue;
+    Value bound = ctx.getInput(i);
+    if (!bound)
+      return failure();
+    auto boundType = cast<RankedTensorType>(bound.getType());
+    if (boundType.getRank() != 0)
+      bound = nn::ReshapeOp::create(
+          b, ctx.getLoc(),
+          RankedTensorType::get({}, boundType.getElementType()), bound);
+    if (failed(checkOperands(ctx, {x, bound})))
+      return failure();
+    result =
+        i == 1 ? nn::MaxOp::create(b, ctx.getLoc(), result, bound).getResult()
+               : nn::MinOp::create(b, ctx.getLoc(), result, bound).getResult();
+  }
+  ctx.setOutput(0, result);
+  return success();
+}
+
+LogicalResult foldMod(NodeContext &ctx) {
+  bool fmod = ctx.getAttrInt("fmod", 0) != 0;
+  const HostTensor *a = ctx.getConstant(0);
+  if (!a || (a->isFloat() && !fmod))
+    return failure();
+  return foldBinary(
+      ctx, [](double x, double y) { return std::fmod(x, y); },
+      fmod ? IntFn([](int64_t x, int64_t y) -> std::optional<int64_t> {
+        if (y == 0)
+          return std::nullopt;
+        return y == -1 ? 0 : x % y;
+      })
+           : IntFn([](int64_t x, int64_t y) -> std::optional<int64_t> {
+               if (y == 0)
+                 return std::nullopt;
+               int64_t r = y == -1 ? 0 : x % y;
+               return r != 0 && (r < 0) != (y < 0) ? r + y : r;
+             }),
+      false);
+}
+
+/// Mod from nn arithmetic. Integers: the C remainder a - trunc(a / b) * b
+/// (fmod = 1), moved to the divisor's sign when they differ (fmod = 0, as
+/// Python's %). Floats (fmod = 1 only): a - trunc(a / b) * b with trunc a
+/// round trip through i64, exact while |a / b| < 2^23.
+LogicalResult buildMod(NodeContext &ctx) {
+  // A constant divisor is checked before getInput makes it an nn value.
+  if (const HostTensor *divisor = ctx.getConstant(1);
+      divisor && !divisor->isFloat())
+    for (int64_t i = 0, n = divisor->getNumElements(); i < n; ++i)
+      if (divisor->getAsInt(i) == 0)
+        return ctx.emitError()
+               << "Mod of integers by zero (divisor element " << i << ")";
+  Value a = ctx.getInput(0), d = ctx.getInput(1);
+  if (!a || !d || failed(checkOperands(ctx, {a, d})))
+    return failure();
+  bool fmod = ctx.getAttrInt("fmod", 0) != 0;
+  Type element = getElementTypeOrSelf(a.getType());
+  bool isFloat = isa<FloatType>(element);
+  if (isFloat && !fmod)
+    return ctx.emitError() << "Mod of floating-point values needs fmod = 1";
+  if (element.isInteger(1))
+    return ctx.emitError() << "Mod on booleans is not supported";
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  Value quotient = nn::DivOp::create(b, loc, a, d);
+  Value truncated = quotient;
+  if (isFloat) {
+    auto type = cast<RankedTensorType>(quotient.getType());
+    Value magnitude = nn::AbsOp::create(b, loc, quotient);
+    Value limit = scalarOf(ctx, element, 8388608.0); // 2^23
+    Value small =
+        nn::CompareOp::create(b, loc, type.clone(b.getI1Type()),
+                              nn::CompareDirection::LT, magnitude, limit);
+    Value asInt =
+        nn::CastOp::create(b, loc, type.clone(b.getI64Type()), quotient);
+    Value back = nn::CastOp::create(b, loc, type, asInt);
+    truncated = nn::WhereOp::create(b, loc, type, small, back, quotient);
+  }
+  Value product = nn::MulOp::create(b, loc, truncated, d);
+  Value remainder = nn::SubOp::create(b, loc, a, product);
+  if (!fmod) {
+    auto type = cast<RankedTensorType>(remainder.getType());
+    auto boolType = type.clone(b.getI1Type());
+    auto divisorBool = cast<RankedTensorType>(d.getType()).clone(b.getI1Type());
+    Value zero = scalarOf(ctx, element, 0);
+    Value nonZero = nn::CompareOp::create(
+        b, loc, boolType, nn::CompareDirection::NE, remainder, zero);
+    Value negative = nn::CompareOp::create(
+        b, loc, boolType, nn::CompareDirection::LT, remainder, zero);
+    Value divisorNegative = nn::CompareOp::create(
+        b, loc, divisorBool, nn::CompareDirection::LT, d, zero);
+    Value signsDiffer = nn::XorOp::create(b, loc, negative, divisorNegative);
+    Value fix = nn::AndOp::create(b, loc, nonZero, signsDiffer);
+    Value moved = nn::AddOp::create(b, loc, remainder, d);
+    remainder = nn::WhereOp::create(b, loc, type, fix, moved, remainder);
+  }
+  ctx.setOutput(0, remainder);
+  return success();
+}
+
 double erfFn(double x) { return std::erf(x); }
 double sigmoidFn(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double reluFn(double x) { return x > 0 ? x : 0; }
@@ -504,4 +698,9 @@ void mlir::partita::onnx_import::registerElementwiseOps(OpRegistry &registry) {
   registry.add("Where", {9, foldWhere, buildWhere});
   registry.add("Identity", {1, foldIdentity, buildIdentity});
   registry.add("Dropout", {7, foldIdentity, buildIdentity});
+  // Exporters' neighbours of the ops above: IsNaN (torch's sdpa lowering),
+  // Clip (sentence-transformers' normalization), Mod (position arithmetic).
+  registry.add("IsNaN", {13, foldIsNaN, buildIsNaN});
+  registry.add("Clip", {13, foldClip, buildClip});
+  registry.add("Mod", {13, foldMod, buildMod});
 }

@@ -304,58 +304,311 @@ LogicalResult geluHandler(NodeContext &ctx) {
   return success();
 }
 
-/// ReduceMean/Sum/Max/Min. Axes are an attribute until opset 18 (ReduceSum:
-/// 13), an input since; no axes reduces everything unless
-/// noop_with_empty_axes.
-LogicalResult reduceHandler(NodeContext &ctx, nn::ReduceKind kind,
-                            int64_t axesInputSince) {
-  Value x = ctx.getInput(0);
-  if (!x)
-    return failure();
-  int64_t rank = typeOf(x).getRank();
+/// The reductions: those nn.reduce computes, and those decomposed around
+/// it (an elementwise step before the sum, one after).
+enum class Reduction {
+  Sum,
+  Mean,
+  Max,
+  Min,
+  Prod,
+  L1,
+  L2,
+  SumSquare,
+  LogSumExp
+};
+
+struct ReduceAxes {
+  /// Sorted, unique, within [0, rank); empty when nothing is reduced.
   SmallVector<int64_t> axes;
+  bool keepdims = true;
+  /// The result shape.
+  SmallVector<int64_t> shape;
+};
+
+/// The axes of a Reduce* node. Axes are an attribute until opset 18
+/// (ReduceSum: 13), an input since; no axes reduces everything unless
+/// noop_with_empty_axes (then, and on a scalar, nothing is reduced).
+FailureOr<ReduceAxes> getReduceAxes(NodeContext &ctx, ArrayRef<int64_t> in,
+                                    int64_t axesInputSince) {
+  int64_t rank = in.size();
+  ReduceAxes r;
   if (ctx.getOpset() >= axesInputSince) {
     if (ctx.hasInput(1)) {
       FailureOr<SmallVector<int64_t>> a =
           ctx.getConstantInts(1, "axes", /*allowScalar=*/true);
       if (failed(a))
         return failure();
-      axes = *a;
+      r.axes = *a;
     }
   } else if (std::optional<SmallVector<int64_t>> a = ctx.getAttrInts("axes")) {
-    axes = *a;
+    r.axes = *a;
   }
-  if (axes.empty()) {
+  r.keepdims = ctx.getAttrInt("keepdims", 1) != 0;
+  if (r.axes.empty()) {
     if (ctx.getAttrInt("noop_with_empty_axes", 0)) {
-      ctx.setOutput(0, x);
-      return success();
+      r.shape.assign(in.begin(), in.end());
+      return r;
     }
     for (int64_t d = 0; d < rank; ++d)
-      axes.push_back(d);
+      r.axes.push_back(d);
   }
-  for (int64_t &a : axes) {
+  for (int64_t &a : r.axes) {
     FailureOr<int64_t> n = ctx.normalizeAxis(a, rank);
     if (failed(n))
       return failure();
     a = *n;
   }
-  llvm::sort(axes);
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  if (rank == 0) {
-    ctx.setOutput(0, x);
+  llvm::sort(r.axes);
+  r.axes.erase(std::unique(r.axes.begin(), r.axes.end()), r.axes.end());
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!llvm::is_contained(r.axes, d))
+      r.shape.push_back(in[d]);
+    else if (r.keepdims)
+      r.shape.push_back(1);
+  }
+  return r;
+}
+
+/// Folds a reduction of a constant (integers: sums, products, extrema and
+/// L1 / sum of squares, wrapping as int64; floats: all of them, in double).
+LogicalResult foldReduce(NodeContext &ctx, Reduction kind,
+                         int64_t axesInputSince) {
+  const HostTensor *x = ctx.getConstant(0);
+  if (!x || x->getNumElements() > kMaxFoldedElements)
+    return failure();
+  bool isFloat = x->isFloat();
+  if (!isFloat && (kind == Reduction::Mean || kind == Reduction::L2 ||
+                   kind == Reduction::LogSumExp))
+    return failure();
+  // Declining must not leave a diagnostic: axes that getReduceAxes would
+  // refuse are left to the builder, which reports them.
+  ArrayRef<int64_t> in = x->shape;
+  int64_t rank = in.size();
+  SmallVector<int64_t> given;
+  if (ctx.getOpset() >= axesInputSince) {
+    if (const HostTensor *a = ctx.getConstant(1)) {
+      if (a->shape.size() > 1)
+        return failure();
+      given.assign(a->getInts().begin(), a->getInts().end());
+    }
+  } else if (std::optional<SmallVector<int64_t>> a = ctx.getAttrInts("axes")) {
+    given = *a;
+  }
+  for (int64_t a : given)
+    if (a < -rank || a >= rank)
+      return failure();
+  FailureOr<ReduceAxes> r = getReduceAxes(ctx, in, axesInputSince);
+  if (failed(r))
+    return failure();
+  int64_t n = x->getNumElements();
+  int64_t outCount = getElementCountSaturated(r->shape);
+  // The output element each input element reduces into.
+  SmallVector<int64_t> inStrides = stridesOf(in);
+  SmallVector<int64_t> keptShape;
+  for (auto [d, size] : llvm::enumerate(in))
+    keptShape.push_back(llvm::is_contained(r->axes, d) ? 1 : size);
+  SmallVector<int64_t> keptStrides = stridesOf(keptShape);
+  auto outIndex = [&](int64_t i) {
+    int64_t o = 0;
+    for (size_t d = 0; d < in.size(); ++d)
+      if (!llvm::is_contained(r->axes, static_cast<int64_t>(d)))
+        o += (i / inStrides[d]) % in[d] * keptStrides[d];
+    return o;
+  };
+  int64_t perOutput = outCount ? n / outCount : 0;
+
+  if (!isFloat) {
+    std::vector<int64_t> acc(outCount);
+    for (int64_t &v : acc)
+      v = kind == Reduction::Prod  ? 1
+          : kind == Reduction::Max ? INT64_MIN
+          : kind == Reduction::Min ? INT64_MAX
+                                   : 0;
+    auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = x->getAsInt(i), &a = acc[outIndex(i)];
+      switch (kind) {
+      case Reduction::Prod:
+        a = wrap(static_cast<uint64_t>(a) * static_cast<uint64_t>(v));
+        break;
+      case Reduction::Max:
+        a = std::max(a, v);
+        break;
+      case Reduction::Min:
+        a = std::min(a, v);
+        break;
+      case Reduction::L1:
+        a = wrap(static_cast<uint64_t>(a) +
+                 static_cast<uint64_t>(
+                     v < 0 ? wrap(0 - static_cast<uint64_t>(v)) : v));
+        break;
+      case Reduction::SumSquare:
+        a = wrap(static_cast<uint64_t>(a) +
+                 static_cast<uint64_t>(v) * static_cast<uint64_t>(v));
+        break;
+      default:
+        a = wrap(static_cast<uint64_t>(a) + static_cast<uint64_t>(v));
+      }
+    }
+    HostTensor out(x->dataType, r->shape);
+    for (int64_t v : acc)
+      out.mutableInts().push_back(wrapToType(v, x->dataType));
+    ctx.setOutput(0, std::move(out));
     return success();
   }
-  bool keepdims = ctx.getAttrInt("keepdims", 1) != 0;
-  SmallVector<int64_t> shape;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (!llvm::is_contained(axes, d))
-      shape.push_back(typeOf(x).getDimSize(d));
-    else if (keepdims)
-      shape.push_back(1);
+
+  // LogSumExp subtracts each output's finite maximum first.
+  std::vector<double> shift(outCount, 0.0);
+  if (kind == Reduction::LogSumExp) {
+    std::vector<double> m(outCount, -INFINITY);
+    for (int64_t i = 0; i < n; ++i)
+      m[outIndex(i)] = std::max(m[outIndex(i)], x->getAsDouble(i));
+    for (int64_t o = 0; o < outCount; ++o)
+      shift[o] = std::isfinite(m[o]) ? m[o] : 0.0;
   }
+  std::vector<double> acc(outCount);
+  for (double &v : acc)
+    v = kind == Reduction::Prod  ? 1.0
+        : kind == Reduction::Max ? -INFINITY
+        : kind == Reduction::Min ? INFINITY
+                                 : 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t o = outIndex(i);
+    double v = x->getAsDouble(i), &a = acc[o];
+    switch (kind) {
+    case Reduction::Prod:
+      a *= v;
+      break;
+    case Reduction::Max: // NaN wins.
+      if (std::isnan(v) || v > a)
+        a = v;
+      break;
+    case Reduction::Min:
+      if (std::isnan(v) || v < a)
+        a = v;
+      break;
+    case Reduction::L1:
+      a += std::fabs(v);
+      break;
+    case Reduction::L2:
+    case Reduction::SumSquare:
+      a += v * v;
+      break;
+    case Reduction::LogSumExp:
+      a += std::exp(v - shift[o]);
+      break;
+    default:
+      a += v;
+    }
+  }
+  ctx.setOutput(0, makeTensor(x->dataType, r->shape, [&](int64_t o) {
+                  double a = acc[o];
+                  switch (kind) {
+                  case Reduction::Mean:
+                    return a / static_cast<double>(perOutput);
+                  case Reduction::L2:
+                    return std::sqrt(a);
+                  case Reduction::LogSumExp:
+                    return std::log(a) + shift[o];
+                  default:
+                    return a;
+                  }
+                }));
+  return success();
+}
+
+/// Reduce* on a run-time value: nn.reduce, with L1 (|x|), L2 (sqrt of the
+/// sum of x*x), SumSquare and LogSumExp (log(sum(exp(x - m))) + m, m the
+/// maximum where finite, else 0) decomposed around it.
+LogicalResult reduceHandler(NodeContext &ctx, Reduction kind,
+                            int64_t axesInputSince) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  StringRef op = ctx.getNode().op_type();
+  if (kind == Reduction::Prod)
+    return ctx.emitError() << op << " is supported only on constant inputs";
+  if ((kind == Reduction::L2 || kind == Reduction::LogSumExp) &&
+      failed(checkFloat(ctx, x)))
+    return failure();
+  FailureOr<ReduceAxes> r =
+      getReduceAxes(ctx, typeOf(x).getShape(), axesInputSince);
+  if (failed(r))
+    return failure();
   OpBuilder &b = ctx.getBuilder();
-  ctx.setOutput(0, nn::ReduceOp::create(b, ctx.getLoc(), typeOf(x).clone(shape),
-                                        kind, x, axes, keepdims));
+  Location loc = ctx.getLoc();
+  auto reduce = [&](nn::ReduceKind k, Value v, bool keepdims) -> Value {
+    SmallVector<int64_t> shape;
+    for (int64_t d = 0; d < typeOf(v).getRank(); ++d) {
+      if (!llvm::is_contained(r->axes, d))
+        shape.push_back(typeOf(v).getDimSize(d));
+      else if (keepdims)
+        shape.push_back(1);
+    }
+    return nn::ReduceOp::create(b, loc, typeOf(v).clone(shape), k, v, r->axes,
+                                keepdims);
+  };
+  // Nothing reduced (no axes with noop_with_empty_axes, or a scalar): the
+  // elementwise steps alone, as onnxruntime computes them.
+  bool noop = r->axes.empty();
+  Value result;
+  switch (kind) {
+  case Reduction::Sum:
+  case Reduction::Mean:
+  case Reduction::Max:
+  case Reduction::Min: {
+    nn::ReduceKind k = kind == Reduction::Sum    ? nn::ReduceKind::Sum
+                       : kind == Reduction::Mean ? nn::ReduceKind::Mean
+                       : kind == Reduction::Max  ? nn::ReduceKind::Max
+                                                 : nn::ReduceKind::Min;
+    result = noop ? x : reduce(k, x, r->keepdims);
+    break;
+  }
+  case Reduction::L1: {
+    Value magnitude = nn::AbsOp::create(b, loc, x);
+    result =
+        noop ? magnitude : reduce(nn::ReduceKind::Sum, magnitude, r->keepdims);
+    break;
+  }
+  case Reduction::L2:
+  case Reduction::SumSquare: {
+    if (noop && kind == Reduction::L2) {
+      result = nn::AbsOp::create(b, loc, x);
+      break;
+    }
+    Value square = nn::MulOp::create(b, loc, x, x);
+    result = noop ? square : reduce(nn::ReduceKind::Sum, square, r->keepdims);
+    if (kind == Reduction::L2)
+      result = nn::SqrtOp::create(b, loc, result);
+    break;
+  }
+  case Reduction::LogSumExp: {
+    if (noop) {
+      result = x;
+      break;
+    }
+    Type element = typeOf(x).getElementType();
+    Value max = reduce(nn::ReduceKind::Max, x, /*keepdims=*/true);
+    // m - m is 0 exactly when m is finite.
+    Value self = nn::SubOp::create(b, loc, max, max);
+    Value zero = scalarConstant(ctx, element, 0.0);
+    Value finite =
+        nn::CompareOp::create(b, loc, typeOf(max).clone(b.getI1Type()),
+                              nn::CompareDirection::EQ, self, zero);
+    Value shift = nn::WhereOp::create(b, loc, typeOf(max), finite, max, zero);
+    Value centered = nn::SubOp::create(b, loc, x, shift);
+    Value exp = nn::ExpOp::create(b, loc, centered);
+    Value sum = reduce(nn::ReduceKind::Sum, exp, /*keepdims=*/true);
+    Value log = nn::LogOp::create(b, loc, sum);
+    result = nn::AddOp::create(b, loc, log, shift);
+    result = reshape(ctx, result, r->shape);
+    break;
+  }
+  case Reduction::Prod:
+    llvm_unreachable("ReduceProd folds or is refused above");
+  }
+  ctx.setOutput(0, result);
   return success();
 }
 
@@ -540,14 +793,23 @@ void mlir::partita::onnx_import::registerTransformerOps(OpRegistry &registry) {
   registry.add("RotaryEmbedding", {23, nullptr, rotaryHandler});
   struct Reduce {
     const char *name;
-    nn::ReduceKind kind;
+    Reduction kind;
     int64_t axesInputSince;
   };
-  for (Reduce r : {Reduce{"ReduceMean", nn::ReduceKind::Mean, 18},
-                   Reduce{"ReduceSum", nn::ReduceKind::Sum, 13},
-                   Reduce{"ReduceMax", nn::ReduceKind::Max, 18},
-                   Reduce{"ReduceMin", nn::ReduceKind::Min, 18}})
-    registry.add(r.name, {13, nullptr, [r](NodeContext &ctx) {
+  for (Reduce r : {Reduce{"ReduceMean", Reduction::Mean, 18},
+                   Reduce{"ReduceSum", Reduction::Sum, 13},
+                   Reduce{"ReduceMax", Reduction::Max, 18},
+                   Reduce{"ReduceMin", Reduction::Min, 18},
+                   Reduce{"ReduceProd", Reduction::Prod, 18},
+                   Reduce{"ReduceL1", Reduction::L1, 18},
+                   Reduce{"ReduceL2", Reduction::L2, 18},
+                   Reduce{"ReduceSumSquare", Reduction::SumSquare, 18},
+                   Reduce{"ReduceLogSumExp", Reduction::LogSumExp, 18}})
+    registry.add(r.name, {13,
+                          [r](NodeContext &ctx) {
+                            return foldReduce(ctx, r.kind, r.axesInputSince);
+                          },
+                          [r](NodeContext &ctx) {
                             return reduceHandler(ctx, r.kind, r.axesInputSince);
                           }});
 }
