@@ -69,8 +69,11 @@ OpCost mlir::partita::estimateCost(Operation *op) {
               [](nn::AttentionPartialOp a) { return attentionFlops(a, false); })
           .Case<nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
                 nn::LogSoftmaxOp>([&](Operation *) { return 8 * out; })
+          // A scan is one add per element, like the elementwise ops.
+          .Case([&](nn::CumsumOp) { return out; })
           .Case<nn::GeluOp, nn::SiluOp, nn::ErfOp, nn::TanhOp, nn::ExpOp,
-                nn::SigmoidOp>([&](Operation *) { return 8 * out; })
+                nn::SigmoidOp, nn::SinOp, nn::CosOp>(
+              [&](Operation *) { return 8 * out; })
           .Default([&](Operation *) { return out; });
   return cost;
 }

@@ -216,6 +216,7 @@ private:
 void registerElementwiseOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerTransformerOps(OpRegistry &registry);
+void registerScanOps(OpRegistry &registry);
 
 /// Largest folded constant the importer computes (elements); larger ones are
 /// left to run time.

@@ -47,6 +47,7 @@ const OpRegistry &OpRegistry::get() {
     registerElementwiseOps(*r);
     registerShapeOps(*r);
     registerTransformerOps(*r);
+    registerScanOps(*r);
     return r;
   }();
   return *registry;
