@@ -5,13 +5,15 @@ nn.cumsum compiled, run with partita-run on one rank and at tp=2, and
 compared with onnxruntime."""
 
 import itertools
+import re
+import subprocess
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import compile_and_run
+from conftest import BUILD, compile_and_run
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 MESHES = ["", "tp=2"]
@@ -40,6 +42,7 @@ def reference(m, feeds):
 
 
 def run(tmp_path, m, feeds, mesh):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "model.onnx"
     path.write_bytes(m.SerializeToString())
     flags = ["--mesh", mesh] if mesh else []
@@ -158,6 +161,55 @@ def test_cumsum_matches_onnxruntime(tmp_path, mesh):
         else:
             np.testing.assert_allclose(got[name], expected, rtol=1e-5,
                                        atol=1e-5, err_msg=name)
+
+
+def projection_model():
+    """A vocab-parallel style last projection whose output (split on its
+    features at tp=2) is scanned along the sequence, which keeps the split,
+    and along the features, which must gather first; and its cosine."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("CumSum", ["r", "seq_axis"], ["cs"], reverse=1),
+             helper.make_node("MatMul", ["cs", "w2"], ["y"]),
+             helper.make_node("CumSum", ["y", "seq_axis"], ["seq"],
+                              exclusive=1, name="scan_seq"),
+             helper.make_node("CumSum", ["y", "feature_axis"], ["feat"],
+                              name="scan_feat"),
+             helper.make_node("Cos", ["y"], ["cos_y"])]
+    return model(
+        nodes, [vi("x", F, [2, 16, 8])],
+        [vi(n, F, [2, 16, 8]) for n in ["y", "seq", "feat", "cos_y"]],
+        [const("w1", rng.standard_normal((8, 32)).astype(np.float32)),
+         const("w2", rng.standard_normal((32, 8)).astype(np.float32) / 4),
+         const("seq_axis", np.int64(1)), const("feature_axis", np.int64(-1))])
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_cumsum_and_cos_of_a_sharded_projection(tmp_path, mesh):
+    m = projection_model()
+    x = np.random.default_rng(5).standard_normal((2, 16, 8)).astype(
+        np.float32)
+    if mesh:
+        # The split of y's features reaches the scan along the sequence and
+        # the cosine (local [2, 16, 4]); the scan along the features runs on
+        # the gathered [2, 16, 8].
+        path = tmp_path / "model.onnx"
+        path.write_bytes(m.SerializeToString())
+        local = subprocess.run(
+            [str(BUILD / "bin" / "partita-compile"), str(path), "--mesh", mesh,
+             "--emit", "local"], capture_output=True, text=True, timeout=60)
+        assert local.returncode == 0, local.stderr
+        assert re.search(r"nn.cumsum %\S+ axis = 1 exclusive : "
+                         r"tensor<2x16x4xf32>", local.stdout), local.stdout
+        assert re.search(r"nn.cos %\S+ : tensor<2x16x4xf32>", local.stdout)
+        assert re.search(r"nn.cumsum %\S+ axis = 2 : tensor<2x16x8xf32>",
+                         local.stdout), local.stdout
+    want = reference(m, {"x": x})
+    got = run(tmp_path / "run", m, {"x": x}, mesh)
+    for name, expected in want.items():
+        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5,
+                                   err_msg=name)
 
 
 def test_cumsum_of_constants_folds(compile_model):
