@@ -69,11 +69,10 @@ OpCost mlir::partita::estimateCost(Operation *op) {
               [](nn::AttentionPartialOp a) { return attentionFlops(a, false); })
           .Case<nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
                 nn::LogSoftmaxOp>([&](Operation *) { return 8 * out; })
-          // A scan is one add per element, like the elementwise ops.
-          .Case([&](nn::CumsumOp) { return out; })
           .Case<nn::GeluOp, nn::SiluOp, nn::ErfOp, nn::TanhOp, nn::ExpOp,
-                nn::SigmoidOp, nn::SinOp, nn::CosOp>(
-              [&](Operation *) { return 8 * out; })
+                nn::SigmoidOp>([&](Operation *) { return 8 * out; })
+          .Case<nn::SinOp, nn::CosOp>([&](Operation *) { return 8 * out; })
+          // cumsum, like the elementwise ops: one add per element.
           .Default([&](Operation *) { return out; });
   return cost;
 }

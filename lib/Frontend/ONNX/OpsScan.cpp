@@ -126,8 +126,8 @@ LogicalResult buildCumsum(NodeContext &ctx) {
     return failure();
   bool exclusive = ctx.getAttrInt("exclusive", 0) != 0;
   bool reverse = ctx.getAttrInt("reverse", 0) != 0;
-  ctx.setOutput(0, nn::CumsumOp::create(ctx.getBuilder(), ctx.getLoc(), type,
-                                        x, *axis, exclusive, reverse));
+  ctx.setOutput(0, nn::CumsumOp::create(ctx.getBuilder(), ctx.getLoc(), type, x,
+                                        *axis, exclusive, reverse));
   return success();
 }
 

@@ -447,12 +447,11 @@ llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx) {
   std::string zero = fl ? "0.0f" : "0LL";
   // Each value as the unfused kernel would store it, then the epilogue.
   auto store = [&](const std::string &value, const std::string &index,
-                   const std::string &indent,
-                   std::string &out) -> llvm::Error {
-    out += indent + "[[maybe_unused]] float f = " + (fl ? value : "0.0f") +
-           ";\n";
-    out += indent + "[[maybe_unused]] long long n = " + (fl ? "0" : value) +
-           ";\n";
+                   const std::string &indent, std::string &out) -> llvm::Error {
+    out +=
+        indent + "[[maybe_unused]] float f = " + (fl ? value : "0.0f") + ";\n";
+    out +=
+        indent + "[[maybe_unused]] long long n = " + (fl ? "0" : value) + ";\n";
     if (!ctx.getKernel().epilogue().empty()) {
       if (input->dtype == program::F16)
         out += indent + "f = pt::round_f16(f);\n";

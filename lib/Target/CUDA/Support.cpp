@@ -357,11 +357,10 @@ static bool broadcasts(llvm::ArrayRef<int64_t> from,
 
 bool isElementwiseOp(llvm::StringRef op) {
   return llvm::is_contained(
-      {"add",  "sub",     "mul",  "div",  "pow",  "max",        "min",
-       "and",  "or",      "xor",  "compare", "where", "neg",     "abs",
-       "exp",  "log",     "sqrt", "rsqrt", "reciprocal", "tanh", "erf",
-       "sin",  "cos",     "sigmoid", "relu", "silu", "not",     "gelu",
-       "cast", "copy"},
+      {"add",  "sub",   "mul",        "div",   "pow",  "max", "min", "and",
+       "or",   "xor",   "compare",    "where", "neg",  "abs", "exp", "log",
+       "sqrt", "rsqrt", "reciprocal", "tanh",  "erf",  "sin", "cos", "sigmoid",
+       "relu", "silu",  "not",        "gelu",  "cast", "copy"},
       op);
 }
 

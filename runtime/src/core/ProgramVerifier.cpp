@@ -772,10 +772,9 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
     PARTITA_RETURN_IF_ERROR(
         checkAxis(intAttr("axis"), input.shape.size(), "axis"));
     if (input.shape != result.shape || input.dtype != result.dtype)
-      return Status::error("the result " +
-                           typeString(result.dtype, result.shape) +
-                           " differs from the input " +
-                           typeString(input.dtype, input.shape));
+      return Status::error(
+          "the result " + typeString(result.dtype, result.shape) +
+          " differs from the input " + typeString(input.dtype, input.shape));
   } else if (op == "concat") {
     PARTITA_RETURN_IF_ERROR(
         checkAxis(intAttr("axis"), result.shape.size(), "axis"));

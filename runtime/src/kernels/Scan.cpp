@@ -53,22 +53,22 @@ void scanTyped(ThreadPool &pool, const T *in, T *out, int64_t outer, int64_t n,
   constexpr int64_t kWidth = 256;
   int64_t blocks = (inner + kWidth - 1) / kWidth;
   int64_t width = std::min(inner, kWidth);
-  pool.parallelFor(
-      outer * blocks, grainFor(n * width), [&](int64_t t0, int64_t t1) {
-        C acc[kWidth];
-        for (int64_t t = t0; t < t1; ++t) {
-          int64_t o = t / blocks, c0 = (t % blocks) * kWidth;
-          int64_t w = std::min(kWidth, inner - c0);
-          for (int64_t c = 0; c < w; ++c)
-            acc[c] = C(0);
-          int64_t base = o * n * inner + c0;
-          for (int64_t step = 0; step < n; ++step) {
-            int64_t k = reverse ? n - 1 - step : step;
-            scanStep<Exclusive>(in + base + k * inner, out + base + k * inner,
-                                acc, w);
-          }
-        }
-      });
+  pool.parallelFor(outer * blocks, grainFor(n * width),
+                   [&](int64_t t0, int64_t t1) {
+                     C acc[kWidth];
+                     for (int64_t t = t0; t < t1; ++t) {
+                       int64_t o = t / blocks, c0 = (t % blocks) * kWidth;
+                       int64_t w = std::min(kWidth, inner - c0);
+                       for (int64_t c = 0; c < w; ++c)
+                         acc[c] = C(0);
+                       int64_t base = o * n * inner + c0;
+                       for (int64_t step = 0; step < n; ++step) {
+                         int64_t k = reverse ? n - 1 - step : step;
+                         scanStep<Exclusive>(in + base + k * inner,
+                                             out + base + k * inner, acc, w);
+                       }
+                     }
+                   });
 }
 
 } // namespace

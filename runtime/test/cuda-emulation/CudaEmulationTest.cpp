@@ -302,8 +302,7 @@ INSTANTIATE_TEST_SUITE_P(
              "--hidden 256 --heads 4 --seq 80 --vocab 640"},
         // Rotary tables and cumulative sums of inputs (nn.sin, nn.cos and
         // both shapes of the cumsum kernel), unsharded and at tp=2.
-        Case{"positions", "positions", "", false, "",
-             "make_positions_case.py"},
+        Case{"positions", "positions", "", false, "", "make_positions_case.py"},
         Case{"positions_tp2", "positions", "--mesh tp=2", false, "",
              "make_positions_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });

@@ -319,6 +319,8 @@ struct UnaryCase {
   double lo, hi;
 };
 
+// sin and cos up to 4096: rotary angles, positions in the thousands times
+// frequencies near 1.
 const UnaryCase kUnaryCases[] = {
     {"neg", -5, 5},       {"abs", -5, 5},          {"exp", -20, 20},
     {"exp", -0.01, 0.01}, {"log", 0.001, 1000},    {"sqrt", 0, 100},
@@ -326,7 +328,6 @@ const UnaryCase kUnaryCases[] = {
     {"tanh", -0.6, 0.6},  {"erf", -6, 6},          {"erf", -0.7, 0.7},
     {"sigmoid", -30, 30}, {"relu", -5, 5},         {"silu", -30, 30},
     {"gelu", -12, 12},    {"gelu_tanh", -12, 12},  {"gelu", -0.01, 0.01},
-    // Rotary angles: positions in the thousands times frequencies near 1.
     {"sin", -4096, 4096}, {"cos", -4096, 4096},    {"sin", -0.01, 0.01},
     {"cos", -3.2, 3.2},
 };

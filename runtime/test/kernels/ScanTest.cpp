@@ -81,15 +81,14 @@ TEST(ScanTest, EveryAxisCombinationAndType) {
   // Inner blocks below, at and above the kernel's 256 columns.
   const std::vector<std::vector<int64_t>> shapes = {
       {37}, {3, 5, 7}, {2, 300, 3}, {4, 2, 513}};
-  for (DType dtype : {program::F32, program::F16, program::BF16, program::I64,
-                      program::I32})
+  for (DType dtype :
+       {program::F32, program::F16, program::BF16, program::I64, program::I32})
     for (const auto &shape : shapes)
-      for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size());
-           ++axis)
+      for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis)
         for (bool exclusive : {false, true})
           for (bool reverse : {false, true}) {
-            SCOPED_TRACE(typeName(dtype) + " " + shapeString(shape) +
-                         " axis " + std::to_string(axis) +
+            SCOPED_TRACE(typeName(dtype) + " " + shapeString(shape) + " axis " +
+                         std::to_string(axis) +
                          (exclusive ? " exclusive" : "") +
                          (reverse ? " reverse" : ""));
             Buffer x = randomBuffer(rng, dtype, shape, -3, 3);

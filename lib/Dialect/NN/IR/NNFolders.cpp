@@ -375,7 +375,8 @@ OpFoldResult CumsumOp::fold(FoldAdaptor adaptor) {
   ArrayRef<int64_t> shape = getType().getShape();
   int64_t axis = getAxis(), size = shape[axis];
   int64_t inner = stridesOf(shape)[axis];
-  int64_t outer = getType().getNumElements() / std::max<int64_t>(size * inner, 1);
+  int64_t outer =
+      getType().getNumElements() / std::max<int64_t>(size * inner, 1);
   Type elementType = getType().getElementType();
   auto values = llvm::to_vector(dense.getValues<Attribute>());
   SmallVector<Attribute> out(values.size());
