@@ -71,6 +71,8 @@ OpCost mlir::partita::estimateCost(Operation *op) {
                 nn::LogSoftmaxOp>([&](Operation *) { return 8 * out; })
           .Case<nn::GeluOp, nn::SiluOp, nn::ErfOp, nn::TanhOp, nn::ExpOp,
                 nn::SigmoidOp>([&](Operation *) { return 8 * out; })
+          .Case<nn::SinOp, nn::CosOp>([&](Operation *) { return 8 * out; })
+          // cumsum, like the elementwise ops: one add per element.
           .Default([&](Operation *) { return out; });
   return cost;
 }

@@ -55,6 +55,8 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
   %recip = nn.reciprocal %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
   %tanh = nn.tanh %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
   %erf = nn.erf %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
+  %sin = nn.sin %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
+  %cos = nn.cos %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
   %sig = nn.sigmoid %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
   %relu = nn.relu %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
   %silu = nn.silu %a {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : tensor<2x8x16xf32>
@@ -66,6 +68,8 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
   %mean = nn.reduce mean %a axes = [0] {expected = "([i, j, k]) -> ([j, k]) {i=2 reduction(mean), j=8, k=16}"} : tensor<2x8x16xf32> -> tensor<8x16xf32>
   %sm = nn.softmax %a axis = 2 {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
   %lsm = nn.log_softmax %a axis = 1 {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8 normalization, k=16}"} : tensor<2x8x16xf32>
+  %scan = nn.cumsum %a axis = 1 exclusive {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8 opaque, k=16}"} : tensor<2x8x16xf32>
+  %pid = nn.cumsum %ids axis = 1 {expected = "([i, j]) -> ([i, j]) {i=2, j=8 opaque}"} : tensor<2x8xi64>
   %ln = nn.layer_norm %a scale(%row : tensor<16xf32>) bias(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-05 {expected = "([i, j, k], [k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
   %rms = nn.rms_norm %a scale(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-06 {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
   %mm = nn.matmul %a, %w bias %bias {expected = "([i, j, l], [l, k], [k]) -> ([i, j, k]) {i=2, j=8, k=32, l=16 reduction}"} : (tensor<2x8x16xf32>, tensor<16x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>

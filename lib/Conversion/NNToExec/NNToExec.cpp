@@ -147,8 +147,8 @@ bool isFusibleElementwise(Operation *op) {
   return isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp, nn::MaxOp,
              nn::MinOp, nn::AndOp, nn::OrOp, nn::XorOp, nn::NegOp, nn::AbsOp,
              nn::ExpOp, nn::LogOp, nn::SqrtOp, nn::RsqrtOp, nn::ReciprocalOp,
-             nn::TanhOp, nn::ErfOp, nn::SigmoidOp, nn::ReluOp, nn::SiluOp,
-             nn::NotOp, nn::GeluOp>(op);
+             nn::TanhOp, nn::ErfOp, nn::SinOp, nn::CosOp, nn::SigmoidOp,
+             nn::ReluOp, nn::SiluOp, nn::NotOp, nn::GeluOp>(op);
 }
 
 /// Ops that become a kernel instruction (everything but constants and
@@ -205,6 +205,11 @@ void setAttributes(Operation *op,
       })
       .Case<nn::SoftmaxOp, nn::LogSoftmaxOp>(
           [&](auto o) { m["axis"] = intAttr(o.getAxis()); })
+      .Case([&](nn::CumsumOp o) {
+        m["axis"] = intAttr(o.getAxis());
+        m["exclusive"] = boolAttr(o.getExclusive());
+        m["reverse"] = boolAttr(o.getReverse());
+      })
       .Case([&](nn::LayerNormOp o) {
         m["axis"] = intAttr(o.getAxis());
         m["epsilon"] = floatAttr(o.getEpsilon().convertToDouble());

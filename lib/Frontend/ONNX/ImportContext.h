@@ -221,6 +221,7 @@ void registerElementwiseOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerTransformerOps(OpRegistry &registry);
 void registerIndexingOps(OpRegistry &registry);
+void registerScanOps(OpRegistry &registry);
 
 /// Largest folded constant the importer computes (elements); larger ones are
 /// left to run time.

@@ -49,6 +49,7 @@ const OpRegistry &OpRegistry::get() {
     registerShapeOps(*r);
     registerTransformerOps(*r);
     registerIndexingOps(*r);
+    registerScanOps(*r);
     return r;
   }();
   return *registry;

@@ -21,8 +21,9 @@ from onnx import TensorProto, defs
 MIN_OPSET, MAX_OPSET = 13, 23
 
 # The op types OpRegistry has entries for (OpsElementwise.cpp, OpsShape.cpp,
-# OpsTransformer.cpp, OpsIndexing.cpp). An op missing here is reported as an internal error
-# by every import, so the list cannot silently fall behind.
+# OpsTransformer.cpp, OpsIndexing.cpp, OpsScan.cpp). An op missing here is
+# reported as an internal error by every import, so the list cannot silently
+# fall behind.
 OPS = """
 Add Sub Mul Div Max Min And Or Xor Pow Equal Less Greater LessOrEqual
 GreaterOrEqual Neg Abs Sqrt Reciprocal Exp Log Tanh Erf Sigmoid Relu Not Cos
@@ -33,11 +34,13 @@ MatMul Gemm Softmax LogSoftmax LayerNormalization RMSNormalization Gelu
 Attention RotaryEmbedding ReduceMean ReduceSum ReduceMax ReduceMin
 IsNaN Clip Mod ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
 GatherElements GatherND ScatterND
+CumSum
 """.split()
 
 # INT attributes that ONNX defines as booleans: 0 or 1, nothing else.
 BOOLEAN_ATTRS = {"keepdims", "noop_with_empty_axes", "allowzero", "upper",
-                 "transA", "transB", "saturate", "is_causal", "interleaved"}
+                 "transA", "transB", "saturate", "is_causal", "interleaved",
+                 "exclusive", "reverse"}
 
 OPTION = {
     defs.OpSchema.FormalParameterOption.Single: "Single",

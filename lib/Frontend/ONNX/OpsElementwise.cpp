@@ -688,9 +688,11 @@ void mlir::partita::onnx_import::registerElementwiseOps(OpRegistry &registry) {
   addUnary<nn::SigmoidOp>(registry, "Sigmoid", 6, sigmoidFn);
   addUnary<nn::ReluOp>(registry, "Relu", 6, reluFn, /*keepInts=*/true);
   addUnary<nn::NotOp>(registry, "Not", 1, notFn, /*keepInts=*/true);
-  // Only seen on constants in exported graphs (rotary tables, rounding).
-  addFoldOnlyUnary(registry, "Cos", 7, cosFn);
-  addFoldOnlyUnary(registry, "Sin", 7, sinFn);
+  // Rotary tables: folded when the positions are constant, nn.sin/nn.cos
+  // when they are an input (position_ids).
+  addUnary<nn::CosOp>(registry, "Cos", 7, cosFn);
+  addUnary<nn::SinOp>(registry, "Sin", 7, sinFn);
+  // Only seen on constants in exported graphs (rounding).
   addFoldOnlyUnary(registry, "Floor", 6, floorFn);
   addFoldOnlyUnary(registry, "Ceil", 6, ceilFn);
 

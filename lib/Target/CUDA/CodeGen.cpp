@@ -308,6 +308,8 @@ llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx) {
       return emitSoftmax(ctx);
     if (op == "reduce")
       return emitReduce(ctx);
+    if (op == "cumsum")
+      return emitCumsum(ctx);
     if (op == "attention" || op == "attention_partial")
       return emitAttention(ctx);
     if (op == "rope")

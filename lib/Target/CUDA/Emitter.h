@@ -212,6 +212,7 @@ llvm::Expected<GeneratedKernel> emitElementwise(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitNormalization(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitSoftmax(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitReduce(const KernelContext &ctx);
+llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitRope(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitDataMovement(const KernelContext &ctx);

@@ -188,6 +188,20 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// The inclusive prefix sum of `v` over the lanes of a warp (every lane
+/// takes part): lane l gets v[0] + ... + v[l], in a tree order.
+template <typename T, typename Add>
+__device__ __forceinline__ T warp_inclusive_scan(T v, Add add) {
+  const unsigned lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    T t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= (unsigned)d)
+      v = add(t, v);
+  }
+  return v;
+}
+
 /// The sum (or maximum) over a group of GROUP threads that work on one row:
 /// a warp (GROUP == 32) or the whole block (GROUP == blockDim.x). `red` is
 /// 32 floats of shared memory; every thread of the group gets the result.

@@ -391,4 +391,151 @@ llvm::Expected<GeneratedKernel> emitReduce(const KernelContext &ctx) {
   return k;
 }
 
+/// cumsum: a warp per line when the scanned axis is the innermost (position
+/// ids, `mask.cumsum(-1)`), 32 elements at a time with a shuffle scan and a
+/// carry; a thread per line otherwise, walking the axis in order with the
+/// threads of a warp on adjacent columns (coalesced). Integers are exact
+/// either way; the warp scan adds floats in a tree order within each 32.
+llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx) {
+  if (auto err = ctx.expectCounts(1, 1))
+    return std::move(err);
+  auto input = ctx.operand(0);
+  auto result = ctx.result(0);
+  if (!input)
+    return input.takeError();
+  if (!result)
+    return result.takeError();
+  auto axisOr = ctx.getInt("axis");
+  auto exclusive = ctx.getBool("exclusive");
+  auto reverse = ctx.getBool("reverse");
+  if (!axisOr)
+    return axisOr.takeError();
+  if (!exclusive)
+    return exclusive.takeError();
+  if (!reverse)
+    return reverse.takeError();
+  int64_t rank = input->rank(), axis = *axisOr;
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return ctx.error("axis " + llvm::Twine(*axisOr) + " is out of range for " +
+                     shapeString(input->shape));
+  if (result->shape != input->shape || result->dtype != input->dtype)
+    return ctx.error("the result differs from the input " +
+                     shapeString(input->shape));
+  if (input->dtype == program::BOOL)
+    return ctx.error("no cumsum of bool");
+  int64_t total = input->numElements();
+  if (total >= (int64_t(1) << 31))
+    return ctx.error("inputs above 2^31 elements are not supported");
+  int64_t outer = 1, n = input->shape[axis], inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= input->shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= input->shape[d];
+
+  Signature sig;
+  std::string x = sig.addInput(*input, "a0");
+  std::string r = sig.addOutput(*result, "r0");
+  auto epilogue = epilogueSteps(ctx, sig);
+  if (!epilogue)
+    return epilogue.takeError();
+
+  bool fl = isFloat(input->dtype);
+  std::string acc = fl ? "float" : "long long";
+  std::string load = fl ? "pt::ldf" : "pt::ldi";
+  std::string zero = fl ? "0.0f" : "0LL";
+  // Each value as the unfused kernel would store it, then the epilogue.
+  auto store = [&](const std::string &value, const std::string &index,
+                   const std::string &indent, std::string &out) -> llvm::Error {
+    out +=
+        indent + "[[maybe_unused]] float f = " + (fl ? value : "0.0f") + ";\n";
+    out +=
+        indent + "[[maybe_unused]] long long n = " + (fl ? "0" : value) + ";\n";
+    if (!ctx.getKernel().epilogue().empty()) {
+      if (input->dtype == program::F16)
+        out += indent + "f = pt::round_f16(f);\n";
+      else if (input->dtype == program::BF16)
+        out += indent + "f = pt::round_bf16(f);\n";
+      else if (input->dtype == program::I32)
+        out += indent + "n = pt::wrap_i32(n);\n";
+      else if (input->dtype == program::I8)
+        out += indent + "n = pt::wrap_i8(n);\n";
+    }
+    return emitChain(ctx, *epilogue, input->dtype, *result, r, index, indent,
+                     out);
+  };
+
+  std::string s =
+      "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+      sig.parameters() + ") {\n";
+  s += "  auto add = [](" + acc + " a, " + acc + " b) { return " +
+       (fl ? "a + b" : "pt::iadd(a, b)") + "; };\n";
+  int64_t blocks;
+  if (inner == 1) {
+    s += "  const unsigned row = blockIdx.x * 8 + threadIdx.x / 32;\n";
+    s += "  const unsigned lane = threadIdx.x % 32;\n";
+    s += "  if (row >= " + literal(outer) + ")\n    return;\n";
+    s += "  " + acc + " carry = " + zero + ";\n";
+    s += "  for (unsigned k0 = 0; k0 < " + literal(n) + "; k0 += 32) {\n";
+    s += "    const unsigned k = k0 + lane;\n";
+    s += "    const unsigned at = row * " + literal(n) + " + " +
+         (*reverse ? literal(n - 1) + " - k" : std::string("k")) + ";\n";
+    s += "    " + acc + " v = k < " + literal(n) + " ? " + load + "(" + x +
+         " + at) : " + zero + ";\n";
+    s += "    v = add(carry, pt::warp_inclusive_scan(v, add));\n";
+    if (*exclusive) {
+      s += "    " + acc + " before = __shfl_up_sync(0xffffffffu, v, 1);\n";
+      s += "    " + acc + " out = lane == 0 ? carry : before;\n";
+    } else {
+      s += "    " + acc + " out = v;\n";
+    }
+    s += "    carry = __shfl_sync(0xffffffffu, v, 31);\n";
+    s += "    if (k < " + literal(n) + ") {\n";
+    if (auto err = store("out", "at", "      ", s))
+      return std::move(err);
+    s += "    }\n  }\n";
+    blocks = (outer + 7) / 8;
+  } else {
+    std::string idx = indexType(total);
+    s += "  const " + idx + " t = (" + idx +
+         ")blockIdx.x * 256 + threadIdx.x;\n";
+    s += "  if (t >= " + literal(outer * inner) + ")\n    return;\n";
+    s += "  const " + idx + " base = t / " + literal(inner) + " * " +
+         literal(n * inner) + " + t % " + literal(inner) + ";\n";
+    s += "  " + acc + " acc = " + zero + ";\n";
+    s += "  for (unsigned s = 0; s < " + literal(n) + "; ++s) {\n";
+    s += "    const " + idx + " at = base + (" + idx + ")(" +
+         (*reverse ? literal(n - 1) + " - s" : std::string("s")) + ") * " +
+         literal(inner) + ";\n";
+    s += "    const " + acc + " x = " + load + "(" + x + " + at);\n";
+    if (*exclusive) {
+      s += "    const " + acc + " out = acc;\n";
+      s += "    acc = add(acc, x);\n";
+    } else {
+      s += "    acc = add(acc, x);\n";
+      s += "    const " + acc + " out = acc;\n";
+    }
+    s += "    {\n";
+    if (auto err = store("out", "at", "      ", s))
+      return std::move(err);
+    s += "    }\n  }\n";
+    blocks = (outer * inner + 255) / 256;
+  }
+  s += "}\n";
+
+  GeneratedKernel k;
+  k.label = "cumsum";
+  // "cumsum over 8 elements, exclusive epilogue: sub".
+  k.summary = "cumsum over " + std::to_string(n) + " elements" +
+              (*exclusive ? ", exclusive" : "") +
+              (*reverse ? ", reverse" : "") +
+              ctx.summary().substr(ctx.op().size());
+  k.grid = {static_cast<uint32_t>(std::max<int64_t>(1, blocks)), 1, 1};
+  k.block = {256, 1, 1};
+  k.arguments = sig.arguments();
+  k.text = s;
+  return k;
+}
+
 } // namespace partita::target::cuda

@@ -357,10 +357,10 @@ static bool broadcasts(llvm::ArrayRef<int64_t> from,
 
 bool isElementwiseOp(llvm::StringRef op) {
   return llvm::is_contained(
-      {"add",     "sub",  "mul",  "div",     "pow",        "max",  "min",
-       "and",     "or",   "xor",  "compare", "where",      "neg",  "abs",
-       "exp",     "log",  "sqrt", "rsqrt",   "reciprocal", "tanh", "erf",
-       "sigmoid", "relu", "silu", "not",     "gelu",       "cast", "copy"},
+      {"add",  "sub",   "mul",        "div",   "pow",  "max", "min", "and",
+       "or",   "xor",   "compare",    "where", "neg",  "abs", "exp", "log",
+       "sqrt", "rsqrt", "reciprocal", "tanh",  "erf",  "sin", "cos", "sigmoid",
+       "relu", "silu",  "not",        "gelu",  "cast", "copy"},
       op);
 }
 
@@ -601,6 +601,10 @@ llvm::Error ChainEmitter::emit(llvm::ArrayRef<ChainStep> steps, DType start) {
           {"reciprocal", "1.0f / f"},
           {"tanh", "tanhf(f)"},
           {"erf", "erff(f)"},
+          // Accurate over the whole range (no --use_fast_math): rotary
+          // angles reach thousands of radians.
+          {"sin", "sinf(f)"},
+          {"cos", "cosf(f)"},
           {"sigmoid", "pt::sigmoid(f)"},
           {"relu", "pt::relu(f)"},
           {"silu", "pt::silu(f)"},

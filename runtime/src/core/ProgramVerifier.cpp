@@ -159,7 +159,7 @@ const std::unordered_map<std::string, OpSpec> &opSpecs() {
     t["where"] = {3, 3, 1, 1, {}, true};
     for (const char *op :
          {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
-          "erf", "sigmoid", "relu", "silu", "not", "cast"})
+          "erf", "sin", "cos", "sigmoid", "relu", "silu", "not", "cast"})
       t[op] = {1, 1, 1, 1, {}, true};
     t["gelu"] = {1,   1, 1, 1, {{"approximation", AttrType::String, false}},
                  true};
@@ -172,6 +172,13 @@ const std::unordered_map<std::string, OpSpec> &opSpecs() {
                     {"keepdims", AttrType::Bool, false}}};
     for (const char *op : {"softmax", "log_softmax"})
       t[op] = {1, 1, 1, 1, {{"axis", AttrType::Int, true}}};
+    t["cumsum"] = {1,
+                   1,
+                   1,
+                   1,
+                   {{"axis", AttrType::Int, true},
+                    {"exclusive", AttrType::Bool, false},
+                    {"reverse", AttrType::Bool, false}}};
     t["layer_norm"] = {1,
                        3,
                        1,
@@ -761,6 +768,13 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
              op == "rms_norm" || op == "gather" || op == "split") {
     PARTITA_RETURN_IF_ERROR(
         checkAxis(intAttr("axis"), input.shape.size(), "axis"));
+  } else if (op == "cumsum") {
+    PARTITA_RETURN_IF_ERROR(
+        checkAxis(intAttr("axis"), input.shape.size(), "axis"));
+    if (input.shape != result.shape || input.dtype != result.dtype)
+      return Status::error(
+          "the result " + typeString(result.dtype, result.shape) +
+          " differs from the input " + typeString(input.dtype, input.shape));
   } else if (op == "concat") {
     PARTITA_RETURN_IF_ERROR(
         checkAxis(intAttr("axis"), result.shape.size(), "axis"));

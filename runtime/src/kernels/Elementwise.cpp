@@ -47,6 +47,8 @@ enum class UnaryOp {
   Reciprocal,
   Tanh,
   Erf,
+  Sin,
+  Cos,
   Sigmoid,
   Relu,
   Silu,
@@ -163,6 +165,12 @@ template <UnaryOp Op> inline float unaryFloat(float x) {
     return tanhApprox(x);
   else if constexpr (Op == UnaryOp::Erf)
     return erfApprox(x);
+  // libm's, with full range reduction: rotary angles reach thousands of
+  // radians, where a short polynomial would lose every digit.
+  else if constexpr (Op == UnaryOp::Sin)
+    return std::sin(x);
+  else if constexpr (Op == UnaryOp::Cos)
+    return std::cos(x);
   else if constexpr (Op == UnaryOp::Sigmoid)
     return sigmoidApprox(x);
   else if constexpr (Op == UnaryOp::Relu) // Keeps NaN, as max(x, 0) does.
@@ -377,6 +385,8 @@ void applyUnaryFloat(UnaryOp op, float *r, int64_t n) {
     PARTITA_UNARY_CASE(Reciprocal, unaryFloatLoop)
     PARTITA_UNARY_CASE(Tanh, unaryFloatLoop)
     PARTITA_UNARY_CASE(Erf, unaryFloatLoop)
+    PARTITA_UNARY_CASE(Sin, unaryFloatLoop)
+    PARTITA_UNARY_CASE(Cos, unaryFloatLoop)
     PARTITA_UNARY_CASE(Sigmoid, unaryFloatLoop)
     PARTITA_UNARY_CASE(Relu, unaryFloatLoop)
     PARTITA_UNARY_CASE(Silu, unaryFloatLoop)
@@ -522,6 +532,8 @@ const std::unordered_map<std::string, UnaryOp> &unaryOps() {
       {"reciprocal", UnaryOp::Reciprocal},
       {"tanh", UnaryOp::Tanh},
       {"erf", UnaryOp::Erf},
+      {"sin", UnaryOp::Sin},
+      {"cos", UnaryOp::Cos},
       {"sigmoid", UnaryOp::Sigmoid},
       {"relu", UnaryOp::Relu},
       {"silu", UnaryOp::Silu},

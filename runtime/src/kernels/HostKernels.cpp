@@ -185,11 +185,12 @@ const std::unordered_map<std::string, OpInfo> &opTable() {
                            "and", "or", "xor", "compare"})
       t[op] = {2, 2, 1, runElementwise};
     t["where"] = {3, 3, 1, runElementwise};
-    for (const char *op :
-         {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
-          "erf", "sigmoid", "relu", "silu", "not", "gelu", "cast"})
+    for (const char *op : {"neg", "abs", "exp", "log", "sqrt", "rsqrt",
+                           "reciprocal", "tanh", "erf", "sin", "cos", "sigmoid",
+                           "relu", "silu", "not", "gelu", "cast"})
       t[op] = {1, 1, 1, runElementwise};
     t["reduce"] = {1, 1, 1, runReduce};
+    t["cumsum"] = {1, 1, 1, runCumsum};
     t["softmax"] = {1, 1, 1, runSoftmax};
     t["log_softmax"] = {1, 1, 1, runLogSoftmax};
     t["layer_norm"] = {1, 3, 1, runLayerNorm};

@@ -329,6 +329,7 @@ DType naturalResultType(const KernelContext &ctx);
 bool epilogueChangesType(const program::Kernel &kernel);
 
 Status runReduce(KernelContext &ctx);
+Status runCumsum(KernelContext &ctx);
 Status runSoftmax(KernelContext &ctx);
 Status runLogSoftmax(KernelContext &ctx);
 Status runLayerNorm(KernelContext &ctx);

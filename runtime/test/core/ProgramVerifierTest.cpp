@@ -405,6 +405,28 @@ TEST(ProgramVerifier, AttributesAreInRange) {
                                         "limit 8, stride 2, size 6");
 }
 
+TEST(ProgramVerifier, CumsumAxisFlagsAndShape) {
+  OneKernel scan("cumsum", {{2, 4}}, {2, 4});
+  EXPECT_ERROR_CONTAINS(scan.verify(), "missing attribute 'axis'");
+  setInt(scan.kernel, "axis", -1);
+  EXPECT_OK(scan.verify());
+  setBool(scan.kernel, "exclusive", true);
+  setBool(scan.kernel, "reverse", true);
+  EXPECT_OK(scan.verify());
+  setInt(scan.kernel, "axis", 2);
+  EXPECT_ERROR_CONTAINS(scan.verify(), "axis 2 is out of range for rank 2");
+  setInt(scan.kernel, "axis", 0);
+  setInt(scan.kernel, "reverse", 1);
+  EXPECT_ERROR_CONTAINS(scan.verify(), "attribute 'reverse' is not a bool");
+
+  OneKernel reshaped("cumsum", {{2, 4}}, {4, 2});
+  setInt(reshaped.kernel, "axis", 0);
+  EXPECT_ERROR_CONTAINS(reshaped.verify(), "the result f32 [4, 2] differs "
+                                           "from the input f32 [2, 4]");
+  EXPECT_OK(OneKernel("sin", {{3}}, {3}).verify());
+  EXPECT_OK(OneKernel("cos", {{3}}, {3}).verify());
+}
+
 TEST(ProgramVerifier, ElementwiseOperandsBroadcastToTheResult) {
   EXPECT_OK(OneKernel("add", {{4}, {3, 1}}, {3, 4}).verify());
   EXPECT_ERROR_CONTAINS(OneKernel("add", {{4}, {3, 2}}, {3, 4}).verify(),

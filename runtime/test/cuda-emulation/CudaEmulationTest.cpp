@@ -129,6 +129,9 @@ struct Case {
   /// bench/gen_gpt.py flags of a generated model (make_case.py writes it
   /// and onnxruntime's outputs); empty: a committed model.
   std::string generate = "";
+  /// Another generator script beside make_case.py, run with the models
+  /// folder and the model's name (make_positions_case.py).
+  std::string maker = "";
 };
 
 std::ostream &operator<<(std::ostream &os, const Case &c) {
@@ -152,15 +155,17 @@ TEST_P(CudaEmulation, MatchesOnnxRuntime) {
 
   Workspace &workspace = Workspace::get();
   std::string models = PARTITA_EMU_MODELS;
-  if (!c.generate.empty()) {
+  if (!c.generate.empty() || !c.maker.empty()) {
     if (runCommand("python3 -c 'import onnx, onnxruntime'", probe) != 0)
       GTEST_SKIP() << "no python3 with onnx and onnxruntime to generate "
                    << c.model;
     models = workspace.root;
+    std::string script = PARTITA_EMU_MAKE_CASE;
+    if (!c.maker.empty())
+      script = script.substr(0, script.rfind('/') + 1) + c.maker;
     std::string generated;
-    ASSERT_EQ(runCommand("python3 '" + std::string(PARTITA_EMU_MAKE_CASE) +
-                             "' '" + models + "' '" + c.model + "' " +
-                             c.generate,
+    ASSERT_EQ(runCommand("python3 '" + script + "' '" + models + "' '" +
+                             c.model + "' " + c.generate,
                          generated),
               0)
         << generated;
@@ -294,7 +299,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gpt_wide", "gpt_wide", "", false,
              "--hidden 256 --heads 4 --seq 80 --vocab 640"},
         Case{"gpt_wide_tp2", "gpt_wide", "--mesh tp=2", false,
-             "--hidden 256 --heads 4 --seq 80 --vocab 640"}),
+             "--hidden 256 --heads 4 --seq 80 --vocab 640"},
+        // Rotary tables and cumulative sums of inputs (nn.sin, nn.cos and
+        // both shapes of the cumsum kernel), unsharded and at tp=2.
+        Case{"positions", "positions", "", false, "", "make_positions_case.py"},
+        Case{"positions_tp2", "positions", "--mesh tp=2", false, "",
+             "make_positions_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

@@ -297,6 +297,10 @@ double refUnary(const std::string &op, double x) {
     return std::tanh(x);
   if (op == "erf")
     return std::erf(x);
+  if (op == "sin")
+    return std::sin(x);
+  if (op == "cos")
+    return std::cos(x);
   if (op == "sigmoid")
     return 1 / (1 + std::exp(-x));
   if (op == "relu")
@@ -315,6 +319,8 @@ struct UnaryCase {
   double lo, hi;
 };
 
+// sin and cos up to 4096: rotary angles, positions in the thousands times
+// frequencies near 1.
 const UnaryCase kUnaryCases[] = {
     {"neg", -5, 5},       {"abs", -5, 5},          {"exp", -20, 20},
     {"exp", -0.01, 0.01}, {"log", 0.001, 1000},    {"sqrt", 0, 100},
@@ -322,6 +328,8 @@ const UnaryCase kUnaryCases[] = {
     {"tanh", -0.6, 0.6},  {"erf", -6, 6},          {"erf", -0.7, 0.7},
     {"sigmoid", -30, 30}, {"relu", -5, 5},         {"silu", -30, 30},
     {"gelu", -12, 12},    {"gelu_tanh", -12, 12},  {"gelu", -0.01, 0.01},
+    {"sin", -4096, 4096}, {"cos", -4096, 4096},    {"sin", -0.01, 0.01},
+    {"cos", -3.2, 3.2},
 };
 
 Buffer runUnary(const std::string &op, Buffer &x) {
@@ -381,6 +389,14 @@ TEST(ElementwiseTest, FloatUnarySpecialValues) {
   std::vector<double> f = got("erf");
   EXPECT_EQ(f[0], 1.0);
   EXPECT_EQ(f[1], -1.0);
+  std::vector<double> sine = got("sin"), cosine = got("cos");
+  EXPECT_TRUE(std::isnan(sine[0]) && std::isnan(sine[1]) &&
+              std::isnan(sine[2]));
+  EXPECT_TRUE(std::isnan(cosine[0]) && std::isnan(cosine[1]) &&
+              std::isnan(cosine[2]));
+  EXPECT_EQ(sine[3], 0.0);
+  EXPECT_EQ(cosine[3], 1.0);
+  EXPECT_EQ(sine[4], static_cast<double>(std::sin(100.0f)));
 }
 
 TEST(ElementwiseTest, IntegerUnaryOps) {

@@ -153,3 +153,51 @@ func.func @reshapes_around_matmul(%x: tensor<2x16x64xf32>, %w: tensor<64x192xf32
   // CHECK: return %[[MM]], %[[MM48]], %[[SPLIT]]
   return %2, %5, %8 : tensor<2x16x192xf32>, tensor<4x8x192xf32>, tensor<64x96xf32>
 }
+
+// -----
+
+// sin and cos of constants fold in double precision, rounded once to the
+// element type: rotary tables of constant positions become constants, at
+// angles where a short polynomial would have lost every digit.
+// CHECK-LABEL: func.func @trig_folds
+func.func @trig_folds(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<2xbf16>, tensor<3xf32>) {
+  // CHECK-DAG: nn.constant dense<[0.000000e+00, 1.000000e+00, -5.946420e-01]> : tensor<3xf32>
+  // CHECK-DAG: nn.constant dense<[1.000000e+00, -4.160160e-01]> : tensor<2xbf16>
+  %a = nn.constant dense<[0.0, 1.57079637, 4096.0]> : tensor<3xf32>
+  %s = nn.sin %a : tensor<3xf32>
+  %b = nn.constant dense<[0.0, 2.0]> : tensor<2xbf16>
+  %c = nn.cos %b : tensor<2xbf16>
+  // A non-constant operand stays.
+  // CHECK: nn.sin %{{.*}} : tensor<3xf32>
+  %v = nn.sin %x : tensor<3xf32>
+  return %s, %c, %v : tensor<3xf32>, tensor<2xbf16>, tensor<3xf32>
+}
+
+// -----
+
+// cumsum of a constant folds for every attribute combination; integers
+// wrap at their width.
+// CHECK-LABEL: func.func @cumsum_folds
+func.func @cumsum_folds(%x: tensor<2x3xi64>) -> (tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<3xf32>, tensor<2xi32>, tensor<2x3xi64>) {
+  // CHECK-DAG: %[[INC:.*]] = nn.constant dense<{{\[}}[1, 3, 6], [4, 9, 15]]> : tensor<2x3xi64>
+  // CHECK-DAG: %[[EXC:.*]] = nn.constant dense<{{\[}}[0, 1, 3], [0, 4, 9]]> : tensor<2x3xi64>
+  // CHECK-DAG: %[[REV:.*]] = nn.constant dense<{{\[}}[6, 5, 3], [15, 11, 6]]> : tensor<2x3xi64>
+  // CHECK-DAG: %[[EXREV:.*]] = nn.constant dense<{{\[}}[5, 3, 0], [11, 6, 0]]> : tensor<2x3xi64>
+  // CHECK-DAG: %[[AX0:.*]] = nn.constant dense<{{\[}}[1, 2, 3], [5, 7, 9]]> : tensor<2x3xi64>
+  // CHECK-DAG: %[[F:.*]] = nn.constant dense<[1.250000e+00, 1.000000e+00, 0.000000e+00]> : tensor<3xf32>
+  // CHECK-DAG: %[[WRAP:.*]] = nn.constant dense<[2147483647, -2147483648]> : tensor<2xi32>
+  // CHECK-DAG: %[[DYN:.*]] = nn.cumsum %{{.*}} axis = 1 exclusive : tensor<2x3xi64>
+  // CHECK: return %[[INC]], %[[EXC]], %[[REV]], %[[EXREV]], %[[AX0]], %[[F]], %[[WRAP]], %[[DYN]]
+  %m = nn.constant dense<[[1, 2, 3], [4, 5, 6]]> : tensor<2x3xi64>
+  %0 = nn.cumsum %m axis = 1 : tensor<2x3xi64>
+  %1 = nn.cumsum %m axis = 1 exclusive : tensor<2x3xi64>
+  %2 = nn.cumsum %m axis = 1 reverse : tensor<2x3xi64>
+  %3 = nn.cumsum %m axis = 1 exclusive reverse : tensor<2x3xi64>
+  %4 = nn.cumsum %m axis = 0 : tensor<2x3xi64>
+  %f = nn.constant dense<[0.5, 0.25, 1.0]> : tensor<3xf32>
+  %5 = nn.cumsum %f axis = 0 exclusive reverse : tensor<3xf32>
+  %i = nn.constant dense<[2147483647, 1]> : tensor<2xi32>
+  %6 = nn.cumsum %i axis = 0 : tensor<2xi32>
+  %7 = nn.cumsum %x axis = 1 exclusive : tensor<2x3xi64>
+  return %0, %1, %2, %3, %4, %5, %6, %7 : tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<3xf32>, tensor<2xi32>, tensor<2x3xi64>
+}

@@ -381,6 +381,42 @@ func.func @log_softmax_c1(%a: tensor<2x3xf32>) {
 
 // -----
 
+// cumsum_c1
+func.func @cumsum_c1(%a: tensor<2x3xi64>) {
+  // expected-error @+1 {{cumsum_c1: axis 2 is out of range [0, 2)}}
+  %0 = nn.cumsum %a axis = 2 : tensor<2x3xi64>
+  return
+}
+
+// -----
+
+// cumsum_c1 (negative: the importer normalizes ONNX's negative axes)
+func.func @cumsum_c1_negative(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{cumsum_c1: axis -1 is out of range [0, 2)}}
+  %0 = nn.cumsum %a axis = -1 : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// cumsum element types: booleans have no sum.
+func.func @cumsum_bool(%a: tensor<2x3xi1>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit float or 16-bit float or bfloat16 type or 32-bit signless integer or 64-bit signless integer values}}
+  %0 = nn.cumsum %a axis = 0 : tensor<2x3xi1>
+  return
+}
+
+// -----
+
+// sin of integers: the float unary ops take float tensors only.
+func.func @sin_int(%a: tensor<4xi64>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of}}
+  %0 = nn.sin %a : tensor<4xi64>
+  return
+}
+
+// -----
+
 // layer_norm_c1
 func.func @layer_norm_c1(%x: tensor<2x8xf32>) {
   // expected-error @+1 {{layer_norm_c1: axis 2 is out of range [0, 2)}}

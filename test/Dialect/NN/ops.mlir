@@ -90,6 +90,10 @@ func.func @unary(%a: tensor<2x8xf32>, %b: tensor<4xi1>, %i: tensor<4xi64>) {
   %14 = nn.not %b : tensor<4xi1>
   // CHECK: nn.cast %{{.*}} : tensor<4xi64> -> tensor<4xbf16>
   %15 = nn.cast %i : tensor<4xi64> -> tensor<4xbf16>
+  // CHECK: nn.sin %{{.*}} : tensor<2x8xf32>
+  %16 = nn.sin %a : tensor<2x8xf32>
+  // CHECK: nn.cos %{{.*}} : tensor<2x8xf32>
+  %17 = nn.cos %a : tensor<2x8xf32>
   return
 }
 
@@ -105,6 +109,12 @@ func.func @normalizations(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
   %2 = nn.softmax %x axis = 2 : tensor<2x8x16xf32>
   // CHECK: nn.log_softmax %{{.*}} axis = 1 : tensor<2x8x16xf32>
   %3 = nn.log_softmax %x axis = 1 : tensor<2x8x16xf32>
+  // CHECK: nn.cumsum %{{.*}} axis = 1 : tensor<2x8x16xf32>
+  %7 = nn.cumsum %x axis = 1 : tensor<2x8x16xf32>
+  // CHECK: nn.cumsum %{{.*}} axis = 2 exclusive reverse : tensor<2x8x16xf32>
+  %8 = nn.cumsum %x axis = 2 exclusive reverse : tensor<2x8x16xf32>
+  // CHECK: nn.cumsum %{{.*}} axis = 0 reverse : tensor<2x8x16xf32>
+  %9 = nn.cumsum %x axis = 0 reverse : tensor<2x8x16xf32>
   // CHECK: nn.layer_norm %{{.*}} scale(%{{.*}} : tensor<16xf32>) bias(%{{.*}} : tensor<16xf32>) axis = 2 epsilon = 9.99999974E-6 : tensor<2x8x16xf32>
   %4 = nn.layer_norm %x scale(%g : tensor<16xf32>) bias(%g : tensor<16xf32>) axis = 2 epsilon = 1.0e-05 : tensor<2x8x16xf32>
   // CHECK: nn.layer_norm %{{.*}} axis = 1 epsilon = 9.99999974E-6 : tensor<2x8x16xf32>

@@ -19,6 +19,8 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/APSInt.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::partita;
 using namespace mlir::partita::nn;
@@ -280,6 +282,36 @@ OpFoldResult NegOp::fold(FoldAdaptor adaptor) {
       });
 }
 
+/// Folds a float unary op through `fn` in double precision, rounded once to
+/// the element type.
+template <typename Fn>
+static Attribute foldFloatUnary(ShapedType type, ArrayRef<Attribute> operands,
+                                Fn fn) {
+  Type elementType = type.getElementType();
+  const llvm::fltSemantics &semantics =
+      cast<FloatType>(elementType).getFloatSemantics();
+  return foldElementwise(
+      type, operands, [&](ArrayRef<Attribute> args) -> Attribute {
+        APFloat x = cast<FloatAttr>(args[0]).getValue();
+        bool losesInfo;
+        x.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven,
+                  &losesInfo);
+        APFloat y(fn(x.convertToDouble()));
+        y.convert(semantics, APFloat::rmNearestTiesToEven, &losesInfo);
+        return FloatAttr::get(elementType, y);
+      });
+}
+
+OpFoldResult SinOp::fold(FoldAdaptor adaptor) {
+  return foldFloatUnary(getType(), adaptor.getOperands(),
+                        [](double x) { return std::sin(x); });
+}
+
+OpFoldResult CosOp::fold(FoldAdaptor adaptor) {
+  return foldFloatUnary(getType(), adaptor.getOperands(),
+                        [](double x) { return std::cos(x); });
+}
+
 OpFoldResult NotOp::fold(FoldAdaptor adaptor) {
   Type elementType = getType().getElementType();
   return foldElementwise(getType(), adaptor.getOperands(),
@@ -330,6 +362,62 @@ OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
                       APFloat::rmNearestTiesToEven, &losesInfo);
         return FloatAttr::get(to, value);
       });
+}
+
+//===----------------------------------------------------------------------===//
+// Scans
+//===----------------------------------------------------------------------===//
+
+OpFoldResult CumsumOp::fold(FoldAdaptor adaptor) {
+  DenseElementsAttr dense = getDense(adaptor.getInput());
+  if (!dense || !isSmall(getType()))
+    return {};
+  ArrayRef<int64_t> shape = getType().getShape();
+  int64_t axis = getAxis(), size = shape[axis];
+  int64_t inner = stridesOf(shape)[axis];
+  int64_t outer =
+      getType().getNumElements() / std::max<int64_t>(size * inner, 1);
+  Type elementType = getType().getElementType();
+  auto values = llvm::to_vector(dense.getValues<Attribute>());
+  SmallVector<Attribute> out(values.size());
+  bool exclusive = getExclusive(), reverse = getReverse();
+  // The order of the run-time kernel: integers wrap at their width, floats
+  // accumulate in fp32 along the axis and round once to the element type.
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < inner; ++c) {
+      APInt intAcc(isa<IntegerType>(elementType)
+                       ? elementType.getIntOrFloatBitWidth()
+                       : 1,
+                   0);
+      APFloat floatAcc(0.0f);
+      for (int64_t step = 0; step < size; ++step) {
+        int64_t k = reverse ? size - 1 - step : step;
+        int64_t at = (o * size + k) * inner + c;
+        Attribute element = values[at];
+        if (auto i = dyn_cast<IntegerAttr>(element)) {
+          if (!exclusive)
+            intAcc += i.getValue();
+          out[at] = IntegerAttr::get(elementType, intAcc);
+          if (exclusive)
+            intAcc += i.getValue();
+          continue;
+        }
+        APFloat x = cast<FloatAttr>(element).getValue();
+        bool losesInfo;
+        x.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven,
+                  &losesInfo);
+        if (!exclusive)
+          floatAcc.add(x, APFloat::rmNearestTiesToEven);
+        APFloat stored = floatAcc;
+        stored.convert(cast<FloatType>(elementType).getFloatSemantics(),
+                       APFloat::rmNearestTiesToEven, &losesInfo);
+        out[at] = FloatAttr::get(elementType, stored);
+        if (exclusive)
+          floatAcc.add(x, APFloat::rmNearestTiesToEven);
+      }
+    }
+  }
+  return DenseElementsAttr::get(getType(), out);
 }
 
 //===----------------------------------------------------------------------===//

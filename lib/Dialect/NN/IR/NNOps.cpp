@@ -248,6 +248,11 @@ LogicalResult LogSoftmaxOp::verify() {
                            getInput().getType().getRank());
 }
 
+LogicalResult CumsumOp::verify() {
+  return verifyAxisInRange(*this, "cumsum_c1", getAxis(),
+                           getInput().getType().getRank());
+}
+
 /// Shared by layer_norm and rms_norm: the axis (c1), the shape (c2) and
 /// element type (c3) of the affine parameters, and epsilon (c4).
 static LogicalResult verifyNormalization(Operation *op, StringRef mnemonic,

@@ -97,6 +97,8 @@ NN_IDENTITY_RULE(RsqrtOp)
 NN_IDENTITY_RULE(ReciprocalOp)
 NN_IDENTITY_RULE(TanhOp)
 NN_IDENTITY_RULE(ErfOp)
+NN_IDENTITY_RULE(SinOp)
+NN_IDENTITY_RULE(CosOp)
 NN_IDENTITY_RULE(SigmoidOp)
 NN_IDENTITY_RULE(ReluOp)
 NN_IDENTITY_RULE(SiluOp)
@@ -147,6 +149,16 @@ ShardingRule LogSoftmaxOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
   addIdentityFactors(rule, *this, {static_cast<unsigned>(getAxis())},
                      FactorKind::Normalization);
+  return rule;
+}
+
+/// Each result element depends on every input element before it along the
+/// axis, so the scanned dimension cannot be split: it stays replicated.
+/// Every other dimension passes through.
+ShardingRule CumsumOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  addIdentityFactors(rule, *this, {static_cast<unsigned>(getAxis())},
+                     FactorKind::Opaque);
   return rule;
 }
 

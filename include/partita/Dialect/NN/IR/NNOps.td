@@ -215,6 +215,14 @@ def NN_ReciprocalOp : NN_ElementwiseUnaryOp<"reciprocal", NN_FloatTensor,
                                             "1 / x">;
 def NN_TanhOp : NN_ElementwiseUnaryOp<"tanh", NN_FloatTensor, "tanh(x)">;
 def NN_ErfOp : NN_ElementwiseUnaryOp<"erf", NN_FloatTensor, "erf(x)">;
+// Rotary tables computed from position inputs: arguments reach thousands of
+// radians, so every backend computes these with full range reduction.
+def NN_SinOp : NN_ElementwiseUnaryOp<"sin", NN_FloatTensor, "sin(x)"> {
+  let hasFolder = 1;
+}
+def NN_CosOp : NN_ElementwiseUnaryOp<"cos", NN_FloatTensor, "cos(x)"> {
+  let hasFolder = 1;
+}
 def NN_SigmoidOp : NN_ElementwiseUnaryOp<"sigmoid", NN_FloatTensor,
                                          "1 / (1 + e^-x)">;
 def NN_ReluOp : NN_ElementwiseUnaryOp<"relu", NN_NumericTensor, "max(x, 0)">;
@@ -316,6 +324,38 @@ class NN_SoftmaxLikeOp<string mnemonic, string formula>
 
 def NN_SoftmaxOp : NN_SoftmaxLikeOp<"softmax", "exp(x) / sum(exp(x))">;
 def NN_LogSoftmaxOp : NN_SoftmaxLikeOp<"log_softmax", "x - log(sum(exp(x)))">;
+
+def NN_ScanTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
+
+def NN_CumsumOp : NN_Op<"cumsum", [SameOperandsAndResultType]> {
+  let summary = "cumulative sum along one axis";
+  let description = [{
+    Running sums along `axis`, as ONNX `CumSum`: element `i` of the result
+    is the sum of input elements `0..i` along the axis. With `exclusive`
+    the element itself is left out (the first sum is 0); with `reverse` the
+    sums run from the end of the axis. Integers sum exactly (wrapping on
+    overflow); floats accumulate in fp32 in axis order. Position ids of
+    padded batches are written `attention_mask.cumsum(-1) - 1`.
+
+    ```mlir
+    %p = nn.cumsum %mask axis = 1 : tensor<2x128xi64>
+    %q = nn.cumsum %x axis = 0 exclusive reverse : tensor<8x4xf32>
+    ```
+
+    **Constraints**
+
+    1. `cumsum_c1`: `axis` is within `[0, rank)`.
+  }];
+  let arguments = (ins NN_ScanTensor:$input, I64Attr:$axis,
+                       UnitAttr:$exclusive, UnitAttr:$reverse);
+  let results = (outs NN_ScanTensor:$result);
+  let assemblyFormat = [{
+    $input `axis` `=` $axis (`exclusive` $exclusive^)? (`reverse` $reverse^)?
+    attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
 
 def NN_LayerNormOp : NN_Op<"layer_norm", [
     AttrSizedOperandSegments, AllTypesMatch<["input", "result"]>]> {
