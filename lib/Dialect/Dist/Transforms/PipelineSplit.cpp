@@ -104,13 +104,15 @@ private:
   int64_t stages, microbatches, virtualStages;
 };
 
-/// The dimension a collective splits, gathers or slices (whose size it
-/// changes), if any.
-std::optional<int64_t> resizedDim(Operation *op) {
-  for (StringRef name : {"gather_dim", "scatter_dim", "slice_dim"})
+/// The dimensions a collective splits, gathers, slices or exchanges (whose
+/// sizes it changes): none, one, or an all-to-all's two.
+SmallVector<int64_t, 2> resizedDims(Operation *op) {
+  SmallVector<int64_t, 2> dims;
+  for (StringRef name :
+       {"gather_dim", "scatter_dim", "slice_dim", "split_dim", "concat_dim"})
     if (auto attr = op->getAttrOfType<IntegerAttr>(name))
-      return attr.getInt();
-  return std::nullopt;
+      dims.push_back(attr.getInt());
+  return dims;
 }
 
 LogicalResult
@@ -156,14 +158,15 @@ Splitter::findBatchDims(func::FuncOp func,
               mark(v, d);
         return;
       }
-      // Collectives keep every dimension but the one they resize.
-      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp,
+      // Collectives keep every dimension but those they resize (Ulysses'
+      // all-to-alls exchange heads for sequence and keep the batch).
+      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp, AllToAllOp,
               CollectivePermuteOp>(op)) {
-        std::optional<int64_t> resized = resizedDim(op);
+        SmallVector<int64_t, 2> resized = resizedDims(op);
         Value in = op->getOperand(0), out = op->getResult(0);
         for (auto [from, to] : {std::pair(in, out), std::pair(out, in)})
           if (auto it = batchDim.find(from);
-              it != batchDim.end() && it->second != resized)
+              it != batchDim.end() && !llvm::is_contained(resized, it->second))
             mark(to, it->second);
       }
     });
