@@ -8,7 +8,8 @@ with onnxruntime and the one-rank run (fp32: rtol 1e-4, atol 1e-5):
 * llama_kv (a decoder step with a KV cache, GQA 4 query / 2 key/value
   heads): the concat of a tp-split past key input with the new keys was
   partitioned with the input's local head count and --mesh tp=2 failed
-  concat_c4.
+  concat_c4; at pp=2 its per-layer present outputs kept every cut before
+  the first layer, so one stage did all the work.
 * gpt2, llama, bert on pp=2 x sp=2 with Ulysses and microbatches: the
   all-to-alls around attention kept the whole batch and failed
   all_to_all_c5."""
@@ -65,7 +66,8 @@ def test_head_size_32(tmp_path, single, mesh):
 
 
 @pytest.mark.parametrize("mesh", ["tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
-                                  "pp=2,tp=2 --microbatches 2",
+                                  "pp=4", "pp=2,tp=2 --microbatches 2",
+                                  "pp=2 --microbatches 2 --virtual-stages 2",
                                   "sp=2 --sp-mode ulysses",
                                   "tp=2 --sp-mode megatron"])
 def test_kv_cache(tmp_path, single, mesh):
@@ -92,6 +94,20 @@ def test_kv_cache_tp_splits_the_cache(tmp_path, single):
         assert kinds == {"all_reduce", "all_gather"}, kinds
         gathers = [c for c in rank["collectives"] if c["kind"] == "all_gather"]
         assert sum(c["count"] for c in gathers) == 5, gathers
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_kv_cache_pipeline_is_balanced(tmp_path, single, stages):
+    """Each layer returns its present keys and values; they travel with the
+    activation to the last stage instead of keeping every cut before the
+    first layer (stage 0 once held the embedding alone)."""
+    report = check(tmp_path, single, "llama_kv", ["--mesh", f"pp={stages}"])
+    seconds = report["pipeline"]["stage_seconds"]
+    assert len(seconds) == stages
+    if stages == 2:  # one layer each
+        assert max(seconds) < 1.2 * min(seconds), seconds
+    first = report["ranks"][0]["p2p"]
+    assert first and first[0]["kind"] == "send" and first[0]["count"] >= 1
 
 
 def test_kv_cache_ring_is_refused(tmp_path):
