@@ -102,3 +102,17 @@ func.func @weight() -> tensor<4x8xf32> {
   %r = nn.relu %a : tensor<4x8xf32>
   return %r : tensor<4x8xf32>
 }
+
+// An argument split on a dimension that an op's sharding rule sizes from
+// that operand (a KV cache's past keys, concatenated with the new ones):
+// the rule sees the global shape, so the heads stay split and the
+// argument is not gathered.
+// CHECK-LABEL: func.func @past_keys
+// CHECK-SAME: (%[[PAST:.*]]: tensor<2x1x8x16xf32> {{.*}}, %[[NEW:.*]]: tensor<2x1x8x16xf32> {{.*}})
+// CHECK-NOT: dist.all_gather
+// CHECK: nn.concat %[[PAST]], %[[NEW]] axis = 2 : (tensor<2x1x8x16xf32>, tensor<2x1x8x16xf32>) -> tensor<2x1x16x16xf32>
+func.func @past_keys(%past: tensor<2x2x8x16xf32> {dist.sharding = #dist.sharding<@mesh, [{}, {tp}, {}, {}]>}, %new: tensor<2x2x8x16xf32> {dist.sharding = #dist.sharding<@mesh, [{}, {tp}, {}, {}]>}) -> tensor<2x2x16x16xf32> {
+  %c = nn.concat %past, %new axis = 2 : (tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> tensor<2x2x16x16xf32>
+  %r = dist.annotate %c sharding<@mesh, [{}, {tp}, {}, {}]> : tensor<2x2x16x16xf32>
+  return %r : tensor<2x2x16x16xf32>
+}

@@ -194,15 +194,18 @@ def repeat_kv(hidden_states, n_rep):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, num_kv_heads=2):
+    def __init__(self, num_kv_heads=2, hidden=HIDDEN):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = HEADS, num_kv_heads, HIDDEN // HEADS
-        self.q_proj = nn.Linear(HIDDEN, HEADS * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(HIDDEN, num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(HIDDEN, num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(HEADS * self.head_dim, HIDDEN, bias=False)
+        self.num_heads, self.num_kv_heads, self.head_dim = HEADS, num_kv_heads, hidden // HEADS
+        self.q_proj = nn.Linear(hidden, HEADS * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(HEADS * self.head_dim, hidden, bias=False)
 
-    def forward(self, hidden_states, cos, sin, causal_mask):
+    def forward(self, hidden_states, cos, sin, causal_mask, past=None):
+        """With `past` (the cached keys and values, [batch, kv_heads,
+        past_len, head_dim] each) returns (output, (keys, values)), the
+        cache grown by this step's positions, as HF's DynamicCache does."""
         bsz, q_len, _ = hidden_states.size()
         q = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(hidden_states).view(bsz, q_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -210,40 +213,48 @@ class LlamaAttention(nn.Module):
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q = (q * cos) + (rotate_half(q) * sin)
         k = (k * cos) + (rotate_half(k) * sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        present = (k, v)
         n_rep = self.num_heads // self.num_kv_heads
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
         attn_weights = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
         attn_weights = attn_weights + causal_mask
         attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
         attn_output = torch.matmul(attn_weights, v).transpose(1, 2).contiguous()
-        return self.o_proj(attn_output.reshape(bsz, q_len, -1))
+        out = self.o_proj(attn_output.reshape(bsz, q_len, -1))
+        return out if past is None else (out, present)
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, intermediate=128):
+    def __init__(self, intermediate=128, hidden=HIDDEN):
         super().__init__()
-        self.self_attn = LlamaAttention()
-        self.gate_proj = nn.Linear(HIDDEN, intermediate, bias=False)
-        self.up_proj = nn.Linear(HIDDEN, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, HIDDEN, bias=False)
-        self.input_layernorm = LlamaRMSNorm(HIDDEN)
-        self.post_attention_layernorm = LlamaRMSNorm(HIDDEN)
+        self.self_attn = LlamaAttention(hidden=hidden)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.input_layernorm = LlamaRMSNorm(hidden)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden)
 
-    def forward(self, hidden_states, cos, sin, causal_mask):
-        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), cos, sin, causal_mask)
+    def forward(self, hidden_states, cos, sin, causal_mask, past=None):
+        attn = self.self_attn(self.input_layernorm(hidden_states), cos, sin, causal_mask, past)
+        if past is not None:
+            attn, present = attn
+        hidden_states = hidden_states + attn
         x = self.post_attention_layernorm(hidden_states)
         mlp = self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-        return hidden_states + mlp
+        out = hidden_states + mlp
+        return out if past is None else (out, present)
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self):
+    def __init__(self, hidden=HIDDEN):
         super().__init__()
-        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList([LlamaDecoderLayer() for _ in range(LAYERS)])
-        self.norm = LlamaRMSNorm(HIDDEN)
-        self.rotary_emb = LlamaRotaryEmbedding(HIDDEN // HEADS)
-        self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)  # untied
+        self.embed_tokens = nn.Embedding(VOCAB, hidden)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(hidden=hidden) for _ in range(LAYERS)])
+        self.norm = LlamaRMSNorm(hidden)
+        self.rotary_emb = LlamaRotaryEmbedding(hidden // HEADS)
+        self.lm_head = nn.Linear(hidden, VOCAB, bias=False)  # untied
 
     def forward(self, input_ids):
         hidden_states = self.embed_tokens(input_ids)
@@ -256,6 +267,46 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.layers:
             hidden_states = layer(hidden_states, cos, sin, causal_mask)
         return self.lm_head(self.norm(hidden_states))
+
+
+class LlamaHeadDim32(LlamaForCausalLM):
+    """`llama` at head size 32: hidden 128, 4 query and 2 key/value heads, as
+    transformers' LlamaConfig(hidden_size=128, num_attention_heads=4,
+    num_key_value_heads=2) has it. Its rotary cos/sin tables ([seq, 32]
+    floats) are larger than the constants a program keeps inline."""
+
+    def __init__(self):
+        super().__init__(hidden=128)
+
+
+PAST = 8  # llama_kv: cached positions
+
+
+def cache_names(kind):
+    return [f"{kind}.{i}.{t}" for i in range(LAYERS) for t in ("key", "value")]
+
+
+class LlamaWithCache(LlamaForCausalLM):
+    """One decoder step of `llama` (same weights) with a KV cache, as
+    transformers exports a decoder with past: inputs `input_ids` and each
+    layer's `past_key_values.<i>.key|value` [batch, 2 kv heads, past, 16];
+    outputs `logits` and `present.<i>.key|value` (past + new positions).
+    Positions continue from the cache's length and the causal mask is
+    [seq, past + seq], so query i sees keys up to past + i."""
+
+    def forward(self, input_ids, *past):
+        hidden_states = self.embed_tokens(input_ids)
+        seq_len, past_len = hidden_states.shape[1], past[0].shape[2]
+        position_ids = torch.arange(past_len, past_len + seq_len).unsqueeze(0)
+        cos, sin = self.rotary_emb(hidden_states, position_ids)
+        min_dtype = torch.finfo(hidden_states.dtype).min
+        causal_mask = torch.full((seq_len, past_len + seq_len), fill_value=min_dtype, dtype=hidden_states.dtype)
+        causal_mask = torch.triu(causal_mask, diagonal=past_len + 1)[None, None, :, :]
+        presents = []
+        for i, layer in enumerate(self.layers):
+            hidden_states, present = layer(hidden_states, cos, sin, causal_mask, (past[2 * i], past[2 * i + 1]))
+            presents += present
+        return (self.lm_head(self.norm(hidden_states)), *presents)
 
 
 # ----------------------------------------------------------------- BERT ----
@@ -327,7 +378,11 @@ MODELS = {  # name -> (class, input names, output names)
     "llama": (LlamaForCausalLM, ["input_ids"], ["logits"]),
     "bert": (BertModel, ["input_ids", "attention_mask"], ["last_hidden_state"]),
     "gpt2_masked": (GPT2MaskedLMHeadModel, ["input_ids", "attention_mask"], ["logits"]),
+    "llama_hd32": (LlamaHeadDim32, ["input_ids"], ["logits"]),
+    "llama_kv": (LlamaWithCache, ["input_ids"] + cache_names("past_key_values"), ["logits"] + cache_names("present")),
 }
+# Exported with static shapes only.
+STATIC_ONLY = {"llama_hd32", "llama_kv"}
 
 
 def build(name):
@@ -346,7 +401,11 @@ def build(name):
 
 def example_inputs(name, batch=2, seq=16):
     g = torch.Generator().manual_seed(1)
+    if name == "llama_kv":  # a step of 8 new positions after 8 cached ones
+        seq = 8
     inputs = [torch.randint(0, VOCAB, (batch, seq), generator=g, dtype=torch.long)]
+    if name == "llama_kv":
+        inputs += [torch.randn(batch, 2, PAST, HIDDEN // HEADS, generator=g) for _ in range(2 * LAYERS)]
     if name in ("bert", "gpt2_masked"):
         mask = torch.ones(batch, seq, dtype=torch.long)
         mask[-1, -5:] = 0
@@ -358,7 +417,8 @@ def export(name):
     model = build(name)
     _, in_names, out_names = MODELS[name]
     args = example_inputs(name)
-    for suffix, dyn in (("", None), ("_dynamic", {n: {0: "batch", 1: "seq"} for n in in_names + out_names})):
+    variants = (("", None), ("_dynamic", {n: {0: "batch", 1: "seq"} for n in in_names + out_names}))
+    for suffix, dyn in variants[:1] if name in STATIC_ONLY else variants:
         path = os.path.join(HERE, f"{name}{suffix}.onnx")
         torch.onnx.export(model, args, path, input_names=in_names, output_names=out_names,
                           dynamic_axes=dyn, opset_version=17, do_constant_folding=True)
@@ -377,7 +437,8 @@ def verify(ref_dir, atol=1e-4):
         ort = np.load(os.path.join(ref_dir, f"{tag}.ort.npz"))
         with torch.no_grad():
             out = build(name)(*[torch.from_numpy(feeds[n]) for n in in_names])
-        diff = float(np.max(np.abs(out.numpy() - ort[out_names[0]])))
+        outs = out if isinstance(out, tuple) else (out,)
+        diff = max(float(np.max(np.abs(o.numpy() - ort[n]))) for n, o in zip(out_names, outs))
         ok = diff <= atol
         failures += not ok
         print(f"{'OK  ' if ok else 'FAIL'} torch vs onnxruntime {tag}: max |diff| = {diff:.3g}")

@@ -3,14 +3,18 @@
 Run with the pyenv python (the `python3` first on PATH, which has onnx and
 onnxruntime), after export.py has written the .onnx files:
 
-    python3 test/models/make_reference.py
+    python3 test/models/make_reference.py [NAME ...]   (default: all)
 
-For each model <name> in gpt2, llama, bert this writes, next to the models:
+For each model <name> in gpt2, llama, bert, gpt2_masked this writes, next
+to the models:
     <name>.inputs.npz   one deterministic input set, batch 2, seq 16
     <name>.outputs.npz  onnxruntime's (CPU, no graph optimizations) outputs
                         of <name>.onnx on those inputs
 Keys are the ONNX graph input/output names.  For bert the attention_mask pads
-the last 5 positions of the second batch row.
+the last 5 positions of the second batch row.  The static-only fixtures
+(llama_hd32; llama_kv, whose step has seq 8 after 8 cached positions drawn
+from a standard normal) get the same two files, and only the checks that
+need no dynamic export.
 
 Checks, each of which fails loudly (non-zero exit):
   * onnx.load + onnx.checker.check_model(full_check=True) on all six files;
@@ -35,13 +39,22 @@ ONNX_VERSION_USED = "1.23.2"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["gpt2", "llama", "bert", "gpt2_masked"]
+STATIC_ONLY = ["llama_hd32", "llama_kv"]
+LAYERS, KV_HEADS, HEAD_DIM, PAST = 2, 2, 16, 8  # llama_kv's cache
 VOCAB = 128
 ATOL = 1e-4
 
 
 def make_inputs(name, batch, seq, pad, seed=1234):
     rng = np.random.default_rng(seed)
+    if name == "llama_kv":
+        seq = 8
     feeds = {"input_ids": rng.integers(0, VOCAB, size=(batch, seq), dtype=np.int64)}
+    if name == "llama_kv":
+        for i in range(LAYERS):
+            for t in ("key", "value"):
+                feeds[f"past_key_values.{i}.{t}"] = rng.standard_normal(
+                    (batch, KV_HEADS, PAST, HEAD_DIM)).astype(np.float32)
     if name in ("bert", "gpt2_masked"):
         mask = np.ones((batch, seq), dtype=np.int64)
         mask[batch - 1, seq - pad:] = 0  # pad the tail of the last row
@@ -71,7 +84,20 @@ def main():
     if ort.__version__ != ORT_VERSION_USED:
         print(f"warning: onnxruntime {ort.__version__}, references were made with {ORT_VERSION_USED}")
     tmp = tempfile.mkdtemp(prefix="partita-ref-")
-    for name in MODELS:
+    names = sys.argv[1:] or MODELS + STATIC_ONLY
+    for name in names:
+        if name in STATIC_ONLY:
+            static = os.path.join(HERE, f"{name}.onnx")
+            model = onnx.load(static)
+            onnx.checker.check_model(model, full_check=True)
+            print(f"OK   checker {os.path.basename(static)}: ir {model.ir_version}")
+            feeds = make_inputs(name, 2, 16, pad=5)
+            outs = run(static, feeds)
+            np.savez(os.path.join(HERE, f"{name}.inputs.npz"), **feeds)
+            np.savez(os.path.join(HERE, f"{name}.outputs.npz"), **outs)
+            np.savez(os.path.join(tmp, f"{name}.inputs.npz"), **feeds)
+            np.savez(os.path.join(tmp, f"{name}.ort.npz"), **outs)
+            continue
         static, dynamic = (os.path.join(HERE, f"{name}{s}.onnx") for s in ("", "_dynamic"))
         for path in (static, dynamic):
             model = onnx.load(path)

@@ -29,8 +29,10 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
+#include "llvm/Support/SHA256.h"
 
 #include <algorithm>
 #include <cstring>
@@ -128,6 +130,21 @@ std::vector<char> serialize(DenseElementsAttr attr) {
     }
   }
   return bytes;
+}
+
+/// The weight name of a constant that has none of its own (one folded or
+/// built by the compiler): a hash of its type and bytes. Each rank's program
+/// is lowered alone, so a per-program counter gave different constants of
+/// two pipeline stages one name; with the hash equal ones share one copy.
+std::string constantWeightName(RankedTensorType type, ArrayRef<char> bytes) {
+  std::string header;
+  llvm::raw_string_ostream(header) << type;
+  llvm::SHA256 hash;
+  hash.update(header);
+  hash.update(ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes.data()),
+                                bytes.size()));
+  return "constant." +
+         llvm::toHex(hash.final(), /*LowerCase=*/true).substr(0, 16);
 }
 
 std::string locationString(Location loc) {
@@ -442,8 +459,8 @@ LogicalResult Lowering::deferConstant(nn::ConstantOp op) {
     data.name = resource.getRawHandle().getKey().str();
     data.bytes = blob->getData();
   } else if (auto dense = dyn_cast<DenseElementsAttr>(op.getValue())) {
-    data.name = "constant." + std::to_string(hostData.size());
     data.bytes = own(serialize(dense));
+    data.name = constantWeightName(type, data.bytes);
   } else {
     return op.emitError() << "constant of an unsupported kind";
   }
@@ -823,14 +840,14 @@ int32_t Lowering::addConstant(RankedTensorType type, DenseElementsAttr dense) {
     return id;
   }
   int32_t id = addBuffer(type, program::Buffer::WEIGHT);
-  std::string name = "constant." + std::to_string(id);
+  std::string name = constantWeightName(type, bytes);
   prog.mutable_buffers(id)->set_weight(name);
-  result.ownedBytes.push_back(
-      std::make_unique<std::vector<char>>(std::move(bytes)));
-  const std::vector<char> &owned = *result.ownedBytes.back();
+  if (llvm::any_of(result.weights,
+                   [&](const ExecWeight &w) { return w.name == name; }))
+    return id;
   result.weights.push_back({name, getExecDType(type.getElementType()),
                             SmallVector<int64_t>(type.getShape()),
-                            ArrayRef<char>(owned.data(), owned.size())});
+                            own(std::move(bytes))});
   return id;
 }
 

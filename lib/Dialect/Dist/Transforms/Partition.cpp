@@ -99,14 +99,7 @@ private:
   MeshOp mesh;
   llvm::DenseMap<Value, Value> local;
   llvm::DenseMap<Value, ShardingAttr> shardingOf;
-  llvm::DenseMap<Value, RankedTensorType> globalArgType;
   llvm::DenseMap<std::pair<Value, Attribute>, Value> resharded;
-
-  RankedTensorType globalType(Value value) {
-    if (auto it = globalArgType.find(value); it != globalArgType.end())
-      return it->second;
-    return cast<RankedTensorType>(value.getType());
-  }
 };
 
 /// An nn.constant of a scalar.
@@ -266,12 +259,12 @@ Value Partitioner::localOperand(OpBuilder &b, Operation *user, unsigned index,
   // embedding feeds both the norm and the residual add).
   Value &cached = resharded[{global, to}];
   if (!cached)
-    cached =
-        reshard(b, user->getLoc(), local.lookup(global), globalType(global),
-                shardingOf.lookup(global), to,
-                isa<AnnotateOp, ReshardOp>(user)
-                    ? describe(user)
-                    : describe(user) + " operand " + std::to_string(index));
+    cached = reshard(
+        b, user->getLoc(), local.lookup(global),
+        cast<RankedTensorType>(global.getType()), shardingOf.lookup(global), to,
+        isa<AnnotateOp, ReshardOp>(user)
+            ? describe(user)
+            : describe(user) + " operand " + std::to_string(index));
   return cached;
 }
 
@@ -671,20 +664,21 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
 
 LogicalResult Partitioner::run(func::FuncOp func) {
   Block &body = func.getBody().front();
+  // The local arguments are new ones: the global ops keep reading the
+  // global arguments, so that their sharding rules see global shapes (a
+  // rule built from a local operand shape, such as a concat of a sharded
+  // past key/value input, splits nothing). The global ones go at the end.
+  SmallVector<BlockArgument> globalArgs(body.getArguments());
   SmallVector<Type> argTypes;
-  for (BlockArgument arg : body.getArguments()) {
-    auto type = dyn_cast<RankedTensorType>(arg.getType());
-    if (!type) {
-      argTypes.push_back(arg.getType());
-      continue;
+  for (BlockArgument arg : globalArgs) {
+    Type type = arg.getType();
+    if (auto tensor = dyn_cast<RankedTensorType>(type)) {
+      ShardingAttr sharding = getValueSharding(arg, mesh);
+      shardingOf[arg] = sharding;
+      type = localType(tensor, sharding);
     }
-    ShardingAttr sharding = getValueSharding(arg, mesh);
-    globalArgType[arg] = type;
-    shardingOf[arg] = sharding;
-    local[arg] = arg;
-    auto localArg = localType(type, sharding);
-    arg.setType(localArg);
-    argTypes.push_back(localArg);
+    local[arg] = body.addArgument(type, arg.getLoc());
+    argTypes.push_back(type);
   }
   SmallVector<Operation *> old;
   for (Operation &op : body.without_terminator())
@@ -698,7 +692,7 @@ LogicalResult Partitioner::run(func::FuncOp func) {
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
-    auto type = cast<RankedTensorType>(globalType(value));
+    auto type = cast<RankedTensorType>(value.getType());
     ShardingAttr want =
         func.getResultAttrOfType<ShardingAttr>(i, kShardingAttr);
     if (!want)
@@ -725,6 +719,9 @@ LogicalResult Partitioner::run(func::FuncOp func) {
     op->dropAllUses();
     op->erase();
   }
+  for (BlockArgument arg : globalArgs)
+    arg.replaceAllUsesWith(local.lookup(arg));
+  body.eraseArguments(0, globalArgs.size());
   func.setType(FunctionType::get(func.getContext(), argTypes, resultTypes));
   return success();
 }

@@ -5,10 +5,11 @@
 //===----------------------------------------------------------------------===//
 //
 // A cut between two ops of the function body is possible where exactly one
-// value computed by real work is live across it; the stages between the
-// chosen cuts are built as dist.stage regions that receive that value,
-// recompute what is cheap and input-derived, and send their boundary value
-// on.
+// value computed by real work is live across it, besides values only the
+// function returns (which travel with it to the last stage); the stages
+// between the chosen cuts are built as dist.stage regions that receive
+// those values, recompute what is cheap and input-derived, and send their
+// boundary values on.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,6 +37,10 @@ using namespace mlir::partita;
 using namespace mlir::partita::dist;
 
 namespace {
+
+/// The most values one cut may carry: transfer tags are
+/// (cut * 64 + value) * 1024 + microbatch.
+constexpr int kMaxTransfersPerCut = 64;
 
 /// Ops every stage may recompute: constants and their slices, the device's
 /// position, and cheap ops on the function's inputs (mask and position
@@ -104,13 +109,15 @@ private:
   int64_t stages, microbatches, virtualStages;
 };
 
-/// The dimension a collective splits, gathers or slices (whose size it
-/// changes), if any.
-std::optional<int64_t> resizedDim(Operation *op) {
-  for (StringRef name : {"gather_dim", "scatter_dim", "slice_dim"})
+/// The dimensions a collective splits, gathers, slices or exchanges (whose
+/// sizes it changes): none, one, or an all-to-all's two.
+SmallVector<int64_t, 2> resizedDims(Operation *op) {
+  SmallVector<int64_t, 2> dims;
+  for (StringRef name :
+       {"gather_dim", "scatter_dim", "slice_dim", "split_dim", "concat_dim"})
     if (auto attr = op->getAttrOfType<IntegerAttr>(name))
-      return attr.getInt();
-  return std::nullopt;
+      dims.push_back(attr.getInt());
+  return dims;
 }
 
 LogicalResult
@@ -156,14 +163,15 @@ Splitter::findBatchDims(func::FuncOp func,
               mark(v, d);
         return;
       }
-      // Collectives keep every dimension but the one they resize.
-      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp,
+      // Collectives keep every dimension but those they resize (Ulysses'
+      // all-to-alls exchange heads for sequence and keep the batch).
+      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp, AllToAllOp,
               CollectivePermuteOp>(op)) {
-        std::optional<int64_t> resized = resizedDim(op);
+        SmallVector<int64_t, 2> resized = resizedDims(op);
         Value in = op->getOperand(0), out = op->getResult(0);
         for (auto [from, to] : {std::pair(in, out), std::pair(out, in)})
           if (auto it = batchDim.find(from);
-              it != batchDim.end() && it->second != resized)
+              it != batchDim.end() && !llvm::is_contained(resized, it->second))
             mark(to, it->second);
       }
     });
@@ -222,16 +230,20 @@ LogicalResult Splitter::run(func::FuncOp func) {
   SmallVector<double> prefix(n + 1, 0);
   for (unsigned i = 0; i < n; ++i)
     prefix[i + 1] = prefix[i] + estimateSeconds(estimateCost(work[i]));
-  // live[j]: work values defined before work op j and used at or after it
-  // (a difference array, summed below).
-  SmallVector<int> live(n + 2, 0);
+  // live[j]: work values defined before work op j that a work op at or
+  // after it uses; carried[j]: those only the function returns from there
+  // on (a decoder's present keys and values). A cut needs one live value;
+  // the carried ones travel along with it, stage to stage, to the last
+  // stage, which returns them. (Difference arrays, summed below.)
+  SmallVector<int> live(n + 2, 0), carried(n + 2, 0);
   for (unsigned i = 0; i < n; ++i)
     for (Value result : work[i]->getResults()) {
       unsigned last = i;
+      bool returned = false;
       for (Operation *user : result.getUsers()) {
         if (user == ret) {
-          last = n;
-          break;
+          returned = true;
+          continue;
         }
         // A replicable user makes every stage that uses it need the value;
         // treat such values as crossing everything after them.
@@ -245,12 +257,18 @@ LogicalResult Splitter::run(func::FuncOp func) {
         ++live[i + 1];
         --live[std::min(last, n) + 1];
       }
+      if (returned && last < n) {
+        ++carried[last + 1];
+        --carried[n + 1];
+      }
     }
-  for (unsigned j = 1; j <= n; ++j)
+  for (unsigned j = 1; j <= n; ++j) {
     live[j] += live[j - 1];
+    carried[j] += carried[j - 1];
+  }
   SmallVector<unsigned> candidates;
   for (unsigned j = 1; j < n; ++j)
-    if (live[j] == 1)
+    if (live[j] == 1 && live[j] + carried[j] <= kMaxTransfersPerCut)
       candidates.push_back(j);
   if (candidates.size() < static_cast<size_t>(chunks - 1))
     return func.emitError()
@@ -398,10 +416,12 @@ LogicalResult Splitter::run(func::FuncOp func) {
 
     SmallVector<Value> in = s > 0 ? crossing(begin) : SmallVector<Value>();
     // Tags are (cut * 64 + value) * 1024 + microbatch.
-    if (in.size() > 64 || microbatches > 1024)
+    if (in.size() > static_cast<size_t>(kMaxTransfersPerCut) ||
+        microbatches > 1024)
       return func.emitError()
-             << "pipeline transfers are tagged for at most 64 values per cut "
-                "and 1024 microbatches; this plan has "
+             << "pipeline transfers are tagged for at most "
+             << kMaxTransfersPerCut
+             << " values per cut and 1024 microbatches; this plan has "
              << in.size() << " and " << microbatches;
     SmallVector<Value> out = !lastChunk ? crossing(end) : SmallVector<Value>();
     SmallVector<IRMapping> perMicrobatch(microbatches);
