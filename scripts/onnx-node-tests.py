@@ -43,7 +43,9 @@ Gelu Softmax LogSoftmax LayerNormalization RMSNormalization MatMul Gemm
 Transpose Reshape Flatten Squeeze Unsqueeze Concat Split Slice Gather Expand
 Where Equal Less Greater Not And Or Cast Constant ConstantOfShape Shape
 Range Identity Dropout Trilu ReduceMean ReduceSum ReduceMax Max Min
-Attention RotaryEmbedding Sin Cos CumSum""".split()
+Attention RotaryEmbedding Sin Cos CumSum IsNaN Clip Mod ReduceProd ReduceL1
+ReduceL2 ReduceSumSquare ReduceLogSumExp GatherElements GatherND
+ScatterND""".split()
 MIN_OPSET, MAX_OPSET = 13, 23
 TIMEOUT_S = 20
 STATUSES = ["passed", "mismatch", "run-failed", "refused-opset", "unsupported",
