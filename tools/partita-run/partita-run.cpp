@@ -175,11 +175,18 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
 /// --timeout. Files that are not regular (FIFOs, devices) are refused
 /// before they are opened, but reading a regular file can still block where
 /// no deadline of the runtime reaches (a network file system that stops
-/// answering, a /proc file that waits for data).
+/// answering, a /proc file that waits for data). The deadline counts from
+/// construction; a phase that ends after it is an error too, even when the
+/// watching thread was not scheduled in time to see it run over.
 class Watchdog {
 public:
   Watchdog(double seconds, std::string what)
-      : what(std::move(what)), seconds(seconds), thread([this] { watch(); }) {}
+      : what(std::move(what)), seconds(seconds),
+        deadline(
+            std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(seconds))),
+        thread([this] { watch(); }) {}
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -187,6 +194,8 @@ public:
     }
     finished.notify_all();
     thread.join();
+    if (std::chrono::steady_clock::now() > deadline)
+      fail();
   }
   Watchdog(const Watchdog &) = delete;
   Watchdog &operator=(const Watchdog &) = delete;
@@ -194,9 +203,11 @@ public:
 private:
   void watch() {
     std::unique_lock<std::mutex> lock(mutex);
-    auto limit = std::chrono::duration<double>(seconds);
-    if (finished.wait_for(lock, limit, [this] { return done; }))
-      return;
+    if (!finished.wait_until(lock, deadline, [this] { return done; }))
+      fail();
+  }
+
+  [[noreturn]] void fail() const {
     std::fprintf(stderr,
                  "partita-run: error: %s did not finish within %g s "
                  "(--timeout)\n",
@@ -210,6 +221,7 @@ private:
   bool done = false;
   std::string what;
   double seconds;
+  std::chrono::steady_clock::time_point deadline;
   std::thread thread;
 };
 
