@@ -88,6 +88,10 @@ FailureOr<Scores> peelScores(Value value, bool scaled, unsigned depth) {
       FailureOr<Scores> scores = peelScores(chain, scaled, depth + 1);
       if (failed(scores))
         continue;
+      // baddbmm's beta: MultiheadAttention multiplies its mask by 1.
+      if (auto unit = matchScalarOperand<MulOp>(mask);
+          unit && unit->second == 1.0)
+        mask = unit->first;
       scores->masks.push_back({mask});
       return scores;
     }
