@@ -70,6 +70,7 @@ def RaisePass : Pass<"partita-raise"> {
     Statistic<"numGelus", "gelus", "Number of nn.gelu ops raised">,
     Statistic<"numSilus", "silus", "Number of nn.silu ops raised">,
     Statistic<"numAttentions", "attentions", "Number of nn.attention ops raised">,
+    Statistic<"numRopes", "ropes", "Number of nn.rope ops raised">,
     Statistic<"numMatmulBiases", "matmul-biases",
               "Number of bias additions folded into nn.matmul">
   ];
