@@ -26,7 +26,8 @@ func.func @constant_tables(%x: tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32> {
 // -----
 
 // Tables computed from a position input: the rows of constant caches
-// gathered at position_ids (cos_cached[position_ids]), unsqueezed on the
+// gathered at position_ids (cos_cached[position_ids], as nn.embedding or
+// nn.gather), unsqueezed on the
 // heads and scaled by attention_scaling; rotate_half's negation written as
 // a product by -1. Each batch row has its own positions: [b, s, d/2].
 // CHECK-LABEL: func.func @gathered_positions
@@ -38,7 +39,7 @@ func.func @gathered_positions(%x: tensor<2x4x2x4xf32>, %pos: tensor<2x2xi64>) ->
   %sc = nn.constant dense<[[0.0, 0.5, 0.0, 0.5], [0.75, 0.625, 0.75, 0.625], [1.0, 0.0, 1.0, 0.0]]> : tensor<3x4xf32>
   %scale = nn.constant dense<0.5> : tensor<f32>
   %minus = nn.constant dense<-1.0> : tensor<f32>
-  %cg = nn.gather %cc, %pos axis = 0 : (tensor<3x4xf32>, tensor<2x2xi64>) -> tensor<2x2x4xf32>
+  %cg = nn.embedding %cc, %pos : (tensor<3x4xf32>, tensor<2x2xi64>) -> tensor<2x2x4xf32>
   %c4 = nn.reshape %cg : tensor<2x2x4xf32> -> tensor<2x1x2x4xf32>
   %cos = nn.mul %c4, %scale : (tensor<2x1x2x4xf32>, tensor<f32>) -> tensor<2x1x2x4xf32>
   %sg = nn.gather %sc, %pos axis = 0 : (tensor<3x4xf32>, tensor<2x2xi64>) -> tensor<2x2x4xf32>

@@ -98,12 +98,15 @@ bool hasEqualHalves(Value value, unsigned depth = 0) {
            hasEqualHalves(slice.getInput(), depth + 1);
   }
   if (auto gather = dyn_cast<GatherOp>(op)) {
-    // Rows picked along another axis (cos_cached[position_ids]).
+    // Rows picked along another axis (cos_cached[position_ids], which the
+    // importer may also write as nn.embedding).
     ArrayRef<int64_t> table = shapeOf(gather.getData());
     return static_cast<int64_t>(gather.getAxis()) !=
                static_cast<int64_t>(table.size()) - 1 &&
            hasEqualHalves(gather.getData(), depth + 1);
   }
+  if (auto embedding = dyn_cast<EmbeddingOp>(op))
+    return hasEqualHalves(embedding.getTable(), depth + 1);
   // Elementwise maths of one operand (cos, sin, casts), and products with a
   // scalar (HF's attention_scaling).
   if (isa<CastOp>(op) ||
