@@ -273,3 +273,47 @@ def test_rope_from_position_ids(tmp_path, compile_model):
     x = rng.standard_normal((B, H, S, D)).astype(np.float32)
     pos = np.stack([np.arange(S), np.arange(S) + 5]).astype(np.int64)
     _check(tmp_path, compile_model, model, dict(x=x, pos=pos), "nn.rope")
+
+
+def test_rope_from_frequencies(tmp_path, compile_model):
+    """HF's rotary module on a position_ids input: f = positions x
+    inv_freq, tables = g(concat(f, f)) * attention_scaling, unsqueezed on
+    the heads. Tanh and Sigmoid stand in for Cos and Sin (any elementwise
+    function of one operand keeps the halves equal, which is all the
+    raising relies on)."""
+    rng = np.random.default_rng(5)
+    inv_freq = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
+    nodes = [
+        helper.make_node("Unsqueeze", ["pos", "ax2"], ["pos3"]),
+        helper.make_node("Cast", ["pos3"], ["posf"], to=F),
+        helper.make_node("Mul", ["posf", "inv_freq"], ["f"]),
+        helper.make_node("Concat", ["f", "f"], ["emb"], axis=-1),
+        helper.make_node("Tanh", ["emb"], ["c0"]),
+        helper.make_node("Sigmoid", ["emb"], ["s0"]),
+        helper.make_node("Mul", ["c0", "scaling"], ["c1"]),
+        helper.make_node("Mul", ["s0", "scaling"], ["s1"]),
+        helper.make_node("Unsqueeze", ["c1", "ax1"], ["cos"]),
+        helper.make_node("Unsqueeze", ["s1", "ax1"], ["sin"]),
+        helper.make_node("Mul", ["x", "cos"], ["xc"]),
+        helper.make_node("Slice", ["x", "zero", "half", "last"], ["x1"]),
+        helper.make_node("Slice", ["x", "half", "end", "last"], ["x2"]),
+        helper.make_node("Neg", ["x2"], ["n2"]),
+        helper.make_node("Concat", ["n2", "x1"], ["rot"], axis=-1),
+        helper.make_node("Mul", ["rot", "sin"], ["rs"]),
+        helper.make_node("Add", ["xc", "rs"], ["out"]),
+    ]
+    inits = [("inv_freq", inv_freq), ("scaling", np.float32(0.75)),
+             ("ax1", np.array([1], np.int64)),
+             ("ax2", np.array([2], np.int64)),
+             ("zero", np.array([0], np.int64)),
+             ("half", np.array([D // 2], np.int64)),
+             ("end", np.array([D], np.int64)),
+             ("last", np.array([3], np.int64))]
+    inputs = [helper.make_tensor_value_info("x", F, [B, H, S, D]),
+              helper.make_tensor_value_info("pos", TensorProto.INT64, [B, S])]
+    model = _model(nodes, inputs,
+                   [helper.make_tensor_value_info("out", F, [B, H, S, D])],
+                   inits)
+    x = rng.standard_normal((B, H, S, D)).astype(np.float32)
+    pos = np.stack([np.arange(S), np.arange(S) + 3]).astype(np.int64)
+    _check(tmp_path, compile_model, model, dict(x=x, pos=pos), "nn.rope")
