@@ -9,13 +9,17 @@
 //   s = matmul(q, kT)            kT = transpose(k) (possibly scaled)
 //   s = s / c  or  s * c         the scale, or none
 //   s = s + mask | where(m, s, -big)   any number of masks
-//   o = matmul(softmax(s, axis = -1), v)
+//   p = softmax(s, axis = -1)
+//   p = where(isnan(p), 0, p)    torch's sdpa lowering only
+//   o = matmul(p, v)
 //
+// on [b, h, s, d] operands, or [b * h, s, d] ones (MultiheadAttention).
 // The pattern is rooted at the last matmul and walks up to the first one,
 // collecting the scale and the masks. A constant mask with the causal
 // pattern becomes `causal`; the others become the `mask` operand. Key and
 // value heads repeated for grouped-query attention (HF's repeat_kv) are
-// un-repeated, since nn.attention reads them grouped.
+// un-repeated, since nn.attention reads them grouped; the dynamo exporter's
+// key transpose through [b * h, s, d] is lifted back to rank 4 first.
 //
 //===----------------------------------------------------------------------===//
 
