@@ -647,10 +647,10 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
     // a leading n is split the same way, one broadcasting there keeps its
     // shape (right-aligned, its leading 1 lands on the heads).
     Type resultType = op.getType();
-    std::pair<int64_t, int64_t> batchAndHeads;
     if (rank == 3) {
-      batchAndHeads = inferBatchAndHeads(query);
-      auto [b, h] = batchAndHeads;
+      // Not a structured binding: C++17 lambdas cannot capture those.
+      std::pair<int64_t, int64_t> batchAndHeads = inferBatchAndHeads(query);
+      int64_t b = batchAndHeads.first, h = batchAndHeads.second;
       auto split = [&](Value x) {
         ArrayRef<int64_t> shape = shapeOf(x);
         return reshapeTo(rewriter, loc, x, {b, h, shape[1], shape[2]});
