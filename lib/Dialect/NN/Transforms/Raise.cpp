@@ -27,6 +27,7 @@ void nn::populateRaisePatterns(RewritePatternSet &patterns) {
   populateRaiseGeluPatterns(patterns);
   populateRaiseSiluPatterns(patterns);
   populateRaiseAttentionPatterns(patterns);
+  populateRaiseRopePatterns(patterns);
   populateRaiseMatmulBiasPatterns(patterns);
 }
 
@@ -36,7 +37,7 @@ namespace {
 /// difference, so ops the input already had are not counted.
 struct RaisedOpCounts {
   int64_t layerNorms = 0, rmsNorms = 0, gelus = 0, silus = 0, attentions = 0,
-          matmulBiases = 0;
+          ropes = 0, matmulBiases = 0;
 
   explicit RaisedOpCounts(Operation *root) {
     root->walk([&](Operation *op) {
@@ -50,6 +51,8 @@ struct RaisedOpCounts {
         ++silus;
       else if (isa<nn::AttentionOp>(op))
         ++attentions;
+      else if (isa<nn::RopeOp>(op))
+        ++ropes;
       else if (auto matmul = dyn_cast<nn::MatmulOp>(op);
                matmul && matmul.getBias())
         ++matmulBiases;
@@ -87,6 +90,7 @@ struct RaisePass : mlir::partita::impl::RaisePassBase<RaisePass> {
     numGelus += raised(after.gelus, before.gelus);
     numSilus += raised(after.silus, before.silus);
     numAttentions += raised(after.attentions, before.attentions);
+    numRopes += raised(after.ropes, before.ropes);
     numMatmulBiases += raised(after.matmulBiases, before.matmulBiases);
   }
 

@@ -9,13 +9,17 @@
 //   s = matmul(q, kT)            kT = transpose(k) (possibly scaled)
 //   s = s / c  or  s * c         the scale, or none
 //   s = s + mask | where(m, s, -big)   any number of masks
-//   o = matmul(softmax(s, axis = -1), v)
+//   p = softmax(s, axis = -1)
+//   p = where(isnan(p), 0, p)    torch's sdpa lowering only
+//   o = matmul(p, v)
 //
+// on [b, h, s, d] operands, or [b * h, s, d] ones (MultiheadAttention).
 // The pattern is rooted at the last matmul and walks up to the first one,
 // collecting the scale and the masks. A constant mask with the causal
 // pattern becomes `causal`; the others become the `mask` operand. Key and
 // value heads repeated for grouped-query attention (HF's repeat_kv) are
-// un-repeated, since nn.attention reads them grouped.
+// un-repeated, since nn.attention reads them grouped; the dynamo exporter's
+// key transpose through [b * h, s, d] is lifted back to rank 4 first.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +92,10 @@ FailureOr<Scores> peelScores(Value value, bool scaled, unsigned depth) {
       FailureOr<Scores> scores = peelScores(chain, scaled, depth + 1);
       if (failed(scores))
         continue;
+      // baddbmm's beta: MultiheadAttention multiplies its mask by 1.
+      if (auto unit = matchScalarOperand<MulOp>(mask);
+          unit && unit->second == 1.0)
+        mask = unit->first;
       scores->masks.push_back({mask});
       return scores;
     }
@@ -293,27 +301,235 @@ Value unrepeat(PatternRewriter &rewriter, Location loc,
   return ReshapeOp::create(rewriter, loc, type, repeated.unitHeads);
 }
 
-/// `matmul(softmax(scale * q kT + mask), v)` → `nn.attention`.
+/// `p` when `probs` is `where(isnan(p), 0, p)`: torch's lowering of
+/// scaled_dot_product_attention zeroes the NaN rows softmax gives a query
+/// that sees no key. IsNaN imports as `compare ne, p, p`; `not(compare eq,
+/// p, p)` is the same. The guard's ops are appended to `guard`.
+std::optional<Value> matchNanGuard(Value probs,
+                                   SmallVectorImpl<Operation *> &guard) {
+  auto where = probs.getDefiningOp<WhereOp>();
+  if (!where || where.getOnFalse().getType() != probs.getType())
+    return std::nullopt;
+  Value p = where.getOnFalse();
+  std::optional<double> fill = getUniformConstant(where.getOnTrue());
+  if (!fill || *fill != 0.0)
+    return std::nullopt;
+  auto selfCompare = [&](Value v, CompareDirection direction) {
+    auto compare = v.getDefiningOp<CompareOp>();
+    return compare && compare.getDirection() == direction &&
+                   compare.getLhs() == p && compare.getRhs() == p
+               ? compare
+               : CompareOp();
+  };
+  SmallVector<Operation *> ops = {where};
+  Value condition = where.getCondition();
+  if (CompareOp ne = selfCompare(condition, CompareDirection::NE)) {
+    ops.push_back(ne);
+  } else if (auto negation = condition.getDefiningOp<NotOp>()) {
+    CompareOp eq = selfCompare(negation.getInput(), CompareDirection::EQ);
+    if (!eq)
+      return std::nullopt;
+    ops.append({negation, eq});
+  } else {
+    return std::nullopt;
+  }
+  guard.append(ops);
+  return p;
+}
+
+/// Whether every user of every result of `ops` is in `allowed`: the chain
+/// between the softmax and the product dies with the rewrite.
+bool usedOnlyWithin(ArrayRef<Operation *> ops, ArrayRef<Operation *> allowed) {
+  return llvm::all_of(ops, [&](Operation *op) {
+    return llvm::all_of(op->getUsers(), [&](Operation *user) {
+      return llvm::is_contained(allowed, user);
+    });
+  });
+}
+
+/// The batch and head counts `[b, h]` of a rank-3 attention whose leading
+/// dimension `n = b * h` merges both (torch's MultiheadAttention works on
+/// `[b * h, s, d]`). Read off the reshape that merged them: walking up from
+/// `q` through transposes to a reshape `[..., b, h * d, ...]` →
+/// `[..., b * h, d, ...]`. `[1, n]` when no such reshape is found: still
+/// correct, only the heads are not told apart from the batch.
+std::pair<int64_t, int64_t> inferBatchAndHeads(Value q) {
+  int64_t n = cast<RankedTensorType>(q.getType()).getDimSize(0);
+  Value value = q;
+  int64_t dim = 0;
+  for (unsigned depth = 0; depth < 8; ++depth) {
+    if (auto transpose = value.getDefiningOp<TransposeOp>()) {
+      dim = transpose.getPermutation()[dim];
+      value = transpose.getInput();
+      continue;
+    }
+    double unused = 1.0;
+    if (Value stripped = stripScalarFactors(value, unused); stripped != value) {
+      value = stripped;
+      continue;
+    }
+    auto reshape = value.getDefiningOp<ReshapeOp>();
+    if (!reshape)
+      break;
+    ArrayRef<int64_t> in = reshape.getInput().getType().getShape();
+    ArrayRef<int64_t> out = reshape.getType().getShape();
+    if (dim + 1 >= static_cast<int64_t>(out.size()))
+      break;
+    int64_t before = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      before *= out[d];
+    // The input dimension starting where the merged one starts.
+    int64_t prefix = 1;
+    size_t i = 0;
+    while (i < in.size() && prefix < before)
+      prefix *= in[i++];
+    if (prefix != before || i + 1 >= in.size())
+      break;
+    int64_t b = in[i], headSize = out[dim + 1];
+    if (b > 0 && n % b == 0 && in[i + 1] == (n / b) * headSize)
+      return {b, n / b};
+    break;
+  }
+  return {1, n};
+}
+
+/// `value` reshaped to `shape` (itself when it has that shape already).
+Value reshapeTo(PatternRewriter &rewriter, Location loc, Value value,
+                ArrayRef<int64_t> shape) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getShape() == shape)
+    return value;
+  return ReshapeOp::create(rewriter, loc, type.clone(shape), value);
+}
+
+/// A float mask `where(m, 0, -inf)` (or `where(m, -inf, 0)`) is the boolean
+/// mask `m` (or `not m`) exactly: adding 0 keeps a score, adding -inf drops
+/// it. torch's sdpa lowering writes a boolean attn_mask this way. A finite
+/// fill (finfo.min) stays a float mask: for a query that sees no key it
+/// gives the average of the values, not zeros.
+std::optional<MaskTerm> asBoolMask(const MaskTerm &term) {
+  if (term.isBool)
+    return std::nullopt;
+  auto where = term.value.getDefiningOp<WhereOp>();
+  if (!where)
+    return std::nullopt;
+  std::optional<double> onTrue = getUniformConstant(where.getOnTrue());
+  std::optional<double> onFalse = getUniformConstant(where.getOnFalse());
+  if (!onTrue || !onFalse)
+    return std::nullopt;
+  auto isNegInf = [](double x) { return std::isinf(x) && x < 0.0; };
+  Value condition = where.getCondition();
+  // The fills may broadcast the condition; the mask keeps the shape of
+  // the where only then.
+  if (cast<RankedTensorType>(condition.getType()).getShape() !=
+      where.getType().getShape())
+    return std::nullopt;
+  if (*onTrue == 0.0 && isNegInf(*onFalse))
+    return MaskTerm{condition, true, false};
+  if (isNegInf(*onTrue) && *onFalse == 0.0)
+    return MaskTerm{condition, true, true};
+  return std::nullopt;
+}
+
+/// `reshape(transpose(reshape(x) : [n, ...], p) : [n, ...]) : [l..., ...]`
+/// with `n = prod(l)` and `p[0] = 0` is `transpose(reshape(x) : [l..., ...])`
+/// with `p` shifted past `l`. The dynamo exporter transposes keys as
+/// `[b * h, s, d]` between two reshapes (the inner one may merge repeated
+/// key/value heads, `[b, hkv, n, s, d]`); with the leading dimensions kept,
+/// the transpose composes with the others and repeat_kv shows again.
+struct MergedTranspose {
+  Value source;
+  SmallVector<int64_t> splitShape, permutation;
+};
+
+std::optional<MergedTranspose> matchMergedTranspose(Value value) {
+  auto op = value.getDefiningOp<ReshapeOp>();
+  if (!op)
+    return std::nullopt;
+  auto transpose = op.getInput().getDefiningOp<TransposeOp>();
+  if (!transpose || !transpose->hasOneUse())
+    return std::nullopt;
+  auto merge = transpose.getInput().getDefiningOp<ReshapeOp>();
+  if (!merge)
+    return std::nullopt;
+  ArrayRef<int64_t> perm = transpose.getPermutation();
+  ArrayRef<int64_t> merged = transpose.getType().getShape(); // [n, t...]
+  ArrayRef<int64_t> out = op.getType().getShape();           // [l..., t...]
+  ArrayRef<int64_t> inner = merge.getType().getShape();      // [n, r...]
+  ArrayRef<int64_t> source = merge.getInput().getType().getShape();
+  size_t tail = merged.size() - 1;
+  if (perm.empty() || perm[0] != 0 || out.size() <= tail + 1 ||
+      out.take_back(tail) != merged.drop_front())
+    return std::nullopt;
+  // The inner reshape only merges leading dimensions into n.
+  if (source.size() < tail + 1 || source.take_back(tail) != inner.drop_front())
+    return std::nullopt;
+  ArrayRef<int64_t> leading = out.drop_back(tail);
+  int64_t product = 1;
+  for (int64_t l : leading)
+    product *= l;
+  if (product != merged[0])
+    return std::nullopt;
+  MergedTranspose lifted{merge.getInput(), SmallVector<int64_t>(leading), {}};
+  llvm::append_range(lifted.splitShape, inner.drop_front());
+  for (size_t d = 0; d < leading.size(); ++d)
+    lifted.permutation.push_back(static_cast<int64_t>(d));
+  for (int64_t p : perm.drop_front())
+    lifted.permutation.push_back(p - 1 + static_cast<int64_t>(leading.size()));
+  return lifted;
+}
+
+struct LiftMergedTranspose : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(ReshapeOp op,
+                                PatternRewriter &rewriter) const override {
+    std::optional<MergedTranspose> lifted = matchMergedTranspose(op);
+    if (!lifted)
+      return failure();
+    Value split =
+        reshapeTo(rewriter, op.getLoc(), lifted->source, lifted->splitShape);
+    rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(), split,
+                                             lifted->permutation);
+    return success();
+  }
+};
+
+/// `matmul(softmax(scale * q kT + mask), v)` → `nn.attention`, on
+/// `[b, h, s, d]` operands, or on `[b * h, s, d]` ones (reshaped to rank 4
+/// around the attention).
 struct RaiseAttention : OpRewritePattern<MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
 
   LogicalResult matchAndRewrite(MatmulOp op,
                                 PatternRewriter &rewriter) const override {
-    if (op.getBias() || op.getType().getRank() != 4)
-      return rewriter.notifyMatchFailure(op, "not a rank-4 matmul");
+    int64_t rank = static_cast<int64_t>(op.getType().getRank());
+    if (op.getBias() || (rank != 3 && rank != 4))
+      return rewriter.notifyMatchFailure(op, "not a rank-3 or rank-4 matmul");
 
-    // fp16 models run the softmax in f32: cast(softmax(cast(s))).
+    // Between the softmax and the product: torch's NaN guard, and for fp16
+    // models a cast back from the f32 softmax: cast(softmax(cast(s))).
+    SmallVector<Operation *> chain;
     Value probs = op.getLhs();
+    if (std::optional<Value> guarded = matchNanGuard(probs, chain))
+      probs = *guarded;
     auto outerCast = probs.getDefiningOp<CastOp>();
     if (outerCast) {
-      if (!outerCast->hasOneUse())
-        return rewriter.notifyMatchFailure(op, "softmax cast has other uses");
+      chain.push_back(outerCast);
       probs = outerCast.getInput();
+      if (std::optional<Value> guarded = matchNanGuard(probs, chain))
+        probs = *guarded;
     }
     auto softmax = probs.getDefiningOp<SoftmaxOp>();
-    if (!softmax || !softmax->hasOneUse() || softmax.getAxis() != 3)
+    if (!softmax || static_cast<int64_t>(softmax.getAxis()) != rank - 1)
       return rewriter.notifyMatchFailure(
-          op, "lhs is not a single-use softmax over the last axis");
+          op, "lhs is not a softmax over the last axis");
+    chain.push_back(softmax);
+    SmallVector<Operation *> allowed(chain);
+    allowed.push_back(op);
+    if (!usedOnlyWithin(chain, allowed))
+      return rewriter.notifyMatchFailure(op,
+                                         "the probabilities have other uses");
     Value logits = softmax.getInput();
     if (outerCast) {
       auto innerCast = logits.getDefiningOp<CastOp>();
@@ -330,28 +546,43 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
     auto [keySource, kTPermutation] =
         stripTransposes(scores->product.getRhs(), scale);
     Value value = op.getRhs();
+    // Repeated heads show only once LiftMergedTranspose has run.
+    if (matchMergedTranspose(query) || matchMergedTranspose(keySource) ||
+        matchMergedTranspose(value))
+      return rewriter.notifyMatchFailure(op,
+                                         "a merged transpose is not lifted");
 
-    // q: [b, h, sq, d], kT: [b, h, d, skv], v: [b, h, skv, dv], without
-    // batch broadcasting, which nn.attention does not do.
+    // q: [b, h, sq, d], kT: [b, h, d, skv], v: [b, h, skv, dv] (or the
+    // same without h), without batch broadcasting, which nn.attention does
+    // not do.
     auto shapeOf = [](Value v) {
       return cast<RankedTensorType>(v.getType()).getShape();
     };
+    size_t lead = rank - 2;                // the batch (and head) dimensions
     ArrayRef<int64_t> s = shapeOf(logits); // [b, h, sq, skv]
     ArrayRef<int64_t> q = shapeOf(query),
                       kT = shapeOf(scores->product.getRhs()),
                       v = shapeOf(value);
-    if (q.size() != 4 || kT.size() != 4 || v.size() != 4 ||
-        q.take_front(3) != s.take_front(3) ||
-        kT.take_front(2) != s.take_front(2) || kT[2] != q[3] || kT[3] != s[3] ||
-        v.take_front(2) != s.take_front(2) || v[2] != s[3])
+    if (static_cast<int64_t>(q.size()) != rank ||
+        static_cast<int64_t>(kT.size()) != rank ||
+        static_cast<int64_t>(v.size()) != rank ||
+        q.take_front(lead + 1) != s.take_front(lead + 1) ||
+        kT.take_front(lead) != s.take_front(lead) || kT[lead] != q[lead + 1] ||
+        kT[lead + 1] != s[lead + 1] ||
+        v.take_front(lead) != s.take_front(lead) || v[lead] != s[lead + 1])
       return rewriter.notifyMatchFailure(op, "operand shapes do not line up");
     if (!(scale > 0.0) || !std::isfinite(scale))
       return rewriter.notifyMatchFailure(op, "scale is not positive");
 
-    int64_t sq = s[2], skv = s[3];
+    int64_t sq = s[lead], skv = s[lead + 1];
     bool causal = false;
+    // A causal term and-ed into a boolean mask (HF's sdpa masks) is not
+    // split out: with `causal`, the ring planner lays the sequence out
+    // zigzag, which is wrong for torch 2's legacy exports, whose sequence
+    // stays unsharded (docs/frontend.md).
     SmallVector<MaskTerm> masks;
-    for (const MaskTerm &mask : scores->masks) {
+    for (const MaskTerm &term : scores->masks) {
+      MaskTerm mask = asBoolMask(term).value_or(term);
       if (isCausalMask(mask, sq, skv))
         causal = true;
       else
@@ -362,13 +593,14 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
         }))
       return rewriter.notifyMatchFailure(op, "mixes boolean and float masks");
 
-    // kT = transpose(keySource, p) and key = transpose(kT, [0, 1, 3, 2]).
-    SmallVector<int64_t> keyPermutation = {kTPermutation[0], kTPermutation[1],
-                                           kTPermutation[3], kTPermutation[2]};
-    bool keyIsSource = llvm::equal(keyPermutation, llvm::seq<int64_t>(0, 4));
+    // kT = transpose(keySource, p) and key = transpose(kT, swap last two).
+    SmallVector<int64_t> keyPermutation(kTPermutation);
+    std::swap(keyPermutation[lead], keyPermutation[lead + 1]);
+    bool keyIsSource = llvm::equal(keyPermutation, llvm::seq<int64_t>(0, rank));
     std::optional<RepeatedHeads> repeatedKey =
-        keyIsSource ? matchRepeatedHeads(keySource) : std::nullopt;
-    std::optional<RepeatedHeads> repeatedValue = matchRepeatedHeads(value);
+        keyIsSource && rank == 4 ? matchRepeatedHeads(keySource) : std::nullopt;
+    std::optional<RepeatedHeads> repeatedValue =
+        rank == 4 ? matchRepeatedHeads(value) : std::nullopt;
     bool grouped = repeatedKey && repeatedValue &&
                    repeatedKey->repeats == repeatedValue->repeats;
 
@@ -401,14 +633,42 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
         mask = AddOp::create(rewriter, loc, mask, next);
     }
 
+    // Rank 3: [n, s, d] with n = b * h becomes [b, h, s, d]; a mask with
+    // a leading n is split the same way, one broadcasting there keeps its
+    // shape (right-aligned, its leading 1 lands on the heads).
+    Type resultType = op.getType();
+    if (rank == 3) {
+      // Not a structured binding: C++17 lambdas cannot capture those.
+      std::pair<int64_t, int64_t> batchAndHeads = inferBatchAndHeads(query);
+      int64_t b = batchAndHeads.first, h = batchAndHeads.second;
+      auto split = [&](Value x) {
+        ArrayRef<int64_t> shape = shapeOf(x);
+        return reshapeTo(rewriter, loc, x, {b, h, shape[1], shape[2]});
+      };
+      query = split(query);
+      key = split(key);
+      value = split(value);
+      if (mask && shapeOf(mask).size() == 3 && shapeOf(mask)[0] != 1)
+        mask = split(mask);
+      resultType = RankedTensorType::get(
+          {b, h, sq, v[2]},
+          cast<RankedTensorType>(resultType).getElementType());
+    }
+
     // nn.attention defaults to 1/sqrt(d); any other scale is explicit.
-    double defaultScale = 1.0 / std::sqrt(static_cast<double>(q[3]));
+    double defaultScale = 1.0 / std::sqrt(static_cast<double>(q[lead + 1]));
     FloatAttr scaleAttr;
     if (std::fabs(scale - defaultScale) > 1e-6 * defaultScale)
       scaleAttr = rewriter.getF32FloatAttr(scale);
-    rewriter.replaceOpWithNewOp<AttentionOp>(
-        op, op.getType(), query, key, value, mask,
-        causal ? rewriter.getUnitAttr() : UnitAttr(), scaleAttr);
+    UnitAttr causalAttr = causal ? rewriter.getUnitAttr() : UnitAttr();
+    if (rank == 4) {
+      rewriter.replaceOpWithNewOp<AttentionOp>(
+          op, resultType, query, key, value, mask, causalAttr, scaleAttr);
+      return success();
+    }
+    Value attention = AttentionOp::create(rewriter, loc, resultType, query, key,
+                                          value, mask, causalAttr, scaleAttr);
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), attention);
     return success();
   }
 };
@@ -416,5 +676,5 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
 } // namespace
 
 void nn::populateRaiseAttentionPatterns(RewritePatternSet &patterns) {
-  patterns.add<RaiseAttention>(patterns.getContext());
+  patterns.add<RaiseAttention, LiftMergedTranspose>(patterns.getContext());
 }

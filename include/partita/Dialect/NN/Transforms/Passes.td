@@ -46,6 +46,11 @@ def RaisePass : Pass<"partita-raise"> {
     - `softmax(scale * q k^T + mask) v` becomes `nn.attention`: a constant
       causal mask becomes `causal`, other masks the `mask` operand, and
       key/value heads repeated for grouped-query attention are un-repeated;
+      torch's `where(isnan(p), 0, p)` after the softmax goes (nn.attention
+      gives 0 where it would), and rank-3 `[b * h, s, d]` attention
+      (MultiheadAttention) is raised on `[b, h, s, d]`;
+    - `x * cos + rotate_half(x) * sin` with cos and sin of equal halves
+      becomes `nn.rope`;
     - `matmul(a, w) + b` with a vector `b` becomes `nn.matmul` with a bias.
 
     The patterns run with the nn canonicalizations, so transposes the
@@ -70,6 +75,7 @@ def RaisePass : Pass<"partita-raise"> {
     Statistic<"numGelus", "gelus", "Number of nn.gelu ops raised">,
     Statistic<"numSilus", "silus", "Number of nn.silu ops raised">,
     Statistic<"numAttentions", "attentions", "Number of nn.attention ops raised">,
+    Statistic<"numRopes", "ropes", "Number of nn.rope ops raised">,
     Statistic<"numMatmulBiases", "matmul-biases",
               "Number of bias additions folded into nn.matmul">
   ];

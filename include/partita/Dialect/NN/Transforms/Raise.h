@@ -39,6 +39,11 @@ void populateRaiseSiluPatterns(RewritePatternSet &patterns);
 /// masks and repeated key/value heads.
 void populateRaiseAttentionPatterns(RewritePatternSet &patterns);
 
+/// `x * cos + rotate_half(x) * sin` (HF's rotary embedding) to `nn.rope`
+/// where cos and sin have equal halves, and a partial one's
+/// `concat(rope(x[..., :r]), x[..., r:])` to one `nn.rope` of `x`.
+void populateRaiseRopePatterns(RewritePatternSet &patterns);
+
 /// `matmul(a, w) + b` with a vector `b` to `nn.matmul ... bias b`.
 void populateRaiseMatmulBiasPatterns(RewritePatternSet &patterns);
 
