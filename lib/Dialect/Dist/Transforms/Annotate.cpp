@@ -335,8 +335,22 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
       continue;
     }
     if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
-      if (getConstant(embedding.getTable()) &&
-          failed(pin(embedding, 0, 0, "tp", "vocab-parallel embedding")))
+      if (!getConstant(embedding.getTable()))
+        continue;
+      // A table with fewer rows than tp divides (BERT's two token types)
+      // stays whole on every rank: it is small, and splitting it would
+      // leave ranks without rows.
+      int64_t rows = embedding.getTable().getType().getDimSize(0);
+      int64_t tp = *mesh.getAxisSize("tp");
+      if (rows % tp != 0) {
+        remarks.push_back(StringAttr::get(
+            embedding.getContext(),
+            "embedding " + opName(embedding) + ": " + std::to_string(rows) +
+                " rows do not divide tp=" + std::to_string(tp) +
+                "; the table is replicated"));
+        continue;
+      }
+      if (failed(pin(embedding, 0, 0, "tp", "vocab-parallel embedding")))
         return failure();
       continue;
     }
