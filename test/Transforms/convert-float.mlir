@@ -48,3 +48,29 @@ func.func @mixed(%ids: tensor<2x3xi64>) -> (tensor<2x3x2xf32>, tensor<2x3xi1>) {
     }
   }
 #-}
+
+// -----
+
+// Rotary angles computed from integer positions (cast, times the inverse
+// frequencies, then cos/sin) stay f32: 2000 * 0.9 in bf16 is off by 4. The
+// cos/sin values are cast to bf16 where the converted rotary product reads
+// them; a sin/cos of an f32 argument is converted with the rest.
+// CHECK-LABEL: func.func @angles
+// CHECK-SAME: (%[[POS:.*]]: tensor<8x1xi64>, %[[X:.*]]: tensor<8x4xf32>)
+// CHECK: %[[XC:.*]] = nn.cast %[[X]] : tensor<8x4xf32> -> tensor<8x4xbf16>
+// CHECK: %[[P:.*]] = nn.cast %[[POS]] : tensor<8x1xi64> -> tensor<8x1xf32>
+// CHECK: %[[F:.*]] = nn.constant dense<{{.*}}> : tensor<4xf32>
+// CHECK: %[[A:.*]] = nn.mul %[[P]], %[[F]] : (tensor<8x1xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+// CHECK: %[[COS:.*]] = nn.cos %[[A]] : tensor<8x4xf32>
+// CHECK: %[[S:.*]] = nn.sin %[[XC]] : tensor<8x4xbf16>
+// CHECK: %[[CC:.*]] = nn.cast %[[COS]] : tensor<8x4xf32> -> tensor<8x4xbf16>
+// CHECK: nn.mul %[[CC]], %[[S]] : (tensor<8x4xbf16>, tensor<8x4xbf16>) -> tensor<8x4xbf16>
+func.func @angles(%pos: tensor<8x1xi64>, %x: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %p = nn.cast %pos : tensor<8x1xi64> -> tensor<8x1xf32>
+  %f = nn.constant dense<[1.0, 0.9, 0.1, 0.01]> : tensor<4xf32>
+  %a = nn.mul %p, %f : (tensor<8x1xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+  %c = nn.cos %a : tensor<8x4xf32>
+  %s = nn.sin %x : tensor<8x4xf32>
+  %y = nn.mul %c, %s : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %y : tensor<8x4xf32>
+}

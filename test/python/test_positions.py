@@ -98,6 +98,41 @@ def test_sin_of_an_input_becomes_nn_sin(compile_model):
     assert "nn.sin" in compile_model(m).ok().ir
 
 
+def rotary_angles_model():
+    """cos/sin of position_ids x inv_freq, as HF's rotary embedding computes
+    them from an int64 position input, each times a float input."""
+    inv_freq = 1.0 / (10000.0 ** (np.arange(0, 16, 2, dtype=np.float32) / 16))
+    return model(
+        [helper.make_node("Cast", ["pos"], ["posf"], to=F, name="cast"),
+         helper.make_node("Unsqueeze", ["posf", "ax"], ["pos2"], name="unsq"),
+         helper.make_node("Mul", ["pos2", "inv"], ["angles"], name="angles"),
+         helper.make_node("Cos", ["angles"], ["c"], name="cos"),
+         helper.make_node("Sin", ["angles"], ["s"], name="sin"),
+         helper.make_node("Mul", ["c", "x"], ["xc"], name="xc"),
+         helper.make_node("Mul", ["s", "x"], ["xs"], name="xs")],
+        [vi("pos", I64, [64]), vi("x", F, [64, 8])],
+        [vi("xc", F, [64, 8]), vi("xs", F, [64, 8])],
+        [const("ax", np.array([1], np.int64)), const("inv", inv_freq)])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_rotary_angles_stay_f32_under_16_bit_storage(tmp_path, dtype):
+    """Positions up to 4095: rounding position x frequency to 16 bits would
+    put cos/sin off by up to 1; kept in f32, only the 16-bit products
+    differ (relative 2^-8 for bf16)."""
+    m = rotary_angles_model()
+    rng = np.random.default_rng(3)
+    feeds = {"pos": rng.integers(1000, 4096, 64).astype(np.int64),
+             "x": np.ones((64, 8), np.float32)}
+    expected = reference(m, feeds)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(m.SerializeToString())
+    outputs, _ = compile_and_run(tmp_path, path, feeds, "--dtype", dtype)
+    for key, want in expected.items():
+        np.testing.assert_allclose(outputs[key], want, rtol=0, atol=1e-2,
+                                   err_msg=f"{dtype}: {key}")
+
+
 # --- CumSum ------------------------------------------------------------------
 
 COMBINATIONS = list(itertools.product([0, 1], [0, 1]))

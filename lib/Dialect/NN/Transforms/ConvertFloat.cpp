@@ -25,6 +25,44 @@ using namespace mlir::partita;
 
 namespace {
 
+bool isF32Tensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getElementType().isF32();
+}
+
+/// Adds to `angles` the ops computing the argument of `trig` (an nn.sin or
+/// nn.cos) and `trig` itself, when every path up from it ends in a value
+/// that is not f32 (integer positions cast to float) or in a constant:
+/// rotary angles computed from positions. Rounding them to 16 bits would
+/// ruin the angle (position 2000 times a frequency near 1 is off by up to 8
+/// in bf16), so they stay f32. Returns false (adding nothing) when a path
+/// reaches an f32 argument or a longer chain: such a sin/cos is converted
+/// with the rest.
+bool collectAngleOps(Operation *trig, llvm::DenseSet<Operation *> &angles) {
+  constexpr unsigned kMaxOps = 64;
+  SmallVector<Operation *> worklist{trig};
+  llvm::DenseSet<Operation *> seen{trig};
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val();
+    if (isa<nn::ConstantOp>(op))
+      continue;
+    for (Value operand : op->getOperands()) {
+      if (!isF32Tensor(operand.getType()))
+        continue;
+      Operation *producer = operand.getDefiningOp();
+      if (!producer || producer->getNumRegions() != 0)
+        return false;
+      if (seen.insert(producer).second) {
+        if (seen.size() > kMaxOps)
+          return false;
+        worklist.push_back(producer);
+      }
+    }
+  }
+  angles.insert(seen.begin(), seen.end());
+  return true;
+}
+
 /// `value` rounded to `semantics` (nearest, ties to even), as its bits.
 APInt roundTo(APFloat value, const llvm::fltSemantics &semantics) {
   bool losesInfo;
@@ -56,10 +94,19 @@ struct ConvertFloatPass
       return type;
     };
 
+    // Rotary angles computed from positions stay f32 (collectAngleOps).
+    llvm::DenseSet<Operation *> angles;
+    func.walk([&](Operation *op) {
+      if (isa<nn::SinOp, nn::CosOp>(op))
+        collectAngleOps(op, angles);
+    });
+
     // Converted resource blobs, by key: a blob two constants share is
     // rounded once.
     llvm::DenseSet<StringRef> converted;
     WalkResult walk = func.walk([&](Operation *op) {
+      if (angles.contains(op))
+        return WalkResult::advance();
       if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
         FailureOr<ElementsAttr> value =
             convertValue(constant, target, converted);
@@ -73,6 +120,25 @@ struct ConvertFloatPass
     });
     if (walk.wasInterrupted())
       return signalPassFailure();
+
+    // Where an f32 angle op feeds a converted op (sin/cos into the rotary
+    // products, a shared constant), the value is cast at the use.
+    SmallVector<OpOperand *> angleUses;
+    func.walk([&](Operation *op) {
+      if (angles.contains(op) || isa<func::ReturnOp>(op))
+        return;
+      for (OpOperand &use : op->getOpOperands())
+        if (Operation *producer = use.get().getDefiningOp();
+            producer && angles.contains(producer))
+          angleUses.push_back(&use);
+    });
+    for (OpOperand *use : angleUses) {
+      OpBuilder ub(use->getOwner());
+      Value angle = use->get();
+      auto cast = nn::CastOp::create(ub, angle.getLoc(),
+                                     convert(angle.getType()), angle);
+      use->set(cast);
+    }
 
     // The signature stays the model's: f32 arguments are cast on entry and
     // f32 results cast back before the return.
