@@ -604,3 +604,16 @@ def test_expression_dimensions_run_like_onnxruntime(tmp_path):
              "mask": np.array([[1, 1, 0, 1], [0, 1, 1, 1]], np.int64)}
     assert_same(*run_both(tmp_path, m, feeds, "--bind",
                           "batch=2,past_sequence_length=3,sequence_length=1"))
+
+
+@pytest.mark.parametrize("text", ["(" * 5000 + "a" + ")" * 5000,
+                                  "-" * 5000 + "a"])
+def test_deeply_nested_dimension_text_is_one_symbol(compile_model, text):
+    """Nesting beyond 64 levels is no dimension expression (the parser must
+    not exhaust the stack on a model's text): the text is one symbol, and
+    the unbound-dimension error names it."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    m = model(nodes, [vi("x", F, [text])], [vi("y", F, [text])])
+    result = compile_model(m, "--emit", "nn")
+    assert result.returncode != 0
+    assert "unbound symbolic dimensions: " + text[:50] in result.stderr

@@ -90,7 +90,8 @@ private:
 
   bool parseUnary() {
     if (consume('-')) {
-      if (!parseUnary())
+      DepthGuard guard(depth);
+      if (!guard.ok() || !parseUnary())
         return false;
       emit(DimExpr::Step::Neg);
       return true;
@@ -103,7 +104,8 @@ private:
     if (pos >= text.size())
       return false;
     if (consume('(')) {
-      if (!parseExpr())
+      DepthGuard guard(depth);
+      if (!guard.ok() || !parseExpr())
         return false;
       return consume(')');
     }
@@ -141,9 +143,20 @@ private:
     return false;
   }
 
+  /// Nesting (parentheses, unary minus) deeper than this is not a
+  /// dimension expression: a model's text must not exhaust the stack.
+  static constexpr unsigned kMaxDepth = 64;
+  struct DepthGuard {
+    explicit DepthGuard(unsigned &depth) : depth(depth) { ++depth; }
+    ~DepthGuard() { --depth; }
+    bool ok() const { return depth <= kMaxDepth; }
+    unsigned &depth;
+  };
+
   StringRef text;
   DimExpr &expr;
   size_t pos = 0;
+  unsigned depth = 0;
 };
 
 } // namespace mlir::partita::onnx_import
