@@ -84,6 +84,21 @@ std::string rowKernel(const RowConfig &c, const std::string &params,
   return s;
 }
 
+/// The op's `axis` attribute normalized into [0, rank of `input`).
+llvm::Expected<int64_t> getAxis(const KernelContext &ctx,
+                                const BufferView &input) {
+  auto axisOr = ctx.getInt("axis");
+  if (!axisOr)
+    return axisOr.takeError();
+  int64_t rank = input.rank(), axis = *axisOr;
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return ctx.error("axis " + llvm::Twine(*axisOr) + " is out of range for " +
+                     shapeString(input.shape));
+  return axis;
+}
+
 } // namespace
 
 llvm::Expected<GeneratedKernel> emitNormalization(const KernelContext &ctx) {
@@ -107,18 +122,13 @@ llvm::Expected<GeneratedKernel> emitNormalization(const KernelContext &ctx) {
     return input.takeError();
   if (!result)
     return result.takeError();
-  auto axisOr = ctx.getInt("axis");
+  auto axisOr = getAxis(ctx, *input);
   auto epsilon = ctx.getFloat("epsilon");
   if (!axisOr)
     return axisOr.takeError();
   if (!epsilon)
     return epsilon.takeError();
   int64_t rank = input->rank(), axis = *axisOr;
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return ctx.error("axis " + llvm::Twine(*axisOr) + " is out of range for " +
-                     shapeString(input->shape));
   if (!isFloat(input->dtype))
     return ctx.error("unsupported element type " + dtypeName(input->dtype));
   if (result->shape != input->shape)
@@ -192,15 +202,10 @@ llvm::Expected<GeneratedKernel> emitSoftmax(const KernelContext &ctx) {
     return input.takeError();
   if (!result)
     return result.takeError();
-  auto axisOr = ctx.getInt("axis");
+  auto axisOr = getAxis(ctx, *input);
   if (!axisOr)
     return axisOr.takeError();
   int64_t rank = input->rank(), axis = *axisOr;
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return ctx.error("axis " + llvm::Twine(*axisOr) + " is out of range for " +
-                     shapeString(input->shape));
   if (!isFloat(input->dtype))
     return ctx.error("unsupported element type " + dtypeName(input->dtype));
   if (result->shape != input->shape)
@@ -405,7 +410,7 @@ llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx) {
     return input.takeError();
   if (!result)
     return result.takeError();
-  auto axisOr = ctx.getInt("axis");
+  auto axisOr = getAxis(ctx, *input);
   auto exclusive = ctx.getBool("exclusive");
   auto reverse = ctx.getBool("reverse");
   if (!axisOr)
@@ -415,11 +420,6 @@ llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx) {
   if (!reverse)
     return reverse.takeError();
   int64_t rank = input->rank(), axis = *axisOr;
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return ctx.error("axis " + llvm::Twine(*axisOr) + " is out of range for " +
-                     shapeString(input->shape));
   if (result->shape != input->shape || result->dtype != input->dtype)
     return ctx.error("the result differs from the input " +
                      shapeString(input->shape));
