@@ -278,9 +278,7 @@ def test_rope_from_position_ids(tmp_path, compile_model):
 def test_rope_from_frequencies(tmp_path, compile_model):
     """HF's rotary module on a position_ids input: f = positions x
     inv_freq, tables = g(concat(f, f)) * attention_scaling, unsqueezed on
-    the heads. Tanh and Sigmoid stand in for Cos and Sin (any elementwise
-    function of one operand keeps the halves equal, which is all the
-    raising relies on)."""
+    the heads; Cos and Sin of a non-constant input are nn.cos/nn.sin."""
     rng = np.random.default_rng(5)
     inv_freq = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
     nodes = [
@@ -288,8 +286,8 @@ def test_rope_from_frequencies(tmp_path, compile_model):
         helper.make_node("Cast", ["pos3"], ["posf"], to=F),
         helper.make_node("Mul", ["posf", "inv_freq"], ["f"]),
         helper.make_node("Concat", ["f", "f"], ["emb"], axis=-1),
-        helper.make_node("Tanh", ["emb"], ["c0"]),
-        helper.make_node("Sigmoid", ["emb"], ["s0"]),
+        helper.make_node("Cos", ["emb"], ["c0"]),
+        helper.make_node("Sin", ["emb"], ["s0"]),
         helper.make_node("Mul", ["c0", "scaling"], ["c1"]),
         helper.make_node("Mul", ["s0", "scaling"], ["s1"]),
         helper.make_node("Unsqueeze", ["c1", "ax1"], ["cos"]),
