@@ -40,6 +40,8 @@ std::optional<std::tuple<Value, int64_t, int64_t>> matchLastAxisSlice(Value v) {
   if (!slice)
     return std::nullopt;
   ArrayRef<int64_t> in = shapeOf(slice.getInput());
+  if (in.empty())
+    return std::nullopt;
   size_t last = in.size() - 1;
   for (size_t d = 0; d < in.size(); ++d) {
     if (slice.getStride()[d] != 1)
