@@ -39,16 +39,14 @@ func.func @sdpa_legacy(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>, %v: t
 // -----
 
 // HF's sdpa mask for a decoder: and(padding [b, 1, 1, s], causal [1, 1, s,
-// s]) applied as where(m, 0, -inf). It becomes the boolean mask as it is,
-// [b, 1, s, s], the causal term not split out (see RaiseAttention.cpp). The
+// s]) applied as where(m, 0, -inf). The constant causal term becomes
+// `causal`, the padding term stays the (boolean, [b, 1, 1, s]) mask. The
 // NaN guard written as not(compare eq p, p) is the same guard.
 // CHECK-LABEL: func.func @sdpa_causal_and_padding
 // CHECK-SAME: (%[[Q:.*]]: tensor<2x4x4x16xf32>, %[[K:.*]]: tensor<2x4x4x16xf32>, %[[V:.*]]: tensor<2x4x4x16xf32>, %[[PAD:.*]]: tensor<2x1x1x4xi1>)
 func.func @sdpa_causal_and_padding(%q: tensor<2x4x4x16xf32>, %k: tensor<2x4x4x16xf32>, %v: tensor<2x4x4x16xf32>, %pad: tensor<2x1x1x4xi1>) -> tensor<2x4x4x16xf32> {
   // CHECK-NOT: nn.not
-  // CHECK: %[[BOTH:.*]] = nn.and %[[PAD]]
-  // CHECK-NOT: nn.not
-  // CHECK: nn.attention %[[Q]], %[[K]], %[[V]] mask %[[BOTH]] : (tensor<2x4x4x16xf32>, tensor<2x4x4x16xf32>, tensor<2x4x4x16xf32>, tensor<2x1x4x4xi1>)
+  // CHECK: nn.attention %[[Q]], %[[K]], %[[V]] mask %[[PAD]] {causal} : (tensor<2x4x4x16xf32>, tensor<2x4x4x16xf32>, tensor<2x4x4x16xf32>, tensor<2x1x1x4xi1>)
   %causal = nn.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
   %both = nn.and %pad, %causal : (tensor<2x1x1x4xi1>, tensor<1x1x4x4xi1>) -> tensor<2x1x4x4xi1>
   %zero = nn.constant dense<0.0> : tensor<1xf32>

@@ -102,6 +102,193 @@ private:
   llvm::DenseMap<std::pair<Value, Attribute>, Value> resharded;
 };
 
+/// The constant of the ring's sequence order (or its inverse) that `gather`
+/// reads its indices from, if it is one of the annotation pass's
+/// permutations.
+bool isSequencePermutation(nn::GatherOp gather) {
+  auto indices = gather.getIndices().getDefiningOp<nn::ConstantOp>();
+  return indices && indices->hasAttr(kSequenceOrderAttr);
+}
+
+/// With ring attention's zigzag layout (`dist.sequence_order`), the
+/// annotation pass permutes the sequence of the inputs on entry and puts
+/// the outputs back in order on exit. The program in between must then
+/// compute on the permuted rows what it computed on the rows in order:
+/// every value indexed by sequence position must be permuted alike. That
+/// holds where each op treats the sequence position by position (a
+/// parallel, reduction, normalization or key/value factor), every operand
+/// on the sequence is itself permuted (a constant only if it is split over
+/// the ring axis, which partitioning then lays out in the ring's order),
+/// and causal attention runs as ring attention (which compares the global
+/// positions of the layout). A sequence merged into another dimension, a
+/// gather or an opaque op along it, a constant or a computed value on it
+/// that is not permuted (a position embedding the propagation left
+/// replicated), causal attention over the whole permuted sequence: any of
+/// these would give a wrong answer. Returns the first such op and why, or
+/// an empty string.
+std::string checkSequenceOrder(func::FuncOp func, MeshOp mesh, StringRef axis,
+                               int64_t length) {
+  // Per value, which of its dimensions are the permuted sequence.
+  llvm::DenseMap<Value, SmallVector<bool>> permuted;
+  auto isPermuted = [&](Value value, int64_t dim) {
+    auto it = permuted.find(value);
+    return it != permuted.end() && it->second[dim];
+  };
+  auto anyPermuted = [&](Value value) {
+    auto it = permuted.find(value);
+    return it != permuted.end() && llvm::is_contained(it->second, true);
+  };
+  auto rankOf = [](Value value) -> int64_t {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    return type ? type.getRank() : 0;
+  };
+  for (Operation &op : func.getBody().front()) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+        auto gather = value.getDefiningOp<nn::GatherOp>();
+        if (anyPermuted(value) && !(gather && isSequencePermutation(gather)))
+          return "result " + std::to_string(i) +
+                 " would be returned in the ring's order";
+      }
+      continue;
+    }
+    if (auto gather = dyn_cast<nn::GatherOp>(op);
+        gather && isSequencePermutation(gather)) {
+      int64_t dim = gather.getAxis();
+      if (isa<BlockArgument>(gather.getData())) {
+        SmallVector<bool> dims(rankOf(gather.getResult()), false);
+        dims[dim] = true;
+        permuted[gather.getResult()] = dims;
+      } else if (!isPermuted(gather.getData(), dim)) {
+        return describe(gather.getData().getDefiningOp()
+                            ? gather.getData().getDefiningOp()
+                            : gather.getOperation()) +
+               " gives an output whose sequence is not in the ring's order";
+      }
+      continue;
+    }
+    if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+      if (constant->hasAttr(kSequenceOrderAttr))
+        continue;
+      auto type = cast<RankedTensorType>(constant.getType());
+      ShardingAttr sharding = getValueSharding(constant.getResult(), mesh);
+      SmallVector<bool> dims(type.getRank(), false);
+      for (int64_t d = 0; d < type.getRank(); ++d)
+        dims[d] = type.getDimSize(d) == length &&
+                  llvm::is_contained(sharding.getAxesOfDim(d), axis);
+      permuted[constant.getResult()] = dims;
+      continue;
+    }
+    if (isa<AnnotateOp, ReshardOp>(op)) {
+      if (auto it = permuted.find(op.getOperand(0)); it != permuted.end()) {
+        SmallVector<bool> dims = it->second;
+        permuted[op.getResult(0)] = dims;
+      }
+      continue;
+    }
+    if (llvm::none_of(op.getOperands(), anyPermuted))
+      continue;
+    auto ruleOp = dyn_cast<nn::ShardingRuleOpInterface>(op);
+    if (!ruleOp)
+      return describe(&op) + " reads the sequence";
+    ShardingRule rule = ruleOp.getShardingRule();
+    // The factors that are the sequence: those of the permuted dimensions.
+    llvm::SmallDenseSet<unsigned> sequence;
+    for (auto [i, operand] : llvm::enumerate(op.getOperands()))
+      for (int64_t d = 0; d < rankOf(operand); ++d) {
+        if (!isPermuted(operand, d))
+          continue;
+        SmallVector<unsigned> candidates;
+        for (unsigned f : rule.getOperands()[i][d])
+          if (rule.getFactor(f).size == length)
+            candidates.push_back(f);
+        if (candidates.size() != 1)
+          return describe(&op) + " merges the sequence into another dimension";
+        sequence.insert(candidates.front());
+      }
+    for (unsigned f : sequence) {
+      FactorKind kind = rule.getFactor(f).kind;
+      if (kind == FactorKind::Lookup || kind == FactorKind::Opaque)
+        return describe(&op) + " reads the sequence in order (" +
+               stringifyFactorKind(kind).str() + " factor)";
+    }
+    for (auto [i, operand] : llvm::enumerate(op.getOperands()))
+      for (int64_t d = 0; d < rankOf(operand); ++d)
+        if (!isPermuted(operand, d) &&
+            llvm::any_of(rule.getOperands()[i][d],
+                         [&](unsigned f) { return sequence.contains(f); }))
+          return describe(&op) + " combines the permuted sequence with " +
+                 (operand.getDefiningOp<nn::ConstantOp>()
+                      ? "a constant that is not split over " + axis.str()
+                      : "a value that is not permuted") +
+                 " (operand " + std::to_string(i) + ")";
+    if (auto attention = dyn_cast<nn::AttentionOp>(op);
+        attention && attention.getCausal()) {
+      unsigned querySeq = rule.getOperands()[0][2].front();
+      unsigned keySeq = rule.getOperands()[1][2].front();
+      bool ring = false;
+      if (attention->hasAttr(kRingAttr)) {
+        SmallVector<ShardingAttr> operands, results;
+        for (Value operand : op.getOperands())
+          operands.push_back(getValueSharding(operand, mesh));
+        results.push_back(getValueSharding(attention.getResult(), mesh));
+        ring =
+            !inferAssignment(rule, operands, results, mesh)[querySeq].empty();
+      }
+      if (!ring || !sequence.contains(querySeq) || !sequence.contains(keySeq))
+        return describe(&op) +
+               " is causal but does not run as ring attention over the "
+               "permuted sequence (its query sequence is not split over " +
+               axis.str() + ")";
+    }
+    for (auto [i, result] : llvm::enumerate(op.getResults())) {
+      SmallVector<bool> dims(rankOf(result), false);
+      for (int64_t d = 0; d < rankOf(result); ++d)
+        dims[d] = llvm::any_of(rule.getResults()[i][d], [&](unsigned f) {
+          return sequence.contains(f);
+        });
+      permuted[result] = dims;
+    }
+  }
+  return "";
+}
+
+/// Undoes the annotation pass's zigzag layout: the inputs keep their order,
+/// and the plan says why the layout is contiguous.
+void dropSequenceOrder(ModuleOp module, const std::string &why) {
+  SmallVector<nn::GatherOp> gathers;
+  module.walk([&](nn::GatherOp gather) {
+    if (isSequencePermutation(gather))
+      gathers.push_back(gather);
+  });
+  for (nn::GatherOp gather : gathers) {
+    Operation *indices = gather.getIndices().getDefiningOp();
+    gather.getResult().replaceAllUsesWith(gather.getData());
+    gather.erase();
+    if (indices->use_empty())
+      indices->erase();
+  }
+  module->removeAttr(kSequenceOrderAttr);
+  MLIRContext *context = module.getContext();
+  Builder b(context);
+  if (auto plan =
+          module->getAttrOfType<DictionaryAttr>(kSequenceParallelAttr)) {
+    NamedAttrList entries(plan);
+    entries.set("zigzag", b.getBoolAttr(false));
+    if (Attribute contiguous = plan.get("contiguous_imbalance"))
+      entries.set("imbalance", contiguous);
+    module->setAttr(kSequenceParallelAttr, entries.getDictionary(context));
+  }
+  SmallVector<Attribute> remarks;
+  if (auto list = module->getAttrOfType<ArrayAttr>(kRemarksAttr))
+    remarks.append(list.begin(), list.end());
+  remarks.push_back(b.getStringAttr(
+      "--sp-mode ring keeps the sequence contiguous instead of zigzag, "
+      "which balances causal work across ranks: " +
+      why));
+  module->setAttr(kRemarksAttr, b.getArrayAttr(remarks));
+}
+
 /// An nn.constant of a scalar.
 Value scalarConstant(OpBuilder &b, Location loc, Type element, double value) {
   auto type = RankedTensorType::get({}, element);
@@ -733,6 +920,22 @@ struct PartitionPass : mlir::partita::impl::PartitionPassBase<PartitionPass> {
       return signalPassFailure();
     if (!*mesh)
       return;
+    ModuleOp module = getOperation();
+    if (auto layout =
+            module->getAttrOfType<DictionaryAttr>(kSequenceOrderAttr)) {
+      StringRef axis = layout.getAs<StringAttr>("axis").getValue();
+      int64_t length =
+          static_cast<int64_t>(layout.getAs<DenseI64ArrayAttr>("order").size());
+      for (auto func : module.getOps<func::FuncOp>()) {
+        if (func.isExternal())
+          continue;
+        std::string why = checkSequenceOrder(func, *mesh, axis, length);
+        if (!why.empty()) {
+          dropSequenceOrder(module, why);
+          break;
+        }
+      }
+    }
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal() && failed(Partitioner(*mesh).run(func)))
         return signalPassFailure();

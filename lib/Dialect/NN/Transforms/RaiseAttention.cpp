@@ -431,6 +431,19 @@ std::optional<MaskTerm> asBoolMask(const MaskTerm &term) {
   return std::nullopt;
 }
 
+/// Splits a boolean mask `and(a, b)` into its terms, so that a constant
+/// causal term among them becomes `causal`.
+void splitConjunction(const MaskTerm &term, SmallVectorImpl<MaskTerm> &out,
+                      unsigned depth = 0) {
+  auto conjunction = term.value.getDefiningOp<AndOp>();
+  if (!term.isBool || term.isInverted || !conjunction || depth > 8) {
+    out.push_back(term);
+    return;
+  }
+  splitConjunction({conjunction.getLhs(), true, false}, out, depth + 1);
+  splitConjunction({conjunction.getRhs(), true, false}, out, depth + 1);
+}
+
 /// `reshape(transpose(reshape(x) : [n, ...], p) : [n, ...]) : [l..., ...]`
 /// with `n = prod(l)` and `p[0] = 0` is `transpose(reshape(x) : [l..., ...])`
 /// with `p` shifted past `l`. The dynamo exporter transposes keys as
@@ -576,13 +589,10 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
 
     int64_t sq = s[lead], skv = s[lead + 1];
     bool causal = false;
-    // A causal term and-ed into a boolean mask (HF's sdpa masks) is not
-    // split out: with `causal`, the ring planner lays the sequence out
-    // zigzag, which is wrong for torch 2's legacy exports, whose sequence
-    // stays unsharded (docs/frontend.md).
-    SmallVector<MaskTerm> masks;
-    for (const MaskTerm &term : scores->masks) {
-      MaskTerm mask = asBoolMask(term).value_or(term);
+    SmallVector<MaskTerm> terms, masks;
+    for (const MaskTerm &mask : scores->masks)
+      splitConjunction(asBoolMask(mask).value_or(mask), terms);
+    for (const MaskTerm &mask : terms) {
       if (isCausalMask(mask, sq, skv))
         causal = true;
       else

@@ -139,6 +139,12 @@ def PartitionPass : Pass<"partita-partition", "::mlir::ModuleOp"> {
     per-rank lowering turns into each rank's share of the weight. A split
     that does not divide a dimension is an error naming the value, the
     dimension and the axis.
+
+    Before partitioning, a zigzag layout (`dist.sequence_order`) is checked:
+    it is kept only where the program computes the same on the permuted
+    rows (docs/sharding.md, "Sequence parallelism"); otherwise the
+    permutations are removed, the sequence stays contiguous, and
+    `dist.remarks` says which op kept it so.
   }];
   let dependentDialects = ["::mlir::partita::dist::DistDialect",
                            "::mlir::partita::nn::NNDialect"];
