@@ -19,12 +19,14 @@ FILES = sorted(MANIFEST)
 
 # Meshes every fixture runs on. Batch 2, sequence 16 (KV-cache steps: 4 new
 # tokens), 4 query heads and 2 layers make each applicable to every model
-# (key/value heads fewer than tp are replicated). Sequence parallelism needs
-# the whole sequence in one step, so the KV-cache steps run without it.
+# (key/value heads fewer than tp are replicated). Ring attention needs
+# self-attention over the whole sequence, so the KV-cache steps (4 queries
+# against 10 keys) run Ulysses only; ring refuses them with an error.
 MESHES = ["1", "tp=2", "tp=4", "dp=2,tp=2", "pp=2", "sp=2 --sp-mode ulysses",
           "sp=2 --sp-mode ring", "tp=2 --sp-mode megatron",
           "pp=2 --microbatches 2"]
-KV_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2"]
+KV_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
+             "sp=2 --sp-mode ulysses"]
 SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -88,3 +90,37 @@ def test_hf_fixture_attention_raised(name):
     layers = 2
     assert proc.stdout.count("nn.attention ") == layers, proc.stdout
     assert "nn.softmax" not in proc.stdout
+
+
+@pytest.mark.parametrize("name", [n for n in FILES
+                                  if MANIFEST[n]["kind"] == "kv"])
+def test_hf_kv_step_refuses_ring(tmp_path, name):
+    model, inputs = load_inputs(name)
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(HF / name), "-o",
+         str(tmp_path / "art"), "--mesh", "sp=2", "--sp-mode", "ring",
+         *binding(model, inputs)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "--sp-mode ring needs self-attention over the whole sequence" \
+        in proc.stderr
+    assert not (tmp_path / "art").exists()
+
+
+@pytest.mark.parametrize("name", [n for n in FILES
+                                  if MANIFEST[n]["kind"] != "kv"])
+def test_hf_fixture_ring_runs_ring_attention(tmp_path, name):
+    """sp=2 ring splits the sequence: the ranks pass key/value blocks
+    around (collective_permute), rather than gathering the sequence and
+    attending unsharded."""
+    model, inputs = load_inputs(name)
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(HF / name), "-o",
+         str(tmp_path / "art"), "--report", str(report), "--mesh", "sp=2",
+         "--sp-mode", "ring", *binding(model, inputs)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    kinds = {c["kind"] for c in json.loads(report.read_text())["ranks"][0]
+             ["collectives"]}
+    assert "collective_permute" in kinds, kinds

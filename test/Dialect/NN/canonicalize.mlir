@@ -201,3 +201,23 @@ func.func @cumsum_folds(%x: tensor<2x3xi64>) -> (tensor<2x3xi64>, tensor<2x3xi64
   %7 = nn.cumsum %x axis = 1 exclusive : tensor<2x3xi64>
   return %0, %1, %2, %3, %4, %5, %6, %7 : tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xi64>, tensor<3xf32>, tensor<2xi32>, tensor<2x3xi64>
 }
+
+// -----
+
+// A gather whose constant indices enumerate the axis in order keeps every
+// element in place: a reshape (torch's legacy export of HF's padding mask).
+// Indices out of order, or fewer than the axis, stay a gather.
+// CHECK-LABEL: func.func @gather_of_iota
+// CHECK: %[[R:.*]] = nn.reshape %arg0 : tensor<4x1xi1> -> tensor<2x1x2x1xi1>
+// CHECK: %[[G:.*]] = nn.gather %arg0
+// CHECK: %[[H:.*]] = nn.gather %arg0
+// CHECK: return %[[R]], %[[G]], %[[H]]
+func.func @gather_of_iota(%m: tensor<4x1xi1>) -> (tensor<2x1x2x1xi1>, tensor<2x1x2x1xi1>, tensor<3x1xi1>) {
+  %iota = nn.constant dense<[[[0, 1]], [[2, 3]]]> : tensor<2x1x2xi64>
+  %a = nn.gather %m, %iota axis = 0 : (tensor<4x1xi1>, tensor<2x1x2xi64>) -> tensor<2x1x2x1xi1>
+  %swapped = nn.constant dense<[[[1, 0]], [[2, 3]]]> : tensor<2x1x2xi64>
+  %b = nn.gather %m, %swapped axis = 0 : (tensor<4x1xi1>, tensor<2x1x2xi64>) -> tensor<2x1x2x1xi1>
+  %short = nn.constant dense<[0, 1, 2]> : tensor<3xi64>
+  %c = nn.gather %m, %short axis = 0 : (tensor<4x1xi1>, tensor<3xi64>) -> tensor<3x1xi1>
+  return %a, %b, %c : tensor<2x1x2x1xi1>, tensor<2x1x2x1xi1>, tensor<3x1xi1>
+}

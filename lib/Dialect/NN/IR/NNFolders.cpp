@@ -469,6 +469,38 @@ OpFoldResult GatherOp::fold(FoldAdaptor adaptor) {
   });
 }
 
+namespace {
+/// gather(x, iota) along `axis`, with constant indices 0, 1, ..., n - 1 in
+/// order (n: the axis's size), keeps every element in place: it is a
+/// reshape of x. Exporters write such gathers where index arithmetic folds
+/// away (torch's legacy export of HF's padding mask gathers the flattened
+/// mask at b * s + j); as a reshape, the sequence stays visible to
+/// sharding.
+struct GatherOfIotaIsReshape : OpRewritePattern<GatherOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(GatherOp op,
+                                PatternRewriter &rewriter) const override {
+    DenseElementsAttr indices;
+    if (!matchPattern(op.getIndices(), m_Constant(&indices)))
+      return failure();
+    int64_t size = op.getData().getType().getDimSize(op.getAxis());
+    if (indices.getNumElements() != size)
+      return failure();
+    int64_t expected = 0;
+    for (const APInt &index : indices.getValues<APInt>())
+      if (index.getSExtValue() != expected++)
+        return failure();
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), op.getData());
+    return success();
+  }
+};
+} // namespace
+
+void GatherOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                           MLIRContext *context) {
+  results.add<GatherOfIotaIsReshape>(context);
+}
+
 OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType())
     return getInput();

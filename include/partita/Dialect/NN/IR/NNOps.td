@@ -655,6 +655,7 @@ def NN_GatherOp : NN_Op<"gather"> {
   }];
   let hasVerifier = 1;
   let hasFolder = 1;
+  let hasCanonicalizer = 1;
 }
 
 //===----------------------------------------------------------------------===//
