@@ -160,7 +160,7 @@ def _ort_request(req):
         if dtype is None:
             return {"status": "unverifiable", "error": f"input type {i.type}"}
         shape = [d if isinstance(d, int) else
-                 req.get("bindings", {}).get(d, 1) for d in i.shape]
+                 _dim_value(d, req.get("bindings", {})) for d in i.shape]
         if any(not isinstance(d, int) or d < 0 for d in shape):
             return {"status": "rejected", "error": f"input shape {i.shape}"}
         if int(np.prod(shape, dtype=object)) > MAX_FEED_ELEMENTS:
@@ -190,6 +190,28 @@ def _ort_request(req):
     return {"status": "ok",
             "outputs": {n: [str(np.asarray(v).dtype), list(np.shape(v))]
                         for n, v in zip(names, outputs)}}
+
+
+def _dim_value(text, bindings):
+    """A symbolic input dimension's value for onnxruntime's feeds: its
+    binding, or the expression it spells (`a + b`, `(s - 1)//2`, `/` as
+    floor division) over the bound symbols (an unbound one is 1, as a plain
+    unbound symbol is); None where it has none (division by zero, not an
+    expression)."""
+    if text is None:
+        return 1
+    if text in bindings:
+        return bindings[text]
+    if not re.fullmatch(r"[\w\s+\-*/()]+", text) or "**" in text:
+        return 1 if re.fullmatch(r"[A-Za-z_]\w*", text or "") else None
+    expr = re.sub(r"(?<!/)/(?!/)", "//", text)
+    expr = re.sub(r"[A-Za-z_]\w*",
+                  lambda m: str(bindings.get(m.group(0), 1)), expr)
+    try:
+        value = eval(expr, {"__builtins__": {}}, {})  # noqa: S307
+    except Exception:  # noqa: BLE001
+        return None
+    return value if isinstance(value, int) else None
 
 
 def ort_worker_main():

@@ -161,6 +161,13 @@ def importer_cases():
         model([node("Range", ["a", "b", "d"], ["y"])], [], [vi("y", I64, [3])],
               [const("a", np.int32(0)), const("b", np.int64(3)),
                const("d", np.int64(1))]))
+    # Issue 15: dimension expressions.
+    deep = "(" * 100000 + "n" + ")" * 100000
+    c["2-dim-expression-nested-deep"] = (
+        "a dim_param nesting parentheses 100,000 deep (issue 15: the "
+        "expression parser recursed until the stack overflowed)",
+        model([node("Relu", ["x"], ["y"])], [vi("x", F, [2, deep])],
+              [vi("y", F, [2, deep])]))
     return c
 
 

@@ -190,10 +190,48 @@ def _op_specs():
                   [("x", F, [1, 2, 4, 8]), ("c", F, [4, 4]), ("s", F, [4, 4])],
                   {"p": np.array([[0, 1, 2, 3]], np.int64)}, {},
                   [("z", F, [1, 2, 4, 8])]))
-    for op in ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"]:
+    for op in ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+               "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
+               "ReduceProd"]:
         specs.append((op, 18, [("x", F, [2, 3, 4])],
                       {"a": np.array([1], np.int64)}, {"keepdims": 1},
                       [("z", F, [2, 1, 4])]))
+    # The ops real exporters write (issue 15).
+    specs.append(("IsNaN", 17, [x23], {}, {}, [("z", B, [2, 3])]))
+    specs.append(("Clip", 13, [x23],
+                  {"lo": np.array(0.5, np.float32),
+                   "hi": np.array(1.25, np.float32)}, {}, [("z", F, [2, 3])]))
+    # Constant divisors: ONNX leaves an integer Mod by zero undefined.
+    specs.append(("Mod", 13, [("x", I64, [2, 3])],
+                  {"d": np.array([2, -3, 5], np.int64)}, {"fmod": 0},
+                  [("z", I64, [2, 3])]))
+    specs.append(("Mod", 13, [x23], {"d": np.array([0.75, -1.5, 2.0],
+                                                   np.float32)}, {"fmod": 1},
+                  [("z", F, [2, 3])], "Mod.fmod"))
+    specs.append(("GatherElements", 13, [("x", F, [3, 4])],
+                  {"i": np.array([[0, 2, -1, 1], [2, 0, 1, -3]], np.int64)},
+                  {"axis": 0}, [("z", F, [2, 4])]))
+    # Indices computed at run time (values 0..2 of _rand are in range).
+    specs.append(("GatherElements", 13, [("x", F, [3, 4]),
+                                         ("i", I64, [3, 2])], {}, {"axis": 1},
+                  [("z", F, [3, 2])], "GatherElements.live"))
+    specs.append(("GatherND", 13, [("x", F, [3, 3, 4])],
+                  {"i": np.array([[0, 1], [2, -1]], np.int64)}, {},
+                  [("z", F, [2, 4])]))
+    specs.append(("GatherND", 13, [("x", F, [3, 3, 4]), ("i", I64, [2, 2])],
+                  {}, {}, [("z", F, [2, 4])], "GatherND.live"))
+    specs.append(("GatherND", 13, [("x", F, [2, 3, 4]), ("i", I64, [2, 1])],
+                  {}, {"batch_dims": 1}, [("z", F, [2, 4])],
+                  "GatherND.batch"))
+    specs.append(("ScatterND", 16, [("x", F, [4, 3]), ("u", F, [2, 3])],
+                  {"i": np.array([[1], [-1]], np.int64)}, {},
+                  [("z", F, [4, 3])], "ScatterND", ["x", "i", "u"]))
+    specs.append(("CumSum", 14, [x23], {"a": np.array(1, np.int64)}, {},
+                  [("z", F, [2, 3])]))
+    specs.append(("CumSum", 14, [("x", I64, [2, 3])],
+                  {"a": np.array([-2], np.int64)},
+                  {"exclusive": 1, "reverse": 1}, [("z", I64, [2, 3])],
+                  "CumSum.int64"))
     return specs
 
 
@@ -202,10 +240,15 @@ def op_seeds():
     `<op>.folded` (every input is an initializer, so the importer folds or
     refuses)."""
     out = []
-    for i, (op, opset, data, consts, attrs, outs) in enumerate(_op_specs()):
+    for i, spec in enumerate(_op_specs()):
+        op, opset, data, consts, attrs, outs = spec[:6]
+        # An optional seventh and eighth: the seed's name (for a second
+        # seed of one op) and the node's input order.
+        seed_name = spec[6] if len(spec) > 6 else op
         rng = np.random.default_rng(i)
         # Node inputs in the op's order: data first, constant operands after.
-        names = [d[0] for d in data] + list(consts)
+        names = spec[7] if len(spec) > 7 else \
+            [d[0] for d in data] + list(consts)
         for folded in (False, True):
             inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
             inputs = []
@@ -218,8 +261,39 @@ def op_seeds():
             node = helper.make_node(op, names, [o[0] for o in outs],
                                     name=f"{op.lower()}_node", **attrs)
             m = _model([node], inputs, [_vi(*o) for o in outs], inits, opset)
-            out.append(Seed(op + (".folded" if folded else ""), m))
-    return out
+            out.append(Seed(seed_name + (".folded" if folded else ""), m))
+    return out + dim_expr_seeds()
+
+
+def dim_expr_seeds():
+    """Models whose dimensions are expressions over symbols (`a + b`,
+    `(s - 1)//2 + 1`), as optimum and torch's dynamo exporter declare
+    them, with --bind values of the symbols."""
+    concat = helper.make_node("Concat", ["past", "cur"], ["z"], axis=1,
+                              name="concat_node")
+    m1 = _model([concat], [_vi("past", F, [1, "past", 4]),
+                           _vi("cur", F, [1, "seq", 4])],
+                [_vi("z", F, [1, "past + seq", 4])])
+    relu = helper.make_node("Relu", ["x"], ["z"], name="relu_node")
+    m2 = _model([relu], [_vi("x", F, ["n * 2", "(s - 1)//2 + 1"])],
+                [_vi("z", F, ["n * 2", "(s - 1)//2 + 1"])])
+    add = helper.make_node("Add", ["x", "y"], ["z"], name="add_node")
+    m3 = _model([add], [_vi("x", F, ["b", "a + b - a"]), _vi("y", F, ["b"])],
+                [_vi("z", F, ["b", "b"])])
+    return [Seed("DimExpr.concat", m1, {"past": 3, "seq": 2}),
+            Seed("DimExpr.relu", m2, {"n": 2, "s": 5}),
+            Seed("DimExpr.add", m3, {"a": 4, "b": 3})]
+
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def dim_symbols(text):
+    """The symbols a dim_param reads: itself when it is one identifier (or
+    not an expression), else the identifiers in it."""
+    if _SYMBOL.fullmatch(text) or not re.fullmatch(r"[\w\s+\-*/()]+", text):
+        return [text]
+    return _SYMBOL.findall(text)
 
 
 def _text_models(root):
@@ -241,8 +315,9 @@ def _text_models(root):
             bindings = {}
             for vi in list(m.graph.input) + list(m.graph.output):
                 for d in vi.type.tensor_type.shape.dim:
-                    if d.dim_param:
-                        bindings[d.dim_param] = 2
+                    for symbol in dim_symbols(d.dim_param) \
+                            if d.dim_param else []:
+                        bindings[symbol] = 2
             out.append(Seed(f"{rel}{':' + name if name else ''}", m, bindings))
     return out
 
@@ -409,6 +484,31 @@ class Mutator:
         dims[i].dim_value = value
         return f"dim {i} of '{v.name}' is {value}"
     m_dims.weight = 4
+
+    def m_dim_expr(self, case):
+        """A dimension becomes an expression over bound symbols (`n`, `m`):
+        valid ones, negative, overflowing, dividing by zero, naming an
+        unbound symbol, nested deeply, or not quite an expression."""
+        values = _typed_values(case.model.graph)
+        values = [v for v in values if v.type.tensor_type.HasField("shape")
+                  and v.type.tensor_type.shape.dim]
+        if not values:
+            return None
+        v = self.rng.choice(values)
+        dims = v.type.tensor_type.shape.dim
+        i = self.rng.randrange(len(dims))
+        text = self.rng.choice([
+            "n + m", "n * m - 1", "(n - 1)//2 + 1", "n / m", "-n + 3",
+            "n - 9", "m // (n - 2)", "9223372036854775807 + n",
+            "n * 4611686018427387904", "-9223372036854775807 - 1 - n",
+            "n // -1 * -1", "unbound_symbol + n", "n +", "n ** 2", "f(n)",
+            "(" * 100000 + "n" + ")" * 100000, "-" * 100000 + "n",
+            "n" + " + n" * 100, "99999999999999999999 + n"])
+        case.bindings.setdefault("n", 2)
+        case.bindings.setdefault("m", 3)
+        dims[i].dim_param = text
+        return f"dim {i} of '{v.name}' is '{text[:40]}'"
+    m_dim_expr.weight = 2
 
     def m_shape_tensor(self, case):
         """An element of a small integer initializer (shapes, axes, indices,
