@@ -343,15 +343,23 @@ def result_types(ir):
     return out
 
 
-def impossible_shapes(model):
+def impossible_shapes(model, bindings=None):
     """Why the model cannot exist, from its declared shapes alone: a
-    negative dimension, or more elements than int64 counts."""
+    negative dimension, or more elements than int64 counts. Symbolic
+    dimensions count with their bound (or computed) values: one that is 0
+    makes any count possible."""
     g = model.graph
     for v in list(g.input) + list(g.output):
         if not v.type.HasField("tensor_type"):
             continue
-        dims = [d.dim_value for d in v.type.tensor_type.shape.dim
-                if d.HasField("dim_value")]
+        dims = []
+        for d in v.type.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif d.HasField("dim_param") and bindings:
+                value = _dim_value(d.dim_param, bindings)
+                if value is not None:
+                    dims.append(value)
         if any(d < 0 for d in dims):
             return f"'{v.name}' has a negative dimension {dims}"
         count = 1
@@ -488,7 +496,7 @@ def _check_valid(step, model_name, work, res, state):
         model = onnx.load(path, load_external_data=False)
     except Exception as e:  # noqa: BLE001
         return Verdict("accepted-invalid", f"onnx cannot load it: {e}", res)
-    why = impossible_shapes(model)
+    why = impossible_shapes(model, step.get("bindings", {}))
     if why:
         return Verdict("accepted-invalid", why, res)
     if any(_is_fifo_external(t, path.parent) for t in model.graph.initializer):

@@ -168,6 +168,17 @@ def importer_cases():
         "expression parser recursed until the stack overflowed)",
         model([node("Relu", ["x"], ["y"])], [vi("x", F, [2, deep])],
               [vi("y", F, [2, deep])]))
+    c["4-mod-fmod-2p32"] = (
+        "Mod with fmod = 2^32 (a boolean; issue 15's campaign: accepted as "
+        "fmod = 1)",
+        model([node("Mod", ["x", "d"], ["y"], fmod=2**32)],
+              [vi("x", I64, [2, 3])], [vi("y", I64, [2, 3])],
+              [const("d", np.array([2, -3, 5], np.int64))], opset=13))
+    c["4-output-elem-type-undefined"] = (
+        "a graph output declared a tensor of element type 0 (issue 15's "
+        "campaign: accepted, onnxruntime refuses it)",
+        model([node("Clip", ["x", "lo"], ["y"])], [X23], [vi("y", 0, [2, 3])],
+              [const("lo", np.array(0.5, np.float32))], opset=13))
     return c
 
 

@@ -435,3 +435,39 @@ def test_dim_expressions_run_like_onnxruntime(tmp_path, dim, bind, value):
     m = expr_model(dim)
     x = RNG.standard_normal((2, value)).astype(np.float32)
     check(tmp_path, m, {"x": x}, "--bind", bind)
+
+
+# --- Found by the issue-15 campaign ----------------------------------------------------
+
+@pytest.mark.parametrize("how", ["elem-type-0", "elem-type-unset", "no-type"])
+def test_output_of_undefined_element_type(tmp_path, how):
+    """A graph output's type may be left out, but a tensor type without an
+    element type is invalid: onnxruntime refuses it, and so does Partita."""
+    if how == "elem-type-0":
+        out = vi("y", 0, [2, 3])
+    else:
+        out = onnx.ValueInfoProto(name="y")
+        if how == "elem-type-unset":
+            out.type.tensor_type.shape.dim.add().dim_value = 2
+    clip = helper.make_node("Clip", ["x", "lo"], ["y"])
+    m = model([clip], [vi("x", F, [2, 3])], [out],
+              [const("lo", np.array(0.5, np.float32))], opset=13)
+    r = check(tmp_path, m, {"x": X34[:2, :3].copy()},
+              match="undefined element type")
+    assert r.stage == ("run" if how == "no-type" else "compile")
+
+
+@pytest.mark.parametrize("op,attrs", [("Mod", {"fmod": 2**32}), ("Mod", {"fmod": -1}),
+                                      ("CumSum", {"reverse": 2})])
+def test_boolean_attributes_of_the_new_ops_hold_0_or_1(tmp_path, op, attrs):
+    if op == "Mod":
+        m = model([helper.make_node("Mod", ["a", "d"], ["y"], **attrs)],
+                  [vi("a", I64, [3])], [vi("y", I64, [3])],
+                  [const("d", np.array([2, -3, 5], np.int64))])
+        feeds = {"a": np.array([7, -7, 1], np.int64)}
+    else:
+        m = cumsum_model(F, 0, 0)
+        m.graph.node[0].attribute[1].i = attrs["reverse"]
+        feeds = {"x": np.ones((2, 5), np.float32)}
+    r = check(tmp_path, m, feeds, match="must be 0 or 1")
+    assert r.stage == "compile"

@@ -940,6 +940,15 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
              nullptr;
     int declaredType = output.type().tensor_type().elem_type();
     int computedType = getDataType(type.getElementType());
+    // An output may leave its type out, but a tensor type without an
+    // element type is invalid (onnxruntime refuses it: "Invalid tensor data
+    // type 0").
+    if (output.type().has_tensor_type() &&
+        declaredType == onnx::TensorProto_DataType_UNDEFINED)
+      return emitError(loc) << "graph output '" << output.name()
+                            << "' is declared a tensor of undefined element "
+                               "type (0)",
+             nullptr;
     if (declaredType != onnx::TensorProto_DataType_UNDEFINED &&
         declaredType != computedType)
       return emitError(loc)

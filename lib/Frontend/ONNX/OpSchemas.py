@@ -40,7 +40,7 @@ CumSum
 # INT attributes that ONNX defines as booleans: 0 or 1, nothing else.
 BOOLEAN_ATTRS = {"keepdims", "noop_with_empty_axes", "allowzero", "upper",
                  "transA", "transB", "saturate", "is_causal", "interleaved",
-                 "exclusive", "reverse"}
+                 "exclusive", "reverse", "fmod"}
 
 OPTION = {
     defs.OpSchema.FormalParameterOption.Single: "Single",
