@@ -48,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -204,11 +205,15 @@ def _dim_value(text, bindings):
         return bindings[text]
     if not re.fullmatch(r"[\w\s+\-*/()]+", text) or "**" in text:
         return 1 if re.fullmatch(r"[A-Za-z_]\w*", text or "") else None
+    if any(int(n) >= 2**63 for n in re.findall(r"\b\d+\b", text)):
+        return None  # Partita reads it as a name, not an expression.
     expr = re.sub(r"(?<!/)/(?!/)", "//", text)
     expr = re.sub(r"[A-Za-z_]\w*",
                   lambda m: str(bindings.get(m.group(0), 1)), expr)
     try:
-        value = eval(expr, {"__builtins__": {}}, {})  # noqa: S307
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # `f(n)` is no call.
+            value = eval(expr, {"__builtins__": {}}, {})  # noqa: S307
     except Exception:  # noqa: BLE001
         return None
     return value if isinstance(value, int) else None

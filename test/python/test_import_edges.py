@@ -318,6 +318,33 @@ def test_float_fmod_signs(tmp_path, live):
     check(tmp_path, m, feeds)
 
 
+def fmod_model(n):
+    return model([helper.make_node("Mod", ["a", "d"], ["y"], fmod=1)],
+                 [vi("a", F, [n]), vi("d", F, [n])], [vi("y", F, [n])])
+
+
+def test_float_fmod_where_the_quotient_rounds_up(tmp_path):
+    """-9.287533 / -0.19760709 is 46.999999 but rounds to 47.0 in fp32: the
+    remainder a - 47 * d is -0.1976069 (std::fmod), not 0 (the decomposition
+    before issue 15's hardening). And fmod(a, inf) is a, not NaN."""
+    a = np.array([-9.287533, 3.0, -3.0, np.inf, 3.0, 0.0, 5.0], np.float32)
+    d = np.array([-0.19760709, np.inf, -np.inf, 2.0, 0.0, 0.0, 5.0], np.float32)
+    r = check(tmp_path, fmod_model(7), {"a": a, "d": d}, rtol=1e-6, atol=0)
+    assert r.outputs[0][0] < -0.19
+
+
+@pytest.mark.parametrize("scale", [1, 100, 10000])
+def test_float_fmod_of_random_values_is_exact(tmp_path, scale):
+    """std::fmod is exact; the decomposition must be too (to the rounding of
+    its last step) while |a / d| < 2^23."""
+    rng = np.random.default_rng(scale)
+    a = (rng.standard_normal(20000) * scale).astype(np.float32)
+    d = rng.standard_normal(20000).astype(np.float32)
+    keep = np.abs(a / d) < 2**22
+    a, d = a[keep], d[keep]
+    check(tmp_path, fmod_model(a.size), {"a": a, "d": d}, rtol=1e-6, atol=1e-30)
+
+
 def test_float_mod_without_fmod_is_refused(tmp_path):
     m = model([helper.make_node("Mod", ["a", "d"], ["y"], fmod=0)],
               [vi("a", F, [2]), vi("d", F, [2])], [vi("y", F, [2])])

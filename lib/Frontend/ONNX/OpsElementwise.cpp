@@ -479,10 +479,87 @@ LogicalResult foldMod(NodeContext &ctx) {
       false);
 }
 
+/// The float remainder `a - t * d` exact where `remainder` (computed with
+/// the rounded `product` = fl(t * d)) is not: the product's rounding error
+/// comes from Dekker's two-product (operands split with Veltkamp's
+/// constant, 2^ceil(p/2) + 1 for a p-bit significand) and is subtracted;
+/// when the quotient rounded up to the next integer (|t * d| > |a|, the
+/// exact remainder then has the other sign than `a`), one `|d|` with the
+/// sign of `a` is added back. A finite `a` by an infinite `d` is `a`, as
+/// std::fmod gives (t * d is NaN there).
+Value correctFloatRemainder(NodeContext &ctx, Value a, Value d, Value t,
+                            Value product, Value remainder) {
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto type = cast<RankedTensorType>(remainder.getType());
+  Type element = type.getElementType();
+  auto boolType = type.clone(b.getI1Type());
+  int precision =
+      APFloat::semanticsPrecision(cast<FloatType>(element).getFloatSemantics());
+  double splitter = std::ldexp(1.0, (precision + 1) / 2) + 1.0;
+  Value split = scalarOf(ctx, element, splitter);
+  Value zero = scalarOf(ctx, element, 0.0);
+  Value infinity = scalarOf(ctx, element, INFINITY);
+  auto halves = [&](Value x) -> std::pair<Value, Value> {
+    Value scaled = nn::MulOp::create(b, loc, split, x);
+    Value rest = nn::SubOp::create(b, loc, scaled, x);
+    Value hi = nn::SubOp::create(b, loc, scaled, rest);
+    Value lo = nn::SubOp::create(b, loc, x, hi);
+    return {hi, lo};
+  };
+  auto [tHi, tLo] = halves(t);
+  auto [dHi, dLo] = halves(d);
+  Value hiHi = nn::MulOp::create(b, loc, tHi, dHi);
+  Value hiLo = nn::MulOp::create(b, loc, tHi, dLo);
+  Value loHi = nn::MulOp::create(b, loc, tLo, dHi);
+  Value loLo = nn::MulOp::create(b, loc, tLo, dLo);
+  Value error = nn::SubOp::create(b, loc, hiHi, product);
+  error = nn::AddOp::create(b, loc, error, hiLo);
+  error = nn::AddOp::create(b, loc, error, loHi);
+  error = nn::AddOp::create(b, loc, error, loLo);
+  // Where a split overflowed (operands near the largest float) the error
+  // is not finite: keep the rounded remainder there.
+  Value errorMagnitude = nn::AbsOp::create(b, loc, error);
+  Value errorFinite = nn::CompareOp::create(
+      b, loc, boolType, nn::CompareDirection::LT, errorMagnitude, infinity);
+  Value exact = nn::SubOp::create(b, loc, remainder, error);
+  remainder = nn::WhereOp::create(b, loc, type, errorFinite, exact, remainder);
+
+  // The quotient rounded up: add sign(a) * |d| back.
+  auto aBool = cast<RankedTensorType>(a.getType()).clone(b.getI1Type());
+  auto dBool = cast<RankedTensorType>(d.getType()).clone(b.getI1Type());
+  Value aNegative =
+      nn::CompareOp::create(b, loc, aBool, nn::CompareDirection::LT, a, zero);
+  Value dNegative =
+      nn::CompareOp::create(b, loc, dBool, nn::CompareDirection::LT, d, zero);
+  Value rNegative = nn::CompareOp::create(
+      b, loc, boolType, nn::CompareDirection::LT, remainder, zero);
+  Value rNonZero = nn::CompareOp::create(
+      b, loc, boolType, nn::CompareDirection::NE, remainder, zero);
+  Value wrongSign = nn::XorOp::create(b, loc, rNegative, aNegative);
+  Value overshot = nn::AndOp::create(b, loc, wrongSign, rNonZero);
+  Value signsDiffer = nn::XorOp::create(b, loc, aNegative, dNegative);
+  Value negD = nn::NegOp::create(b, loc, d);
+  Value step = nn::WhereOp::create(b, loc, type, signsDiffer, negD, d);
+  Value moved = nn::AddOp::create(b, loc, remainder, step);
+  remainder = nn::WhereOp::create(b, loc, type, overshot, moved, remainder);
+
+  // fmod(a, ±inf) = a for a finite a.
+  Value dMagnitude = nn::AbsOp::create(b, loc, d);
+  Value aMagnitude = nn::AbsOp::create(b, loc, a);
+  Value dInfinite = nn::CompareOp::create(
+      b, loc, dBool, nn::CompareDirection::EQ, dMagnitude, infinity);
+  Value aFinite = nn::CompareOp::create(b, loc, aBool, nn::CompareDirection::LT,
+                                        aMagnitude, infinity);
+  Value keepA = nn::AndOp::create(b, loc, dInfinite, aFinite);
+  return nn::WhereOp::create(b, loc, type, keepA, a, remainder);
+}
+
 /// Mod from nn arithmetic. Integers: the C remainder a - trunc(a / b) * b
 /// (fmod = 1), moved to the divisor's sign when they differ (fmod = 0, as
 /// Python's %). Floats (fmod = 1 only): a - trunc(a / b) * b with trunc a
-/// round trip through i64, exact while |a / b| < 2^23.
+/// round trip through i64, corrected by correctFloatRemainder: exact while
+/// |a / b| < 2^23 (beyond, the quotient itself is not an exact integer).
 LogicalResult buildMod(NodeContext &ctx) {
   // A constant divisor is checked before getInput makes it an nn value.
   if (const HostTensor *divisor = ctx.getConstant(1);
@@ -519,6 +596,8 @@ LogicalResult buildMod(NodeContext &ctx) {
   }
   Value product = nn::MulOp::create(b, loc, truncated, d);
   Value remainder = nn::SubOp::create(b, loc, a, product);
+  if (isFloat)
+    remainder = correctFloatRemainder(ctx, a, d, truncated, product, remainder);
   if (!fmod) {
     auto type = cast<RankedTensorType>(remainder.getType());
     auto boolType = type.clone(b.getI1Type());
