@@ -9,8 +9,9 @@
 // `((s0 - 1)//2) + 1` (torch's dynamo exporter), `batch_size * num_heads`.
 // A DimExpr is such a `dim_param` parsed: integer literals, symbols, + - *,
 // floor division (`//`, and `/` as torch writes it), unary minus and
-// parentheses. Anything else (a function call, an odd character) is not an
-// expression, and the importer keeps the text as one plain symbol.
+// parentheses. Anything else (a function call, an odd character, a literal
+// beyond int64, nesting deeper than 200) is not an expression, and the
+// importer keeps the text as one plain symbol.
 //
 //===----------------------------------------------------------------------===//
 
