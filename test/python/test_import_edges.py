@@ -56,6 +56,7 @@ class Run:
 
     def __init__(self, tmp_path, m, feeds, *flags):
         tmp_path = pathlib.Path(tmp_path)
+        tmp_path.mkdir(parents=True, exist_ok=True)
         path = tmp_path / "model.onnx"
         onnx.save(m, str(path))
         art, out = tmp_path / "art", tmp_path / "out"
@@ -498,3 +499,25 @@ def test_boolean_attributes_of_the_new_ops_hold_0_or_1(tmp_path, op, attrs):
         feeds = {"x": np.ones((2, 5), np.float32)}
     r = check(tmp_path, m, feeds, match="must be 0 or 1")
     assert r.stage == "compile"
+
+
+@pytest.mark.parametrize("to", [I64, I32])
+def test_cast_of_out_of_range_floats_folds_as_it_runs(tmp_path, to):
+    """Found by the libFuzzer target: the folded float-to-integer Cast of
+    1.7e28 was an out-of-range conversion (undefined). ONNX leaves the value
+    undefined; folded or run, Partita saturates at int64 (NaN gives 0) and
+    wraps to the width, the same both ways."""
+    x = np.array([1.7443123e28, -3.35937e38, np.nan, np.inf, -np.inf, 2.5e9,
+                  -2.5e9, -7.9], np.float32)
+    node = helper.make_node("Cast", ["x"], ["y"], to=to)
+    live = Run(tmp_path / "live", model([node], [vi("x", F, [8])], [vi("y", to, [8])]),
+               {"x": x})
+    folded = Run(tmp_path / "folded",
+                 model([node], [], [vi("y", to, [8])], [const("x", x)]), {})
+    assert live.outputs is not None, live.stderr
+    assert folded.outputs is not None, folded.stderr
+    np.testing.assert_array_equal(folded.outputs[0], live.outputs[0])
+    big = np.iinfo(np.int64)
+    want = np.array([big.max, big.min, 0, big.max, big.min, 2500000000,
+                     -2500000000, -7], np.int64).astype(NP[to])
+    np.testing.assert_array_equal(live.outputs[0], want)

@@ -217,11 +217,26 @@ LogicalResult foldCast(NodeContext &ctx) {
   if (!in || in->getNumElements() > kMaxFoldedElements || !dataTypeSize(to))
     return failure();
   bool fromFloat = in->isFloat();
+  if (fromFloat && !isFloatType(to) && to != onnx::TensorProto_DataType_BOOL) {
+    // Toward zero, saturating at int64's range (NaN gives 0), then wrapped
+    // to the width: what the run-time cast does (an out-of-range
+    // conversion is undefined in C++, and in ONNX).
+    HostTensor out(to, in->shape);
+    std::vector<int64_t> &values = out.mutableInts();
+    for (int64_t i = 0, n = in->getNumElements(); i < n; ++i) {
+      double x = std::trunc(in->getAsDouble(i));
+      int64_t v = std::isnan(x)  ? 0
+                  : x >= 0x1p63  ? INT64_MAX
+                  : x <= -0x1p63 ? INT64_MIN
+                                 : static_cast<int64_t>(x);
+      values.push_back(wrapToType(v, to));
+    }
+    ctx.setOutput(0, std::move(out));
+    return success();
+  }
   ctx.setOutput(0, makeTensor(to, in->shape, [&](int64_t i) -> double {
                   if (to == onnx::TensorProto_DataType_BOOL)
                     return in->getAsDouble(i) != 0.0;
-                  if (!isFloatType(to) && fromFloat)
-                    return std::trunc(in->getAsDouble(i));
                   return in->getAsDouble(i);
                 }));
   return success();
