@@ -10,7 +10,7 @@
 // A DimExpr is such a `dim_param` parsed: integer literals, symbols, + - *,
 // floor division (`//`, and `/` as torch writes it), unary minus and
 // parentheses. Anything else (a function call, an odd character, a literal
-// beyond int64, nesting deeper than 200) is not an expression, and the
+// beyond int64, nesting deeper than 64) is not an expression, and the
 // importer keeps the text as one plain symbol.
 //
 //===----------------------------------------------------------------------===//
