@@ -23,6 +23,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "partita/Driver/Driver.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -34,13 +35,18 @@ namespace cl = llvm::cl;
 
 namespace {
 
+/// The options --help shows: Partita's own. LLVM's and MLIR's (code
+/// generation targets, IR printing, pass timing) stay usable, e.g.
+/// --mlir-timing, but are not listed.
+cl::OptionCategory partitaCategory("Partita options");
+
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
-                               cl::Required);
+                               cl::Required, cl::cat(partitaCategory));
 cl::opt<std::string>
     outputFile("o",
                cl::desc("The artifact directory, or with --emit the file to "
                         "print to (default: stdout)"),
-               cl::value_desc("path"), cl::init(""));
+               cl::value_desc("path"), cl::init(""), cl::cat(partitaCategory));
 cl::opt<EmitStage> emit(
     "emit", cl::desc("Stop after a stage and print it"),
     cl::values(clEnumValN(EmitStage::NN, "nn", "imported, raised nn IR"),
@@ -49,89 +55,97 @@ cl::opt<EmitStage> emit(
                clEnumValN(EmitStage::Exec, "exec", "executable programs"),
                clEnumValN(EmitStage::CUDA, "cuda", "generated CUDA"),
                clEnumValN(EmitStage::Artifact, "artifact", "the artifact")),
-    cl::init(EmitStage::Artifact));
+    cl::init(EmitStage::Artifact), cl::cat(partitaCategory));
 enum class Target { Host, CUDA };
 cl::opt<Target>
     target("target", cl::desc("Back end"),
            cl::values(clEnumValN(Target::Host, "host", "CPU ranks"),
                       clEnumValN(Target::CUDA, "cuda", "NVIDIA GPUs")),
-           cl::init(Target::Host));
+           cl::init(Target::Host), cl::cat(partitaCategory));
 cl::opt<std::string>
     dtype("dtype",
           cl::desc("Storage type of the model's fp32 tensors (weights, "
                    "activations, transfers); arithmetic accumulates in fp32 "
                    "whatever it is"),
-          cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"));
+          cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"),
+          cl::cat(partitaCategory));
 cl::opt<std::string>
     cudaArch("cuda-arch",
              cl::desc("GPU architectures the fatbin holds code for "
                       "(--target cuda)"),
-             cl::value_desc("sm_80,sm_90a"), cl::init("sm_80,sm_90a"));
+             cl::value_desc("sm_80,sm_90a"), cl::init("sm_80,sm_90a"),
+             cl::cat(partitaCategory));
 cl::list<std::string>
     bindings("bind", cl::desc("Values of symbolic dimensions: name=value,..."),
-             cl::value_desc("name=value"), cl::CommaSeparated);
+             cl::value_desc("name=value"), cl::CommaSeparated,
+             cl::cat(partitaCategory));
 cl::opt<std::string> reportFile("report",
                                 cl::desc("Write the plan (partita-report/1) as "
                                          "JSON to this file"),
-                                cl::value_desc("FILE.json"), cl::init(""));
+                                cl::value_desc("FILE.json"), cl::init(""),
+                                cl::cat(partitaCategory));
 cl::opt<std::string>
     meshSpec("mesh",
              cl::desc("Mesh axes and sizes, e.g. dp=2,tp=4 (default: one "
                       "device)"),
-             cl::value_desc("axis=size,..."), cl::init(""));
+             cl::value_desc("axis=size,..."), cl::init(""),
+             cl::cat(partitaCategory));
 cl::opt<std::string>
     strategy("strategy",
              cl::desc("How the mesh is used: megatron (tp: Megatron tensor "
                       "parallelism, dp: batch) or none (only annotations "
                       "in the IR)"),
-             cl::init("megatron"));
+             cl::init("megatron"), cl::cat(partitaCategory));
 cl::opt<std::string>
     spMode("sp-mode",
            cl::desc("Sequence parallelism: megatron (sequence over tp "
                     "outside the tensor-parallel matmuls), ulysses "
                     "(all-to-all around attention over sp) or ring (ring "
                     "attention over sp)"),
-           cl::value_desc("megatron|ulysses|ring"), cl::init(""));
+           cl::value_desc("megatron|ulysses|ring"), cl::init(""),
+           cl::cat(partitaCategory));
 cl::opt<int64_t>
     microbatches("microbatches",
                  cl::desc("Microbatches each pipeline stage runs in turn "
                           "(needs a pp axis; divides the batch)"),
-                 cl::init(1));
+                 cl::init(1), cl::cat(partitaCategory));
 cl::opt<int64_t> virtualStages(
     "virtual-stages",
     cl::desc("Pipeline chunks per rank: the interleaved schedule (microbatches "
              "a multiple of pp)"),
-    cl::init(1));
+    cl::init(1), cl::cat(partitaCategory));
 cl::opt<std::string>
     clusterFile("cluster",
                 cl::desc("The machine: device rate and bandwidth, link "
                          "latency and bandwidth per class or mesh axis "
                          "(JSON; defaults: H100-class devices, NVLink within "
                          "a node for tp/sp, InfiniBand across for dp/pp)"),
-                cl::value_desc("FILE.json"), cl::init(""));
+                cl::value_desc("FILE.json"), cl::init(""),
+                cl::cat(partitaCategory));
 cl::opt<std::string> collectiveMatmul(
     "collective-matmul",
     cl::desc("Pipeline tensor-parallel matmuls with their all-gather / "
              "reduce-scatter: auto (where the cost model says it pays), "
              "always or never"),
-    cl::init("auto"));
+    cl::init("auto"), cl::cat(partitaCategory));
 cl::opt<bool> noOverlap("no-overlap",
                         cl::desc("Keep collectives synchronous (to compare "
                                  "with the default async start/wait)"),
-                        cl::init(false));
+                        cl::init(false), cl::cat(partitaCategory));
 cl::opt<std::string>
     traceFile("trace",
               cl::desc("Write the pipeline schedule, timed by the schedule "
                        "simulator with the cost model, as Chrome trace-event "
                        "JSON (Perfetto opens it)"),
-              cl::value_desc("FILE.json"), cl::init(""));
+              cl::value_desc("FILE.json"), cl::init(""),
+              cl::cat(partitaCategory));
 cl::opt<bool> explain("explain",
                       cl::desc("Print each weight's sharding and each "
                                "collective with the reason it was inserted"),
-                      cl::init(false));
+                      cl::init(false), cl::cat(partitaCategory));
 cl::opt<bool> noRaise("no-raise",
                       cl::desc("Print the nn ops as imported, unraised"),
-                      cl::init(false));
+                      cl::init(false), cl::cat(partitaCategory));
 
 /// Parses --bind into `options`; reports malformed entries.
 LogicalResult parseBindings(std::map<std::string, int64_t> &parsed) {
@@ -248,6 +262,11 @@ int main(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
+  cl::HideUnrelatedOptions(partitaCategory);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "partita-compile " << PARTITA_VERSION << " (MLIR/LLVM "
+       << LLVM_VERSION_STRING << ")\n";
+  });
   cl::ParseCommandLineOptions(argc, argv,
                               "Partita: ONNX transformers to sharded "
                               "programs\n");

@@ -74,7 +74,8 @@ constexpr const char *kUsage =
     "  --timeout SECONDS   deadline of every wait between ranks, and of\n"
     "                      loading, reading inputs and writing outputs\n"
     "                      (default 120)\n"
-    "  --threads N         kernel threads per rank (default: cores / ranks)\n";
+    "  --threads N         kernel threads per rank (default: cores / ranks)\n"
+    "  --version           print the version and exit\n";
 
 struct Options {
   std::string artifact;
@@ -86,6 +87,7 @@ struct Options {
   double timeoutSeconds = 120;
   int64_t threads = 0;
   bool singleGpu = false;
+  bool version = false;
 };
 
 int fail(const std::string &message) {
@@ -111,6 +113,10 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
       help = true;
       return Status::ok();
     }
+    if (arg == "--version") {
+      options.version = true;
+      return Status::ok();
+    }
     if (arg.rfind("--", 0) != 0) {
       if (!options.artifact.empty())
         return Status::error("unexpected argument '" + arg +
@@ -125,6 +131,13 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
     std::string value;
     size_t equals = arg.find('=');
     std::string flag = arg.substr(0, equals);
+    // An unknown flag is reported as such, not as one missing its value.
+    static const char *const kValueFlags[] = {
+        "--input",  "--output-dir", "--ranks",  "--repeat",
+        "--warmup", "--threads",    "--timeout"};
+    if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) ==
+        std::end(kValueFlags))
+      return Status::error("unknown option " + flag);
     if (equals != std::string::npos) {
       value = arg.substr(equals + 1);
     } else {
@@ -537,6 +550,10 @@ int runMain(int argc, char **argv) {
   Status parsed = parseOptions(argc, argv, options, help);
   if (help) {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (options.version) {
+    std::printf("partita-run %s\n", PARTITA_VERSION);
     return 0;
   }
   if (!parsed)
