@@ -269,6 +269,14 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     shardOptions.mesh = options.mesh;
     shardOptions.strategy = options.strategy;
     shardOptions.spMode = options.spMode;
+    shardOptions.microbatches = options.microbatches;
+    shardOptions.virtualStages = options.virtualStages;
+    shardOptions.overlap = options.overlap;
+    // Checked against these three spellings above.
+    shardOptions.collectiveMatmul =
+        options.collectiveMatmul == "always"  ? CollectiveMatmulMode::Always
+        : options.collectiveMatmul == "never" ? CollectiveMatmulMode::Never
+                                              : CollectiveMatmulMode::Auto;
     if (failed(runStage(
             *module, options, root, "Sharding plan",
             [&](PassManager &pm) { buildPlanPipeline(pm, shardOptions); })))
@@ -281,9 +289,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
       weightLines = describeWeights(main);
     if (failed(
             runStage(*module, options, root, "Partition", [&](PassManager &pm) {
-              buildPartitionPipeline(pm, options.microbatches,
-                                     options.virtualStages, options.overlap,
-                                     options.collectiveMatmul);
+              buildPartitionPipeline(pm, shardOptions);
             })))
       return failure();
     for (auto mesh : module->getOps<dist::MeshOp>())

@@ -43,10 +43,9 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(createPropagateShardingPass());
 }
 
-void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
-                                           int64_t microbatches,
-                                           int64_t virtualStages, bool overlap,
-                                           StringRef collectiveMatmul) {
+void mlir::partita::buildPartitionPipeline(
+    OpPassManager &pm, const ShardPipelineOptions &options) {
+  bool overlap = options.overlap;
   pm.addPass(createPartitionPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createCancelCollectivesPass());
@@ -55,16 +54,16 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
   func.addPass(createCanonicalizerPass());
   // Tensor-parallel matmuls pipelined with their all-gather or
   // reduce-scatter, where the cost model says it pays.
-  if (overlap && collectiveMatmul != "never") {
+  if (overlap && options.collectiveMatmul != CollectiveMatmulMode::Never) {
     CollectiveMatmulPassOptions windowed;
-    windowed.force = collectiveMatmul == "always";
+    windowed.force = options.collectiveMatmul == CollectiveMatmulMode::Always;
     pm.addPass(createCollectiveMatmulPass(windowed));
   }
   // Stages are cut last, on local shapes and with the collectives in place,
   // so that the cost model sees what each stage really runs.
   PipelineSplitPassOptions split;
-  split.microbatches = microbatches;
-  split.virtualStages = virtualStages;
+  split.microbatches = options.microbatches;
+  split.virtualStages = options.virtualStages;
   pm.addPass(createPipelineSplitPass(split));
   pm.addPass(createVerifyPipelinePass());
   // Last: collectives start as early and finish as late as their uses
@@ -82,7 +81,7 @@ void mlir::partita::registerPartitaPipelines() {
       "local)",
       [](OpPassManager &pm, const ShardPipelineOptions &options) {
         buildPlanPipeline(pm, options);
-        buildPartitionPipeline(pm, options.microbatches, options.virtualStages);
+        buildPartitionPipeline(pm, options);
       });
   PassPipelineRegistration<NNPipelineOptions>(
       "partita-nn-pipeline",

@@ -28,6 +28,10 @@ struct NNPipelineOptions : public PassPipelineOptions<NNPipelineOptions> {
 /// From freshly imported nn to clean transformer-level nn.
 void buildNNPipeline(OpPassManager &pm, const NNPipelineOptions &options);
 
+/// Where tensor-parallel matmuls are pipelined with their collective
+/// (--partita-collective-matmul).
+enum class CollectiveMatmulMode { Auto, Always, Never };
+
 struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
   Option<std::string> mesh{*this, "mesh",
                            llvm::cl::desc("Mesh axes and sizes, e.g. "
@@ -44,9 +48,16 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
                                 llvm::cl::desc("Pipeline chunks per rank "
                                                "(interleaved)"),
                                 llvm::cl::init(1)};
-  Option<std::string> collectiveMatmul{*this, "collective-matmul",
-                                       llvm::cl::desc("auto, always or never"),
-                                       llvm::cl::init("auto")};
+  Option<CollectiveMatmulMode> collectiveMatmul{
+      *this, "collective-matmul",
+      llvm::cl::desc("Pipeline tensor-parallel matmuls with their "
+                     "collective"),
+      llvm::cl::values(
+          clEnumValN(CollectiveMatmulMode::Auto, "auto",
+                     "where the cost model says it pays"),
+          clEnumValN(CollectiveMatmulMode::Always, "always", "every candidate"),
+          clEnumValN(CollectiveMatmulMode::Never, "never", "none")),
+      llvm::cl::init(CollectiveMatmulMode::Auto)};
   Option<bool> overlap{*this, "overlap",
                        llvm::cl::desc("Start collectives early and wait "
                                       "late (async)"),
@@ -65,11 +76,9 @@ void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 /// `microbatches` each (partita-compile --emit local).
 /// With `overlap`, collectives then become async starts and waits
 /// (--partita-async-collectives); partita-compile --no-overlap turns it off.
-/// `collectiveMatmul`: "auto" (where the cost model says it pays),
-/// "always" or "never".
-void buildPartitionPipeline(OpPassManager &pm, int64_t microbatches = 1,
-                            int64_t virtualStages = 1, bool overlap = true,
-                            StringRef collectiveMatmul = "auto");
+/// `collectiveMatmul` applies only with `overlap`.
+void buildPartitionPipeline(OpPassManager &pm,
+                            const ShardPipelineOptions &options);
 
 /// Registers every pipeline with the pass registry (for partita-opt).
 void registerPartitaPipelines();
