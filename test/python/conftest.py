@@ -10,6 +10,8 @@ import sys
 
 import numpy as np
 import onnx
+import onnx.helper
+import onnx.numpy_helper
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -61,6 +63,24 @@ def pytest_configure(config):
             os.environ["LSAN_OPTIONS"] = ":".join(lsan)
         else:
             os.environ.pop("LSAN_OPTIONS", None)
+
+
+def onnx_model(nodes, inputs, outputs, inits=(), opset=17):
+    """A one-graph model of the default domain at `opset` built with
+    onnx.helper (IR 8 up to opset 17, IR 10 above)."""
+    graph = onnx.helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    m.ir_version = 8 if opset <= 17 else 10
+    return m
+
+
+def value_info(name, elem, shape):
+    return onnx.helper.make_tensor_value_info(name, elem, shape)
+
+
+def initializer(name, array):
+    return onnx.numpy_helper.from_array(np.asarray(array), name)
 
 
 def compile_and_run(directory, model, inputs, *flags):

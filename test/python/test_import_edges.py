@@ -8,6 +8,7 @@ Each case either equals onnxruntime (fp32: rtol 1e-4, atol 1e-5) or, where
 onnxruntime refuses, is refused by Partita too: a message and an exit
 status in 1..127, never a crash or an answer."""
 
+import functools
 import pathlib
 import subprocess
 
@@ -15,29 +16,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from conftest import BUILD
+from conftest import (BUILD, onnx_model, value_info as vi,
+                      initializer as const)
 
 F, F16, I64, I32, B = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64,
                        TensorProto.INT32, TensorProto.BOOL)
 NP = {F: np.float32, F16: np.float16, I64: np.int64, I32: np.int32, B: np.bool_}
+model = functools.partial(onnx_model, opset=18)
 RNG = np.random.default_rng(1515)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=18):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 17 else 9
-    return m
-
-
-def vi(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def const(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
 
 
 def onnxruntime(m, feeds):

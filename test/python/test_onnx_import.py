@@ -8,26 +8,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from conftest import returned_constants
+from conftest import (returned_constants, onnx_model as model,
+                      value_info as vi, initializer as const)
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-
-
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 17 else 10
-    return m
-
-
-def vi(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def const(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
 
 
 def reference(m, feeds=None):
