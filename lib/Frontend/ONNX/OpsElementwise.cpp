@@ -494,6 +494,31 @@ LogicalResult foldMod(NodeContext &ctx) {
       false);
 }
 
+/// `remainder + step` where `remainder` is non-zero and its sign differs
+/// from `reference`'s, `remainder` elsewhere: how both Mod forms move a
+/// truncated remainder to the sign they promise.
+Value moveWhereSignDiffers(NodeContext &ctx, Value remainder, Value reference,
+                           Value step) {
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto type = cast<RankedTensorType>(remainder.getType());
+  auto referenceBool =
+      cast<RankedTensorType>(reference.getType()).clone(b.getI1Type());
+  Value zero = scalarOf(ctx, type.getElementType(), 0);
+  Value nonZero =
+      nn::CompareOp::create(b, loc, type.clone(b.getI1Type()),
+                            nn::CompareDirection::NE, remainder, zero);
+  Value negative =
+      nn::CompareOp::create(b, loc, type.clone(b.getI1Type()),
+                            nn::CompareDirection::LT, remainder, zero);
+  Value referenceNegative = nn::CompareOp::create(
+      b, loc, referenceBool, nn::CompareDirection::LT, reference, zero);
+  Value signsDiffer = nn::XorOp::create(b, loc, negative, referenceNegative);
+  Value fix = nn::AndOp::create(b, loc, nonZero, signsDiffer);
+  Value moved = nn::AddOp::create(b, loc, remainder, step);
+  return nn::WhereOp::create(b, loc, type, fix, moved, remainder);
+}
+
 /// The float remainder `a - t * d` exact where `remainder` (computed with
 /// the rounded `product` = fl(t * d)) is not: the product's rounding error
 /// comes from Dekker's two-product (operands split with Veltkamp's
@@ -540,24 +565,18 @@ Value correctFloatRemainder(NodeContext &ctx, Value a, Value d, Value t,
   Value exact = nn::SubOp::create(b, loc, remainder, error);
   remainder = nn::WhereOp::create(b, loc, type, errorFinite, exact, remainder);
 
-  // The quotient rounded up: add sign(a) * |d| back.
+  // The quotient rounded up (the remainder has the other sign than a):
+  // add sign(a) * |d| back.
   auto aBool = cast<RankedTensorType>(a.getType()).clone(b.getI1Type());
   auto dBool = cast<RankedTensorType>(d.getType()).clone(b.getI1Type());
   Value aNegative =
       nn::CompareOp::create(b, loc, aBool, nn::CompareDirection::LT, a, zero);
   Value dNegative =
       nn::CompareOp::create(b, loc, dBool, nn::CompareDirection::LT, d, zero);
-  Value rNegative = nn::CompareOp::create(
-      b, loc, boolType, nn::CompareDirection::LT, remainder, zero);
-  Value rNonZero = nn::CompareOp::create(
-      b, loc, boolType, nn::CompareDirection::NE, remainder, zero);
-  Value wrongSign = nn::XorOp::create(b, loc, rNegative, aNegative);
-  Value overshot = nn::AndOp::create(b, loc, wrongSign, rNonZero);
   Value signsDiffer = nn::XorOp::create(b, loc, aNegative, dNegative);
   Value negD = nn::NegOp::create(b, loc, d);
   Value step = nn::WhereOp::create(b, loc, type, signsDiffer, negD, d);
-  Value moved = nn::AddOp::create(b, loc, remainder, step);
-  remainder = nn::WhereOp::create(b, loc, type, overshot, moved, remainder);
+  remainder = moveWhereSignDiffers(ctx, remainder, a, step);
 
   // fmod(a, ±inf) = a for a finite a.
   Value dMagnitude = nn::AbsOp::create(b, loc, d);
@@ -613,22 +632,8 @@ LogicalResult buildMod(NodeContext &ctx) {
   Value remainder = nn::SubOp::create(b, loc, a, product);
   if (isFloat)
     remainder = correctFloatRemainder(ctx, a, d, truncated, product, remainder);
-  if (!fmod) {
-    auto type = cast<RankedTensorType>(remainder.getType());
-    auto boolType = type.clone(b.getI1Type());
-    auto divisorBool = cast<RankedTensorType>(d.getType()).clone(b.getI1Type());
-    Value zero = scalarOf(ctx, element, 0);
-    Value nonZero = nn::CompareOp::create(
-        b, loc, boolType, nn::CompareDirection::NE, remainder, zero);
-    Value negative = nn::CompareOp::create(
-        b, loc, boolType, nn::CompareDirection::LT, remainder, zero);
-    Value divisorNegative = nn::CompareOp::create(
-        b, loc, divisorBool, nn::CompareDirection::LT, d, zero);
-    Value signsDiffer = nn::XorOp::create(b, loc, negative, divisorNegative);
-    Value fix = nn::AndOp::create(b, loc, nonZero, signsDiffer);
-    Value moved = nn::AddOp::create(b, loc, remainder, d);
-    remainder = nn::WhereOp::create(b, loc, type, fix, moved, remainder);
-  }
+  if (!fmod)
+    remainder = moveWhereSignDiffers(ctx, remainder, d, d);
   ctx.setOutput(0, remainder);
   return success();
 }
