@@ -238,6 +238,26 @@ def test_t5_relative_bias(tmp_path, compile_model):
            "scale = 1.000000e+00")
 
 
+_ROTARY_INITS = [("zero", np.array([0], np.int64)),
+                 ("half", np.array([D // 2], np.int64)),
+                 ("end", np.array([D], np.int64)),
+                 ("last", np.array([3], np.int64))]
+
+
+def _apply_rotary(x, cos, sin, out):
+    """HF's `x * cos + rotate_half(x) * sin`, rotate_half(x) =
+    concat(-x[..., D/2:], x[..., :D/2]); reads the _ROTARY_INITS bounds."""
+    return [
+        helper.make_node("Mul", [x, cos], ["xc"]),
+        helper.make_node("Slice", [x, "zero", "half", "last"], ["x1"]),
+        helper.make_node("Slice", [x, "half", "end", "last"], ["x2"]),
+        helper.make_node("Neg", ["x2"], ["n2"]),
+        helper.make_node("Concat", ["n2", "x1"], ["rot"], axis=-1),
+        helper.make_node("Mul", ["rot", sin], ["rs"]),
+        helper.make_node("Add", ["xc", "rs"], [out]),
+    ]
+
+
 def test_rope_from_position_ids(tmp_path, compile_model):
     """HF's rotary embedding with the tables gathered at a position_ids
     input: x * cos + rotate_half(x) * sin."""
@@ -250,21 +270,12 @@ def test_rope_from_position_ids(tmp_path, compile_model):
         helper.make_node("Unsqueeze", ["cg", "ax"], ["cos"]),
         helper.make_node("Gather", ["sin_cached", "pos"], ["sg"], axis=0),
         helper.make_node("Unsqueeze", ["sg", "ax"], ["sin"]),
-        helper.make_node("Mul", ["x", "cos"], ["xc"]),
-        helper.make_node("Slice", ["x", "zero", "half", "last"], ["x1"]),
-        helper.make_node("Slice", ["x", "half", "end", "last"], ["x2"]),
-        helper.make_node("Neg", ["x2"], ["n2"]),
-        helper.make_node("Concat", ["n2", "x1"], ["rot"], axis=-1),
-        helper.make_node("Mul", ["rot", "sin"], ["rs"]),
-        helper.make_node("Add", ["xc", "rs"], ["out"]),
+        *_apply_rotary("x", "cos", "sin", "out"),
     ]
     inits = [("cos_cached", np.cos(emb).astype(np.float32)),
              ("sin_cached", np.sin(emb).astype(np.float32)),
              ("ax", np.array([1], np.int64)),
-             ("zero", np.array([0], np.int64)),
-             ("half", np.array([D // 2], np.int64)),
-             ("end", np.array([D], np.int64)),
-             ("last", np.array([3], np.int64))]
+             *_ROTARY_INITS]
     inputs = [helper.make_tensor_value_info("x", F, [B, H, S, D]),
               helper.make_tensor_value_info("pos", TensorProto.INT64, [B, S])]
     model = _model(nodes, inputs,
@@ -292,21 +303,12 @@ def test_rope_from_frequencies(tmp_path, compile_model):
         helper.make_node("Mul", ["s0", "scaling"], ["s1"]),
         helper.make_node("Unsqueeze", ["c1", "ax1"], ["cos"]),
         helper.make_node("Unsqueeze", ["s1", "ax1"], ["sin"]),
-        helper.make_node("Mul", ["x", "cos"], ["xc"]),
-        helper.make_node("Slice", ["x", "zero", "half", "last"], ["x1"]),
-        helper.make_node("Slice", ["x", "half", "end", "last"], ["x2"]),
-        helper.make_node("Neg", ["x2"], ["n2"]),
-        helper.make_node("Concat", ["n2", "x1"], ["rot"], axis=-1),
-        helper.make_node("Mul", ["rot", "sin"], ["rs"]),
-        helper.make_node("Add", ["xc", "rs"], ["out"]),
+        *_apply_rotary("x", "cos", "sin", "out"),
     ]
     inits = [("inv_freq", inv_freq), ("scaling", np.float32(0.75)),
              ("ax1", np.array([1], np.int64)),
              ("ax2", np.array([2], np.int64)),
-             ("zero", np.array([0], np.int64)),
-             ("half", np.array([D // 2], np.int64)),
-             ("end", np.array([D], np.int64)),
-             ("last", np.array([3], np.int64))]
+             *_ROTARY_INITS]
     inputs = [helper.make_tensor_value_info("x", F, [B, H, S, D]),
               helper.make_tensor_value_info("pos", TensorProto.INT64, [B, S])]
     model = _model(nodes, inputs,
