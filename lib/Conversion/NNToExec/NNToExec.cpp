@@ -30,6 +30,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/SHA256.h"
@@ -384,6 +385,8 @@ private:
   LogicalResult checkSizes();
   int32_t addBuffer(RankedTensorType type, program::Buffer::Kind kind);
   int32_t addConstant(RankedTensorType type, DenseElementsAttr dense);
+  /// Lists a weight of the program once (buffers may share one name).
+  void addWeight(StringRef name, RankedTensorType type, ArrayRef<char> bytes);
   LogicalResult lowerConstant(nn::ConstantOp op);
   void emitKernel(Operation *op);
   void planArena();
@@ -402,6 +405,8 @@ private:
   std::vector<int64_t> firstWrite, lastRead;
   RankPlace place;
   llvm::DenseMap<Value, HostData> hostData;
+  /// The names in result.weights.
+  llvm::StringSet<> weightNames;
   /// The timeline: compute and communication clocks, and when each token's
   /// transfer ends.
   ClusterModel defaultCluster;
@@ -519,12 +524,7 @@ int32_t Lowering::materialize(Value value) {
     return id;
   }
   prog.mutable_buffers(id)->set_weight(data.name);
-  bool known = llvm::any_of(
-      result.weights, [&](const ExecWeight &w) { return w.name == data.name; });
-  if (!known)
-    result.weights.push_back(
-        {data.name, getExecDType(data.type.getElementType()),
-         SmallVector<int64_t>(data.type.getShape()), data.bytes});
+  addWeight(data.name, data.type, data.bytes);
   return id;
 }
 
@@ -817,12 +817,7 @@ LogicalResult Lowering::lowerConstant(nn::ConstantOp op) {
     std::string name = resource.getRawHandle().getKey().str();
     prog.mutable_buffers(id)->set_weight(name);
     bufferOf[op] = id;
-    bool known = llvm::any_of(
-        result.weights, [&](const ExecWeight &w) { return w.name == name; });
-    if (!known)
-      result.weights.push_back({name, getExecDType(type.getElementType()),
-                                SmallVector<int64_t>(type.getShape()),
-                                blob->getData()});
+    addWeight(name, type, blob->getData());
     return success();
   }
   auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
@@ -842,13 +837,17 @@ int32_t Lowering::addConstant(RankedTensorType type, DenseElementsAttr dense) {
   int32_t id = addBuffer(type, program::Buffer::WEIGHT);
   std::string name = constantWeightName(type, bytes);
   prog.mutable_buffers(id)->set_weight(name);
-  if (llvm::any_of(result.weights,
-                   [&](const ExecWeight &w) { return w.name == name; }))
-    return id;
-  result.weights.push_back({name, getExecDType(type.getElementType()),
-                            SmallVector<int64_t>(type.getShape()),
-                            own(std::move(bytes))});
+  if (!weightNames.contains(name))
+    addWeight(name, type, own(std::move(bytes)));
   return id;
+}
+
+void Lowering::addWeight(StringRef name, RankedTensorType type,
+                         ArrayRef<char> bytes) {
+  if (!weightNames.insert(name).second)
+    return;
+  result.weights.push_back({name.str(), getExecDType(type.getElementType()),
+                            SmallVector<int64_t>(type.getShape()), bytes});
 }
 
 std::optional<bool> Lowering::rankCondition(Value condition) {
