@@ -35,10 +35,9 @@ bool isF32Tensor(Type type) {
 /// that is not f32 (integer positions cast to float) or in a constant:
 /// rotary angles computed from positions. Rounding them to 16 bits would
 /// ruin the angle (position 2000 times a frequency near 1 is off by up to 8
-/// in bf16), so they stay f32. Returns false (adding nothing) when a path
-/// reaches an f32 argument or a longer chain: such a sin/cos is converted
-/// with the rest.
-bool collectAngleOps(Operation *trig, llvm::DenseSet<Operation *> &angles) {
+/// in bf16), so they stay f32. Adds nothing when a path reaches an f32
+/// argument or a longer chain: such a sin/cos is converted with the rest.
+void collectAngleOps(Operation *trig, llvm::DenseSet<Operation *> &angles) {
   constexpr unsigned kMaxOps = 64;
   SmallVector<Operation *> worklist{trig};
   llvm::DenseSet<Operation *> seen{trig};
@@ -51,16 +50,15 @@ bool collectAngleOps(Operation *trig, llvm::DenseSet<Operation *> &angles) {
         continue;
       Operation *producer = operand.getDefiningOp();
       if (!producer || producer->getNumRegions() != 0)
-        return false;
+        return;
       if (seen.insert(producer).second) {
         if (seen.size() > kMaxOps)
-          return false;
+          return;
         worklist.push_back(producer);
       }
     }
   }
   angles.insert(seen.begin(), seen.end());
-  return true;
 }
 
 /// `value` rounded to `semantics` (nearest, ties to even), as its bits.
