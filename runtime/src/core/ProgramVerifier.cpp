@@ -20,6 +20,7 @@
 #include "partita/runtime/Artifact.h"
 #include "partita/runtime/CollectiveCheck.h"
 #include "partita/runtime/Executor.h"
+#include "partita/runtime/OpVocabulary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -131,144 +132,63 @@ std::string instructionString(const program::Program &program, int index) {
 // Kernel ops: operand and result counts, attributes
 //===----------------------------------------------------------------------===//
 
-enum class AttrType { Int, Float, String, Ints, Bool };
-
-struct AttrSpec {
-  const char *name;
-  AttrType type;
-  bool required;
-};
-
+/// An op of OpVocabulary.def with its attributes.
 struct OpSpec {
-  int minOperands;
-  int maxOperands; // -1: any number.
-  int minResults;
-  int maxResults; // -1: any number.
-  std::vector<AttrSpec> attrs;
-  /// Elementwise: operands broadcast to the result shape.
-  bool elementwise = false;
+  const OpInfo *info;
+  std::vector<const OpAttrInfo *> attrs;
 };
 
-const std::unordered_map<std::string, OpSpec> &opSpecs() {
-  static const std::unordered_map<std::string, OpSpec> table = [] {
-    std::unordered_map<std::string, OpSpec> t;
-    for (const char *op :
-         {"add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor"})
-      t[op] = {2, 2, 1, 1, {}, true};
-    t["compare"] = {2, 2, 1, 1, {{"direction", AttrType::String, true}}, true};
-    t["where"] = {3, 3, 1, 1, {}, true};
-    for (const char *op :
-         {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
-          "erf", "sin", "cos", "sigmoid", "relu", "silu", "not", "cast"})
-      t[op] = {1, 1, 1, 1, {}, true};
-    t["gelu"] = {1,   1, 1, 1, {{"approximation", AttrType::String, false}},
-                 true};
-    t["reduce"] = {1,
-                   1,
-                   1,
-                   1,
-                   {{"kind", AttrType::String, true},
-                    {"axes", AttrType::Ints, true},
-                    {"keepdims", AttrType::Bool, false}}};
-    for (const char *op : {"softmax", "log_softmax"})
-      t[op] = {1, 1, 1, 1, {{"axis", AttrType::Int, true}}};
-    t["cumsum"] = {1,
-                   1,
-                   1,
-                   1,
-                   {{"axis", AttrType::Int, true},
-                    {"exclusive", AttrType::Bool, false},
-                    {"reverse", AttrType::Bool, false}}};
-    t["layer_norm"] = {1,
-                       3,
-                       1,
-                       1,
-                       {{"axis", AttrType::Int, true},
-                        {"epsilon", AttrType::Float, true},
-                        {"has_scale", AttrType::Bool, false},
-                        {"has_bias", AttrType::Bool, false}}};
-    t["rms_norm"] = {1,
-                     2,
-                     1,
-                     1,
-                     {{"axis", AttrType::Int, true},
-                      {"epsilon", AttrType::Float, true},
-                      {"has_scale", AttrType::Bool, false}}};
-    t["matmul"] = {2, 3, 1, 1, {{"has_bias", AttrType::Bool, false}}};
-    t["attention"] = {3,
-                      4,
-                      1,
-                      1,
-                      {{"causal", AttrType::Bool, false},
-                       {"scale", AttrType::Float, false},
-                       {"has_mask", AttrType::Bool, false}}};
-    t["attention_partial"] = {3,
-                              6,
-                              2,
-                              2,
-                              {{"scale", AttrType::Float, false},
-                               {"has_mask", AttrType::Bool, false},
-                               {"has_positions", AttrType::Bool, false}}};
-    t["rope"] = {3, 3, 1, 1, {{"interleaved", AttrType::Bool, false}}};
-    t["embedding"] = {2, 2, 1, 1, {}};
-    t["gather"] = {2, 2, 1, 1, {{"axis", AttrType::Int, true}}};
-    t["transpose"] = {1, 1, 1, 1, {{"permutation", AttrType::Ints, true}}};
-    t["broadcast_to"] = {1, 1, 1, 1, {}};
-    t["slice"] = {1,
-                  1,
-                  1,
-                  1,
-                  {{"start", AttrType::Ints, true},
-                   {"limit", AttrType::Ints, true},
-                   {"stride", AttrType::Ints, true}}};
-    t["concat"] = {1, -1, 1, 1, {{"axis", AttrType::Int, true}}};
-    t["split"] = {1, 1, 1, -1, {{"axis", AttrType::Int, true}}};
-    t["copy"] = {1, 1, 1, 1, {}};
+const std::unordered_map<std::string_view, OpSpec> &opSpecs() {
+  static const std::unordered_map<std::string_view, OpSpec> table = [] {
+    std::unordered_map<std::string_view, OpSpec> t;
+    for (const OpInfo &op : kOps)
+      t[op.name] = {&op, {}};
+    for (const OpAttrInfo &attr : kOpAttrs)
+      t[attr.op].attrs.push_back(&attr);
     return t;
   }();
   return table;
 }
 
-/// Ops an epilogue step may apply: the elementwise ops but `where`.
+/// Ops an epilogue step may apply, and whether the step reads an operand.
 bool isEpilogueOp(const std::string &op, bool &binary) {
-  const auto &specs = opSpecs();
-  auto it = specs.find(op);
-  if (it == specs.end() || !it->second.elementwise || op == "where")
+  const OpInfo *info = lookupOp(op);
+  if (!info || !info->isEpilogueStep())
     return false;
-  binary = it->second.minOperands == 2;
+  binary = info->stepTakesOperand();
   return true;
 }
 
-const char *attrTypeName(AttrType type) {
+const char *attrTypeName(OpAttrType type) {
   switch (type) {
-  case AttrType::Int:
+  case OpAttrType::Int:
     return "an integer";
-  case AttrType::Float:
+  case OpAttrType::Float:
     return "a number";
-  case AttrType::String:
+  case OpAttrType::String:
     return "a string";
-  case AttrType::Ints:
+  case OpAttrType::Ints:
     return "a list of integers";
-  case AttrType::Bool:
+  case OpAttrType::Bool:
     return "a bool";
   }
   return "?";
 }
 
-bool attrHasType(const program::Attribute &attr, AttrType type) {
+bool attrHasType(const program::Attribute &attr, OpAttrType type) {
   switch (type) {
-  case AttrType::Int:
+  case OpAttrType::Int:
     return attr.value_case() == program::Attribute::kI;
-  case AttrType::Float:
+  case OpAttrType::Float:
     // Kernels read an integer where they expect a number.
     return (attr.value_case() == program::Attribute::kF &&
             std::isfinite(attr.f())) ||
            attr.value_case() == program::Attribute::kI;
-  case AttrType::String:
+  case OpAttrType::String:
     return attr.value_case() == program::Attribute::kS;
-  case AttrType::Ints:
+  case OpAttrType::Ints:
     return attr.value_case() == program::Attribute::kInts;
-  case AttrType::Bool:
+  case OpAttrType::Bool:
     return attr.value_case() == program::Attribute::kB;
   }
   return false;
@@ -277,8 +197,9 @@ bool attrHasType(const program::Attribute &attr, AttrType type) {
 using AttributeMap = google::protobuf::Map<std::string, program::Attribute>;
 
 Status checkAttributes(const AttributeMap &attrs,
-                       const std::vector<AttrSpec> &specs) {
-  for (const AttrSpec &spec : specs) {
+                       const std::vector<const OpAttrInfo *> &specs) {
+  for (const OpAttrInfo *specPtr : specs) {
+    const OpAttrInfo &spec = *specPtr;
     auto it = attrs.find(spec.name);
     if (it == attrs.end()) {
       if (spec.required)
@@ -289,7 +210,7 @@ Status checkAttributes(const AttributeMap &attrs,
     if (!attrHasType(it->second, spec.type))
       return Status::error(std::string("attribute '") + spec.name +
                            "' is not " + attrTypeName(spec.type) +
-                           (spec.type == AttrType::Float ? " (finite)" : ""));
+                           (spec.type == OpAttrType::Float ? " (finite)" : ""));
   }
   return Status::ok();
 }
@@ -698,7 +619,7 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
     const auto &values = attrs.at(name).ints().values();
     return std::vector<int64_t>(values.begin(), values.end());
   };
-  if (spec.elementwise) {
+  if (spec.info->isElementwise()) {
     for (int i = 0; i < kernel.operands_size(); ++i) {
       const BufferInfo &operand = buffers[size_t(kernel.operands(i))];
       if (!broadcastsTo(operand.shape, result.shape))
@@ -706,7 +627,7 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
             "operand " + std::to_string(i) + " (" + shapeString(operand.shape) +
             ") does not broadcast to the result " + shapeString(result.shape));
     }
-    if (spec.minOperands == 1 && input.shape != result.shape)
+    if (spec.info->minOperands == 1 && input.shape != result.shape)
       return Status::error("the result " + shapeString(result.shape) +
                            " differs from the input " +
                            shapeString(input.shape));
@@ -928,20 +849,17 @@ Status RankVerifier::checkKernel(int index, const program::Kernel &kernel) {
   if (found == specs.end())
     return Status::error("unknown kernel op '" + kernel.op() + "'");
   const OpSpec &spec = found->second;
-  auto range = [](int low, int high) {
-    return high < 0      ? "at least " + std::to_string(low)
-           : low == high ? std::to_string(low)
-                         : std::to_string(low) + " to " + std::to_string(high);
-  };
+  const OpInfo &info = *spec.info;
   int operands = kernel.operands_size(), results = kernel.results_size();
-  if (operands < spec.minOperands ||
-      (spec.maxOperands >= 0 && operands > spec.maxOperands))
+  if (operands < info.minOperands ||
+      (info.maxOperands >= 0 && operands > info.maxOperands))
     return Status::error("expected " +
-                         range(spec.minOperands, spec.maxOperands) +
+                         countRange(info.minOperands, info.maxOperands) +
                          " operands, got " + std::to_string(operands));
-  if (results < spec.minResults ||
-      (spec.maxResults >= 0 && results > spec.maxResults))
-    return Status::error("expected " + range(spec.minResults, spec.maxResults) +
+  if (results < info.minResults ||
+      (info.maxResults >= 0 && results > info.maxResults))
+    return Status::error("expected " +
+                         countRange(info.minResults, info.maxResults) +
                          " results, got " + std::to_string(results));
   for (int32_t id : kernel.operands())
     PARTITA_RETURN_IF_ERROR(requireId(id, "operand"));

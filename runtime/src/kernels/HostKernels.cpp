@@ -4,16 +4,18 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// runHostKernel looks the op up in one table (operand and result counts,
-// the function that runs it), resolves and checks the buffers, and runs the
-// kernel and then its epilogue. Elementwise kernels run their epilogue in
-// the same pass over memory; matmul applies it to each output block as soon
-// as the block is computed; other kernels write their result and the
-// epilogue then runs over it in place, in parallel chunks.
+// runHostKernel looks the op up in OpVocabulary.def (operand and result
+// counts) and in hostKernel (the function that runs it), resolves and checks
+// the buffers, and runs the kernel and then its epilogue. Elementwise kernels
+// run their epilogue in the same pass over memory; matmul applies it to each
+// output block as soon as the block is computed; other kernels write their
+// result and the epilogue then runs over it in place, in parallel chunks.
 //
 //===----------------------------------------------------------------------===//
 
 #include "KernelSupport.h"
+
+#include "partita/runtime/OpVocabulary.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -171,42 +173,48 @@ bool BroadcastMap::build(const std::vector<int64_t> &from,
 
 namespace {
 
-struct OpInfo {
-  int minOperands;
-  int maxOperands; // -1: any number.
-  int numResults;  // -1: one or more.
-  Status (*run)(KernelContext &);
+using KernelFn = Status (*)(KernelContext &);
+
+/// The host kernel of `op`: every elementwise op runs as a chain
+/// (Elementwise.cpp), the others by name. Null where the host has none.
+KernelFn hostKernel(const OpInfo &op) {
+  if (op.isElementwise())
+    return runElementwise;
+  static const std::unordered_map<std::string_view, KernelFn> kernels = {
+      {"reduce", runReduce},
+      {"cumsum", runCumsum},
+      {"softmax", runSoftmax},
+      {"log_softmax", runLogSoftmax},
+      {"layer_norm", runLayerNorm},
+      {"rms_norm", runRmsNorm},
+      {"matmul", runMatmul},
+      {"attention", runAttention},
+      {"attention_partial", runAttentionPartial},
+      {"rope", runRope},
+      {"embedding", runEmbedding},
+      {"gather", runGather},
+      {"transpose", runTranspose},
+      {"broadcast_to", runBroadcastTo},
+      {"slice", runSlice},
+      {"concat", runConcat},
+      {"split", runSplit},
+      {"copy", runCopy}};
+  auto it = kernels.find(op.name);
+  return it == kernels.end() ? nullptr : it->second;
+}
+
+struct HostOp {
+  const OpInfo *info;
+  KernelFn run;
 };
 
-const std::unordered_map<std::string, OpInfo> &opTable() {
-  static const std::unordered_map<std::string, OpInfo> table = [] {
-    std::unordered_map<std::string, OpInfo> t;
-    for (const char *op : {"add", "sub", "mul", "div", "pow", "max", "min",
-                           "and", "or", "xor", "compare"})
-      t[op] = {2, 2, 1, runElementwise};
-    t["where"] = {3, 3, 1, runElementwise};
-    for (const char *op : {"neg", "abs", "exp", "log", "sqrt", "rsqrt",
-                           "reciprocal", "tanh", "erf", "sin", "cos", "sigmoid",
-                           "relu", "silu", "not", "gelu", "cast"})
-      t[op] = {1, 1, 1, runElementwise};
-    t["reduce"] = {1, 1, 1, runReduce};
-    t["cumsum"] = {1, 1, 1, runCumsum};
-    t["softmax"] = {1, 1, 1, runSoftmax};
-    t["log_softmax"] = {1, 1, 1, runLogSoftmax};
-    t["layer_norm"] = {1, 3, 1, runLayerNorm};
-    t["rms_norm"] = {1, 2, 1, runRmsNorm};
-    t["matmul"] = {2, 3, 1, runMatmul};
-    t["attention"] = {3, 4, 1, runAttention};
-    t["attention_partial"] = {3, 6, 2, runAttentionPartial};
-    t["rope"] = {3, 3, 1, runRope};
-    t["embedding"] = {2, 2, 1, runEmbedding};
-    t["gather"] = {2, 2, 1, runGather};
-    t["transpose"] = {1, 1, 1, runTranspose};
-    t["broadcast_to"] = {1, 1, 1, runBroadcastTo};
-    t["slice"] = {1, 1, 1, runSlice};
-    t["concat"] = {1, -1, 1, runConcat};
-    t["split"] = {1, 1, -1, runSplit};
-    t["copy"] = {1, 1, 1, runCopy};
+/// The ops of OpVocabulary.def, each with its host kernel.
+const std::unordered_map<std::string_view, HostOp> &opTable() {
+  static const std::unordered_map<std::string_view, HostOp> table = [] {
+    std::unordered_map<std::string_view, HostOp> t;
+    for (const OpInfo &op : kOps)
+      if (KernelFn run = hostKernel(op))
+        t[op.name] = {&op, run};
     return t;
   }();
   return table;
@@ -240,27 +248,22 @@ Status runHostKernel(const program::Kernel &kernel,
   auto it = table.find(kernel.op());
   if (it == table.end())
     return Status::error("unknown kernel op '" + kernel.op() + "'");
-  const OpInfo &info = it->second;
+  const OpInfo &info = *it->second.info;
+  KernelFn run = it->second.run;
   KernelContext ctx{kernel, {},   {},
                     {},     pool, Attributes(kernel.attributes(), kernel.op())};
 
   int numOperands = kernel.operands_size();
   if (numOperands < info.minOperands ||
-      (info.maxOperands >= 0 && numOperands > info.maxOperands)) {
-    std::string expected = info.maxOperands < 0
-                               ? "at least " + std::to_string(info.minOperands)
-                           : info.minOperands == info.maxOperands
-                               ? std::to_string(info.minOperands)
-                               : std::to_string(info.minOperands) + " to " +
-                                     std::to_string(info.maxOperands);
-    return ctx.error("expected " + expected + " operands, got " +
-                     std::to_string(numOperands));
-  }
-  int numResults = kernel.results_size();
-  if (info.numResults < 0 ? numResults < 1 : numResults != info.numResults)
+      (info.maxOperands >= 0 && numOperands > info.maxOperands))
     return ctx.error("expected " +
-                     (info.numResults < 0 ? std::string("at least 1")
-                                          : std::to_string(info.numResults)) +
+                     countRange(info.minOperands, info.maxOperands) +
+                     " operands, got " + std::to_string(numOperands));
+  int numResults = kernel.results_size();
+  if (numResults < info.minResults ||
+      (info.maxResults >= 0 && numResults > info.maxResults))
+    return ctx.error("expected " +
+                     countRange(info.minResults, info.maxResults) +
                      " results, got " + std::to_string(numResults));
 
   ctx.operands.resize(numOperands);
@@ -285,8 +288,8 @@ Status runHostKernel(const program::Kernel &kernel,
                                       ctx.epilogueOperands[i]));
   }
 
-  if (info.run == runElementwise || kernel.epilogue_size() == 0)
-    return info.run(ctx);
+  if (info.isElementwise() || kernel.epilogue_size() == 0)
+    return run(ctx);
 
   // The kernel computes its own result type; when a cast or compare in the
   // epilogue changes it, that intermediate lives in scratch memory.
@@ -303,7 +306,7 @@ Status runHostKernel(const program::Kernel &kernel,
     ctx.results[0].data = scratch.data();
   }
   ctx.mayFuseEpilogue = natural == dest.dtype;
-  PARTITA_RETURN_IF_ERROR(info.run(ctx));
+  PARTITA_RETURN_IF_ERROR(run(ctx));
   if (ctx.epilogueDone)
     return Status::ok();
   return runEpilogue(ctx, ctx.results[0], dest);
