@@ -112,6 +112,17 @@ def NN_GeluApproximationAttr : I32EnumAttr<"GeluApproximation",
 }
 
 //===----------------------------------------------------------------------===//
+// Traits
+//===----------------------------------------------------------------------===//
+
+// Each result element depends only on the operand elements at its index,
+// operands broadcast numpy-style (which MLIR's `Elementwise` forbids). Exactly
+// the ops OpVocabulary.def lists as elementwise carry it; a unit test checks.
+def NN_Elementwise : NativeOpTrait<"ElementwiseOpTrait"> {
+  let cppNamespace = "::mlir::partita::nn";
+}
+
+//===----------------------------------------------------------------------===//
 // Base op class
 //===----------------------------------------------------------------------===//
 

@@ -23,6 +23,17 @@
 
 namespace mlir::partita::nn {
 
+/// Marks the elementwise ops (`NN_Elementwise`): each result element depends
+/// only on the operand elements at its index, operands broadcast.
+template <typename ConcreteType>
+class ElementwiseOpTrait
+    : public OpTrait::TraitBase<ConcreteType, ElementwiseOpTrait> {};
+
+/// Whether the exec lowering may fuse `op` into the kernel that produces its
+/// operand, as an epilogue step: an nn op that OpVocabulary.def lets an
+/// epilogue apply and whose result keeps its operand's element type.
+bool isEpilogueFusible(Operation *op);
+
 /// The numpy broadcast of `shapes`, or failure when they do not broadcast.
 FailureOr<SmallVector<int64_t>>
 broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes);

@@ -54,7 +54,7 @@ def NN_ConstantOp : NN_Op<"constant", [ConstantLike]> {
 
 class NN_BroadcastingOp<string mnemonic, list<Trait> traits = [],
                         bit checksElementTypes = 1>
-    : NN_Op<mnemonic, traits> {
+    : NN_Op<mnemonic, !listconcat(traits, [NN_Elementwise])> {
   let hasVerifier = 1;
   code constraintsDoc = !if(checksElementTypes, [{
 
@@ -190,7 +190,8 @@ def NN_WhereOp : NN_BroadcastingOp<"where"> {
 
 class NN_ElementwiseUnaryOp<string mnemonic, Type tensorType, string formula,
                             list<Trait> traits = []>
-    : NN_Op<mnemonic, !listconcat(traits, [SameOperandsAndResultType])> {
+    : NN_Op<mnemonic, !listconcat(traits, [SameOperandsAndResultType,
+                                           NN_Elementwise])> {
   let summary = "elementwise " # formula;
   let description = "Computes `" # formula # "` elementwise." # [{
 
@@ -231,7 +232,7 @@ def NN_NotOp : NN_ElementwiseUnaryOp<"not", NN_BoolTensor, "not x"> {
   let hasFolder = 1;
 }
 
-def NN_GeluOp : NN_Op<"gelu", [SameOperandsAndResultType]> {
+def NN_GeluOp : NN_Op<"gelu", [SameOperandsAndResultType, NN_Elementwise]> {
   let summary = "elementwise GELU";
   let description = [{
     Gaussian error linear unit, `x * Phi(x)`. With `approximation = none`
@@ -251,7 +252,7 @@ def NN_GeluOp : NN_Op<"gelu", [SameOperandsAndResultType]> {
   }];
 }
 
-def NN_CastOp : NN_Op<"cast"> {
+def NN_CastOp : NN_Op<"cast", [NN_Elementwise]> {
   let summary = "elementwise element-type conversion";
   let description = [{
     Converts each element to the result element type. Float to integer
