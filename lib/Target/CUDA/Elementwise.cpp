@@ -16,6 +16,8 @@
 
 #include "Emitter.h"
 
+#include "partita/runtime/OpVocabulary.h"
+
 #include <algorithm>
 
 namespace partita::target::cuda {
@@ -61,8 +63,8 @@ llvm::Expected<GeneratedKernel> emitElementwise(const KernelContext &ctx) {
     first.onFalse = *onFalse;
     first.onFalseName = sig.addInput(*onFalse, "a2");
   } else {
-    bool binary = op == "compare" ||
-                  (op != "cast" && op != "copy" && kernel.operands_size() == 2);
+    const runtime::OpInfo *info = runtime::lookupOp(op);
+    bool binary = info && info->stepTakesOperand();
     int expected = binary ? 2 : 1;
     if (kernel.operands_size() != expected)
       return ctx.error("expected " + llvm::Twine(expected) + " operands, got " +

@@ -12,6 +12,8 @@
 
 #include "Emitter.h"
 
+#include "partita/runtime/OpVocabulary.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -356,18 +358,13 @@ static bool broadcasts(llvm::ArrayRef<int64_t> from,
 //===----------------------------------------------------------------------===//
 
 bool isElementwiseOp(llvm::StringRef op) {
-  return llvm::is_contained(
-      {"add",  "sub",   "mul",        "div",   "pow",  "max", "min", "and",
-       "or",   "xor",   "compare",    "where", "neg",  "abs", "exp", "log",
-       "sqrt", "rsqrt", "reciprocal", "tanh",  "erf",  "sin", "cos", "sigmoid",
-       "relu", "silu",  "not",        "gelu",  "cast", "copy"},
-      op);
+  const runtime::OpInfo *info = runtime::lookupOp(op);
+  return info && (info->isElementwise() || info->kind == runtime::OpKind::Copy);
 }
 
 static bool isBinaryOp(llvm::StringRef op) {
-  return llvm::is_contained(
-      {"add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor"},
-      op);
+  const runtime::OpInfo *info = runtime::lookupOp(op);
+  return info && info->kind == runtime::OpKind::Binary;
 }
 
 llvm::Expected<std::vector<ChainStep>> epilogueSteps(const KernelContext &ctx,
@@ -460,16 +457,18 @@ llvm::Error ChainEmitter::needOperand(const ChainStep &step, DType current) {
 llvm::Expected<DType> ChainEmitter::castTarget(llvm::ArrayRef<ChainStep> steps,
                                                size_t at) {
   for (size_t k = at + 1; k < steps.size(); ++k) {
-    const std::string &op = steps[k].op;
-    if (op == "cast")
+    const runtime::OpInfo *info = runtime::lookupOp(steps[k].op);
+    if (info && info->kind == runtime::OpKind::Cast)
       break;
-    if ((op == "compare" || isBinaryOp(op)) && steps[k].operand)
+    if (info && info->stepTakesOperand() && steps[k].operand)
       return steps[k].operand->dtype;
   }
-  for (size_t k = at + 1; k < steps.size(); ++k)
-    if (steps[k].op == "cast" || steps[k].op == "compare")
+  for (size_t k = at + 1; k < steps.size(); ++k) {
+    const runtime::OpInfo *info = runtime::lookupOp(steps[k].op);
+    if (info && info->changesElementType())
       return ctx.error("cannot tell the target type of the cast in step " +
                        llvm::Twine(at));
+  }
   return result.dtype;
 }
 
@@ -484,6 +483,9 @@ llvm::Error ChainEmitter::emit(llvm::ArrayRef<ChainStep> steps, DType start) {
       return ctx.error("step '" + op + "' does not apply to " +
                        dtypeName(current));
     };
+    const runtime::OpInfo *info = runtime::lookupOp(op);
+    if (info && !(fl ? info->computesOnFloats() : info->computesOnIntegers()))
+      return unsupported();
     if (isBinaryOp(op)) {
       if (auto err = needOperand(step, current))
         return err;

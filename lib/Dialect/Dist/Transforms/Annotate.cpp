@@ -52,9 +52,7 @@ std::string opName(Operation *op) {
 }
 
 bool isElementwise(Operation *op) {
-  return isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp, nn::ExpOp,
-             nn::TanhOp, nn::ErfOp, nn::SigmoidOp, nn::ReluOp, nn::SiluOp,
-             nn::GeluOp, nn::CastOp>(op);
+  return op->hasTrait<nn::ElementwiseOpTrait>();
 }
 
 /// The first operand of `op` that is not a constant.
