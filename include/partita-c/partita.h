@@ -110,7 +110,9 @@ partita_compile_options_add_mesh_axis(partita_compile_options *options,
 /* Removes every mesh axis (back to one device). */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_clear_mesh(partita_compile_options *options);
-/* "host" or "cuda". */
+/* "host" or "cuda"; any other value is an error status naming the values
+ * (as are the other setters' below, which take partita-compile's
+ * spellings). */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_target(partita_compile_options *options,
                                    const char *target);
@@ -122,7 +124,7 @@ partita_compile_options_set_bind(partita_compile_options *options,
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_strategy(partita_compile_options *options,
                                      const char *strategy);
-/* "", "megatron", "ulysses" or "ring". */
+/* "none" (or ""), "megatron", "ulysses" or "ring". */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_sp_mode(partita_compile_options *options,
                                     const char *sp_mode);

@@ -5,9 +5,12 @@
 //===----------------------------------------------------------------------===//
 //
 // Compile an ONNX model for a device mesh and run the result, from C++. This
-// header is the whole API: it includes only the standard library, reports
-// errors as values (no exceptions cross it), and its types are stable. The
-// options are the flags of `partita-compile`, the artifact is the directory
+// header is the whole API: it includes only the standard library (and the
+// compiler's enum options, partita/Pipelines/Options.h, which does too),
+// reports errors as values (no exceptions cross it), and its types are
+// stable. The options are the flags of `partita-compile`, typed (the enums
+// spell as the flags do: partita::optionName, partita::parseOption), the
+// artifact is the directory
 // it writes (held in memory here until saved), the report is `--report`'s
 // JSON (DESIGN.md), and a session runs an artifact like `partita-run`.
 //
@@ -27,6 +30,8 @@
 
 #ifndef PARTITA_PARTITA_H
 #define PARTITA_PARTITA_H
+
+#include "partita/Pipelines/Options.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -74,24 +79,20 @@ struct CompileOptions {
   /// Mesh axes in order with their sizes, e.g. {{"dp", 2}, {"tp", 4}};
   /// empty: one device.
   std::vector<std::pair<std::string, int64_t>> mesh;
-  /// `host` or `cuda`.
-  std::string target = "host";
+  Target target = Target::Host;
   /// Values of the model's symbolic dimensions.
   std::map<std::string, int64_t> bind;
-  /// `megatron` or `none`.
-  std::string strategy = "megatron";
-  /// Empty, `megatron`, `ulysses` or `ring`.
-  std::string spMode;
+  Strategy strategy = Strategy::Megatron;
+  SequenceMode spMode = SequenceMode::None;
   int64_t microbatches = 1;
   int64_t virtualStages = 1;
-  /// `fp32`, `bf16` or `fp16`.
-  std::string dtype = "fp32";
+  /// The storage type of the model's fp32 tensors (--dtype).
+  StorageType dtype = StorageType::FP32;
   /// Architectures of --target cuda's fatbin.
   std::vector<std::string> cudaArchs = {"sm_80", "sm_90a"};
   /// False: collectives stay synchronous (--no-overlap).
   bool overlap = true;
-  /// `auto`, `always` or `never`.
-  std::string collectiveMatmul = "auto";
+  CollectiveMatmulMode collectiveMatmul = CollectiveMatmulMode::Auto;
   /// The cluster model as JSON text (--cluster's file contents); empty: the
   /// defaults.
   std::string clusterJson;

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,18 @@ partita_status *nullArgument(const char *function, const char *argument) {
     if (!(arg))                                                                \
       return nullArgument(__func__, #arg);                                     \
   } while (false)
+
+/// Sets an enum option from its spelling (partita/Pipelines/Options.h), or
+/// returns the error naming the setter and what it accepts.
+template <typename Enum>
+partita_status *setChoice(const char *function, const char *text, Enum &field) {
+  std::optional<Enum> value = partita::parseOption<Enum>(text);
+  if (!value)
+    return makeError(std::string(function) + ": " +
+                     partita::badOptionMessage<Enum>(text));
+  field = *value;
+  return nullptr;
+}
 
 bool validDType(int dtype) {
   return dtype >= PARTITA_DTYPE_F32 && dtype <= PARTITA_DTYPE_BOOL;
@@ -220,8 +233,7 @@ partita_compile_options_set_target(partita_compile_options *options,
                                    const char *target) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(target);
-  options->options.target = target;
-  return nullptr;
+  return setChoice(__func__, target, options->options.target);
 }
 
 partita_status *
@@ -238,8 +250,7 @@ partita_compile_options_set_strategy(partita_compile_options *options,
                                      const char *strategy) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(strategy);
-  options->options.strategy = strategy;
-  return nullptr;
+  return setChoice(__func__, strategy, options->options.strategy);
 }
 
 partita_status *
@@ -247,8 +258,9 @@ partita_compile_options_set_sp_mode(partita_compile_options *options,
                                     const char *sp_mode) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(sp_mode);
-  options->options.spMode = sp_mode;
-  return nullptr;
+  // "" meant none before none had a name.
+  return setChoice(__func__, *sp_mode ? sp_mode : "none",
+                   options->options.spMode);
 }
 
 partita_status *
@@ -272,8 +284,7 @@ partita_compile_options_set_dtype(partita_compile_options *options,
                                   const char *dtype) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(dtype);
-  options->options.dtype = dtype;
-  return nullptr;
+  return setChoice(__func__, dtype, options->options.dtype);
 }
 
 partita_status *
@@ -306,8 +317,7 @@ partita_compile_options_set_collective_matmul(partita_compile_options *options,
                                               const char *mode) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(mode);
-  options->options.collectiveMatmul = mode;
-  return nullptr;
+  return setChoice(__func__, mode, options->options.collectiveMatmul);
 }
 
 partita_status *

@@ -18,7 +18,6 @@
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
-#include "partita/Dialect/NN/Transforms/Passes.h"
 #include "partita/Frontend/ONNX/Import.h"
 #include "partita/InitAllDialects.h"
 #include "partita/Pipelines/Pipelines.h"
@@ -46,7 +45,7 @@ LogicalResult fail(MLIRContext &context, const llvm::Twine &message) {
 LogicalResult runStage(ModuleOp module, const DriverOptions &options,
                        TimingScope &root, StringRef name,
                        llvm::function_ref<void(PassManager &)> build) {
-  PassManager pm(module.getContext());
+  PassManager pm(module.getContext(), ModuleOp::getOperationName());
   if (options.passManagerCommandLine && failed(applyPassManagerCLOptions(pm)))
     return failure();
   TimingScope timing = root.nest(name);
@@ -98,14 +97,9 @@ std::string explanation(ArrayRef<std::string> weights,
   return text;
 }
 
-/// Checks the options that name a choice among a few.
+/// Checks the options that no parser has checked (the enums are checked
+/// where they are parsed).
 LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
-  if (options.emit == EmitStage::Artifact && options.output.empty())
-    return fail(context, "give the artifact directory with -o ART, or print "
-                         "a stage with --emit nn|dist|local|exec|cuda");
-  if (options.target != "host" && options.target != "cuda")
-    return fail(context,
-                "--target expects host or cuda, got '" + options.target + "'");
   for (const auto &[name, value] : options.bindings)
     if (name.empty() || value <= 0)
       return fail(context, "--bind expects name=value with a positive "
@@ -116,19 +110,6 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
     if (failed(dist::parseMeshAxes(options.mesh, error)))
       return fail(context, "--mesh " + options.mesh + ": " + error);
   }
-  if (options.collectiveMatmul != "auto" &&
-      options.collectiveMatmul != "always" &&
-      options.collectiveMatmul != "never")
-    return fail(context, "--collective-matmul expects auto, always or never, "
-                         "got '" +
-                             options.collectiveMatmul + "'");
-  if (options.dtype != "fp32" && options.dtype != "bf16" &&
-      options.dtype != "fp16")
-    return fail(context, "--dtype expects fp32, bf16 or fp16, got '" +
-                             options.dtype + "'");
-  if (options.strategy != "megatron" && options.strategy != "none")
-    return fail(context, "--strategy expects megatron or none, got '" +
-                             options.strategy + "'");
   if (options.microbatches < 1)
     return fail(context, "--microbatches must be positive, got " +
                              std::to_string(options.microbatches));
@@ -138,12 +119,53 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
   return success();
 }
 
+/// The options of the pass pipelines, from the driver's.
+void fillPipelineOptions(const DriverOptions &options,
+                         PipelineOptions &pipeline) {
+  pipeline.raise = options.raise;
+  pipeline.dtype = options.dtype;
+  pipeline.mesh = options.mesh;
+  pipeline.strategy = options.strategy;
+  pipeline.spMode = options.spMode;
+  pipeline.microbatches = options.microbatches;
+  pipeline.virtualStages = options.virtualStages;
+  pipeline.overlap = options.overlap;
+  pipeline.collectiveMatmul = options.collectiveMatmul;
+}
+
+/// A pass stage: what --emit prints after it, its name in --mlir-timing,
+/// and its pipeline.
+struct PassStage {
+  EmitStage emit;
+  StringRef flag;
+  StringRef timing;
+  void (*build)(OpPassManager &, const PipelineOptions &);
+};
+
+/// The pass stages a compile with `options` runs, in order: none for
+/// --emit import, and the sharding stages only with a mesh.
+SmallVector<PassStage> passStages(const DriverOptions &options) {
+  const PassStage all[] = {
+      {EmitStage::NN, "nn", "Pipeline", buildNNPipeline},
+      {EmitStage::Dist, "dist", "Sharding plan", buildPlanPipeline},
+      {EmitStage::Local, "local", "Partition", buildPartitionPipeline},
+  };
+  SmallVector<PassStage> stages;
+  for (const PassStage &stage : all) {
+    if (options.emit < stage.emit ||
+        (stage.emit != EmitStage::NN && options.mesh.empty()))
+      break;
+    stages.push_back(stage);
+  }
+  return stages;
+}
+
 /// The flags the artifact was compiled with, for its manifest.
 std::map<std::string, std::string>
 recordedOptions(const DriverOptions &options) {
   std::map<std::string, std::string> recorded;
   recorded["source"] = options.input;
-  recorded["target"] = options.target;
+  recorded["target"] = ::partita::optionName(options.target);
   std::string bound;
   for (const auto &[name, value] : options.bindings)
     bound += (bound.empty() ? "" : ",") + name + "=" + std::to_string(value);
@@ -151,29 +173,33 @@ recordedOptions(const DriverOptions &options) {
     recorded["bind"] = bound;
   if (!options.raise)
     recorded["no-raise"] = "true";
-  if (options.dtype != "fp32")
-    recorded["dtype"] = options.dtype;
+  if (options.dtype != StorageType::FP32)
+    recorded["dtype"] = ::partita::optionName(options.dtype);
   if (!options.mesh.empty()) {
     recorded["mesh"] = options.mesh;
-    recorded["strategy"] = options.strategy;
-    if (!options.spMode.empty())
-      recorded["sp-mode"] = options.spMode;
+    recorded["strategy"] = ::partita::optionName(options.strategy);
+    if (options.spMode != SequenceMode::None)
+      recorded["sp-mode"] = ::partita::optionName(options.spMode);
     if (options.microbatches > 1)
       recorded["microbatches"] = std::to_string(options.microbatches);
     if (options.virtualStages > 1)
       recorded["virtual-stages"] = std::to_string(options.virtualStages);
     if (!options.overlap)
       recorded["no-overlap"] = "true";
-    if (options.collectiveMatmul != "auto")
-      recorded["collective-matmul"] = options.collectiveMatmul;
+    if (options.collectiveMatmul != CollectiveMatmulMode::Auto)
+      recorded["collective-matmul"] =
+          ::partita::optionName(options.collectiveMatmul);
   }
   return recorded;
 }
 
+/// The module as partita-opt prints it (a newline after the module), so
+/// that a stage and its replay compare equal.
 std::string printModule(ModuleOp module) {
   std::string text;
   llvm::raw_string_ostream os(text);
   module.print(os);
+  os << "\n";
   return text;
 }
 
@@ -212,9 +238,12 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
                                          const DriverOptions &options,
                                          DriverResult &result,
                                          TimingScope &root) {
+  if (options.emit == EmitStage::Artifact && options.output.empty())
+    return fail(context, "give the artifact directory with -o ART, or print "
+                         "a stage with --emit nn|dist|local|exec|cuda");
   if (failed(checkOptions(context, options)))
     return failure();
-  bool cuda = options.target == "cuda" || options.emit == EmitStage::CUDA;
+  bool cuda = options.target == Target::CUDA || options.emit == EmitStage::CUDA;
   cudatarget::NvccOptions nvcc;
   if (llvm::Error error =
           cudatarget::parseCudaArchs(options.cudaArch, nvcc.archs))
@@ -244,64 +273,32 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   if (!module)
     return failure();
 
-  NNPipelineOptions nnOptions;
-  nnOptions.raise = options.raise;
-  if (failed(runStage(*module, options, root, "Pipeline", [&](PassManager &pm) {
-        buildNNPipeline(pm, nnOptions);
-        if (options.dtype != "fp32") {
-          ConvertFloatPassOptions convert;
-          convert.to = options.dtype == "bf16" ? "bf16" : "f16";
-          pm.nest<func::FuncOp>().addPass(createConvertFloatPass(convert));
-        }
-      })))
-    return failure();
-  if (options.emit == EmitStage::NN) {
+  if (options.emit == EmitStage::Import) {
     result.emitted = printModule(*module);
     return success();
   }
-
   auto main = module->lookupSymbol<func::FuncOp>("main");
-  ModelSummary model = summarizeModel(main);
+  PipelineOptions pipeline;
+  fillPipelineOptions(options, pipeline);
+  ModelSummary model;
   std::vector<std::string> weightLines;
-  int64_t worldSize = 1;
-  if (!options.mesh.empty()) {
-    ShardPipelineOptions shardOptions;
-    shardOptions.mesh = options.mesh;
-    shardOptions.strategy = options.strategy;
-    shardOptions.spMode = options.spMode;
-    shardOptions.microbatches = options.microbatches;
-    shardOptions.virtualStages = options.virtualStages;
-    shardOptions.overlap = options.overlap;
-    // Checked against these three spellings above.
-    shardOptions.collectiveMatmul =
-        options.collectiveMatmul == "always"  ? CollectiveMatmulMode::Always
-        : options.collectiveMatmul == "never" ? CollectiveMatmulMode::Never
-                                              : CollectiveMatmulMode::Auto;
-    if (failed(runStage(
-            *module, options, root, "Sharding plan",
-            [&](PassManager &pm) { buildPlanPipeline(pm, shardOptions); })))
+  for (const PassStage &stage : passStages(options)) {
+    if (failed(runStage(*module, options, root, stage.timing,
+                        [&](PassManager &pm) { stage.build(pm, pipeline); })))
       return failure();
-    if (options.emit == EmitStage::Dist) {
-      result.emitted = printModule(*module);
-      return success();
-    }
-    if (options.explain)
+    // The report's model is the global one, before any sharding.
+    if (stage.emit == EmitStage::NN)
+      model = summarizeModel(main);
+    if (stage.emit == EmitStage::Dist && options.explain)
       weightLines = describeWeights(main);
-    if (failed(
-            runStage(*module, options, root, "Partition", [&](PassManager &pm) {
-              buildPartitionPipeline(pm, shardOptions);
-            })))
-      return failure();
-    for (auto mesh : module->getOps<dist::MeshOp>())
-      worldSize = mesh.getNumDevices();
-  } else if (options.emit == EmitStage::Dist) {
+  }
+  if (options.emit <= EmitStage::Local) {
     result.emitted = printModule(*module);
     return success();
   }
-  if (options.emit == EmitStage::Local) {
-    result.emitted = printModule(*module);
-    return success();
-  }
+  int64_t worldSize = 1;
+  for (auto mesh : module->getOps<dist::MeshOp>())
+    worldSize = mesh.getNumDevices();
 
   ExecLoweringOptions lowering;
   lowering.cluster = &cluster;
@@ -385,4 +382,26 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     }
   }
   return writeArtifact(main, programs, artifact, options.output);
+}
+
+FailureOr<std::string>
+mlir::partita::describePipeline(MLIRContext &context,
+                                const DriverOptions &options) {
+  if (failed(checkOptions(context, options)))
+    return failure();
+  PipelineOptions pipeline;
+  fillPipelineOptions(options, pipeline);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  StringRef previous = "import";
+  for (const PassStage &stage : passStages(options)) {
+    PassManager pm(&context, ModuleOp::getOperationName());
+    stage.build(pm, pipeline);
+    os << "// --emit " << stage.flag << ", on --emit " << previous
+       << "'s output\n";
+    pm.printAsTextualPipeline(os);
+    os << "\n";
+    previous = stage.flag;
+  }
+  return text;
 }

@@ -16,7 +16,7 @@ using namespace mlir;
 using namespace mlir::partita;
 
 void mlir::partita::buildNNPipeline(OpPassManager &pm,
-                                    const NNPipelineOptions &options) {
+                                    const PipelineOptions &options) {
   OpPassManager &func = pm.nest<func::FuncOp>();
   // The importer folds what is constant; canonicalization removes what the
   // folding left dead and composes reshapes and transposes, so the raising
@@ -28,10 +28,17 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
   // constants.
   func.addPass(createCSEPass());
   func.addPass(createCanonicalizerPass());
+  // Last: the raising patterns match the model's fp32 subgraphs, which the
+  // conversion's casts would break up.
+  if (options.dtype != StorageType::FP32) {
+    ConvertFloatPassOptions convert;
+    convert.to = options.dtype;
+    func.addPass(createConvertFloatPass(convert));
+  }
 }
 
 void mlir::partita::buildPlanPipeline(OpPassManager &pm,
-                                      const ShardPipelineOptions &options) {
+                                      const PipelineOptions &options) {
   AnnotatePassOptions annotate;
   annotate.mesh = options.mesh;
   annotate.strategy = options.strategy;
@@ -43,8 +50,8 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(createPropagateShardingPass());
 }
 
-void mlir::partita::buildPartitionPipeline(
-    OpPassManager &pm, const ShardPipelineOptions &options) {
+void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
+                                           const PipelineOptions &options) {
   bool overlap = options.overlap;
   pm.addPass(createPartitionPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
@@ -75,16 +82,36 @@ void mlir::partita::buildPartitionPipeline(
 }
 
 void mlir::partita::registerPartitaPipelines() {
-  PassPipelineRegistration<ShardPipelineOptions>(
+  PassPipelineRegistration<PipelineOptions>(
+      "partita-nn-pipeline",
+      "Clean up and raise imported nn IR, store it as dtype "
+      "(partita-compile --emit nn, on --emit import's output)",
+      buildNNPipeline);
+  PassPipelineRegistration<PipelineOptions>(
+      "partita-plan-pipeline",
+      "Annotate and propagate shardings (partita-compile --emit dist, on "
+      "--emit nn's output)",
+      buildPlanPipeline);
+  PassPipelineRegistration<PipelineOptions>(
+      "partita-partition-pipeline",
+      "Partition, cut stages and overlap collectives (partita-compile --emit "
+      "local, on --emit dist's output)",
+      buildPartitionPipeline);
+  PassPipelineRegistration<PipelineOptions>(
       "partita-shard-pipeline",
       "Plan, propagate and partition (partita-compile --mesh ... --emit "
-      "local)",
-      [](OpPassManager &pm, const ShardPipelineOptions &options) {
+      "local, on --emit nn's output)",
+      [](OpPassManager &pm, const PipelineOptions &options) {
         buildPlanPipeline(pm, options);
         buildPartitionPipeline(pm, options);
       });
-  PassPipelineRegistration<NNPipelineOptions>(
-      "partita-nn-pipeline",
-      "Clean up and raise imported nn IR (partita-compile --emit nn)",
-      buildNNPipeline);
+  PassPipelineRegistration<PipelineOptions>(
+      "partita-pipeline",
+      "Every pass stage (partita-compile --mesh ... --emit local, on --emit "
+      "import's output)",
+      [](OpPassManager &pm, const PipelineOptions &options) {
+        buildNNPipeline(pm, options);
+        buildPlanPipeline(pm, options);
+        buildPartitionPipeline(pm, options);
+      });
 }

@@ -190,7 +190,7 @@ def compile(
     target: str = "host",
     bind: Optional[Mapping[str, int]] = None,
     strategy: str = "megatron",
-    sp_mode: str = "",
+    sp_mode: str = "none",
     microbatches: int = 1,
     virtual_stages: int = 1,
     dtype: str = "fp32",
@@ -211,9 +211,11 @@ def compile(
       target: ``"host"`` or ``"cuda"``.
       bind: values of the model's symbolic dimensions, ``{"batch": 2}``.
       strategy: ``"megatron"`` or ``"none"``.
-      sp_mode: ``""``, ``"megatron"``, ``"ulysses"`` or ``"ring"``.
+      sp_mode: ``"none"`` (or ``""``), ``"megatron"``, ``"ulysses"`` or
+        ``"ring"``.
       microbatches, virtual_stages: the pipeline schedule (``pp`` axis).
-      dtype: compute type, ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+      dtype: storage type of fp32 tensors, ``"fp32"``, ``"bf16"`` or
+        ``"fp16"``.
       cuda_arch: fatbin architectures, ``"sm_90a"`` or a list; ``None``:
         the default (sm_80, sm_90a).
       overlap: ``False`` keeps collectives synchronous (``--no-overlap``).
@@ -226,7 +228,9 @@ def compile(
       The compiled :class:`Artifact`, in memory.
 
     Raises:
-      CompileError: the compiler's diagnostics, when it failed.
+      CompileError: the compiler's diagnostics, when it failed (a value an
+        option does not take among them, e.g. ``--target expects host or
+        cuda, got 'tpu'``).
     """
     if isinstance(model, (str, os.PathLike)):
         source, is_path = os.fsencode(model), True
@@ -241,7 +245,8 @@ def compile(
             f"{type(model).__name__}")
     native, diagnostics = _partita.compile(
         source, is_path, name or "model.onnx", _mesh_axes(mesh), target,
-        {str(k): int(v) for k, v in (bind or {}).items()}, strategy, sp_mode,
+        {str(k): int(v) for k, v in (bind or {}).items()}, strategy,
+        sp_mode or "none",
         int(microbatches), int(virtual_stages), dtype, _cuda_archs(cuda_arch),
         bool(overlap), collective_matmul, _cluster_json(cluster))
     if native is None:

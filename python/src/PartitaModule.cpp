@@ -24,8 +24,10 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace nb = nanobind;
@@ -191,21 +193,35 @@ NB_MODULE(_partita, m) {
          std::vector<std::string> cudaArchs, bool overlap,
          const std::string &collectiveMatmul, const std::string &clusterJson) {
         partita::CompileOptions options;
+        partita::CompileResult result;
+        // A bad spelling is an option error, as partita-compile reports it.
+        auto choose = [&](const std::string &text, auto &field) {
+          using Enum = std::remove_reference_t<decltype(field)>;
+          std::optional<Enum> value = partita::parseOption<Enum>(text);
+          if (value)
+            field = *value;
+          else
+            result.diagnostics.push_back(
+                {partita::Diagnostic::Severity::Error, "",
+                 partita::badOptionMessage<Enum>(text)});
+        };
         options.mesh = std::move(mesh);
-        options.target = target;
+        choose(target, options.target);
         options.bind = std::move(bind);
-        options.strategy = strategy;
-        options.spMode = spMode;
+        choose(strategy, options.strategy);
+        choose(spMode, options.spMode);
         options.microbatches = microbatches;
         options.virtualStages = virtualStages;
-        options.dtype = dtype;
+        choose(dtype, options.dtype);
         if (!cudaArchs.empty())
           options.cudaArchs = std::move(cudaArchs);
         options.overlap = overlap;
-        options.collectiveMatmul = collectiveMatmul;
+        choose(collectiveMatmul, options.collectiveMatmul);
         options.clusterJson = clusterJson;
         std::string bytes(model.c_str(), model.size());
-        partita::CompileResult result;
+        if (!result.diagnostics.empty())
+          return std::make_pair(std::shared_ptr<partita::Artifact>(),
+                                result.diagnostics);
         {
           nb::gil_scoped_release released;
           result = isPath ? partita::compileFile(bytes, options)

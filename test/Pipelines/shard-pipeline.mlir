@@ -23,7 +23,7 @@
 // SYNC: %[[R:.*]] = dist.all_reduce sum %[[D]] on @mesh axes [tp]
 // SYNC-NOT: all_reduce_start
 // SYNC: return %[[R]]
-// BOGUS: Cannot find option named 'bogus'
+// BOGUS: partita-opt: error: --collective-matmul expects auto, always or never, got 'bogus'
 func.func @mlp(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
   %w1 = nn.constant dense<0.5> : tensor<16x64xf32>
   %w2 = nn.constant dense<0.25> : tensor<64x16xf32>

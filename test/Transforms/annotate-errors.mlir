@@ -8,7 +8,7 @@
 // SIZE: error: --mesh tp=0: axis 'tp' has size 0; sizes are at least 1
 // FORM: error: --mesh tp: 'tp' is not of the form axis=size
 // TWICE: error: --mesh tp=2,tp=2: axis 'tp' is given twice
-// STRATEGY: error: unknown strategy 'alpa'; expected megatron or none
+// STRATEGY: partita-opt: error: --strategy expects megatron or none, got 'alpa'
 // AXIS: error: the megatron strategy splits over dp and tp; axis 'ep' (size 2) would only replicate the model
 
 // The weight a strategy splits must divide evenly; the error names it, its

@@ -1,5 +1,5 @@
 // RUN: partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=bf16}))' | FileCheck %s
-// RUN: partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=f16}))' | FileCheck %s --check-prefix=F16
+// RUN: partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=fp16}))' | FileCheck %s --check-prefix=F16
 // RUN: not partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=f8}))' 2>&1 | FileCheck %s --check-prefix=BAD
 
 // f32 tensors become bf16 inside; the signature stays f32, with a cast on
@@ -14,7 +14,7 @@
 // CHECK: %[[R:.*]] = nn.cast %[[Y]] : tensor<2x4xbf16> -> tensor<2x4xf32>
 // CHECK: return %[[R]]
 // F16: nn.constant dense<[1.003910e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]> : tensor<4xf16>
-// BAD: error: partita-convert-float: to must be bf16 or f16, got 'f8'
+// BAD: partita-opt: error: --to expects bf16 or fp16, got 'f8'
 func.func @matmul(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   %w = nn.constant dense<[1.00390625, 2.0, 3.0, 4.0]> : tensor<4xf32>
   %y = nn.mul %x, %w : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>

@@ -7,12 +7,14 @@
 // partita-compile MODEL.onnx -o ART [--mesh dp=2,tp=2] [--bind name=value,...]
 //                 [--target host|cuda] [--dtype fp32|bf16|fp16]
 //                 [--cuda-arch sm_80,sm_90a] [--report FILE.json] [--explain]
-// partita-compile MODEL.onnx --emit nn|dist|local|exec|cuda [-o FILE]
+// partita-compile MODEL.onnx --emit import|nn|dist|local|exec|cuda [-o FILE]
+// partita-compile MODEL.onnx [options] --dump-pipeline
 //
 // Imports an ONNX model (binary or textual syntax), runs the pipeline up to
 // the requested stage, and writes the artifact or prints the stage. Errors
 // are diagnostics on stderr located at the ONNX node; the exit status is 1
-// on any error, and nothing is left at -o.
+// on any error, and nothing is left at -o. --dump-pipeline prints the pass
+// pipelines the options select, which partita-opt replays.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,7 +25,8 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "partita/Driver/Driver.h"
-#include "llvm/Config/llvm-config.h"
+#include "partita/Pipelines/OptionParser.h"
+#include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -37,7 +40,7 @@ namespace {
 
 /// The options --help shows: Partita's own. LLVM's and MLIR's (code
 /// generation targets, IR printing, pass timing) stay usable, e.g.
-/// --mlir-timing, but are not listed.
+/// --mlir-timing, and --help-hidden lists them.
 cl::OptionCategory partitaCategory("Partita options");
 
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
@@ -49,25 +52,22 @@ cl::opt<std::string>
                cl::value_desc("path"), cl::init(""), cl::cat(partitaCategory));
 cl::opt<EmitStage> emit(
     "emit", cl::desc("Stop after a stage and print it"),
-    cl::values(clEnumValN(EmitStage::NN, "nn", "imported, raised nn IR"),
+    cl::values(clEnumValN(EmitStage::Import, "import", "nn IR as imported"),
+               clEnumValN(EmitStage::NN, "nn", "raised nn IR"),
                clEnumValN(EmitStage::Dist, "dist", "nn with shardings"),
                clEnumValN(EmitStage::Local, "local", "per-rank local programs"),
                clEnumValN(EmitStage::Exec, "exec", "executable programs"),
                clEnumValN(EmitStage::CUDA, "cuda", "generated CUDA"),
                clEnumValN(EmitStage::Artifact, "artifact", "the artifact")),
     cl::init(EmitStage::Artifact), cl::cat(partitaCategory));
-enum class Target { Host, CUDA };
-cl::opt<Target>
-    target("target", cl::desc("Back end"),
-           cl::values(clEnumValN(Target::Host, "host", "CPU ranks"),
-                      clEnumValN(Target::CUDA, "cuda", "NVIDIA GPUs")),
-           cl::init(Target::Host), cl::cat(partitaCategory));
-cl::opt<std::string>
+cl::opt<Target> target("target", cl::desc("Back end"), optionValues<Target>(),
+                       cl::init(Target::Host), cl::cat(partitaCategory));
+cl::opt<StorageType>
     dtype("dtype",
           cl::desc("Storage type of the model's fp32 tensors (weights, "
                    "activations, transfers); arithmetic accumulates in fp32 "
                    "whatever it is"),
-          cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"),
+          optionValues<StorageType>(), cl::init(StorageType::FP32),
           cl::cat(partitaCategory));
 cl::opt<std::string>
     cudaArch("cuda-arch",
@@ -90,20 +90,14 @@ cl::opt<std::string>
                       "device)"),
              cl::value_desc("axis=size,..."), cl::init(""),
              cl::cat(partitaCategory));
-cl::opt<std::string>
-    strategy("strategy",
-             cl::desc("How the mesh is used: megatron (tp: Megatron tensor "
-                      "parallelism, dp: batch) or none (only annotations "
-                      "in the IR)"),
-             cl::init("megatron"), cl::cat(partitaCategory));
-cl::opt<std::string>
-    spMode("sp-mode",
-           cl::desc("Sequence parallelism: megatron (sequence over tp "
-                    "outside the tensor-parallel matmuls), ulysses "
-                    "(all-to-all around attention over sp) or ring (ring "
-                    "attention over sp)"),
-           cl::value_desc("megatron|ulysses|ring"), cl::init(""),
-           cl::cat(partitaCategory));
+cl::opt<Strategy> strategy("strategy", cl::desc("How the mesh is used"),
+                           optionValues<Strategy>(),
+                           cl::init(Strategy::Megatron),
+                           cl::cat(partitaCategory));
+cl::opt<SequenceMode> spMode("sp-mode", cl::desc("Sequence parallelism"),
+                             optionValues<SequenceMode>(),
+                             cl::init(SequenceMode::None),
+                             cl::cat(partitaCategory));
 cl::opt<int64_t>
     microbatches("microbatches",
                  cl::desc("Microbatches each pipeline stage runs in turn "
@@ -122,12 +116,12 @@ cl::opt<std::string>
                          "a node for tp/sp, InfiniBand across for dp/pp)"),
                 cl::value_desc("FILE.json"), cl::init(""),
                 cl::cat(partitaCategory));
-cl::opt<std::string> collectiveMatmul(
+cl::opt<CollectiveMatmulMode> collectiveMatmul(
     "collective-matmul",
     cl::desc("Pipeline tensor-parallel matmuls with their all-gather / "
-             "reduce-scatter: auto (where the cost model says it pays), "
-             "always or never"),
-    cl::init("auto"), cl::cat(partitaCategory));
+             "reduce-scatter"),
+    optionValues<CollectiveMatmulMode>(), cl::init(CollectiveMatmulMode::Auto),
+    cl::cat(partitaCategory));
 cl::opt<bool> noOverlap("no-overlap",
                         cl::desc("Keep collectives synchronous (to compare "
                                  "with the default async start/wait)"),
@@ -146,6 +140,11 @@ cl::opt<bool> explain("explain",
 cl::opt<bool> noRaise("no-raise",
                       cl::desc("Print the nn ops as imported, unraised"),
                       cl::init(false), cl::cat(partitaCategory));
+cl::opt<bool> dumpPipeline(
+    "dump-pipeline",
+    cl::desc("Print the pass pipeline of each stage these options run "
+             "(partita-opt --pass-pipeline=... replays it) and exit"),
+    cl::init(false), cl::cat(partitaCategory));
 
 /// Parses --bind into `options`; reports malformed entries.
 LogicalResult parseBindings(std::map<std::string, int64_t> &parsed) {
@@ -175,7 +174,7 @@ int compile(MLIRContext &context) {
   options.input = inputFile;
   options.emit = emit;
   options.output = emit == EmitStage::Artifact ? outputFile.getValue() : "";
-  options.target = target == Target::CUDA ? "cuda" : "host";
+  options.target = target;
   options.mesh = meshSpec;
   options.strategy = strategy;
   options.spMode = spMode;
@@ -199,6 +198,14 @@ int compile(MLIRContext &context) {
     }
     options.clusterJson = (*text)->getBuffer().str();
     options.clusterSource = clusterFile;
+  }
+
+  if (dumpPipeline) {
+    FailureOr<std::string> pipeline = describePipeline(context, options);
+    if (failed(pipeline))
+      return 1;
+    llvm::outs() << *pipeline;
+    return 0;
   }
 
   DefaultTimingManager timing;
@@ -254,6 +261,19 @@ LogicalResult printDiagnostic(Diagnostic &diag) {
   return success();
 }
 
+/// Hides LLVM's and MLIR's options from --help, as cl::HideUnrelatedOptions
+/// does, but leaves them to --help-hidden (which that would not).
+void hideOtherOptions() {
+  llvm::SmallVector<cl::Option *> listed;
+  for (auto &[name, option] : cl::getRegisteredOptions())
+    if (option->getOptionHiddenFlag() != cl::ReallyHidden)
+      listed.push_back(option);
+  cl::HideUnrelatedOptions(partitaCategory);
+  for (cl::Option *option : listed)
+    if (option->getOptionHiddenFlag() == cl::ReallyHidden)
+      option->setHiddenFlag(cl::Hidden);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -262,11 +282,11 @@ int main(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
-  cl::HideUnrelatedOptions(partitaCategory);
+  hideOtherOptions();
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
-    os << "partita-compile " << PARTITA_VERSION << " (MLIR/LLVM "
-       << LLVM_VERSION_STRING << ")\n";
+    os << "partita-compile " << ::partita::versionString() << "\n";
   });
+  optionErrorTool() = "partita-compile";
   cl::ParseCommandLineOptions(argc, argv,
                               "Partita: ONNX transformers to sharded "
                               "programs\n");

@@ -14,8 +14,15 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "partita/InitAllDialects.h"
 #include "partita/InitAllPasses.h"
+#include "partita/Pipelines/OptionParser.h"
+#include "partita/Support/Version.h"
+#include "llvm/Support/CommandLine.h"
 
 int main(int argc, char **argv) {
+  llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "partita-opt " << partita::versionString() << "\n";
+  });
+  mlir::partita::optionErrorTool() = "partita-opt";
   mlir::partita::registerAllPasses();
   mlir::DialectRegistry registry;
   mlir::partita::registerAllDialects(registry);

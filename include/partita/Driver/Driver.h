@@ -21,6 +21,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/LLVM.h"
 #include "mlir/Support/Timing.h"
+#include "partita/Pipelines/Options.h"
 
 #include <cstdint>
 #include <map>
@@ -29,7 +30,10 @@
 
 namespace mlir::partita {
 
-enum class EmitStage { NN, Dist, Local, Exec, CUDA, Artifact };
+/// Where the compiler stops and prints (--emit): the nn module as the
+/// importer built it, after each pass stage, an exec program per rank, the
+/// generated CUDA, or the artifact (nothing printed).
+enum class EmitStage { Import, NN, Dist, Local, Exec, CUDA, Artifact };
 
 struct DriverOptions {
   /// The model file, or with `inputBuffer` the name that stands for it in
@@ -40,19 +44,18 @@ struct DriverOptions {
   EmitStage emit = EmitStage::Artifact;
   /// The artifact directory (emit Artifact).
   std::string output;
-  /// `host` or `cuda`.
-  std::string target = "host";
+  Target target = Target::Host;
   std::map<std::string, int64_t> bindings;
   std::string mesh;
-  std::string strategy = "megatron";
-  std::string spMode;
+  Strategy strategy = Strategy::Megatron;
+  SequenceMode spMode = SequenceMode::None;
   int64_t microbatches = 1;
   int64_t virtualStages = 1;
-  std::string dtype = "fp32";
+  StorageType dtype = StorageType::FP32;
   /// `sm_80,sm_90a` (the --cuda-arch syntax).
   std::string cudaArch = "sm_80,sm_90a";
   bool overlap = true;
-  std::string collectiveMatmul = "auto";
+  CollectiveMatmulMode collectiveMatmul = CollectiveMatmulMode::Auto;
   /// The cluster model's JSON text and where it came from (for messages);
   /// empty: the defaults.
   std::string clusterJson;
@@ -76,6 +79,13 @@ struct DriverResult {
 /// Runs the compiler. Diagnostics go to the context's handler.
 LogicalResult runCompiler(MLIRContext &context, const DriverOptions &options,
                           DriverResult &result, TimingScope &timing);
+
+/// The pass pipelines runCompiler runs for `options` (the stages up to
+/// `options.emit`), one textual pipeline per stage after a `// --emit X`
+/// comment line: each replays its stage with `partita-opt --pass-pipeline=`
+/// on the previous stage's output.
+FailureOr<std::string> describePipeline(MLIRContext &context,
+                                        const DriverOptions &options);
 
 /// The dialects the compiler needs, loaded into `context`.
 void loadCompilerDialects(MLIRContext &context);

@@ -4,9 +4,16 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Each stage of partita-compile is a pipeline built here and registered with
-// partita-opt, so `partita-opt --partita-nn-pipeline` reproduces what
-// `partita-compile --emit nn` runs after import.
+// Each pass stage of partita-compile is a pipeline built here from one
+// options struct and registered with partita-opt, so that
+// `partita-opt --partita-<stage>-pipeline='<options>'` on the previous
+// stage's output prints what `partita-compile --emit <stage>` prints:
+//
+//   --emit import ─nn─▶ --emit nn ─plan─▶ --emit dist ─partition─▶ --emit local
+//
+// Every stage takes the same PipelineOptions (the options of
+// partita-compile that shape the IR, typed), and reads the ones it needs, so
+// one option string replays any stage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,31 +22,33 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "partita/Pipelines/OptionParser.h"
 
 namespace mlir::partita {
 
-struct NNPipelineOptions : public PassPipelineOptions<NNPipelineOptions> {
+struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
+  // nn
   Option<bool> raise{*this, "raise",
                      llvm::cl::desc("Raise decomposed subgraphs to "
                                     "transformer-level nn ops"),
                      llvm::cl::init(true)};
-};
-
-/// From freshly imported nn to clean transformer-level nn.
-void buildNNPipeline(OpPassManager &pm, const NNPipelineOptions &options);
-
-/// Where tensor-parallel matmuls are pipelined with their collective
-/// (--partita-collective-matmul).
-enum class CollectiveMatmulMode { Auto, Always, Never };
-
-struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
+  Option<StorageType> dtype{
+      *this, "dtype",
+      llvm::cl::desc("Storage type of the model's fp32 tensors"),
+      optionValues<StorageType>(), llvm::cl::init(StorageType::FP32)};
+  // plan
   Option<std::string> mesh{*this, "mesh",
                            llvm::cl::desc("Mesh axes and sizes, e.g. "
-                                          "dp=2,tp=4"),
+                                          "dp=2,tp=4 (default: the module's "
+                                          "dist.mesh)"),
                            llvm::cl::init("")};
-  Option<std::string> strategy{*this, "strategy",
-                               llvm::cl::desc("megatron or none"),
-                               llvm::cl::init("megatron")};
+  Option<Strategy> strategy{
+      *this, "strategy", llvm::cl::desc("How the strategy uses the mesh"),
+      optionValues<Strategy>(), llvm::cl::init(Strategy::Megatron)};
+  Option<SequenceMode> spMode{
+      *this, "sp-mode", llvm::cl::desc("Sequence parallelism"),
+      optionValues<SequenceMode>(), llvm::cl::init(SequenceMode::None)};
+  // partition
   Option<int64_t> microbatches{*this, "microbatches",
                                llvm::cl::desc("Microbatches per pipeline "
                                               "stage"),
@@ -48,28 +57,26 @@ struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
                                 llvm::cl::desc("Pipeline chunks per rank "
                                                "(interleaved)"),
                                 llvm::cl::init(1)};
-  Option<CollectiveMatmulMode> collectiveMatmul{
-      *this, "collective-matmul",
-      llvm::cl::desc("Pipeline tensor-parallel matmuls with their "
-                     "collective"),
-      llvm::cl::values(
-          clEnumValN(CollectiveMatmulMode::Auto, "auto",
-                     "where the cost model says it pays"),
-          clEnumValN(CollectiveMatmulMode::Always, "always", "every candidate"),
-          clEnumValN(CollectiveMatmulMode::Never, "never", "none")),
-      llvm::cl::init(CollectiveMatmulMode::Auto)};
   Option<bool> overlap{*this, "overlap",
                        llvm::cl::desc("Start collectives early and wait "
                                       "late (async)"),
                        llvm::cl::init(true)};
-  Option<std::string> spMode{*this, "sp-mode",
-                             llvm::cl::desc("megatron, ulysses or ring"),
-                             llvm::cl::init("")};
+  Option<CollectiveMatmulMode> collectiveMatmul{
+      *this, "collective-matmul",
+      llvm::cl::desc("Pipeline tensor-parallel matmuls with their "
+                     "collective (with overlap)"),
+      optionValues<CollectiveMatmulMode>(),
+      llvm::cl::init(CollectiveMatmulMode::Auto)};
 };
 
+/// From freshly imported nn to clean transformer-level nn, stored as
+/// `dtype` (partita-compile --emit nn): reads `raise` and `dtype`.
+void buildNNPipeline(OpPassManager &pm, const PipelineOptions &options);
+
 /// Global nn to nn with a sharding on every value: the strategy's
-/// annotations, then propagation (partita-compile --emit dist).
-void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
+/// annotations, then propagation (partita-compile --emit dist): reads
+/// `mesh`, `strategy` and `sp-mode`.
+void buildPlanPipeline(OpPassManager &pm, const PipelineOptions &options);
 
 /// Global nn with shardings to the SPMD program of every device: partition,
 /// then cancel collectives and clean up, then cut pipeline stages of
@@ -77,10 +84,12 @@ void buildPlanPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 /// With `overlap`, collectives then become async starts and waits
 /// (--partita-async-collectives); partita-compile --no-overlap turns it off.
 /// `collectiveMatmul` applies only with `overlap`.
-void buildPartitionPipeline(OpPassManager &pm,
-                            const ShardPipelineOptions &options);
+void buildPartitionPipeline(OpPassManager &pm, const PipelineOptions &options);
 
-/// Registers every pipeline with the pass registry (for partita-opt).
+/// Registers every pipeline with the pass registry (for partita-opt):
+/// partita-nn-pipeline, partita-plan-pipeline, partita-partition-pipeline,
+/// partita-shard-pipeline (plan and partition) and partita-pipeline (all
+/// three).
 void registerPartitaPipelines();
 
 } // namespace mlir::partita

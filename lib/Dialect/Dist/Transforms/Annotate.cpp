@@ -125,9 +125,6 @@ SmallVector<nn::MatmulOp> mlpInputsOf(Value value) {
   return found;
 }
 
-/// How sequence parallelism splits activations (`--sp-mode`).
-enum class SequenceMode { None, Megatron, Ulysses, Ring };
-
 class Megatron {
 public:
   Megatron(MeshOp mesh, SequenceMode sequence, SmallVector<Attribute> &remarks)
@@ -726,25 +723,10 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                          << "module declares @" << mesh.getSymName();
       return signalPassFailure();
     }
-    if (!mesh || strategy == "none")
+    // The option parser refused any other strategy.
+    if (!mesh || strategy == Strategy::None)
       return;
-    if (strategy != "megatron") {
-      module.emitError() << "unknown strategy '" << strategy
-                         << "'; expected megatron or none";
-      return signalPassFailure();
-    }
-    SequenceMode sequence = SequenceMode::None;
-    if (spMode == "megatron")
-      sequence = SequenceMode::Megatron;
-    else if (spMode == "ulysses")
-      sequence = SequenceMode::Ulysses;
-    else if (spMode == "ring")
-      sequence = SequenceMode::Ring;
-    else if (!spMode.empty()) {
-      module.emitError() << "unknown --sp-mode '" << spMode
-                         << "'; expected megatron, ulysses or ring";
-      return signalPassFailure();
-    }
+    SequenceMode sequence = spMode;
     int64_t tpSize = mesh.getAxisSize("tp").value_or(1);
     int64_t spSize = mesh.getAxisSize("sp").value_or(1);
     if (sequence == SequenceMode::Megatron && tpSize == 1) {
@@ -754,7 +736,7 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
     }
     if ((sequence == SequenceMode::Ulysses || sequence == SequenceMode::Ring) &&
         spSize == 1) {
-      module.emitError() << "--sp-mode " << spMode
+      module.emitError() << "--sp-mode " << ::partita::optionName(sequence)
                          << " splits the sequence over sp, but the mesh has "
                             "no sp axis larger than 1";
       return signalPassFailure();

@@ -75,16 +75,9 @@ struct ConvertFloatPass
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     MLIRContext *context = &getContext();
-    Type target;
-    if (to == "bf16")
-      target = BFloat16Type::get(context);
-    else if (to == "f16")
-      target = Float16Type::get(context);
-    else {
-      func.emitError() << "partita-convert-float: to must be bf16 or f16, got '"
-                       << to << "'";
-      return signalPassFailure();
-    }
+    // The option parser accepts bf16 and fp16 only.
+    Type target = to == StorageType::BF16 ? Type(BFloat16Type::get(context))
+                                          : Type(Float16Type::get(context));
     auto convert = [&](Type type) -> Type {
       auto tensor = dyn_cast<RankedTensorType>(type);
       if (tensor && tensor.getElementType().isF32())

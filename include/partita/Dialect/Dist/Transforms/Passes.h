@@ -10,6 +10,7 @@
 #include "mlir/Pass/Pass.h"
 #include "partita/Dialect/Dist/IR/DistDialect.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
+#include "partita/Pipelines/OptionParser.h"
 
 namespace mlir::partita {
 

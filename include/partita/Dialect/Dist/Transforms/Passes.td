@@ -69,11 +69,15 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
            "Mesh axes and sizes, e.g. dp=2,tp=4 (default: the module's "
            "dist.mesh)">,
-    Option<"strategy", "strategy", "std::string", /*default=*/"\"megatron\"",
-           "The parallel strategy: megatron or none">,
-    Option<"spMode", "sp-mode", "std::string", /*default=*/"\"\"",
-           "Sequence parallelism: megatron (over tp), ulysses or ring (over "
-           "sp); empty for none">,
+    Option<"strategy", "strategy", "::mlir::partita::Strategy",
+           /*default=*/"::mlir::partita::Strategy::Megatron",
+           "The parallel strategy: megatron or none",
+           "::mlir::partita::optionValues<::mlir::partita::Strategy>()">,
+    Option<"spMode", "sp-mode", "::mlir::partita::SequenceMode",
+           /*default=*/"::mlir::partita::SequenceMode::None",
+           "Sequence parallelism: none, megatron (over tp), ulysses or ring "
+           "(over sp)",
+           "::mlir::partita::optionValues<::mlir::partita::SequenceMode>()">,
   ];
   let dependentDialects = ["::mlir::partita::dist::DistDialect",
                            "::mlir::partita::nn::NNDialect"];

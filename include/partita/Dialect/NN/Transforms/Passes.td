@@ -115,8 +115,11 @@ def ConvertFloatPass : Pass<"partita-convert-float", "::mlir::func::FuncOp"> {
     ```
   }];
   let options = [
-    Option<"to", "to", "std::string", /*default=*/"\"bf16\"",
-           "The storage type of f32 tensors: bf16 or f16">
+    Option<"to", "to", "::mlir::partita::StorageType",
+           /*default=*/"::mlir::partita::StorageType::BF16",
+           "The storage type of f32 tensors: bf16 or fp16",
+           [{::mlir::partita::optionValues({::mlir::partita::StorageType::BF16,
+                                           ::mlir::partita::StorageType::FP16})}]>
   ];
   let dependentDialects = ["::mlir::partita::nn::NNDialect"];
 }
