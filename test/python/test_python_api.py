@@ -199,6 +199,11 @@ def test_options_reach_the_compiler():
 @pytest.mark.parametrize("options, message", [
     ({"target": "tpu"}, "--target expects host or cuda"),
     ({"dtype": "fp8"}, "--dtype expects"),
+    ({"strategy": "alpa"}, "--strategy expects megatron or none, got 'alpa'"),
+    ({"sp_mode": "zigzag"}, "--sp-mode expects none, megatron, ulysses or "
+                            "ring, got 'zigzag'"),
+    ({"collective_matmul": "some"}, "--collective-matmul expects auto, "
+                                    "always or never, got 'some'"),
     ({"mesh": {"tp": 0}}, "sizes are at least 1"),
     ({"cluster": "{not json"}, "--cluster"),
 ])
