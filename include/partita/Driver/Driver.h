@@ -32,7 +32,8 @@ namespace mlir::partita {
 
 /// Where the compiler stops and prints (--emit): the nn module as the
 /// importer built it, after each pass stage, an exec program per rank, the
-/// generated CUDA, or the artifact (nothing printed).
+/// generated CUDA, or the artifact (nothing printed); in the order the
+/// compiler reaches them.
 enum class EmitStage { Import, NN, Dist, Local, Exec, CUDA, Artifact };
 
 struct DriverOptions {

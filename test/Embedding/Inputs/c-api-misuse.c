@@ -53,22 +53,24 @@ int main(int argc, char **argv) {
   expectError(partita_compile_options_set_target(options, NULL), "target",
               "set_target");
   /* Spellings the option does not take, refused when set. */
-  expectError(partita_compile_options_set_target(options, "tpu"),
-              "partita_compile_options_set_target: --target expects host or "
-              "cuda, got 'tpu'",
-              "set_target(tpu)");
-  expectError(partita_compile_options_set_strategy(options, "alpa"),
-              "--strategy expects megatron or none, got 'alpa'",
-              "set_strategy(alpa)");
-  expectError(partita_compile_options_set_sp_mode(options, "zigzag"),
-              "--sp-mode expects none, megatron, ulysses or ring, got 'zigzag'",
-              "set_sp_mode(zigzag)");
-  expectError(partita_compile_options_set_dtype(options, "fp8"),
-              "--dtype expects fp32, bf16 or fp16, got 'fp8'",
-              "set_dtype(fp8)");
-  expectError(partita_compile_options_set_collective_matmul(options, "some"),
-              "--collective-matmul expects auto, always or never, got 'some'",
-              "set_collective_matmul(some)");
+  struct {
+    partita_status *status;
+    const char *needle;
+  } refused[] = {
+      {partita_compile_options_set_target(options, "tpu"),
+       "partita_compile_options_set_target: --target expects host or cuda, "
+       "got 'tpu'"},
+      {partita_compile_options_set_strategy(options, "alpa"),
+       "--strategy expects megatron or none, got 'alpa'"},
+      {partita_compile_options_set_sp_mode(options, "zigzag"),
+       "--sp-mode expects none, megatron, ulysses or ring, got 'zigzag'"},
+      {partita_compile_options_set_dtype(options, "fp8"),
+       "--dtype expects fp32, bf16 or fp16, got 'fp8'"},
+      {partita_compile_options_set_collective_matmul(options, "some"),
+       "--collective-matmul expects auto, always or never, got 'some'"},
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i)
+    expectError(refused[i].status, refused[i].needle, refused[i].needle);
   if (!partita_status_ok(partita_compile_options_set_sp_mode(options, "")) ||
       !partita_status_ok(partita_compile_options_set_dtype(options, "bf16"))) {
     printf("FAIL good spellings refused\n");
