@@ -10,11 +10,11 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/Schedule/Schedule.h"
 #include "partita/runtime/Artifact.h"
+#include "partita/runtime/Sha256.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <set>
@@ -127,9 +127,7 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
       // sources: name the files by the source's hash and store them once.
       const CudaModule &module = options.cudaModules[rank];
       std::string hash =
-          llvm::toHex(
-              llvm::SHA256::hash(llvm::arrayRefFromStringRef(module.source)),
-              /*LowerCase=*/true)
+          rt::Sha256::hexDigest(module.source.data(), module.source.size())
               .substr(0, 16);
       std::string stem = "cuda/" + hash;
       entry.cudaSource = stem + ".cu";

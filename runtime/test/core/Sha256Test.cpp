@@ -35,6 +35,22 @@ TEST(Sha256, MillionAs) {
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+// A 1 MiB buffer (byte i is (7i + 3) mod 256; digest from Python's
+// hashlib), one-shot and fed in 4097-byte pieces.
+TEST(Sha256, OneMebibyte) {
+  std::string bytes(size_t(1) << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = char((i * 7 + 3) % 256);
+  const char *expected =
+      "172c15dc2e12b50e523d8e657cbe7fbb11c1053252bbf1e1431077d57d8128fd";
+  EXPECT_EQ(digestOf(bytes), expected);
+  Sha256 sha;
+  for (size_t done = 0; done < bytes.size(); done += 4097)
+    sha.update(bytes.data() + done,
+               std::min<size_t>(4097, bytes.size() - done));
+  EXPECT_EQ(Sha256::hex(sha.finish()), expected);
+}
+
 // Lengths around the 55/56/64-byte padding boundaries, fed in uneven pieces,
 // give the digest of the whole.
 TEST(Sha256, IncrementalEqualsOneShot) {
