@@ -287,21 +287,6 @@ void reduce(DType dtype, const std::vector<const void *> &sources,
   }
 }
 
-bool knownDType(DType dtype) {
-  switch (dtype) {
-  case program::F32:
-  case program::F16:
-  case program::BF16:
-  case program::I64:
-  case program::I32:
-  case program::I8:
-  case program::BOOL:
-    return true;
-  default:
-    return false;
-  }
-}
-
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -619,7 +604,7 @@ Status HostCommunicator::send(const Tensor &tensor, int32_t peer, int64_t tag) {
                      ")";
   if (peer < 0 || peer >= world.worldSize)
     return Status::error(what + ": no such rank");
-  if (!knownDType(tensor.dtype))
+  if (dtypeSize(tensor.dtype) == 0)
     return Status::error(what + ": unsupported dtype");
   // The host transport is eager: the message is copied now, so send never
   // waits for the receiver.

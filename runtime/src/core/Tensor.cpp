@@ -8,24 +8,6 @@
 
 namespace partita::runtime {
 
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case program::F32:
-  case program::I32:
-    return 4;
-  case program::F16:
-  case program::BF16:
-    return 2;
-  case program::I64:
-    return 8;
-  case program::I8:
-  case program::BOOL:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
 std::string dtypeName(DType dtype) {
   switch (dtype) {
   case program::F32:

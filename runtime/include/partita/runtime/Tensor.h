@@ -7,6 +7,7 @@
 #ifndef PARTITA_RUNTIME_TENSOR_H
 #define PARTITA_RUNTIME_TENSOR_H
 
+#include "partita/proto/DType.h"
 #include "partita/proto/program.pb.h"
 #include "partita/runtime/Status.h"
 
@@ -19,8 +20,9 @@ namespace partita::runtime {
 
 using DType = program::DType;
 
-/// Bytes per element (bool: 1).
-size_t dtypeSize(DType dtype);
+/// Bytes per element (bool: 1): the schema's program::dtypeBytes, under the
+/// name the runtime's callers use.
+inline size_t dtypeSize(DType dtype) { return program::dtypeBytes(dtype); }
 /// `f32`, `bf16`, `i64`, `bool`, ... as manifests and messages spell them.
 std::string dtypeName(DType dtype);
 /// The inverse of dtypeName; DTYPE_UNSPECIFIED for an unknown name.
