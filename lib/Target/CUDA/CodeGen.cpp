@@ -17,6 +17,7 @@
 #include "partita/Target/CUDA/CodeGen.h"
 
 #include "Emitter.h"
+#include "partita/runtime/MatmulShape.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -128,45 +129,17 @@ llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx) {
                      "got " +
                      dtypeName(lhs->dtype) + ", " + dtypeName(rhs->dtype) +
                      " and " + dtypeName(result->dtype));
-  if (lhs->rank() < 2 || rhs->rank() < 2)
-    return ctx.error("operands need rank 2 or more, got " +
-                     shapeString(lhs->shape) + " and " +
-                     shapeString(rhs->shape));
-  size_t lr = lhs->shape.size(), rr = rhs->shape.size();
-  int64_t m = lhs->shape[lr - 2], k = lhs->shape[lr - 1];
-  int64_t n = rhs->shape[rr - 1];
-  if (rhs->shape[rr - 2] != k)
-    return ctx.error("contracted sizes differ: lhs " + shapeString(lhs->shape) +
-                     ", rhs " + shapeString(rhs->shape));
-  llvm::ArrayRef<int64_t> lhsBatch = llvm::ArrayRef(lhs->shape).drop_back(2);
-  llvm::ArrayRef<int64_t> rhsBatch = llvm::ArrayRef(rhs->shape).drop_back(2);
-  size_t rank = std::max(lhsBatch.size(), rhsBatch.size());
-  llvm::SmallVector<int64_t, 6> batchShape(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    size_t fromEnd = rank - i;
-    int64_t l =
-        fromEnd <= lhsBatch.size() ? lhsBatch[lhsBatch.size() - fromEnd] : 1;
-    int64_t r =
-        fromEnd <= rhsBatch.size() ? rhsBatch[rhsBatch.size() - fromEnd] : 1;
-    if (l != r && l != 1 && r != 1)
-      return ctx.error("batch dimensions do not broadcast: lhs " +
-                       shapeString(lhs->shape) + ", rhs " +
-                       shapeString(rhs->shape));
-    batchShape[i] = l == 1 ? r : l;
-  }
-  llvm::SmallVector<int64_t, 6> expected(batchShape);
-  expected.push_back(m);
-  expected.push_back(n);
-  if (result->shape != expected)
+  runtime::MatmulShape shape;
+  if (runtime::Status shaped =
+          runtime::matmulShape({lhs->shape.begin(), lhs->shape.end()},
+                               {rhs->shape.begin(), rhs->shape.end()}, shape);
+      !shaped)
+    return ctx.error(shaped.message());
+  const int64_t m = shape.m, n = shape.n, k = shape.k, batches = shape.batches;
+  std::vector<int64_t> expected = shape.resultShape();
+  if (llvm::ArrayRef(result->shape) != llvm::ArrayRef(expected))
     return ctx.error("the result " + shapeString(result->shape) + " is not " +
                      shapeString(expected));
-  int64_t batches = 1, lhsBatches = 1, rhsBatches = 1;
-  for (int64_t d : batchShape)
-    batches *= d;
-  for (int64_t d : lhsBatch)
-    lhsBatches *= d;
-  for (int64_t d : rhsBatch)
-    rhsBatches *= d;
   if (k == 0 || m == 0 || n == 0 || batches == 0)
     return ctx.error("empty matrices are not supported");
   // One batch stride per operand: all of its own batch, or none of it.
@@ -177,11 +150,11 @@ llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx) {
       return 0;
     return std::nullopt;
   };
-  std::optional<int64_t> strideA = strideOf(lhsBatches, m * k);
-  std::optional<int64_t> strideB = strideOf(rhsBatches, k * n);
+  std::optional<int64_t> strideA = strideOf(shape.lhsBatches, m * k);
+  std::optional<int64_t> strideB = strideOf(shape.rhsBatches, k * n);
   if (!strideA || !strideB)
-    return emitMatmulFallback(ctx, *lhs, *rhs, *result, *hasBias, batchShape, m,
-                              n, k);
+    return emitMatmulFallback(ctx, *lhs, *rhs, *result, *hasBias, shape.batch,
+                              m, n, k);
 
   program::CublasLtMatmul mm;
   mm.set_a(lhs->id);
@@ -191,12 +164,12 @@ llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx) {
   mm.set_c(-1);
   mm.set_k(k);
   mm.set_n(n);
-  if (*strideB == 0 && *strideA == m * k) {
-    // A weight shared by every batch: the batch folds into the rows.
+  if (shape.batchFoldsIntoRows()) {
     mm.set_m(m * batches);
     mm.set_batch(1);
     mm.set_stride_a(m * k * batches);
-    mm.set_stride_b(0);
+    // 0 for a shared weight; k * n when there is one batch only.
+    mm.set_stride_b(*strideB);
     mm.set_stride_d(m * n * batches);
   } else {
     mm.set_m(m);

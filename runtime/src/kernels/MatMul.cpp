@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelSupport.h"
+#include "partita/runtime/MatmulShape.h"
 
 #include <cblas.h>
 
@@ -167,46 +168,17 @@ Status runMatmul(KernelContext &ctx) {
   PARTITA_RETURN_IF_ERROR(ctx.expectFloat(lhs, "lhs"));
   PARTITA_RETURN_IF_ERROR(ctx.expectDType(rhs, lhs.dtype, "rhs"));
   PARTITA_RETURN_IF_ERROR(ctx.expectDType(result, lhs.dtype, "the result"));
-  if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
-    return ctx.error("operands need rank 2 or more, got " +
-                     shapeString(lhs.shape) + " and " + shapeString(rhs.shape));
-  size_t lr = lhs.shape.size(), rr = rhs.shape.size();
-  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1];
-  int64_t n = rhs.shape[rr - 1];
-  if (rhs.shape[rr - 2] != k)
-    return ctx.error("contracted sizes differ: lhs " + shapeString(lhs.shape) +
-                     ", rhs " + shapeString(rhs.shape));
-  std::vector<int64_t> lhsBatch(lhs.shape.begin(), lhs.shape.end() - 2);
-  std::vector<int64_t> rhsBatch(rhs.shape.begin(), rhs.shape.end() - 2);
-  std::vector<int64_t> batch(std::max(lhsBatch.size(), rhsBatch.size()));
-  for (size_t i = 0; i < batch.size(); ++i) {
-    size_t fromEnd = batch.size() - i;
-    int64_t l =
-        fromEnd <= lhsBatch.size() ? lhsBatch[lhsBatch.size() - fromEnd] : 1;
-    int64_t r =
-        fromEnd <= rhsBatch.size() ? rhsBatch[rhsBatch.size() - fromEnd] : 1;
-    if (l != r && l != 1 && r != 1)
-      return ctx.error("batch dimensions do not broadcast: lhs " +
-                       shapeString(lhs.shape) + ", rhs " +
-                       shapeString(rhs.shape));
-    batch[i] = l == 1 ? r : l;
-  }
-  std::vector<int64_t> expected = batch;
-  expected.push_back(m);
-  expected.push_back(n);
-  PARTITA_RETURN_IF_ERROR(ctx.expectShape(result, expected, "the result"));
+  MatmulShape mm;
+  if (Status shaped = matmulShape(lhs.shape, rhs.shape, mm); !shaped)
+    return ctx.error(shaped.message());
+  const int64_t m = mm.m, n = mm.n, k = mm.k, batches = mm.batches;
+  PARTITA_RETURN_IF_ERROR(
+      ctx.expectShape(result, mm.resultShape(), "the result"));
   if (hasBias) {
     PARTITA_RETURN_IF_ERROR(
         ctx.expectDType(ctx.operands[2], lhs.dtype, "bias"));
     PARTITA_RETURN_IF_ERROR(ctx.expectShape(ctx.operands[2], {n}, "bias"));
   }
-  int64_t batches = 1, lhsBatches = 1, rhsBatches = 1;
-  for (int64_t d : batch)
-    batches *= d;
-  for (int64_t d : lhsBatch)
-    lhsBatches *= d;
-  for (int64_t d : rhsBatch)
-    rhsBatches *= d;
   if (batches * m * n == 0)
     return Status::ok();
   if (batches * m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
@@ -215,10 +187,10 @@ Status runMatmul(KernelContext &ctx) {
 
   // The matrix each output batch reads from lhs and from rhs.
   std::vector<int64_t> lhsIndex(batches), rhsIndex(batches);
-  for (auto [from, index] :
-       {std::pair(&lhsBatch, &lhsIndex), std::pair(&rhsBatch, &rhsIndex)}) {
+  for (auto [from, index] : {std::pair(&mm.lhsBatch, &lhsIndex),
+                             std::pair(&mm.rhsBatch, &rhsIndex)}) {
     BroadcastMap map;
-    map.build(*from, batch);
+    map.build(*from, mm.batch);
     std::vector<int64_t> &dst = *index;
     map.forEachRun(0, batches,
                    [&](int64_t off, int64_t src, int64_t len, int64_t stride) {
@@ -257,7 +229,7 @@ Status runMatmul(KernelContext &ctx) {
                              std::fill(c + r0 * n, c + r1 * n, 0.0f);
                              finish(r0 * n, (r1 - r0) * n);
                            });
-    } else if (rhsBatches == 1 && lhsBatches == batches) {
+    } else if (mm.batchFoldsIntoRows()) {
       parallelGemm(ctx.pool, rows, n, k, aData, bData, c, 0, finish);
     } else if (batches >= static_cast<int64_t>(ctx.pool.size())) {
       ctx.pool.parallelFor(batches, 1, [&](int64_t b0, int64_t b1) {
