@@ -10,7 +10,11 @@
 #include "partita/runtime/CudaMultiRankCommunicator.h"
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/HostKernels.h"
+#include "partita/runtime/NcclCommunicator.h"
 #include "partita/runtime/Sharding.h"
+#include "partita/runtime/distributed/Groups.h"
+#include "partita/runtime/distributed/Launcher.h"
+#include "partita/runtime/distributed/TcpStore.h"
 
 #include <algorithm>
 #include <chrono>
@@ -25,18 +29,6 @@ namespace program = partita::program;
 
 namespace {
 
-std::string specString(const TensorSpec &spec) {
-  return dtypeName(spec.dtype) + " " + shapeString(spec.shape);
-}
-
-const TensorSpec *findSpec(const std::vector<TensorSpec> &specs,
-                           const std::string &name) {
-  auto it = std::find_if(
-      specs.begin(), specs.end(),
-      [&](const TensorSpec &candidate) { return candidate.name == name; });
-  return it == specs.end() ? nullptr : &*it;
-}
-
 /// Matches the caller's tensors against the manifest's inputs or outputs
 /// (`kind`): each named once, with the spec's dtype and global shape.
 /// `ordered[i]` receives the tensor of `specs[i]`.
@@ -47,14 +39,9 @@ Status matchTensors(const std::vector<TensorSpec> &specs,
   ordered.assign(specs.size(), nullptr);
   for (const NamedTensor &named : given) {
     const TensorSpec *spec = findSpec(specs, named.name);
-    if (!spec) {
-      std::string known;
-      for (const TensorSpec &candidate : specs)
-        known += (known.empty() ? "" : ", ") + candidate.name + " (" +
-                 specString(candidate) + ")";
+    if (!spec)
       return Status::error("the model has no " + kind + " '" + named.name +
-                           "'; its " + kind + "s are: " + known);
-    }
+                           "'; its " + kind + "s are: " + specList(specs));
     const Tensor *&slot = ordered[size_t(spec - specs.data())];
     if (slot)
       return Status::error(kind + " '" + named.name + "' is given twice");
@@ -83,6 +70,27 @@ std::chrono::milliseconds timeoutOf(double seconds) {
 //===----------------------------------------------------------------------===//
 // Building blocks
 //===----------------------------------------------------------------------===//
+
+std::string partita::runtime::specString(const TensorSpec &spec) {
+  return dtypeName(spec.dtype) + " " + shapeString(spec.shape);
+}
+
+std::string partita::runtime::specList(const std::vector<TensorSpec> &specs) {
+  std::string list;
+  for (const TensorSpec &spec : specs)
+    list +=
+        (list.empty() ? "" : ", ") + spec.name + " (" + specString(spec) + ")";
+  return list;
+}
+
+const TensorSpec *
+partita::runtime::findSpec(const std::vector<TensorSpec> &specs,
+                           const std::string &name) {
+  auto it = std::find_if(
+      specs.begin(), specs.end(),
+      [&](const TensorSpec &candidate) { return candidate.name == name; });
+  return it == specs.end() ? nullptr : &*it;
+}
 
 RankRun::RankRun() = default;
 RankRun::~RankRun() = default;
@@ -301,30 +309,66 @@ Status partita::runtime::assembleOutput(const Manifest &manifest,
 // Runner
 //===----------------------------------------------------------------------===//
 
+Status partita::runtime::countGpus(const Artifact &artifact, int32_t &gpus) {
+  std::string compiled = artifact.path() + " was compiled for --target cuda";
+  if (!CudaDevice::available())
+    return Status::error(compiled +
+                         ", but this build of the Partita runtime has no CUDA "
+                         "support (it was configured without the CUDA "
+                         "toolkit)");
+  Status counted = CudaDevice::deviceCount(gpus);
+  if (!counted)
+    return Status::error(compiled + ": " + counted.message());
+  return Status::ok();
+}
+
 struct Runner::Impl {
   explicit Impl(const Artifact &artifact) : artifact(artifact) {}
-  /// Executors first, then the communicators, then the devices they use.
+  /// Executors first, then the communicators, then the devices they use,
+  /// then the store the communicators bootstrapped through.
   ~Impl() {
     for (RankRun &run : runs)
       run.executor.reset();
+    nccl.reset();
     cudaRanks.reset();
     host.reset();
     for (RankRun &run : runs)
       run.device.reset();
+    store.reset();
   }
 
   Status setUpHost(const RunnerOptions &options);
   Status setUpCuda(const RunnerOptions &options);
+  Status setUpJoined(const RunnerOptions &options,
+                     const RankEnvironment &environment);
+  /// Plans the outputs from the ranks' bound outputs (all in this process).
+  Status planOutputs();
+  /// Binds `inputs`, already matched against the manifest, and runs the
+  /// ranks this process holds.
+  Status bindAndRun(const std::vector<NamedTensor> &inputs);
+  Status gatherOutputs(const std::vector<NamedTensor> &outputs);
+  /// A joined rank's part of gatherOutputs: rank 0 receives every other
+  /// rank's outputs into its runs, the others send theirs.
+  Status exchangeOutputs();
 
   const Artifact &artifact;
   std::unique_ptr<HostWorld> host;
   std::unique_ptr<CudaRankWorld> cudaRanks;
+  std::unique_ptr<TcpStore> store;
+  std::unique_ptr<NcclCommunicator> nccl;
+  /// This process's rank in a joined run; -1 when it holds every rank.
+  int32_t joinedRank = -1;
+  /// gatherOutputs calls so far, so a joined rank 0 never reads an earlier
+  /// call's outputs from the store.
+  int64_t gathers = 0;
   std::vector<RankRun> runs;
-  /// One per manifest output, in its order.
+  /// One per manifest output, in its order (every rank in this process).
   std::vector<OutputPlan> plans;
   /// For each replicated output (null for a sharded one), the tensor its
-  /// source rank writes, rebound to the caller's memory on every run.
+  /// source rank writes, rebound to the caller's memory by run(), and the
+  /// rank's own memory it writes otherwise.
   std::vector<Tensor *> replicatedSources;
+  std::vector<void *> replicatedMemory;
   std::mutex running;
 };
 
@@ -341,21 +385,16 @@ Status Runner::Impl::setUpHost(const RunnerOptions &options) {
 
 Status Runner::Impl::setUpCuda(const RunnerOptions &options) {
   int32_t worldSize = artifact.manifest().worldSize;
-  std::string compiled = artifact.path() + " was compiled for --target cuda";
   if (worldSize > 1 && !options.singleGpu)
-    return Status::error(compiled + " with " + std::to_string(worldSize) +
+    return Status::error(artifact.path() +
+                         " was compiled for --target cuda "
+                         "with " +
+                         std::to_string(worldSize) +
                          " ranks, one process per GPU: run it with "
                          "partita-run, or run every rank on GPU 0 with "
                          "singleGpu");
-  if (!CudaDevice::available())
-    return Status::error(compiled +
-                         ", but this build of the Partita runtime has no CUDA "
-                         "support (it was configured without the CUDA "
-                         "toolkit)");
   int32_t gpus = 0;
-  Status counted = CudaDevice::deviceCount(gpus);
-  if (!counted)
-    return Status::error(compiled + ": " + counted.message());
+  PARTITA_RETURN_IF_ERROR(countGpus(artifact, gpus));
   std::chrono::milliseconds timeout = timeoutOf(options.timeoutSeconds);
   CudaDeviceOptions deviceOptions;
   deviceOptions.timeout = timeout;
@@ -377,11 +416,160 @@ Status Runner::Impl::setUpCuda(const RunnerOptions &options) {
   return Status::ok();
 }
 
+Status Runner::Impl::setUpJoined(const RunnerOptions &options,
+                                 const RankEnvironment &environment) {
+  int32_t worldSize = artifact.manifest().worldSize;
+  if (environment.worldSize != worldSize)
+    return Status::error("the environment (" + environment.source + ") runs " +
+                         std::to_string(environment.worldSize) +
+                         " ranks, but " + artifact.path() + " has " +
+                         std::to_string(worldSize));
+  int32_t rank = environment.rank;
+  if (rank < 0 || rank >= worldSize)
+    return Status::error("the environment (" + environment.source +
+                         ") names rank " + std::to_string(rank) + " of " +
+                         std::to_string(worldSize));
+  int32_t gpus = 0;
+  PARTITA_RETURN_IF_ERROR(countGpus(artifact, gpus));
+  if (environment.localRank >= gpus)
+    return Status::error("rank " + std::to_string(rank) + " is local rank " +
+                         std::to_string(environment.localRank) +
+                         " on its node, which has " + std::to_string(gpus) +
+                         " GPU" + (gpus == 1 ? "" : "s"));
+  joinedRank = rank;
+  std::chrono::milliseconds timeout = timeoutOf(options.timeoutSeconds);
+  CudaDeviceOptions deviceOptions;
+  deviceOptions.timeout = timeout;
+  RankRun &run = runs[size_t(rank)];
+  std::string where = "rank " + std::to_string(rank) + ": ";
+  Status created =
+      CudaDevice::create(environment.localRank, deviceOptions, run.device);
+  if (!created)
+    return Status::error(where + created.message());
+  Status stored =
+      rank == 0 ? TcpStore::serve(environment.masterPort, timeout, store)
+                : TcpStore::connect(environment.masterAddress,
+                                    environment.masterPort, timeout, store);
+  if (!stored)
+    return Status::error(where + stored.message());
+  std::vector<const program::Program *> programs;
+  for (int32_t r = 0; r < worldSize; ++r)
+    programs.push_back(&artifact.program(r));
+  PARTITA_RETURN_IF_ERROR(
+      NcclCommunicator::create(*run.device, *store, rank, worldSize,
+                               collectGroups(programs), timeout, nccl));
+  return prepareRank(artifact, rank, *nccl, options.threadsPerRank, run);
+}
+
+Status Runner::Impl::planOutputs() {
+  const Manifest &manifest = artifact.manifest();
+  // The ranks' output memory lives as long as the runner, so each output's
+  // sources (and the coverage of a sharded one) are checked once, here.
+  plans.resize(manifest.outputs.size());
+  replicatedSources.assign(manifest.outputs.size(), nullptr);
+  replicatedMemory.assign(manifest.outputs.size(), nullptr);
+  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+    OutputPlan &plan = plans[i];
+    PARTITA_RETURN_IF_ERROR(
+        planOutput(manifest, manifest.outputs[i], runs, plan));
+    if (plan.sharded)
+      continue;
+    for (NamedTensor &named : runs[size_t(plan.shards[0].first)].outputs)
+      if (&named.tensor == plan.shards[0].second) {
+        replicatedSources[i] = &named.tensor;
+        replicatedMemory[i] = named.tensor.data;
+      }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+std::string outputKey(int64_t gather, int32_t rank, const std::string &name) {
+  return "partita/output/" + std::to_string(gather) + "/" +
+         std::to_string(rank) + "/" + name;
+}
+
+} // namespace
+
+Status Runner::Impl::exchangeOutputs() {
+  int64_t gather = gathers++;
+  if (joinedRank > 0) {
+    for (const NamedTensor &output : runs[size_t(joinedRank)].outputs)
+      PARTITA_RETURN_IF_ERROR(
+          store->set(outputKey(gather, joinedRank, output.name),
+                     std::string(static_cast<const char *>(output.tensor.data),
+                                 output.tensor.byteSize())));
+    return Status::ok();
+  }
+  // Rank 0 receives into runs shaped as each rank's program binds them.
+  for (int32_t rank = 1; rank < int32_t(runs.size()); ++rank) {
+    const program::Program &program = artifact.program(rank);
+    RankRun &run = runs[size_t(rank)];
+    if (run.outputs.empty() && program.outputs_size() > 0) {
+      run.outputMemory.resize(size_t(program.outputs_size()));
+      for (int i = 0; i < program.outputs_size(); ++i) {
+        const program::Binding &binding = program.outputs(i);
+        if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
+          return Status::error("rank " + std::to_string(rank) + ": output '" +
+                               binding.name() + "' has no buffer");
+        const program::TensorType &type =
+            program.buffers(binding.buffer()).type();
+        HostTensor &memory = run.outputMemory[size_t(i)];
+        PARTITA_RETURN_IF_ERROR(memory.allocate(
+            type.dtype(), {type.shape().begin(), type.shape().end()}));
+        run.outputs.push_back({binding.name(), memory.tensor()});
+      }
+    }
+    for (NamedTensor &output : run.outputs) {
+      std::string bytes;
+      PARTITA_RETURN_IF_ERROR(
+          store->get(outputKey(gather, rank, output.name), bytes));
+      if (bytes.size() != output.tensor.byteSize())
+        return Status::error(
+            "rank " + std::to_string(rank) + " sent " +
+            std::to_string(bytes.size()) + " bytes for output '" + output.name +
+            "', expected " + std::to_string(output.tensor.byteSize()));
+      std::memcpy(output.tensor.data, bytes.data(), bytes.size());
+    }
+  }
+  return Status::ok();
+}
+
+Status Runner::Impl::bindAndRun(const std::vector<NamedTensor> &inputs) {
+  for (size_t rank = 0; rank < runs.size(); ++rank)
+    if (runs[rank].executor)
+      PARTITA_RETURN_IF_ERROR(
+          bindRankInputs(artifact, int32_t(rank), inputs, runs[rank]));
+  return runRanks(runs);
+}
+
+Status Runner::Impl::gatherOutputs(const std::vector<NamedTensor> &outputs) {
+  const Manifest &manifest = artifact.manifest();
+  std::vector<const Tensor *> ordered;
+  if (joinedRank <= 0)
+    PARTITA_RETURN_IF_ERROR(
+        matchTensors(manifest.outputs, outputs, "output", ordered));
+  if (joinedRank >= 0) {
+    PARTITA_RETURN_IF_ERROR(exchangeOutputs());
+    if (joinedRank > 0)
+      return Status::ok();
+    // Only now does rank 0 hold every rank's outputs to plan from.
+    if (plans.empty())
+      PARTITA_RETURN_IF_ERROR(planOutputs());
+  }
+  for (size_t i = 0; i < plans.size(); ++i)
+    PARTITA_RETURN_IF_ERROR(assembleOutput(manifest, plans[i], *ordered[i]));
+  return Status::ok();
+}
+
 Runner::Runner() = default;
 Runner::~Runner() = default;
 
-Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
-                      std::unique_ptr<Runner> &runner) {
+namespace {
+
+/// What create and join check before setting anything up.
+Status checkRunnable(const Artifact &artifact, const RunnerOptions &options) {
   const Manifest &manifest = artifact.manifest();
   if (!(options.timeoutSeconds > 0) || options.timeoutSeconds > 1e6)
     return Status::error("the timeout must be a positive number of seconds "
@@ -389,8 +577,15 @@ Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
                          std::to_string(options.timeoutSeconds));
   if (manifest.worldSize < 1)
     return Status::error(artifact.path() + " has no ranks");
-  PARTITA_RETURN_IF_ERROR(checkOutputsAssemblable(manifest));
+  return checkOutputsAssemblable(manifest);
+}
 
+} // namespace
+
+Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
+                      std::unique_ptr<Runner> &runner) {
+  PARTITA_RETURN_IF_ERROR(checkRunnable(artifact, options));
+  const Manifest &manifest = artifact.manifest();
   std::unique_ptr<Runner> created(new Runner());
   created->impl = std::make_unique<Impl>(artifact);
   Impl &impl = *created->impl;
@@ -407,28 +602,61 @@ Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
                          " was compiled for an unknown target '" +
                          manifest.target + "'");
   }
-  // The ranks' output memory lives as long as the runner, so each output's
-  // sources (and the coverage of a sharded one) are checked once, here.
-  impl.plans.resize(manifest.outputs.size());
-  impl.replicatedSources.assign(manifest.outputs.size(), nullptr);
-  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
-    OutputPlan &plan = impl.plans[i];
-    PARTITA_RETURN_IF_ERROR(
-        planOutput(manifest, manifest.outputs[i], impl.runs, plan));
-    if (plan.sharded)
-      continue;
-    for (NamedTensor &named : impl.runs[size_t(plan.shards[0].first)].outputs)
-      if (&named.tensor == plan.shards[0].second)
-        impl.replicatedSources[i] = &named.tensor;
-  }
+  PARTITA_RETURN_IF_ERROR(impl.planOutputs());
+  runner = std::move(created);
+  return Status::ok();
+}
+
+Status Runner::join(const Artifact &artifact, const RunnerOptions &options,
+                    const RankEnvironment &environment,
+                    std::unique_ptr<Runner> &runner) {
+  PARTITA_RETURN_IF_ERROR(checkRunnable(artifact, options));
+  const Manifest &manifest = artifact.manifest();
+  if (manifest.target != "cuda")
+    return Status::error("a multi-process run needs a cuda artifact; " +
+                         artifact.path() + " was compiled for --target " +
+                         manifest.target);
+  if (options.singleGpu)
+    return Status::error("singleGpu runs every rank in this process, but "
+                         "the environment (" +
+                         environment.source + ") makes it rank " +
+                         std::to_string(environment.rank) + " of " +
+                         std::to_string(environment.worldSize));
+  std::unique_ptr<Runner> created(new Runner());
+  created->impl = std::make_unique<Impl>(artifact);
+  created->impl->runs.resize(size_t(manifest.worldSize));
+  PARTITA_RETURN_IF_ERROR(created->impl->setUpJoined(options, environment));
   runner = std::move(created);
   return Status::ok();
 }
 
 const Manifest &Runner::manifest() const { return impl->artifact.manifest(); }
 
+bool Runner::holdsOutputs() const { return impl->joinedRank <= 0; }
+
+Status Runner::execute(const std::vector<NamedTensor> &inputs) {
+  std::lock_guard<std::mutex> lock(impl->running);
+  std::vector<const Tensor *> ordered;
+  PARTITA_RETURN_IF_ERROR(
+      matchTensors(manifest().inputs, inputs, "input", ordered));
+  // Outputs land in the ranks' own memory, whatever an earlier run() bound.
+  for (size_t i = 0; i < impl->replicatedSources.size(); ++i)
+    if (Tensor *source = impl->replicatedSources[i])
+      source->data = impl->replicatedMemory[i];
+  return impl->bindAndRun(inputs);
+}
+
+Status Runner::gatherOutputs(const std::vector<NamedTensor> &outputs) {
+  std::lock_guard<std::mutex> lock(impl->running);
+  return impl->gatherOutputs(outputs);
+}
+
 Status Runner::run(const std::vector<NamedTensor> &inputs,
                    const std::vector<NamedTensor> &outputs) {
+  if (impl->joinedRank >= 0) {
+    PARTITA_RETURN_IF_ERROR(execute(inputs));
+    return gatherOutputs(outputs);
+  }
   std::lock_guard<std::mutex> lock(impl->running);
   const Manifest &manifest = impl->artifact.manifest();
   std::vector<const Tensor *> globalInputs, globalOutputs;
@@ -436,15 +664,12 @@ Status Runner::run(const std::vector<NamedTensor> &inputs,
       matchTensors(manifest.inputs, inputs, "input", globalInputs));
   PARTITA_RETURN_IF_ERROR(
       matchTensors(manifest.outputs, outputs, "output", globalOutputs));
-  for (size_t rank = 0; rank < impl->runs.size(); ++rank)
-    PARTITA_RETURN_IF_ERROR(bindRankInputs(impl->artifact, int32_t(rank),
-                                           inputs, impl->runs[rank]));
   // A replicated output is written straight into the caller's memory by the
   // rank it comes from; the rank's own memory is used otherwise.
   for (size_t i = 0; i < impl->replicatedSources.size(); ++i)
     if (Tensor *source = impl->replicatedSources[i])
       source->data = globalOutputs[i]->data;
-  PARTITA_RETURN_IF_ERROR(runRanks(impl->runs));
+  PARTITA_RETURN_IF_ERROR(impl->bindAndRun(inputs));
   for (size_t i = 0; i < impl->plans.size(); ++i)
     PARTITA_RETURN_IF_ERROR(
         assembleOutput(manifest, impl->plans[i], *globalOutputs[i]));

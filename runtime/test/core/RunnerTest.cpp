@@ -7,6 +7,7 @@
 #include "partita/runtime/Runner.h"
 
 #include "partita/runtime/CudaDevice.h"
+#include "partita/runtime/distributed/Launcher.h"
 
 #include "TestUtil.h"
 
@@ -249,6 +250,66 @@ TEST_F(RunnerTest, ShardedMatchesSingleRank) {
     EXPECT_NE(got.y, previousY);
     previousY = got.y;
   }
+}
+
+/// execute() runs without assembling, as partita-run's timed loop does, and
+/// gatherOutputs() then gives what run() gives, also after a run() that
+/// wrote a replicated output into other memory.
+TEST_F(RunnerTest, ExecuteThenGatherMatchesRun) {
+  std::unique_ptr<Runner> runner;
+  ASSERT_OK(Runner::create(*sharded, patient(), runner));
+  EXPECT_TRUE(runner->holdsOutputs());
+  Inputs first(3), second(-5);
+  Outputs byRun, byGather, earlier;
+  ASSERT_OK(runner->run(first.named(), earlier.named()));
+  ASSERT_OK(runner->run(second.named(), byRun.named()));
+  ASSERT_OK(runner->execute(first.named()));
+  ASSERT_OK(runner->execute(second.named()));
+  ASSERT_OK(runner->gatherOutputs(byGather.named()));
+  EXPECT_EQ(byGather.y, byRun.y);
+  EXPECT_EQ(byGather.z, byRun.z);
+  EXPECT_NE(earlier.y, byRun.y);
+
+  Inputs wrong(1);
+  std::vector<NamedTensor> unknown = wrong.named();
+  unknown[0].name = "q";
+  EXPECT_ERROR_CONTAINS(runner->execute(unknown), "the model has no input 'q'");
+  Outputs noZ;
+  std::vector<NamedTensor> missing = {noZ.named()[0]};
+  EXPECT_ERROR_CONTAINS(runner->gatherOutputs(missing), "missing output 'z'");
+}
+
+/// Joining a multi-process run takes a cuda artifact whose world the
+/// environment matches.
+TEST_F(RunnerTest, JoinRefusesMismatches) {
+  RankEnvironment environment;
+  environment.rank = 0;
+  environment.worldSize = 2;
+  environment.masterAddress = "127.0.0.1";
+  environment.source = "torchrun";
+  std::unique_ptr<Runner> runner;
+  EXPECT_ERROR_CONTAINS(Runner::join(*sharded, patient(), environment, runner),
+                        "a multi-process run needs a cuda artifact; " +
+                            sharded->path() +
+                            " was compiled for --target host");
+
+  Options options;
+  options.tp = 2;
+  options.target = "cuda";
+  ASSERT_OK(writeModel(directory.path("cuda"), options));
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(directory.path("cuda"), artifact));
+  RunnerOptions single = patient();
+  single.singleGpu = true;
+  EXPECT_ERROR_CONTAINS(
+      Runner::join(*artifact, single, environment, runner),
+      "singleGpu runs every rank in this process, but the environment "
+      "(torchrun) makes it rank 0 of 2");
+  environment.worldSize = 4;
+  EXPECT_ERROR_CONTAINS(Runner::join(*artifact, patient(), environment, runner),
+                        "the environment (torchrun) runs 4 ranks, but " +
+                            artifact->path() + " has 2");
+  EXPECT_FALSE(runner);
 }
 
 /// The caller's tensors are checked by name, dtype and global shape, with

@@ -41,6 +41,7 @@ class Communicator;
 class CudaDevice;
 class Device;
 class ThreadPool;
+struct RankEnvironment;
 
 struct RunnerOptions {
   /// Threads per host rank; 0: hardware_concurrency / ranks (at least 1).
@@ -67,17 +68,38 @@ public:
   Runner(const Runner &) = delete;
   Runner &operator=(const Runner &) = delete;
 
-  /// Runs all ranks once. `inputs` names every manifest input exactly once
-  /// with its dtype and GLOBAL shape; sharded inputs are split per rank on
-  /// every call. `outputs` names every manifest output exactly once with
-  /// its dtype and global shape and caller-owned memory, which receives the
-  /// output assembled from the ranks (replicated: from the first rank
-  /// binding it; sharded: every shard inserted, coverage checked at
-  /// create). One run at a time. A run refused before it starts (names,
-  /// dtypes, shapes) changes nothing; one that fails while the ranks run
-  /// leaves the runner unusable (its ranks have aborted their world).
+  /// This process as the one rank of a multi-process run of a cuda
+  /// artifact that `environment` names (readRankEnvironment): the GPU of
+  /// its local rank, a TCP store served by rank 0 at the environment's
+  /// master address and port, NCCL over the whole world. Every rank of the
+  /// world calls join with the same artifact.
+  static Status join(const Artifact &artifact, const RunnerOptions &options,
+                     const RankEnvironment &environment,
+                     std::unique_ptr<Runner> &runner);
+
+  /// Runs all ranks once: execute(), then gatherOutputs(). `inputs` names
+  /// every manifest input exactly once with its dtype and GLOBAL shape;
+  /// sharded inputs are split per rank on every call. `outputs` names
+  /// every manifest output exactly once with its dtype and global shape and
+  /// caller-owned memory, which receives the output assembled from the
+  /// ranks (replicated: from the first rank binding it, written in place by
+  /// an in-process run; sharded: every shard inserted, coverage checked).
+  /// One run at a time. A run refused before it starts (names, dtypes,
+  /// shapes) changes nothing; one that fails while the ranks run leaves the
+  /// runner unusable (its ranks have aborted their world).
   Status run(const std::vector<NamedTensor> &inputs,
              const std::vector<NamedTensor> &outputs);
+  /// Runs the ranks this process holds once on `inputs` (as run() takes
+  /// them), leaving their outputs in the ranks: what a timed loop repeats.
+  Status execute(const std::vector<NamedTensor> &inputs);
+  /// Assembles the last execute()'s outputs into `outputs` (as run() takes
+  /// them). A joined rank other than 0 sends its outputs to rank 0 instead
+  /// and leaves `outputs` alone (see holdsOutputs); every rank of the world
+  /// calls it equally often.
+  Status gatherOutputs(const std::vector<NamedTensor> &outputs);
+  /// Whether gatherOutputs fills the caller's outputs: true except on a
+  /// joined rank other than 0.
+  bool holdsOutputs() const;
   const Manifest &manifest() const;
 
 private:
@@ -115,6 +137,18 @@ struct RankRun {
   /// The last run's outcome.
   Status status;
 };
+
+/// `i64 [2, 16]`: a manifest tensor's dtype and global shape, for messages.
+std::string specString(const TensorSpec &spec);
+/// `a (i64 [2, 16]), b (f32 [4])`: every spec with its type, for messages.
+std::string specList(const std::vector<TensorSpec> &specs);
+/// The spec named `name`, or null.
+const TensorSpec *findSpec(const std::vector<TensorSpec> &specs,
+                           const std::string &name);
+
+/// The GPUs this machine has for the cuda artifact `artifact`; an error
+/// naming it when this build has no CUDA device or the driver finds none.
+Status countGpus(const Artifact &artifact, int32_t &gpus);
 
 /// Refuses a manifest whose outputs hold partial sums: no assembly of the
 /// ranks' blocks gives the global tensor (the compiler should have reduced
