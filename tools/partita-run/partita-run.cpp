@@ -19,20 +19,18 @@
 // and MASTER_PORT set), or joined from a launcher's environment (torchrun,
 // mpirun, srun); rank 0 gathers the outputs through the bootstrap store.
 // --single-gpu runs every rank of a cuda artifact as threads sharing GPU 0.
-// Runs that hold every rank in this process go through Runner (Runner.h);
-// a joined rank uses its building blocks (prepareRank, runRanks, ...).
+// Every run goes through the runtime's Runner (Runner.h): Runner::create
+// holds every rank in this process, Runner::join one rank of many; this
+// file parses the command line, reads and writes tensor files, prints and
+// starts the ranks' processes.
 //
 //===----------------------------------------------------------------------===//
 
 #include "partita/runtime/Artifact.h"
-#include "partita/runtime/CudaDevice.h"
-#include "partita/runtime/Executor.h"
 #include "partita/runtime/Float16.h"
-#include "partita/runtime/Launcher.h"
-#include "partita/runtime/NcclCommunicator.h"
 #include "partita/runtime/Runner.h"
-#include "partita/runtime/TcpStore.h"
 #include "partita/runtime/TensorFile.h"
+#include "partita/runtime/distributed/Launcher.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -238,25 +236,15 @@ private:
   std::thread thread;
 };
 
-std::string specString(const TensorSpec &spec) {
-  return dtypeName(spec.dtype) + " " + shapeString(spec.shape);
-}
-
 /// Reads the --input files and matches them against the manifest's inputs.
 Status readInputs(const Manifest &manifest, const Options &options,
                   std::map<std::string, HostTensor> &inputs) {
-  std::string known;
-  for (const TensorSpec &spec : manifest.inputs)
-    known +=
-        (known.empty() ? "" : ", ") + spec.name + " (" + specString(spec) + ")";
   for (const auto &input : options.inputs) {
     const std::string &name = input.first, &file = input.second;
-    auto spec = std::find_if(
-        manifest.inputs.begin(), manifest.inputs.end(),
-        [&](const TensorSpec &candidate) { return candidate.name == name; });
-    if (spec == manifest.inputs.end())
+    const TensorSpec *spec = findSpec(manifest.inputs, name);
+    if (!spec)
       return Status::error("the model has no input '" + name +
-                           "'; its inputs are: " + known);
+                           "'; its inputs are: " + specList(manifest.inputs));
     if (inputs.count(name))
       return Status::error("input '" + name + "' is given twice");
     HostTensor tensor;
@@ -378,72 +366,6 @@ int64_t tokensPerRun(const Manifest &manifest) {
   return 1;
 }
 
-/// What this process runs with as one rank of a multi-process run, torn
-/// down in order: the executor, then the communicator, then the device.
-struct World {
-  std::unique_ptr<TcpStore> store;
-  std::unique_ptr<NcclCommunicator> nccl;
-  std::vector<RankRun> runs;
-  /// This process's rank.
-  int32_t joinedRank = -1;
-
-  ~World() {
-    for (RankRun &run : runs)
-      run.executor.reset();
-    nccl.reset();
-    for (RankRun &run : runs)
-      run.device.reset();
-  }
-};
-
-std::string outputKey(int32_t rank, const std::string &name) {
-  return "partita/output/" + std::to_string(rank) + "/" + name;
-}
-
-/// In a multi-process run, the other ranks publish their outputs through
-/// the store and rank 0 collects them into `runs`.
-Status exchangeOutputs(const Artifact &artifact, World &world) {
-  if (world.joinedRank > 0) {
-    for (const NamedTensor &output :
-         world.runs[size_t(world.joinedRank)].outputs)
-      PARTITA_RETURN_IF_ERROR(world.store->set(
-          outputKey(world.joinedRank, output.name),
-          std::string(static_cast<const char *>(output.tensor.data),
-                      output.tensor.byteSize())));
-    return Status::ok();
-  }
-  for (int32_t rank = 1; rank < int32_t(world.runs.size()); ++rank) {
-    const program::Program &program = artifact.program(rank);
-    RankRun &run = world.runs[size_t(rank)];
-    run.outputs.clear();
-    run.outputMemory.clear();
-    run.outputMemory.resize(size_t(program.outputs_size()));
-    for (int i = 0; i < program.outputs_size(); ++i) {
-      const program::Binding &binding = program.outputs(i);
-      if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
-        return Status::error("rank " + std::to_string(rank) + ": output '" +
-                             binding.name() + "' has no buffer");
-      const program::TensorType &type =
-          program.buffers(binding.buffer()).type();
-      HostTensor &memory = run.outputMemory[size_t(i)];
-      PARTITA_RETURN_IF_ERROR(memory.allocate(
-          type.dtype(), {type.shape().begin(), type.shape().end()}));
-      std::string bytes;
-      PARTITA_RETURN_IF_ERROR(
-          world.store->get(outputKey(rank, binding.name()), bytes));
-      if (bytes.size() != memory.tensor().byteSize())
-        return Status::error("rank " + std::to_string(rank) + " sent " +
-                             std::to_string(bytes.size()) +
-                             " bytes for output '" + binding.name() +
-                             "', expected " +
-                             std::to_string(memory.tensor().byteSize()));
-      std::memcpy(memory.tensor().data, bytes.data(), bytes.size());
-      run.outputs.push_back({binding.name(), memory.tensor()});
-    }
-  }
-  return Status::ok();
-}
-
 /// This program's own path, to start the ranks' processes.
 Status selfExecutable(std::string &path) {
   char buffer[4096];
@@ -455,28 +377,13 @@ Status selfExecutable(std::string &path) {
   return Status::ok();
 }
 
-/// Decides how a cuda artifact runs: every rank in this process on one GPU
-/// (`inProcess`, for the Runner), one process per rank started here
-/// (`launched` when they are done), or as the rank the environment names
-/// (set up in `world`).
-Status setUpCuda(const Artifact &artifact, const Options &options, int argc,
-                 char **argv, World &world, bool &launched, bool &inProcess) {
-  const Manifest &manifest = artifact.manifest();
-  int32_t worldSize = manifest.worldSize;
-  std::string compiled = options.artifact + " was compiled for --target cuda";
-  if (!CudaDevice::available())
-    return Status::error(compiled +
-                         ", but this build of partita-run has no CUDA support "
-                         "(it was configured without the CUDA toolkit)");
-  int32_t gpus = 0;
-  Status counted = CudaDevice::deviceCount(gpus);
-  if (!counted)
-    return Status::error(compiled + ": " + counted.message());
-  auto timeout = std::chrono::milliseconds(
-      int64_t(std::ceil(options.timeoutSeconds * 1000)));
-  CudaDeviceOptions deviceOptions;
-  deviceOptions.timeout = timeout;
-
+/// Starts a cuda artifact's ranks: every rank in this process on GPU 0
+/// (`runner` from Runner::create), one process per GPU started here
+/// (`launched` once they are done), or this process as the rank its
+/// environment names (`runner` from Runner::join).
+Status startCuda(const Artifact &artifact, const Options &options,
+                 const RunnerOptions &runnerOptions, int argc, char **argv,
+                 std::unique_ptr<Runner> &runner, bool &launched) {
   RankEnvironment environment;
   bool joined = false;
   PARTITA_RETURN_IF_ERROR(readRankEnvironment(environment, joined));
@@ -486,62 +393,29 @@ Status setUpCuda(const Artifact &artifact, const Options &options, int argc,
                          environment.source + ") makes it rank " +
                          std::to_string(environment.rank) + " of " +
                          std::to_string(environment.worldSize));
+  if (joined)
+    return Runner::join(artifact, runnerOptions, environment, runner);
+  int32_t worldSize = artifact.manifest().worldSize;
+  if (options.singleGpu || worldSize == 1)
+    return Runner::create(artifact, runnerOptions, runner);
 
-  if (options.singleGpu || (!joined && worldSize == 1)) {
-    // Every rank as a thread with a device of its own on GPU 0.
-    inProcess = true;
-    return Status::ok();
-  }
-
-  if (!joined) {
-    // One process per GPU on this node: this program again, once per rank.
-    if (gpus < worldSize)
-      return Status::error(
-          compiled + " with " + std::to_string(worldSize) +
-          " ranks, one per GPU, but this machine has " + std::to_string(gpus) +
-          " GPU" + (gpus == 1 ? "" : "s") +
-          "; run it across nodes with a launcher, or pass --single-gpu to run "
-          "every rank on one GPU");
-    LaunchOptions launch;
-    PARTITA_RETURN_IF_ERROR(selfExecutable(launch.executable));
-    launch.arguments.assign(argv + 1, argv + argc);
-    launch.ranks = worldSize;
-    launched = true;
-    return launchRanks(launch);
-  }
-
-  if (environment.worldSize != worldSize)
-    return Status::error("the environment (" + environment.source + ") runs " +
-                         std::to_string(environment.worldSize) +
-                         " ranks, but " + options.artifact + " has " +
-                         std::to_string(worldSize));
-  if (environment.localRank >= gpus)
+  // One process per GPU on this node: this program again, once per rank.
+  int32_t gpus = 0;
+  PARTITA_RETURN_IF_ERROR(countGpus(artifact, gpus));
+  if (gpus < worldSize)
     return Status::error(
-        "rank " + std::to_string(environment.rank) + " is local rank " +
-        std::to_string(environment.localRank) + " on its node, which has " +
-        std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s"));
-  int32_t rank = environment.rank;
-  world.joinedRank = rank;
-  world.runs.resize(size_t(worldSize));
-  RankRun &run = world.runs[size_t(rank)];
-  Status created =
-      CudaDevice::create(environment.localRank, deviceOptions, run.device);
-  if (!created)
-    return Status::error("rank " + std::to_string(rank) + ": " +
-                         created.message());
-  Status stored =
-      rank == 0
-          ? TcpStore::serve(environment.masterPort, timeout, world.store)
-          : TcpStore::connect(environment.masterAddress, environment.masterPort,
-                              timeout, world.store);
-  if (!stored)
-    return Status::error("rank " + std::to_string(rank) + ": " +
-                         stored.message());
-  std::vector<const program::Program *> programs;
-  for (int32_t r = 0; r < worldSize; ++r)
-    programs.push_back(&artifact.program(r));
-  return NcclCommunicator::create(*run.device, *world.store, rank, worldSize,
-                                  collectGroups(programs), timeout, world.nccl);
+        options.artifact + " was compiled for --target cuda with " +
+        std::to_string(worldSize) +
+        " ranks, one per GPU, but this machine has " + std::to_string(gpus) +
+        " GPU" + (gpus == 1 ? "" : "s") +
+        "; run it across nodes with a launcher, or pass --single-gpu to run "
+        "every rank on one GPU");
+  LaunchOptions launch;
+  PARTITA_RETURN_IF_ERROR(selfExecutable(launch.executable));
+  launch.arguments.assign(argv + 1, argv + argc);
+  launch.ranks = worldSize;
+  launched = true;
+  return launchRanks(launch);
 }
 
 int runMain(int argc, char **argv) {
@@ -600,49 +474,27 @@ int runMain(int argc, char **argv) {
   for (const auto &[name, tensor] : inputs)
     globalInputs.push_back({name, tensor.tensor()});
 
-  // Every rank in this process (host ranks as threads, cuda ranks on one
-  // GPU) through the Runner, or this process as one rank of many.
-  World world;
-  bool inProcess = !cuda;
+  RunnerOptions runnerOptions;
+  runnerOptions.threadsPerRank = unsigned(options.threads);
+  runnerOptions.timeoutSeconds = options.timeoutSeconds;
+  runnerOptions.singleGpu = options.singleGpu;
+  std::unique_ptr<Runner> runner;
   if (cuda) {
     bool launched = false;
-    Status ready =
-        setUpCuda(*artifact, options, argc, argv, world, launched, inProcess);
-    if (!ready)
-      return fail(ready.message());
+    Status started = startCuda(*artifact, options, runnerOptions, argc, argv,
+                               runner, launched);
+    if (!started)
+      return fail(started.message());
     if (launched)
       return 0;
-  }
-  // The global outputs, assembled from the ranks.
-  std::vector<HostTensor> outputMemory(manifest.outputs.size());
-  std::vector<NamedTensor> globalOutputs;
-  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
-    const TensorSpec &spec = manifest.outputs[i];
-    Status allocated = outputMemory[i].allocate(spec.dtype, spec.shape);
-    if (!allocated)
-      return fail("output '" + spec.name + "': " + allocated.message());
-    globalOutputs.push_back({spec.name, outputMemory[i].tensor()});
-  }
-  std::unique_ptr<Runner> runner;
-  if (inProcess) {
-    RunnerOptions runnerOptions;
-    runnerOptions.threadsPerRank = unsigned(options.threads);
-    runnerOptions.timeoutSeconds = options.timeoutSeconds;
-    runnerOptions.singleGpu = options.singleGpu;
+  } else {
     Status created = Runner::create(*artifact, runnerOptions, runner);
     if (!created)
       return fail(created.message());
-  } else {
-    int32_t rank = world.joinedRank;
-    RankRun &run = world.runs[size_t(rank)];
-    Status prepared = prepareRank(*artifact, rank, *world.nccl,
-                                  unsigned(options.threads), run);
-    if (prepared)
-      prepared = bindRankInputs(*artifact, rank, globalInputs, run);
-    if (!prepared)
-      return fail(prepared.message());
   }
 
+  // The timed runs leave the outputs in the ranks; they are assembled (on
+  // rank 0 of a multi-process run) once, after the last.
   int64_t warmup = options.warmup >= 0  ? options.warmup
                    : options.repeat > 0 ? 1
                                         : 0;
@@ -650,8 +502,7 @@ int runMain(int argc, char **argv) {
   std::vector<double> latencies;
   for (int64_t iteration = 0; iteration < warmup + timed; ++iteration) {
     auto start = std::chrono::steady_clock::now();
-    Status ran = runner ? runner->run(globalInputs, globalOutputs)
-                        : runRanks(world.runs);
+    Status ran = runner->execute(globalInputs);
     auto end = std::chrono::steady_clock::now();
     if (!ran)
       return fail(ran.message());
@@ -659,23 +510,22 @@ int runMain(int argc, char **argv) {
       latencies.push_back(
           std::chrono::duration<double, std::milli>(end - start).count());
   }
-  if (!runner) {
-    Status exchanged = exchangeOutputs(*artifact, world);
-    if (!exchanged)
-      return fail(exchanged.message());
-    // Rank 0 assembles the outputs, writes them and prints.
-    if (world.joinedRank > 0)
-      return 0;
-    for (size_t i = 0; i < manifest.outputs.size(); ++i) {
-      OutputPlan plan;
-      Status assembled =
-          planOutput(manifest, manifest.outputs[i], world.runs, plan);
-      if (assembled)
-        assembled = assembleOutput(manifest, plan, globalOutputs[i].tensor);
-      if (!assembled)
-        return fail(assembled.message());
-    }
+  // A rank other than 0 of a multi-process run sends its outputs to rank 0.
+  std::vector<HostTensor> outputMemory(manifest.outputs.size());
+  std::vector<NamedTensor> globalOutputs;
+  for (size_t i = 0; runner->holdsOutputs() && i < manifest.outputs.size();
+       ++i) {
+    const TensorSpec &spec = manifest.outputs[i];
+    Status allocated = outputMemory[i].allocate(spec.dtype, spec.shape);
+    if (!allocated)
+      return fail("output '" + spec.name + "': " + allocated.message());
+    globalOutputs.push_back({spec.name, outputMemory[i].tensor()});
   }
+  Status gathered = runner->gatherOutputs(globalOutputs);
+  if (!gathered)
+    return fail(gathered.message());
+  if (!runner->holdsOutputs())
+    return 0;
 
   Watchdog watchdog(options.timeoutSeconds, "writing the outputs");
   if (!options.outputDirectory.empty()) {
