@@ -9,7 +9,7 @@
 #include "CudaDeviceImpl.h"
 #include "partita/runtime/CollectiveCheck.h"
 
-#include "partita/runtime/TcpStore.h"
+#include "partita/runtime/distributed/TcpStore.h"
 
 #include <algorithm>
 #include <atomic>

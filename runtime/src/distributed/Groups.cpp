@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "partita/runtime/NcclCommunicator.h"
+#include "partita/runtime/distributed/Groups.h"
 
 #include "partita/proto/program.pb.h"
 

@@ -12,7 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "partita/runtime/TcpStore.h"
+#include "partita/runtime/distributed/TcpStore.h"
 
 #include <arpa/inet.h>
 #include <cerrno>

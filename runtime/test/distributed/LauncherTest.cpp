@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "partita/runtime/Launcher.h"
+#include "partita/runtime/distributed/Launcher.h"
 
 #include <gtest/gtest.h>
 

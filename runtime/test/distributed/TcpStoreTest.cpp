@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "partita/runtime/TcpStore.h"
+#include "partita/runtime/distributed/TcpStore.h"
 
 #include <gtest/gtest.h>
 

@@ -40,18 +40,12 @@ namespace partita::runtime {
 class CudaDevice;
 class TcpStore;
 
-/// Every distinct group of the programs' collectives, sorted: the list each
-/// rank passes to NcclCommunicator::create (communicator splits are
-/// collective over the whole world, so every rank needs all groups, not
-/// only its own).
-std::vector<Group>
-collectGroups(const std::vector<const program::Program *> &programs);
-
 class NcclCommunicator : public Communicator {
 public:
   /// Joins the world as `rank` of `worldSize` on `device`, bootstrapping
   /// through `store` (which must stay up until every rank has joined), and
-  /// creates one communicator per group of `groups`.
+  /// creates one communicator per group of `groups` (collectGroups of
+  /// distributed/Groups.h).
   static Status create(CudaDevice &device, TcpStore &store, int32_t rank,
                        int32_t worldSize, const std::vector<Group> &groups,
                        std::chrono::milliseconds timeout,

@@ -11,8 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PARTITA_RUNTIME_LAUNCHER_H
-#define PARTITA_RUNTIME_LAUNCHER_H
+#ifndef PARTITA_RUNTIME_DISTRIBUTED_LAUNCHER_H
+#define PARTITA_RUNTIME_DISTRIBUTED_LAUNCHER_H
 
 #include "partita/runtime/Status.h"
 
@@ -65,4 +65,4 @@ Status launchRanks(const LaunchOptions &options);
 
 } // namespace partita::runtime
 
-#endif // PARTITA_RUNTIME_LAUNCHER_H
+#endif // PARTITA_RUNTIME_DISTRIBUTED_LAUNCHER_H

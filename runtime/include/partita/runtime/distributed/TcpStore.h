@@ -12,8 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PARTITA_RUNTIME_TCPSTORE_H
-#define PARTITA_RUNTIME_TCPSTORE_H
+#ifndef PARTITA_RUNTIME_DISTRIBUTED_TCPSTORE_H
+#define PARTITA_RUNTIME_DISTRIBUTED_TCPSTORE_H
 
 #include "partita/runtime/Status.h"
 
@@ -59,4 +59,4 @@ private:
 
 } // namespace partita::runtime
 
-#endif // PARTITA_RUNTIME_TCPSTORE_H
+#endif // PARTITA_RUNTIME_DISTRIBUTED_TCPSTORE_H
