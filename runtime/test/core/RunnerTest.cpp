@@ -202,6 +202,16 @@ protected:
     }
   }
 
+  /// The tp=2 model compiled for --target cuda (with fatbins that are not
+  /// real ones).
+  Status openCudaModel(std::unique_ptr<Artifact> &artifact) {
+    Options options;
+    options.tp = 2;
+    options.target = "cuda";
+    PARTITA_RETURN_IF_ERROR(writeModel(directory.path("cuda"), options));
+    return Artifact::open(directory.path("cuda"), artifact);
+  }
+
   RunnerOptions patient() {
     RunnerOptions options;
     options.threadsPerRank = 1;
@@ -293,12 +303,8 @@ TEST_F(RunnerTest, JoinRefusesMismatches) {
                             sharded->path() +
                             " was compiled for --target host");
 
-  Options options;
-  options.tp = 2;
-  options.target = "cuda";
-  ASSERT_OK(writeModel(directory.path("cuda"), options));
   std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(directory.path("cuda"), artifact));
+  ASSERT_OK(openCudaModel(artifact));
   RunnerOptions single = patient();
   single.singleGpu = true;
   EXPECT_ERROR_CONTAINS(
@@ -400,12 +406,8 @@ TEST_F(RunnerTest, RefusesBadOptions) {
 /// A multi-rank cuda artifact runs one process per GPU, which a runner in
 /// one process cannot do; with singleGpu it tries GPU 0.
 TEST_F(RunnerTest, MultiRankCudaNeedsSingleGpu) {
-  Options options;
-  options.tp = 2;
-  options.target = "cuda";
-  ASSERT_OK(writeModel(directory.path("cuda"), options));
   std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(directory.path("cuda"), artifact));
+  ASSERT_OK(openCudaModel(artifact));
   std::unique_ptr<Runner> runner;
   EXPECT_ERROR_CONTAINS(Runner::create(*artifact, patient(), runner),
                         "with 2 ranks, one process per GPU: run it with "
