@@ -6,6 +6,8 @@
 
 #include "partita/runtime/HostCommunicator.h"
 
+#include "partita/runtime/BlockCopy.h"
+
 #include "partita/runtime/CollectiveCheck.h"
 
 #include "partita/runtime/Float16.h"
@@ -152,48 +154,17 @@ struct Message {
 //===----------------------------------------------------------------------===//
 
 /// Copies the box `block` at `srcStart` of a row-major `srcShape` tensor to
-/// `dstStart` of a `dstShape` tensor, one contiguous innermost row at a time.
+/// `dstStart` of a `dstShape` tensor, as the plan of BlockCopy.h says.
 void copyBlock(const uint8_t *src, const std::vector<int64_t> &srcShape,
                const std::vector<int64_t> &srcStart, uint8_t *dst,
                const std::vector<int64_t> &dstShape,
                const std::vector<int64_t> &dstStart,
                const std::vector<int64_t> &block, size_t elementSize) {
-  size_t rank = block.size();
-  for (int64_t dim : block)
-    if (dim == 0)
-      return;
-  if (rank == 0) {
-    std::memcpy(dst, src, elementSize);
-    return;
-  }
-  std::vector<int64_t> srcStrides(rank, 1), dstStrides(rank, 1);
-  for (size_t d = rank - 1; d > 0; --d) {
-    srcStrides[d - 1] = srcStrides[d] * srcShape[d];
-    dstStrides[d - 1] = dstStrides[d] * dstShape[d];
-  }
-  size_t rowBytes = size_t(block[rank - 1]) * elementSize;
-  std::vector<int64_t> index(rank, 0);
-  while (true) {
-    int64_t srcOffset = 0, dstOffset = 0;
-    for (size_t d = 0; d < rank; ++d) {
-      srcOffset += (srcStart[d] + index[d]) * srcStrides[d];
-      dstOffset += (dstStart[d] + index[d]) * dstStrides[d];
-    }
-    std::memcpy(dst + dstOffset * elementSize, src + srcOffset * elementSize,
-                rowBytes);
-    // Advance the odometer over every dimension but the innermost.
-    size_t d = rank - 1;
-    while (d > 0) {
-      --d;
-      if (++index[d] < block[d])
-        break;
-      index[d] = 0;
-      if (d == 0)
-        return;
-    }
-    if (rank == 1)
-      return;
-  }
+  for (const Copy2D &copy : planBlockCopy(srcShape, srcStart, dstShape,
+                                          dstStart, block, elementSize))
+    for (uint64_t row = 0; row < copy.height; ++row)
+      std::memcpy(dst + copy.dstOffset + row * copy.dstPitch,
+                  src + copy.srcOffset + row * copy.srcPitch, copy.widthBytes);
 }
 
 template <typename T> struct Plain {

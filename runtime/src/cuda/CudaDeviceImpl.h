@@ -13,8 +13,8 @@
 #ifndef PARTITA_RUNTIME_CUDA_CUDADEVICEIMPL_H
 #define PARTITA_RUNTIME_CUDA_CUDADEVICEIMPL_H
 
-#include "BlockCopy.h"
 #include "CudaApi.h"
+#include "partita/runtime/BlockCopy.h"
 
 #include "partita/runtime/CudaDevice.h"
 

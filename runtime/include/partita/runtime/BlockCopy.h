@@ -5,21 +5,22 @@
 //===----------------------------------------------------------------------===//
 //
 // Collectives along an inner dimension move boxes of row-major tensors
-// (one member's block of an all_gather, an all_to_all piece). On a GPU each
-// box becomes a few 2D copies (cuMemcpy2DAsync) rather than one copy per
-// row: trailing dimensions that are whole in both tensors merge into one
-// contiguous row, the next dimension out is the copy's height, and only the
-// dimensions outside that are enumerated.
+// (one member's block of an all_gather, an all_to_all piece). Each box
+// becomes a few 2D copies (cuMemcpy2DAsync on a GPU, a memcpy per row on the
+// host) rather than one copy per innermost row: trailing dimensions that
+// are whole in both tensors merge into one contiguous row, the next
+// dimension out is the copy's height, and only the dimensions outside that
+// are enumerated. The host and CUDA communicators share this one plan.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PARTITA_RUNTIME_CUDA_BLOCKCOPY_H
-#define PARTITA_RUNTIME_CUDA_BLOCKCOPY_H
+#ifndef PARTITA_RUNTIME_BLOCKCOPY_H
+#define PARTITA_RUNTIME_BLOCKCOPY_H
 
 #include <cstdint>
 #include <vector>
 
-namespace partita::runtime::cuda {
+namespace partita::runtime {
 
 /// `height` rows of `widthBytes`, the first at byte `srcOffset` of the source
 /// and `dstOffset` of the destination, the next `srcPitch` and `dstPitch`
@@ -39,6 +40,6 @@ std::vector<Copy2D> planBlockCopy(const std::vector<int64_t> &srcShape,
                                   const std::vector<int64_t> &block,
                                   uint64_t elementSize);
 
-} // namespace partita::runtime::cuda
+} // namespace partita::runtime
 
-#endif // PARTITA_RUNTIME_CUDA_BLOCKCOPY_H
+#endif // PARTITA_RUNTIME_BLOCKCOPY_H

@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "BlockCopy.h"
+#include "partita/runtime/BlockCopy.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <numeric>
 #include <random>
 
-using namespace partita::runtime::cuda;
+using namespace partita::runtime;
 
 namespace {
 

@@ -4,19 +4,16 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "BlockCopy.h"
+#include "partita/runtime/BlockCopy.h"
 
 #include <cstddef>
 
 using namespace partita::runtime;
-using namespace partita::runtime::cuda;
 
-std::vector<Copy2D> cuda::planBlockCopy(const std::vector<int64_t> &srcShape,
-                                        const std::vector<int64_t> &srcStart,
-                                        const std::vector<int64_t> &dstShape,
-                                        const std::vector<int64_t> &dstStart,
-                                        const std::vector<int64_t> &block,
-                                        uint64_t elementSize) {
+std::vector<Copy2D> partita::runtime::planBlockCopy(
+    const std::vector<int64_t> &srcShape, const std::vector<int64_t> &srcStart,
+    const std::vector<int64_t> &dstShape, const std::vector<int64_t> &dstStart,
+    const std::vector<int64_t> &block, uint64_t elementSize) {
   std::vector<Copy2D> copies;
   size_t rank = block.size();
   for (int64_t dim : block)
