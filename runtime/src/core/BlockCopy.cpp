@@ -7,6 +7,7 @@
 #include "partita/runtime/BlockCopy.h"
 
 #include <cstddef>
+#include <cstring>
 
 using namespace partita::runtime;
 
@@ -72,4 +73,18 @@ std::vector<Copy2D> partita::runtime::planBlockCopy(
     if (outer == 0)
       return copies;
   }
+}
+
+void partita::runtime::copyBlock(
+    const void *src, const std::vector<int64_t> &srcShape,
+    const std::vector<int64_t> &srcStart, void *dst,
+    const std::vector<int64_t> &dstShape, const std::vector<int64_t> &dstStart,
+    const std::vector<int64_t> &block, uint64_t elementSize) {
+  const uint8_t *from = static_cast<const uint8_t *>(src);
+  uint8_t *to = static_cast<uint8_t *>(dst);
+  for (const Copy2D &copy : planBlockCopy(srcShape, srcStart, dstShape,
+                                          dstStart, block, elementSize))
+    for (uint64_t row = 0; row < copy.height; ++row)
+      std::memcpy(to + copy.dstOffset + row * copy.dstPitch,
+                  from + copy.srcOffset + row * copy.srcPitch, copy.widthBytes);
 }

@@ -153,20 +153,6 @@ struct Message {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-/// Copies the box `block` at `srcStart` of a row-major `srcShape` tensor to
-/// `dstStart` of a `dstShape` tensor, as the plan of BlockCopy.h says.
-void copyBlock(const uint8_t *src, const std::vector<int64_t> &srcShape,
-               const std::vector<int64_t> &srcStart, uint8_t *dst,
-               const std::vector<int64_t> &dstShape,
-               const std::vector<int64_t> &dstStart,
-               const std::vector<int64_t> &block, size_t elementSize) {
-  for (const Copy2D &copy : planBlockCopy(srcShape, srcStart, dstShape,
-                                          dstStart, block, elementSize))
-    for (uint64_t row = 0; row < copy.height; ++row)
-      std::memcpy(dst + copy.dstOffset + row * copy.dstPitch,
-                  src + copy.srcOffset + row * copy.srcPitch, copy.widthBytes);
-}
-
 template <typename T> struct Plain {
   using Acc = T;
   static T load(T value) { return value; }

@@ -6,6 +6,8 @@
 
 #include "partita/runtime/Sharding.h"
 
+#include "partita/runtime/BlockCopy.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -134,54 +136,6 @@ Status refusePartial(const TensorSharding &sharding) {
                        ": a rank's shard is no block of the global tensor");
 }
 
-/// Calls `copy(globalByte, localByte, bytes)` for every contiguous run of
-/// the block at `offsets` of shape `local` inside a row-major `global`:
-/// the dimensions inside the innermost split one are copied in one piece.
-template <typename CopyRun>
-void forEachRun(const std::vector<int64_t> &global,
-                const std::vector<int64_t> &local,
-                const std::vector<int64_t> &offsets, size_t elementSize,
-                CopyRun copy) {
-  size_t numDims = global.size();
-  int64_t elements = 1;
-  for (int64_t dim : local)
-    elements *= dim;
-  if (elements == 0)
-    return;
-  size_t innermostSplit = numDims;
-  while (innermostSplit > 0 &&
-         local[innermostSplit - 1] == global[innermostSplit - 1])
-    --innermostSplit;
-  // Dimensions [runStart, numDims) form one run.
-  size_t runStart = innermostSplit > 0 ? innermostSplit - 1 : 0;
-  int64_t runElements = 1;
-  for (size_t d = runStart; d < numDims; ++d)
-    runElements *= local[d];
-
-  std::vector<int64_t> strides(numDims, 1);
-  for (size_t d = numDims; d-- > 1;)
-    strides[d - 1] = strides[d] * global[d];
-  int64_t globalOffset = 0;
-  for (size_t d = 0; d < numDims; ++d)
-    globalOffset += offsets[d] * strides[d];
-
-  size_t runBytes = size_t(runElements) * elementSize;
-  std::vector<int64_t> position(runStart, 0);
-  for (int64_t localOffset = 0; localOffset < elements;
-       localOffset += runElements) {
-    copy(size_t(globalOffset) * elementSize, size_t(localOffset) * elementSize,
-         runBytes);
-    for (size_t d = runStart; d-- > 0;) {
-      if (++position[d] < local[d]) {
-        globalOffset += strides[d];
-        break;
-      }
-      position[d] = 0;
-      globalOffset -= (local[d] - 1) * strides[d];
-    }
-  }
-}
-
 Status checkMemory(const Tensor &tensor, const std::string &what) {
   if (dtypeSize(tensor.dtype) == 0)
     return Status::error(what + " has no element type");
@@ -238,12 +192,9 @@ Status partita::runtime::extractShard(const Tensor &global,
   if (!allocated)
     return Status::error(rankString(rank) + "'s shard " + shapeString(shape) +
                          ": " + allocated.message());
-  const char *from = static_cast<const char *>(global.data);
-  char *to = static_cast<char *>(local.data());
-  forEachRun(global.shape, shape, offsets, dtypeSize(global.dtype),
-             [&](size_t globalByte, size_t localByte, size_t bytes) {
-               std::memcpy(to + localByte, from + globalByte, bytes);
-             });
+  std::vector<int64_t> origin(shape.size(), 0);
+  copyBlock(global.data, global.shape, offsets, local.data(), shape, origin,
+            shape, dtypeSize(global.dtype));
   return Status::ok();
 }
 
@@ -264,11 +215,8 @@ Status partita::runtime::insertShard(const Tensor &local,
         shapeString(shape) + ", not " + dtypeName(local.dtype) + " " +
         shapeString(local.shape));
   PARTITA_RETURN_IF_ERROR(checkMemory(local, rankString(rank) + "'s shard"));
-  const char *from = static_cast<const char *>(local.data);
-  char *to = static_cast<char *>(global.data);
-  forEachRun(global.shape, shape, offsets, dtypeSize(global.dtype),
-             [&](size_t globalByte, size_t localByte, size_t bytes) {
-               std::memcpy(to + globalByte, from + localByte, bytes);
-             });
+  std::vector<int64_t> origin(shape.size(), 0);
+  copyBlock(local.data, shape, origin, global.data, global.shape, offsets,
+            shape, dtypeSize(global.dtype));
   return Status::ok();
 }

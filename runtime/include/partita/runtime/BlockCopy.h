@@ -40,6 +40,14 @@ std::vector<Copy2D> planBlockCopy(const std::vector<int64_t> &srcShape,
                                   const std::vector<int64_t> &block,
                                   uint64_t elementSize);
 
+/// Copies the box `block` at `srcStart` of a row-major `srcShape` tensor to
+/// `dstStart` of a `dstShape` tensor in host memory, by the plan above.
+void copyBlock(const void *src, const std::vector<int64_t> &srcShape,
+               const std::vector<int64_t> &srcStart, void *dst,
+               const std::vector<int64_t> &dstShape,
+               const std::vector<int64_t> &dstStart,
+               const std::vector<int64_t> &block, uint64_t elementSize);
+
 } // namespace partita::runtime
 
 #endif // PARTITA_RUNTIME_BLOCKCOPY_H
