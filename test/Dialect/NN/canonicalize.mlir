@@ -78,6 +78,20 @@ func.func @compare_where_cast(%x: tensor<4xf32>, %y: tensor<4xf32>)
 
 // -----
 
+// A uniform condition that picks a splat needing broadcast folds to the
+// splat of the result type (the other side need not be constant).
+// CHECK-LABEL: func.func @where_splat_broadcast
+// CHECK: %[[Z:.*]] = nn.constant dense<0.000000e+00> : tensor<2x4xf32>
+// CHECK: return %[[Z]]
+func.func @where_splat_broadcast(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %f = nn.constant dense<false> : tensor<i1>
+  %z = nn.constant dense<0.0> : tensor<f32>
+  %w = nn.where %f, %x, %z : (tensor<i1>, tensor<2x4xf32>, tensor<f32>) -> tensor<2x4xf32>
+  return %w : tensor<2x4xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @identities
 // CHECK-SAME: (%[[X:.*]]: tensor<2x3xf32>
 func.func @identities(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>) {

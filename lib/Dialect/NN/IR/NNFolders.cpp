@@ -258,9 +258,16 @@ OpFoldResult WhereOp::fold(FoldAdaptor adaptor) {
   // result type (no broadcasting left to do).
   if (DenseElementsAttr cond = getDense(adaptor.getCondition());
       cond && cond.isSplat()) {
-    Value chosen = cond.getSplatValue<bool>() ? getOnTrue() : getOnFalse();
+    bool pickTrue = cond.getSplatValue<bool>();
+    Value chosen = pickTrue ? getOnTrue() : getOnFalse();
     if (chosen.getType() == getType())
       return chosen;
+    // A splat side broadcast to the result is a splat of the result type.
+    if (DenseElementsAttr side =
+            getDense(pickTrue ? adaptor.getOnTrue() : adaptor.getOnFalse());
+        side && side.isSplat())
+      return DenseElementsAttr::get(cast<ShapedType>(getType()),
+                                    side.getSplatValue<Attribute>());
   }
   return foldElementwise(getType(), adaptor.getOperands(),
                          [](ArrayRef<Attribute> args) -> Attribute {
