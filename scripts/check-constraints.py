@@ -14,7 +14,7 @@ import re
 import sys
 
 ID = re.compile(r"\b([a-z][a-z0-9_]*_c[0-9]+)\b")
-DIALECTS = ["NN", "Dist"]
+DIALECTS = ["NN", "Dist", "Exec"]
 
 
 def ids_in(paths, line_filter=None):

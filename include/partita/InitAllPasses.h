@@ -9,6 +9,7 @@
 
 #include "mlir/Transforms/Passes.h"
 #include "partita/Dialect/Dist/Transforms/Passes.h"
+#include "partita/Dialect/Exec/Transforms/Passes.h"
 #include "partita/Dialect/NN/Transforms/Passes.h"
 #include "partita/Pipelines/Pipelines.h"
 

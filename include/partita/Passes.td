@@ -13,6 +13,7 @@
 #define PARTITA_PASSES_TD
 
 include "partita/Dialect/Dist/Transforms/Passes.td"
+include "partita/Dialect/Exec/Transforms/Passes.td"
 include "partita/Dialect/NN/Transforms/Passes.td"
 
 #endif // PARTITA_PASSES_TD

@@ -1,0 +1,519 @@
+//===- PlanBuffers.cpp - buffers, lifetimes and the arena of a program ----===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Buffers are numbered in the order the program first needs them: the
+// arguments, then each op's results in program order (a receive's buffer at
+// its wait, where its value appears), then the copies into outputs. Each
+// activation lives from the instruction that writes it to the last one that
+// reads it (through views too), and activations whose lives do not overlap
+// share arena bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/Exec/Transforms/Passes.h"
+
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/Exec/IR/ExecOps.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+
+namespace mlir::partita {
+#define GEN_PASS_DEF_PLANBUFFERSPASS
+#include "partita/Dialect/Exec/Transforms/Passes.h.inc"
+} // namespace mlir::partita
+
+using namespace mlir;
+using namespace mlir::partita;
+using exec::BufferKind;
+
+namespace {
+
+constexpr int64_t kArenaAlignment = 64;
+
+/// The largest tensor an exec program holds: 2^48 bytes (256 TiB), what a
+/// 64-bit process on x86-64 or AArch64 can address. With it, and with at
+/// most 2^62 bytes for all of a rank's tensors together, no size, stride,
+/// arena offset or sum that the lowering, the runtime or the CUDA target
+/// computes in int64_t can overflow.
+constexpr int64_t kMaxTensorBytes = int64_t(1) << 48;
+constexpr int64_t kMaxRankBytes = int64_t(1) << 62;
+
+/// Whether the bytes of the static `type`, counting every dimension of 0 as
+/// 1 (so that every stride is bounded too), are at most kMaxTensorBytes;
+/// its bytes then go to `bytes`.
+bool boundedBytes(RankedTensorType type, int64_t &bytes) {
+  int64_t bound = static_cast<int64_t>(
+      std::max<size_t>(1, exec::getElementBytes(type.getElementType())));
+  bytes = bound;
+  for (int64_t d : type.getShape()) {
+    if (d < 0 || llvm::MulOverflow(bound, std::max<int64_t>(d, 1), bound) ||
+        bound > kMaxTensorBytes)
+      return false;
+    bytes *= d; // At most bound.
+  }
+  return true;
+}
+
+int64_t tensorBytes(RankedTensorType type) {
+  return type.getNumElements() *
+         static_cast<int64_t>(exec::getElementBytes(type.getElementType()));
+}
+
+/// Element types the runtime stores.
+bool isSupportedElementType(Type type) {
+  return type.isF32() || type.isF16() || type.isBF16() || type.isInteger(64) ||
+         type.isInteger(32) || type.isInteger(8) || type.isInteger(1);
+}
+
+bool isCollective(Operation *op) {
+  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
+             dist::AllToAllOp, dist::CollectivePermuteOp>(op);
+}
+
+bool isCollectiveStart(Operation *op) {
+  return isa<dist::AllReduceStartOp, dist::AllGatherStartOp,
+             dist::ReduceScatterStartOp, dist::AllToAllStartOp,
+             dist::CollectivePermuteStartOp>(op);
+}
+
+class Planner {
+public:
+  Planner(func::FuncOp func, int64_t maxInlineConstantBytes)
+      : func(func), maxInline(maxInlineConstantBytes) {}
+
+  LogicalResult run();
+
+private:
+  struct Buffer {
+    BufferKind kind;
+    RankedTensorType type;
+    int64_t aliasOf = -1;
+    std::string weight;
+    int64_t firstWrite = -1, lastRead = -1, offset = 0;
+  };
+  /// A weight, or a block of one, kept on the host.
+  struct HostData {
+    std::string name;
+    int64_t bytes;
+  };
+
+  LogicalResult checkSizes();
+  int64_t add(Value value, BufferKind kind);
+  int64_t addAlias(Value value, Value of);
+  LogicalResult addConstant(nn::ConstantOp op);
+  LogicalResult addHostConstant(nn::ConstantOp op);
+  void addHostBlock(exec::SliceBlockOp op);
+  void materialize(Value value);
+  LogicalResult addBuffers();
+  void computeLifetimes();
+  void planArena();
+  void writeAttributes();
+
+  func::FuncOp func;
+  int64_t maxInline;
+  std::vector<Buffer> buffers;
+  llvm::DenseMap<Value, int64_t> bufferOf;
+  llvm::DenseMap<Value, HostData> hostData;
+  /// Where each result that a kernel writes directly is bound: result index
+  /// to the value's buffer.
+  llvm::DenseMap<unsigned, int64_t> boundOutputs;
+  int64_t arenaBytes = 0, activationBytes = 0;
+};
+
+LogicalResult Planner::checkSizes() {
+  int64_t total = 0;
+  auto check =
+      [&](Type type,
+          llvm::function_ref<InFlightDiagnostic()> error) -> LogicalResult {
+    if (auto token = dyn_cast<dist::TokenType>(type))
+      type = token.getPayload();
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || !tensor.getElementType().isIntOrFloat())
+      return success(); // Not a buffer, or refused with its dtype.
+    if (!tensor.hasStaticShape())
+      return error() << tensor
+                     << " has a dynamic shape (give its size with --bind)";
+    int64_t bytes;
+    if (!boundedBytes(tensor, bytes))
+      return error() << tensor
+                     << " is larger than a tensor can be (2^48 bytes, what "
+                        "a 64-bit process can address)";
+    total += bytes;
+    if (total > kMaxRankBytes)
+      return func.emitError()
+             << "the tensors of this rank need more than 2^62 bytes together";
+    return success();
+  };
+  for (BlockArgument arg : func.getArguments())
+    if (failed(check(arg.getType(), [&] {
+          auto name = func.getArgAttrOfType<StringAttr>(
+              arg.getArgNumber(), exec::ExecDialect::kBindingAttr);
+          return func.emitError()
+                 << "input '"
+                 << (name ? name.str()
+                          : "input" + std::to_string(arg.getArgNumber()))
+                 << "': ";
+        })))
+      return failure();
+  WalkResult walk = func.walk([&](Operation *op) {
+    if (op == func || isa<exec::KernelOp>(op))
+      return WalkResult::advance(); // Its body's ops are checked.
+    for (OpResult value : op->getResults())
+      if (failed(check(value.getType(), [&] { return op->emitError(); })))
+        return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+int64_t Planner::add(Value value, BufferKind kind) {
+  Type type = value.getType();
+  if (auto token = dyn_cast<dist::TokenType>(type))
+    type = token.getPayload();
+  buffers.push_back({kind, cast<RankedTensorType>(type)});
+  int64_t id = static_cast<int64_t>(buffers.size()) - 1;
+  bufferOf[value] = id;
+  return id;
+}
+
+int64_t Planner::addAlias(Value value, Value of) {
+  int64_t id = add(value, BufferKind::Alias);
+  buffers[id].aliasOf = bufferOf.lookup(of);
+  return id;
+}
+
+LogicalResult Planner::addConstant(nn::ConstantOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(op.getValue())) {
+    if (!resource.getRawHandle().getBlob())
+      return op.emitError() << "weight '" << resource.getRawHandle().getKey()
+                            << "' has no data";
+    int64_t id = add(op.getResult(), BufferKind::Weight);
+    buffers[id].weight = resource.getRawHandle().getKey().str();
+    return success();
+  }
+  auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
+  if (!dense)
+    return op.emitError() << "constant of an unsupported kind";
+  if (tensorBytes(type) <= maxInline) {
+    add(op.getResult(), BufferKind::Constant);
+    return success();
+  }
+  int64_t id = add(op.getResult(), BufferKind::Weight);
+  buffers[id].weight =
+      exec::getConstantWeightName(type, exec::serializeDense(dense));
+  return success();
+}
+
+LogicalResult Planner::addHostConstant(nn::ConstantOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  HostData data{"", tensorBytes(type)};
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(op.getValue())) {
+    if (!resource.getRawHandle().getBlob())
+      return op.emitError() << "weight '" << resource.getRawHandle().getKey()
+                            << "' has no data";
+    data.name = resource.getRawHandle().getKey().str();
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(op.getValue())) {
+    data.name = exec::getConstantWeightName(type, exec::serializeDense(dense));
+  } else {
+    return op.emitError() << "constant of an unsupported kind";
+  }
+  hostData[op.getResult()] = std::move(data);
+  return success();
+}
+
+void Planner::addHostBlock(exec::SliceBlockOp op) {
+  const HostData &from = hostData.find(op.getInput())->second;
+  auto type = cast<RankedTensorType>(op.getType());
+  hostData[op.getResult()] =
+      HostData{exec::getBlockWeightName(from.name, op), tensorBytes(type)};
+}
+
+void Planner::materialize(Value value) {
+  const HostData &data = hostData.find(value)->second;
+  if (data.bytes <= maxInline) {
+    add(value, BufferKind::Constant);
+    return;
+  }
+  int64_t id = add(value, BufferKind::Weight);
+  buffers[id].weight = data.name;
+}
+
+LogicalResult Planner::addBuffers() {
+  Block &body = func.getBody().front();
+  for (BlockArgument arg : func.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type || !isSupportedElementType(type.getElementType()))
+      return func.emitError() << "argument " << arg.getArgNumber()
+                              << " has a type the runtime does not support";
+    add(arg, BufferKind::Input);
+  }
+  // Results a kernel can write directly (first occurrence of each value);
+  // the others are copied at the end.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  llvm::DenseMap<Value, unsigned> outputIndex;
+  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+    Operation *def = value.getDefiningOp();
+    auto block = dyn_cast_if_present<exec::SliceBlockOp>(def);
+    // A block of a value other slices read too is copied (as it always
+    // was), not bound.
+    auto onlySliced = [](Value v) {
+      return llvm::all_of(v.getUsers(), llvm::IsaPred<exec::SliceBlockOp>);
+    };
+    bool writes = def && (isKernel(def) || isa<exec::KernelOp>(def) ||
+                          isCollective(def) ||
+                          (block && !onlySliced(block.getInput()) &&
+                           !isa_and_nonnull<nn::ConstantOp, exec::SliceBlockOp>(
+                               block.getInput().getDefiningOp())));
+    if (writes && !outputIndex.count(value))
+      outputIndex[value] = i;
+  }
+  for (Operation &op : body.without_terminator()) {
+    if (isCollectiveStart(&op) || isa<dist::RecvOp>(op)) {
+      add(op.getResult(0), BufferKind::Activation);
+      continue;
+    }
+    if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+      if (!wait->getNumResults())
+        continue;
+      if (isa<dist::RecvStartOp>(wait.getToken().getDefiningOp())) {
+        int64_t id = add(wait.getResult(), BufferKind::Activation);
+        bufferOf[wait.getToken()] = id;
+        continue;
+      }
+      bufferOf[wait.getResult()] = bufferOf.lookup(wait.getToken());
+      continue;
+    }
+    if (isa<dist::SendOp, dist::RecvStartOp>(op))
+      continue;
+    if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+      // A weight only sliced stays on the host: each rank keeps its block.
+      if (exec::isHostOnly(constant.getResult())) {
+        if (failed(addHostConstant(constant)))
+          return failure();
+        continue;
+      }
+      if (failed(addConstant(constant)))
+        return failure();
+      continue;
+    }
+    if (auto block = dyn_cast<exec::SliceBlockOp>(op);
+        block && hostData.count(block.getInput())) {
+      addHostBlock(block);
+      if (!exec::isHostOnly(block.getResult()))
+        materialize(block.getResult());
+      continue;
+    }
+    if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
+      addAlias(reshape.getResult(), reshape.getInput());
+      continue;
+    }
+    bool instruction = isKernel(&op) || isa<exec::KernelOp>(op) ||
+                       isCollective(&op) || isa<exec::SliceBlockOp>(op);
+    if (!instruction) {
+      if (isa<dist::DistDialect>(op.getDialect()))
+        return op.emitError()
+               << "the exec lowering does not handle this op yet";
+      return op.emitError() << "the exec lowering does not handle this op";
+    }
+    for (Value res : op.getResults()) {
+      auto type = cast<RankedTensorType>(res.getType());
+      if (!isSupportedElementType(type.getElementType()))
+        return op.emitError()
+               << "result type " << type << " is not supported by the runtime";
+      auto it = outputIndex.find(res);
+      bool isOutput = it != outputIndex.end();
+      int64_t id =
+          add(res, isOutput ? BufferKind::Output : BufferKind::Activation);
+      if (isOutput)
+        boundOutputs[it->second] = id;
+    }
+  }
+  // Outputs no kernel writes directly are copied into caller memory.
+  OpBuilder builder(ret);
+  Location loc = NameLoc::get(builder.getStringAttr("return"));
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+    if (boundOutputs.count(i))
+      continue;
+    auto copy = exec::CopyOp::create(builder, loc, ret.getOperand(i));
+    ret.setOperand(i, copy.getResult());
+    boundOutputs[i] = add(copy.getResult(), BufferKind::Output);
+  }
+  return success();
+}
+
+void Planner::computeLifetimes() {
+  int64_t index = -1;
+  auto read = [&](Value value) {
+    int64_t id = bufferOf.lookup(value);
+    buffers[id].lastRead = std::max(buffers[id].lastRead, index);
+  };
+  auto write = [&](Value value) {
+    int64_t id = bufferOf.lookup(value);
+    if (buffers[id].firstWrite < 0)
+      buffers[id].firstWrite = index;
+  };
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+      ++index;
+      Operation *start = wait.getToken().getDefiningOp();
+      if (isa<dist::RecvStartOp>(start)) {
+        write(wait.getToken());
+        continue;
+      }
+      if (isa<dist::SendStartOp>(start)) {
+        read(start->getOperand(0));
+        continue;
+      }
+      // The operand of the collective stays alive until it completes.
+      read(start->getOperand(0));
+      read(wait.getToken());
+      continue;
+    }
+    if (isa<dist::RecvStartOp, dist::RecvOp>(op)) {
+      ++index;
+      write(op.getResult(0));
+    } else if (isa<dist::SendOp, dist::SendStartOp>(op)) {
+      ++index;
+      read(op.getOperand(0));
+    } else if (isCollective(&op) || isCollectiveStart(&op)) {
+      ++index;
+      read(op.getOperand(0));
+      write(op.getResult(0));
+    } else if (auto kernel = dyn_cast<exec::KernelOp>(op)) {
+      ++index;
+      Value chain = kernel.getHead()->getResult(0);
+      for (Value operand : kernel.getHead()->getOperands())
+        read(operand);
+      write(kernel.getResult());
+      for (Operation *step : kernel.getSteps()) {
+        for (Value operand : step->getOperands())
+          if (operand != chain)
+            read(operand);
+        chain = step->getResult(0);
+      }
+    } else if (isKernel(&op) || isa<exec::CopyOp>(op) ||
+               (isa<exec::SliceBlockOp>(op) &&
+                !hostData.count(op.getResult(0)))) {
+      ++index;
+      for (Value operand : op.getOperands())
+        read(operand);
+      for (Value res : op.getResults())
+        write(res);
+    }
+  }
+  // Reads through a view keep the viewed activation alive.
+  for (int64_t id = static_cast<int64_t>(buffers.size()) - 1; id >= 0; --id) {
+    if (buffers[id].kind != BufferKind::Alias)
+      continue;
+    int64_t root = id;
+    while (buffers[root].kind == BufferKind::Alias)
+      root = buffers[root].aliasOf;
+    buffers[root].lastRead =
+        std::max(buffers[root].lastRead, buffers[id].lastRead);
+  }
+}
+
+void Planner::planArena() {
+  struct Interval {
+    int64_t id, begin, end, size;
+  };
+  std::vector<Interval> intervals;
+  for (auto [id, b] : llvm::enumerate(buffers)) {
+    if (b.kind != BufferKind::Activation)
+      continue;
+    int64_t size = tensorBytes(b.type);
+    size = (size + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    intervals.push_back({static_cast<int64_t>(id), b.firstWrite,
+                         std::max(b.firstWrite, b.lastRead),
+                         std::max<int64_t>(size, kArenaAlignment)});
+    activationBytes += size;
+  }
+  // Largest first, each at the lowest offset free for its whole lifetime.
+  std::stable_sort(
+      intervals.begin(), intervals.end(),
+      [](const Interval &a, const Interval &b) { return a.size > b.size; });
+  struct Placed {
+    int64_t begin, end, offset, size;
+  };
+  std::vector<Placed> placed;
+  for (const Interval &iv : intervals) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const Placed &p : placed)
+      if (p.begin <= iv.end && iv.begin <= p.end)
+        busy.push_back({p.offset, p.offset + p.size});
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + iv.size <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    placed.push_back({iv.begin, iv.end, offset, iv.size});
+    buffers[iv.id].offset = offset;
+    arenaBytes = std::max(arenaBytes, offset + iv.size);
+  }
+}
+
+void Planner::writeAttributes() {
+  MLIRContext *context = func.getContext();
+  auto attrOf = [&](int64_t id) {
+    const Buffer &b = buffers[id];
+    bool activation = b.kind == BufferKind::Activation;
+    return exec::BufferAttr::get(context, id, b.kind, activation ? b.offset : 0,
+                                 activation ? b.firstWrite : -1,
+                                 activation ? b.lastRead : -1, b.aliasOf,
+                                 b.weight);
+  };
+  for (BlockArgument arg : func.getArguments())
+    func.setArgAttr(arg.getArgNumber(), exec::ExecDialect::kBufferAttr,
+                    attrOf(bufferOf.lookup(arg)));
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (!op.getNumResults() || !bufferOf.count(op.getResult(0)))
+      continue;
+    SmallVector<Attribute> attrs;
+    for (Value res : op.getResults())
+      attrs.push_back(attrOf(bufferOf.lookup(res)));
+    op.setAttr(exec::ExecDialect::kBuffersAttr, ArrayAttr::get(context, attrs));
+  }
+  Builder builder(context);
+  func->setAttr(exec::ExecDialect::kArenaBytesAttr,
+                builder.getI64IntegerAttr(arenaBytes));
+  func->setAttr(exec::ExecDialect::kActivationBytesAttr,
+                builder.getI64IntegerAttr(activationBytes));
+}
+
+LogicalResult Planner::run() {
+  if (failed(checkSizes()) || failed(addBuffers()))
+    return failure();
+  computeLifetimes();
+  planArena();
+  writeAttributes();
+  return success();
+}
+
+struct PlanBuffersPass
+    : public mlir::partita::impl::PlanBuffersPassBase<PlanBuffersPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal())
+      return;
+    if (!func.getBody().hasOneBlock()) {
+      func.emitError() << "the exec lowering needs a single-block function";
+      return signalPassFailure();
+    }
+    if (failed(Planner(func, maxInlineConstantBytes).run()))
+      signalPassFailure();
+  }
+};
+
+} // namespace
