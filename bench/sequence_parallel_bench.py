@@ -52,7 +52,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GEN = ROOT / "bench" / "gen_gpt.py"
-ARENA_ALIGNMENT = 64  # NNToExec's planArena rounds every activation up to this.
+ARENA_ALIGNMENT = 64  # --partita-plan-buffers rounds every activation up to this.
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "BOOL": 1}
 
 

@@ -63,6 +63,7 @@ config.environment["PARTITA_CACHE_DIR"] = os.path.join(
 tool_dirs = [config.partita_tools_dir, config.llvm_tools_dir]
 tools = [
     ToolSubst("partita-opt", unresolved="fatal"),
+    ToolSubst("partita-translate", unresolved="fatal"),
     ToolSubst("partita-compile", unresolved="fatal"),
     ToolSubst("partita-run", unresolved="fatal"),
     ToolSubst("split-file", unresolved="fatal"),

@@ -14,7 +14,6 @@
 #include "mlir/Pass/PassManager.h"
 #include "partita/Analysis/Cluster.h"
 #include "partita/Artifact/Artifact.h"
-#include "partita/Conversion/NNToExec/NNToExec.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
@@ -23,6 +22,7 @@
 #include "partita/Pipelines/Pipelines.h"
 #include "partita/Target/CUDA/CodeGen.h"
 #include "partita/Target/CUDA/Nvcc.h"
+#include "partita/Target/ExecProgram/ExecProgram.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -300,17 +300,25 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   for (auto mesh : module->getOps<dist::MeshOp>())
     worldSize = mesh.getNumDevices();
 
-  ExecLoweringOptions lowering;
-  lowering.cluster = &cluster;
   std::vector<ExecProgram> programs;
   {
     TimingScope lowerTiming = root.nest("Exec lowering");
     for (int64_t rank = 0; rank < worldSize; ++rank) {
-      FailureOr<ExecProgram> exec = lowerToExecProgram(
-          main, static_cast<int>(rank), static_cast<int>(worldSize), lowering);
-      if (failed(exec))
+      // Each rank's program is planned on a copy of the SPMD module; the
+      // global one stays for the artifact's manifest and the report.
+      OwningOpRef<ModuleOp> planned = module->clone();
+      ExecPipelineOptions exec;
+      exec.rank = rank;
+      if (failed(runStage(
+              *planned, options, lowerTiming, "Rank " + std::to_string(rank),
+              [&](PassManager &pm) { buildExecPipeline(pm, exec); })))
         return failure();
-      programs.push_back(std::move(*exec));
+      auto plannedMain = planned->lookupSymbol<func::FuncOp>("main");
+      FailureOr<ExecProgram> program = translateToExecProgram(plannedMain);
+      if (failed(program))
+        return failure();
+      program->timeline = estimateExecTimeline(plannedMain, cluster);
+      programs.push_back(std::move(*program));
     }
   }
   if (options.explain)

@@ -10,6 +10,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "partita/Dialect/Dist/Transforms/Passes.h"
+#include "partita/Dialect/Exec/Transforms/Passes.h"
 #include "partita/Dialect/NN/Transforms/Passes.h"
 
 using namespace mlir;
@@ -81,7 +82,32 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
   }
 }
 
+void mlir::partita::buildExecPipeline(OpPassManager &pm,
+                                      const ExecPipelineOptions &options) {
+  // First, so that nothing after it depends on the rank: the rank's stage,
+  // constant axis indices (and the compares and wheres they decide), its
+  // blocks of replicated weights, global ranks for groups and peers.
+  SpecializeRankPassOptions specialize;
+  specialize.rank = options.rank;
+  pm.addPass(createSpecializeRankPass(specialize));
+  OpPassManager &func = pm.nest<func::FuncOp>();
+  // Fusion before the plan: a fused chain is one kernel and one buffer.
+  if (options.fuse)
+    func.addPass(createFusePass());
+  // The receive order is part of the program the plan's lifetimes count.
+  func.addPass(createPrefetchReceivesPass());
+  // Last: buffers, lifetimes and arena offsets of the final op order.
+  PlanBuffersPassOptions plan;
+  plan.maxInlineConstantBytes = options.maxInlineConstantBytes;
+  func.addPass(createPlanBuffersPass(plan));
+}
+
 void mlir::partita::registerPartitaPipelines() {
+  PassPipelineRegistration<ExecPipelineOptions>(
+      "partita-exec-pipeline",
+      "Specialize to one rank, fuse and plan buffers (the IR partita-compile "
+      "--emit exec writes for rank `rank`)",
+      buildExecPipeline);
   PassPipelineRegistration<PipelineOptions>(
       "partita-nn-pipeline",
       "Clean up and raise imported nn IR, store it as dtype "

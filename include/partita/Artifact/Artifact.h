@@ -15,7 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "partita/Conversion/NNToExec/NNToExec.h"
+#include "partita/Target/ExecProgram/ExecProgram.h"
 
 #include <map>
 #include <string>

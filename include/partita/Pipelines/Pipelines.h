@@ -86,10 +86,30 @@ void buildPlanPipeline(OpPassManager &pm, const PipelineOptions &options);
 /// `collectiveMatmul` applies only with `overlap`.
 void buildPartitionPipeline(OpPassManager &pm, const PipelineOptions &options);
 
+struct ExecPipelineOptions : public PassPipelineOptions<ExecPipelineOptions> {
+  Option<int64_t> rank{*this, "rank",
+                       llvm::cl::desc("The global rank whose program to plan"),
+                       llvm::cl::init(0)};
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("Fuse elementwise chains into the kernel "
+                                   "that produces them"),
+                    llvm::cl::init(true)};
+  Option<int64_t> maxInlineConstantBytes{
+      *this, "max-inline-constant-bytes",
+      llvm::cl::desc("Constants up to this many bytes stay inline in the "
+                     "program"),
+      llvm::cl::init(1024)};
+};
+
+/// The SPMD program of every device (after buildPartitionPipeline) to the
+/// planned program of rank `rank`, which translateToExecProgram writes
+/// (partita-compile --emit exec runs it once per rank on a copy).
+void buildExecPipeline(OpPassManager &pm, const ExecPipelineOptions &options);
+
 /// Registers every pipeline with the pass registry (for partita-opt):
 /// partita-nn-pipeline, partita-plan-pipeline, partita-partition-pipeline,
 /// partita-shard-pipeline (plan and partition) and partita-pipeline (all
-/// three).
+/// three), partita-exec-pipeline.
 void registerPartitaPipelines();
 
 } // namespace mlir::partita

@@ -1,18 +1,19 @@
-//===- NNToExec.h - nn functions to exec programs ---------------*- C++ -*-===//
+//===- ExecProgram.h - planned IR to the exec program -----------*- C++ -*-===//
 //
 // Part of the Partita project.
 //
 //===----------------------------------------------------------------------===//
 //
-// Lowers a rank's function of (local) nn ops to the exec program the runtime
-// interprets (proto/program.proto, docs/exec-program.md): elementwise chains
-// fused into their producers, reshapes turned into views, and activations
-// placed in one arena by a liveness-based buffer plan.
+// The exec program the runtime interprets (proto/program.proto,
+// docs/exec-program.md), written from a rank's planned function (after
+// buildExecPipeline: --partita-specialize-rank, --partita-fuse,
+// --partita-prefetch-receives, --partita-plan-buffers). The translation
+// makes no decisions; the timeline estimate is an analysis of the same IR.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PARTITA_CONVERSION_NNTOEXEC_NNTOEXEC_H
-#define PARTITA_CONVERSION_NNTOEXEC_NNTOEXEC_H
+#ifndef PARTITA_TARGET_EXECPROGRAM_EXECPROGRAM_H
+#define PARTITA_TARGET_EXECPROGRAM_EXECPROGRAM_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Support/LLVM.h"
@@ -73,16 +74,6 @@ struct ExecTimeline {
   double stepSeconds = 0;
 };
 
-struct ExecLoweringOptions {
-  /// Fuse elementwise ops into the kernel that produces their operand.
-  bool fuseElementwise = true;
-  /// The machine the timeline is estimated for; the defaults when null.
-  const ClusterModel *cluster = nullptr;
-  /// Inline constants up to this many bytes in the program; larger ones
-  /// become weights.
-  size_t maxInlineConstantBytes = 1024;
-};
-
 struct ExecProgram {
   ::partita::program::Program program;
   std::vector<ExecWeight> weights;
@@ -101,17 +92,30 @@ struct ExecProgram {
   ExecTimeline timeline;
 };
 
-/// Lowers `func` (nn ops, func.return; for a partitioned function also dist
-/// collectives, all_slice and axis_index on the module's dist.mesh) to the
-/// program of rank `rank` of `worldSize`. Emits a diagnostic at the offending
-/// op and fails on an op the runtime cannot run.
-FailureOr<ExecProgram> lowerToExecProgram(func::FuncOp func, int rank,
-                                          int worldSize,
-                                          const ExecLoweringOptions &options);
+/// Writes the program of the planned function `func` as its attributes say
+/// (buffers, groups, peers, arena) and in its op order; fills the report's
+/// statistics, not the timeline. Fails with a diagnostic on IR that is not
+/// planned.
+FailureOr<ExecProgram> translateToExecProgram(func::FuncOp func);
+
+/// The timeline of the planned function `func` on `cluster`: its kernels on
+/// one compute stream, its communication on one communication stream, in
+/// program order.
+ExecTimeline estimateExecTimeline(func::FuncOp func,
+                                  const ClusterModel &cluster);
+
+/// What a collective of the planned IR moves, as the report counts it: the
+/// kind (without `_start`), the payload and the bytes a rank sends under the
+/// ring algorithm, for a group of `groupSize`.
+ExecCollectiveStat getCollectiveStat(Operation *op, int64_t groupSize);
+
+/// Registers `--exec-to-proto` with mlir-translate: the textproto of the
+/// planned function of a module.
+void registerToExecProgramTranslation();
 
 /// The exec DType of an nn element type, or DTYPE_UNSPECIFIED.
 ::partita::program::DType getExecDType(Type elementType);
 
 } // namespace mlir::partita
 
-#endif // PARTITA_CONVERSION_NNTOEXEC_NNTOEXEC_H
+#endif // PARTITA_TARGET_EXECPROGRAM_EXECPROGRAM_H

@@ -1,0 +1,573 @@
+//===- TranslateToProgram.cpp - planned IR to the exec program ------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Walks a planned function and writes what its attributes say: one buffer
+// per #exec.buffer id, one instruction per instruction op in IR order, the
+// bindings of its arguments and results. Every decision (which rank, what
+// fuses, which memory, what order) was made by a pass before.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Target/ExecProgram/ExecProgram.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/Exec/IR/ExecOps.h"
+#include "partita/Dialect/Exec/Transforms/Passes.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/InitAllDialects.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <cstring>
+
+using namespace mlir;
+using namespace mlir::partita;
+namespace program = ::partita::program;
+
+program::DType mlir::partita::getExecDType(Type type) {
+  if (type.isF32())
+    return program::F32;
+  if (type.isF16())
+    return program::F16;
+  if (type.isBF16())
+    return program::BF16;
+  if (type.isInteger(64))
+    return program::I64;
+  if (type.isInteger(32))
+    return program::I32;
+  if (type.isInteger(8))
+    return program::I8;
+  if (type.isInteger(1))
+    return program::BOOL;
+  return program::DTYPE_UNSPECIFIED;
+}
+
+namespace {
+
+/// The tensor a value holds once complete (a token's payload).
+RankedTensorType tensorOf(Value value) {
+  Type type = value.getType();
+  if (auto token = dyn_cast<dist::TokenType>(type))
+    type = token.getPayload();
+  return cast<RankedTensorType>(type);
+}
+
+int64_t tensorBytes(RankedTensorType type) {
+  return type.getNumElements() *
+         static_cast<int64_t>(exec::getElementBytes(type.getElementType()));
+}
+
+std::string locationString(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (std::string s = locationString(inner); !s.empty())
+        return s;
+  return "";
+}
+
+/// The op name of the kernel an nn op becomes ("matmul" for nn.matmul).
+StringRef kernelName(Operation *op) { return op->getName().stripDialect(); }
+
+program::Attribute intAttr(int64_t v) {
+  program::Attribute a;
+  a.set_i(v);
+  return a;
+}
+program::Attribute floatAttr(double v) {
+  program::Attribute a;
+  a.set_f(v);
+  return a;
+}
+program::Attribute boolAttr(bool v) {
+  program::Attribute a;
+  a.set_b(v);
+  return a;
+}
+program::Attribute stringAttr(StringRef v) {
+  program::Attribute a;
+  a.set_s(v.str());
+  return a;
+}
+program::Attribute intsAttr(ArrayRef<int64_t> v) {
+  program::Attribute a;
+  for (int64_t x : v)
+    a.mutable_ints()->add_values(x);
+  return a;
+}
+
+/// The attributes docs/exec-program.md gives each kernel.
+void setAttributes(Operation *op,
+                   google::protobuf::Map<std::string, program::Attribute> &m) {
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](nn::CompareOp o) {
+        m["direction"] =
+            stringAttr(nn::stringifyCompareDirection(o.getDirection()));
+      })
+      .Case([&](nn::GeluOp o) {
+        m["approximation"] =
+            stringAttr(nn::stringifyGeluApproximation(o.getApproximation()));
+      })
+      .Case([&](nn::ReduceOp o) {
+        m["kind"] = stringAttr(nn::stringifyReduceKind(o.getKind()));
+        m["axes"] = intsAttr(o.getAxes());
+        m["keepdims"] = boolAttr(o.getKeepdims());
+      })
+      .Case<nn::SoftmaxOp, nn::LogSoftmaxOp>(
+          [&](auto o) { m["axis"] = intAttr(o.getAxis()); })
+      .Case([&](nn::CumsumOp o) {
+        m["axis"] = intAttr(o.getAxis());
+        m["exclusive"] = boolAttr(o.getExclusive());
+        m["reverse"] = boolAttr(o.getReverse());
+      })
+      .Case([&](nn::LayerNormOp o) {
+        m["axis"] = intAttr(o.getAxis());
+        m["epsilon"] = floatAttr(o.getEpsilon().convertToDouble());
+        m["has_scale"] = boolAttr(static_cast<bool>(o.getScale()));
+        m["has_bias"] = boolAttr(static_cast<bool>(o.getBias()));
+      })
+      .Case([&](nn::RmsNormOp o) {
+        m["axis"] = intAttr(o.getAxis());
+        m["epsilon"] = floatAttr(o.getEpsilon().convertToDouble());
+        m["has_scale"] = boolAttr(static_cast<bool>(o.getScale()));
+      })
+      .Case([&](nn::MatmulOp o) {
+        m["has_bias"] = boolAttr(static_cast<bool>(o.getBias()));
+      })
+      .Case([&](nn::AttentionOp o) {
+        m["causal"] = boolAttr(o.getCausal());
+        m["scale"] = floatAttr(o.getEffectiveScale());
+        m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+      })
+      .Case([&](nn::AttentionPartialOp o) {
+        m["scale"] = floatAttr(o.getEffectiveScale());
+        m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+        m["has_positions"] = boolAttr(static_cast<bool>(o.getQueryPositions()));
+      })
+      .Case([&](nn::RopeOp o) {
+        m["interleaved"] = boolAttr(o.getInterleaved());
+      })
+      .Case([&](nn::GatherOp o) { m["axis"] = intAttr(o.getAxis()); })
+      .Case([&](nn::TransposeOp o) {
+        m["permutation"] = intsAttr(o.getPermutation());
+      })
+      .Case([&](nn::SliceOp o) {
+        m["start"] = intsAttr(o.getStart());
+        m["limit"] = intsAttr(o.getLimit());
+        m["stride"] = intsAttr(o.getStride());
+      })
+      .Case<nn::ConcatOp, nn::SplitOp>(
+          [&](auto o) { m["axis"] = intAttr(o.getAxis()); });
+}
+
+bool isCollective(Operation *op) {
+  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
+             dist::AllToAllOp, dist::CollectivePermuteOp,
+             dist::AllReduceStartOp, dist::AllGatherStartOp,
+             dist::ReduceScatterStartOp, dist::AllToAllStartOp,
+             dist::CollectivePermuteStartOp>(op);
+}
+
+class Translator {
+public:
+  explicit Translator(func::FuncOp func) : func(func) {}
+
+  LogicalResult run();
+  ExecProgram result;
+
+private:
+  LogicalResult collectBuffers();
+  ArrayRef<char> hostBytes(Value value);
+  ArrayRef<char> own(std::vector<char> bytes);
+  int32_t bufferOf(Value value);
+  program::Instruction *addInstruction(Operation *op);
+  void emitKernel(Operation *head, ArrayRef<Operation *> steps, Value result);
+  void emitSlice(exec::SliceBlockOp op);
+  void emitCollective(Operation *op);
+  void emitTransfer(Operation *op);
+  void emitWait(dist::WaitOp op);
+
+  func::FuncOp func;
+  program::Program &prog = result.program;
+  /// The value that defines each buffer, by id.
+  SmallVector<Value> definedBy;
+  llvm::DenseMap<Value, ArrayRef<char>> bytesOf;
+  llvm::StringSet<> weightNames;
+  llvm::DenseMap<Value, int32_t> tokenOf;
+  int32_t nextToken = 0;
+};
+
+ArrayRef<char> Translator::own(std::vector<char> bytes) {
+  result.ownedBytes.push_back(
+      std::make_unique<std::vector<char>>(std::move(bytes)));
+  const std::vector<char> &owned = *result.ownedBytes.back();
+  return ArrayRef<char>(owned.data(), owned.size());
+}
+
+/// The bytes of a constant or of a block of one, sliced once here.
+ArrayRef<char> Translator::hostBytes(Value value) {
+  if (auto it = bytesOf.find(value); it != bytesOf.end())
+    return it->second;
+  ArrayRef<char> bytes;
+  if (auto constant = value.getDefiningOp<nn::ConstantOp>()) {
+    if (auto resource =
+            dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
+      bytes = resource.getRawHandle().getBlob()->getData();
+    else
+      bytes = own(
+          exec::serializeDense(cast<DenseElementsAttr>(constant.getValue())));
+  } else {
+    auto op = value.getDefiningOp<exec::SliceBlockOp>();
+    auto type = cast<RankedTensorType>(op.getType());
+    if (type.getNumElements() != 0) {
+      ArrayRef<char> from = hostBytes(op.getInput());
+      auto fromType = cast<RankedTensorType>(op.getInput().getType());
+      int64_t dim = op.getDimAttr().getInt();
+      int64_t parts = op.getPartsAttr().getInt();
+      int64_t block = op.getBlockAttr().getInt();
+      // Bytes of one index of `dim` (everything inside it), and how many
+      // blocks of the dimensions outside it there are.
+      size_t width =
+          from.size() / std::max<int64_t>(fromType.getNumElements(), 1);
+      size_t inner = width;
+      for (int64_t d = dim + 1; d < type.getRank(); ++d)
+        inner *= type.getDimSize(d);
+      int64_t outer = 1;
+      for (int64_t d = 0; d < dim; ++d)
+        outer *= type.getDimSize(d);
+      size_t chunk = inner * type.getDimSize(dim);
+      std::vector<char> sliced(chunk * outer);
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(sliced.data() + o * chunk,
+                    from.data() + (o * parts + block) * chunk, chunk);
+      bytes = own(std::move(sliced));
+    }
+  }
+  bytesOf[value] = bytes;
+  return bytes;
+}
+
+LogicalResult Translator::collectBuffers() {
+  auto note = [&](Value value) -> LogicalResult {
+    exec::BufferAttr buffer = exec::getBuffer(value);
+    if (!buffer)
+      return success();
+    size_t id = buffer.getId();
+    if (id >= definedBy.size())
+      definedBy.resize(id + 1);
+    if (!definedBy[id])
+      definedBy[id] = value;
+    return success();
+  };
+  for (BlockArgument arg : func.getArguments()) {
+    if (!exec::getBuffer(arg))
+      return func.emitError() << "argument " << arg.getArgNumber()
+                              << " has no #exec.buffer (run "
+                                 "--partita-plan-buffers first)";
+    (void)note(arg);
+  }
+  for (Operation &op : func.getBody().front())
+    for (Value res : op.getResults())
+      (void)note(res);
+  for (auto [id, value] : llvm::enumerate(definedBy))
+    if (!value)
+      return func.emitError() << "buffer " << id << " is not planned";
+
+  for (auto [id, value] : llvm::enumerate(definedBy)) {
+    exec::BufferAttr planned = exec::getBuffer(value);
+    RankedTensorType type = tensorOf(value);
+    program::Buffer *buffer = prog.add_buffers();
+    buffer->set_id(static_cast<int32_t>(id));
+    buffer->mutable_type()->set_dtype(getExecDType(type.getElementType()));
+    for (int64_t d : type.getShape())
+      buffer->mutable_type()->add_shape(d);
+    buffer->set_kind(static_cast<program::Buffer::Kind>(planned.getKind()));
+    switch (planned.getKind()) {
+    case exec::BufferKind::Activation:
+      buffer->set_arena_offset(planned.getOffset());
+      break;
+    case exec::BufferKind::Alias:
+      buffer->set_alias_of(static_cast<int32_t>(planned.getAliasOf()));
+      break;
+    case exec::BufferKind::Constant: {
+      ArrayRef<char> bytes = hostBytes(value);
+      buffer->set_data(bytes.data(), bytes.size());
+      break;
+    }
+    case exec::BufferKind::Weight: {
+      buffer->set_weight(planned.getWeight().str());
+      if (weightNames.insert(planned.getWeight()).second)
+        result.weights.push_back(
+            {planned.getWeight().str(), getExecDType(type.getElementType()),
+             SmallVector<int64_t>(type.getShape()), hostBytes(value)});
+      break;
+    }
+    case exec::BufferKind::Input:
+    case exec::BufferKind::Output:
+      break;
+    }
+  }
+  return success();
+}
+
+int32_t Translator::bufferOf(Value value) {
+  // A value inside a fused kernel is the kernel's result buffer.
+  if (auto *parent = value.getParentBlock()->getParentOp();
+      auto kernel = dyn_cast<exec::KernelOp>(parent))
+    value = kernel.getResult();
+  return static_cast<int32_t>(exec::getBuffer(value).getId());
+}
+
+program::Instruction *Translator::addInstruction(Operation *op) {
+  program::Instruction *inst = prog.add_instructions();
+  inst->set_location(locationString(op->getLoc()));
+  return inst;
+}
+
+void Translator::emitKernel(Operation *head, ArrayRef<Operation *> steps,
+                            Value resultValue) {
+  program::Kernel *kernel = addInstruction(head)->mutable_kernel();
+  kernel->set_op(kernelName(head).str());
+  for (Value operand : head->getOperands())
+    kernel->add_operands(bufferOf(operand));
+  if (steps.empty())
+    for (Value res : head->getResults())
+      kernel->add_results(bufferOf(res));
+  else
+    kernel->add_results(bufferOf(resultValue));
+  setAttributes(head, *kernel->mutable_attributes());
+  Value chain = head->getResult(0);
+  for (Operation *step : steps) {
+    program::ElementwiseStep *s = kernel->add_epilogue();
+    s->set_op(kernelName(step).str());
+    s->set_operand(-1);
+    if (step->getNumOperands() == 2) {
+      bool chainFirst = step->getOperand(0) == chain;
+      s->set_operand(bufferOf(step->getOperand(chainFirst ? 1 : 0)));
+      s->set_operand_first(!chainFirst);
+    }
+    setAttributes(step, *s->mutable_attributes());
+    chain = step->getResult(0);
+  }
+  ++result.numKernels;
+  result.numFusedOps += static_cast<int64_t>(steps.size());
+}
+
+void Translator::emitSlice(exec::SliceBlockOp op) {
+  program::Kernel *kernel = addInstruction(op)->mutable_kernel();
+  kernel->set_op("slice");
+  kernel->add_operands(bufferOf(op.getInput()));
+  kernel->add_results(bufferOf(op.getResult()));
+  auto type = cast<RankedTensorType>(op.getType());
+  int64_t dim = op.getDimAttr().getInt();
+  SmallVector<int64_t> start(type.getRank(), 0), limit(type.getShape()),
+      stride(type.getRank(), 1);
+  start[dim] = op.getBlockAttr().getInt() * type.getDimSize(dim);
+  limit[dim] = start[dim] + type.getDimSize(dim);
+  auto &attrs = *kernel->mutable_attributes();
+  attrs["start"] = intsAttr(start);
+  attrs["limit"] = intsAttr(limit);
+  attrs["stride"] = intsAttr(stride);
+  ++result.numKernels;
+}
+
+void Translator::emitCollective(Operation *op) {
+  program::Collective *c = addInstruction(op)->mutable_collective();
+  if (dist::isAsyncStart(op)) {
+    c->set_async(true);
+    c->set_token(nextToken);
+    tokenOf[op->getResult(0)] = nextToken++;
+  }
+  auto group =
+      op->getAttrOfType<DenseI32ArrayAttr>(exec::ExecDialect::kGroupAttr);
+  for (int32_t r : group.asArrayRef())
+    c->add_group(r);
+  c->set_operand(bufferOf(op->getOperand(0)));
+  c->set_result(bufferOf(op->getResult(0)));
+  auto dimAttr = [&](StringRef name) {
+    return op->getAttrOfType<IntegerAttr>(name).getInt();
+  };
+  auto reduction = [&] {
+    return dist::stringifyReductionKind(
+               op->getAttrOfType<dist::ReductionKindAttr>("reduction")
+                   .getValue())
+        .str();
+  };
+  ExecCollectiveStat stat = getCollectiveStat(op, group.size());
+  if (stat.kind == "all_reduce") {
+    c->set_kind(program::Collective::ALL_REDUCE);
+    c->set_reduction(reduction());
+  } else if (stat.kind == "all_gather") {
+    c->set_kind(program::Collective::ALL_GATHER);
+    c->set_dim(dimAttr("gather_dim"));
+  } else if (stat.kind == "reduce_scatter") {
+    c->set_kind(program::Collective::REDUCE_SCATTER);
+    c->set_reduction(reduction());
+    c->set_dim(dimAttr("scatter_dim"));
+  } else if (stat.kind == "all_to_all") {
+    c->set_kind(program::Collective::ALL_TO_ALL);
+    c->set_dim(dimAttr("split_dim"));
+    c->set_concat_dim(dimAttr("concat_dim"));
+  } else {
+    c->set_kind(program::Collective::COLLECTIVE_PERMUTE);
+    c->set_shift(dimAttr("shift"));
+  }
+  result.collectives.push_back(std::move(stat));
+}
+
+void Translator::emitTransfer(Operation *op) {
+  program::PointToPoint *p2p = addInstruction(op)->mutable_p2p();
+  if (dist::isAsyncStart(op)) {
+    p2p->set_async(true);
+    p2p->set_token(nextToken);
+    tokenOf[op->getResult(0)] = nextToken++;
+  }
+  ExecTransferStat stat;
+  stat.send = isa<dist::SendOp, dist::SendStartOp>(op);
+  Value data = stat.send ? op->getOperand(0) : op->getResult(0);
+  int32_t id = bufferOf(data);
+  p2p->set_kind(stat.send ? program::PointToPoint::SEND
+                          : program::PointToPoint::RECV);
+  p2p->set_buffer(id);
+  p2p->set_peer(
+      op->getAttrOfType<IntegerAttr>(exec::ExecDialect::kPeerAttr).getInt());
+  p2p->set_tag(op->getAttrOfType<IntegerAttr>("tag").getInt());
+  stat.peer = p2p->peer();
+  stat.bytes = tensorBytes(tensorOf(data));
+  result.transfers.push_back(stat);
+}
+
+void Translator::emitWait(dist::WaitOp op) {
+  addInstruction(op)->mutable_wait()->set_token(tokenOf.lookup(op.getToken()));
+}
+
+LogicalResult Translator::run() {
+  auto rank = func->getAttrOfType<IntegerAttr>(exec::ExecDialect::kRankAttr);
+  auto worldSize =
+      func->getAttrOfType<IntegerAttr>(exec::ExecDialect::kWorldSizeAttr);
+  auto arena =
+      func->getAttrOfType<IntegerAttr>(exec::ExecDialect::kArenaBytesAttr);
+  auto activations =
+      func->getAttrOfType<IntegerAttr>(exec::ExecDialect::kActivationBytesAttr);
+  if (!rank || !worldSize || !arena || !activations)
+    return func.emitError() << "the function is not a planned rank program "
+                               "(run --partita-exec-pipeline first)";
+  prog.set_format_version(1);
+  prog.set_rank(static_cast<int32_t>(rank.getInt()));
+  prog.set_world_size(static_cast<int32_t>(worldSize.getInt()));
+  if (failed(collectBuffers()))
+    return failure();
+
+  for (BlockArgument arg : func.getArguments()) {
+    program::Binding *binding = prog.add_inputs();
+    binding->set_name(
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                          exec::ExecDialect::kBindingAttr)
+            .str());
+    binding->set_buffer(bufferOf(arg));
+  }
+  Block &body = func.getBody().front();
+  for (Operation &op : body.without_terminator()) {
+    if (auto kernel = dyn_cast<exec::KernelOp>(op))
+      emitKernel(kernel.getHead(), kernel.getSteps(), kernel.getResult());
+    else if (isKernel(&op))
+      emitKernel(&op, {}, Value());
+    else if (auto copy = dyn_cast<exec::CopyOp>(op))
+      emitKernel(copy, {}, Value());
+    else if (auto slice = dyn_cast<exec::SliceBlockOp>(op);
+             slice && !exec::isHostData(slice.getResult()))
+      emitSlice(slice);
+    else if (isCollective(&op))
+      emitCollective(&op);
+    else if (isa<dist::SendOp, dist::RecvOp, dist::SendStartOp,
+                 dist::RecvStartOp>(op))
+      emitTransfer(&op);
+    else if (auto wait = dyn_cast<dist::WaitOp>(op))
+      emitWait(wait);
+  }
+  for (auto [i, value] : llvm::enumerate(body.getTerminator()->getOperands())) {
+    program::Binding *binding = prog.add_outputs();
+    binding->set_name(
+        func.getResultAttrOfType<StringAttr>(i, exec::ExecDialect::kBindingAttr)
+            .str());
+    binding->set_buffer(bufferOf(value));
+  }
+  prog.set_arena_bytes(arena.getInt());
+  result.peakActivationBytes = arena.getInt();
+  result.totalActivationBytes = activations.getInt();
+  return success();
+}
+
+} // namespace
+
+ExecCollectiveStat mlir::partita::getCollectiveStat(Operation *op,
+                                                    int64_t groupSize) {
+  ExecCollectiveStat stat;
+  for (StringRef axis :
+       dist::getStringRefs(op->getAttrOfType<ArrayAttr>("axes")))
+    stat.axes.push_back(axis.str());
+  stat.count = 1;
+  // The sync form and its `_start` form carry the same attributes.
+  StringRef kind = op->getName().stripDialect();
+  kind.consume_back("_start");
+  stat.kind = kind.str();
+  int64_t operandBytes = tensorBytes(tensorOf(op->getOperand(0)));
+  int64_t resultBytes = tensorBytes(tensorOf(op->getResult(0)));
+  int64_t n = groupSize;
+  // The report's payload (the unsharded side's buffer) and the bytes a
+  // rank sends under the ring algorithm.
+  if (kind == "all_reduce") {
+    stat.payload = operandBytes;
+    stat.bytes = 2 * (n - 1) * stat.payload / n;
+  } else if (kind == "all_gather") {
+    stat.payload = resultBytes;
+    stat.bytes = (n - 1) * stat.payload / n;
+  } else if (kind == "reduce_scatter" || kind == "all_to_all") {
+    stat.payload = operandBytes;
+    stat.bytes = (n - 1) * stat.payload / n;
+  } else {
+    stat.payload = operandBytes;
+    stat.bytes = stat.payload;
+  }
+  if (auto reason = op->getAttrOfType<StringAttr>("dist.reason"))
+    stat.reason = reason.str();
+  return stat;
+}
+
+FailureOr<ExecProgram>
+mlir::partita::translateToExecProgram(func::FuncOp func) {
+  Translator translator(func);
+  if (failed(translator.run()))
+    return failure();
+  return std::move(translator.result);
+}
+
+void mlir::partita::registerToExecProgramTranslation() {
+  TranslateFromMLIRRegistration registration(
+      "exec-to-proto", "Write a planned rank program as the exec textproto",
+      [](Operation *op, raw_ostream &os) -> LogicalResult {
+        auto module = dyn_cast<ModuleOp>(op);
+        auto func =
+            module ? module.lookupSymbol<func::FuncOp>("main") : func::FuncOp();
+        if (!func)
+          return op->emitError() << "expected a module with a planned @main";
+        FailureOr<ExecProgram> exec = translateToExecProgram(func);
+        if (failed(exec))
+          return failure();
+        std::string text;
+        google::protobuf::TextFormat::PrintToString(exec->program, &text);
+        os << text;
+        return success();
+      },
+      [](DialectRegistry &registry) { registerAllDialects(registry); });
+}
