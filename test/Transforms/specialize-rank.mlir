@@ -1,5 +1,5 @@
 // RUN: partita-opt %s --split-input-file --partita-specialize-rank=rank=1 | FileCheck %s -enable-var-scope
-// RUN: partita-opt %s --split-input-file --partita-specialize-rank=rank=0 | FileCheck %s -enable-var-scope --check-prefix=RANK0
+// RUN: partita-opt %s --split-input-file --partita-specialize-rank=rank=0 -verify-diagnostics | FileCheck %s -enable-var-scope --check-prefix=RANK0
 // RUN: not partita-opt %s --split-input-file --partita-specialize-rank=rank=3 2>&1 | FileCheck %s --check-prefix=RANGE
 
 // RANGE: error: rank 3 is not one of the 2 ranks of the mesh
@@ -94,5 +94,49 @@ dist.mesh @mesh [tp = 2]
 func.func @slices(%x: tensor<4x4xf32>) -> tensor<4x2xf32> {
   %s = dist.all_slice %x on @mesh axes [tp] slice_dim 1 : tensor<4x4xf32> -> tensor<4x2xf32>
   return %s : tensor<4x2xf32>
+}
+}
+
+// -----
+
+// Interleaved chunks: the second chunk of stage 1 reads the first's result.
+// Rank 1 runs both in order; rank 0 drops both.
+// CHECK-LABEL: func.func @chunks
+// CHECK: %[[A:.*]] = nn.neg %arg0
+// CHECK: nn.exp %[[A]]
+// RANK0-LABEL: func.func @chunks
+// RANK0-NOT: nn.neg
+// RANK0-NOT: nn.exp
+module {
+dist.mesh @mesh [pp = 2]
+func.func @chunks(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = dist.stage 1 on @mesh axis pp -> (tensor<4xf32>) {
+    %n = nn.neg %x : tensor<4xf32>
+    dist.yield %n : tensor<4xf32>
+  }
+  %b = dist.stage 1 on @mesh axis pp -> (tensor<4xf32>) {
+    %e = nn.exp %a : tensor<4xf32>
+    dist.yield %e : tensor<4xf32>
+  }
+  return %b : tensor<4xf32>
+}
+}
+
+// -----
+
+// Code every rank runs may not read a stage's result (rank 0 does not
+// compute it).
+// CHECK-LABEL: func.func @outside
+// CHECK: nn.abs
+module {
+dist.mesh @mesh [pp = 2]
+func.func @outside(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = dist.stage 1 on @mesh axis pp -> (tensor<4xf32>) {
+    %n = nn.neg %x : tensor<4xf32>
+    dist.yield %n : tensor<4xf32>
+  }
+  // expected-error@+1 {{uses a value of pipeline stage 1, which rank 0 does not run}}
+  %b = nn.abs %a : tensor<4xf32>
+  return %b : tensor<4xf32>
 }
 }

@@ -16,6 +16,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
+#include "partita/Analysis/CostModel.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Exec/IR/ExecOps.h"
 #include "partita/Dialect/Exec/Transforms/Passes.h"
@@ -59,11 +60,6 @@ RankedTensorType tensorOf(Value value) {
   if (auto token = dyn_cast<dist::TokenType>(type))
     type = token.getPayload();
   return cast<RankedTensorType>(type);
-}
-
-int64_t tensorBytes(RankedTensorType type) {
-  return type.getNumElements() *
-         static_cast<int64_t>(exec::getElementBytes(type.getElementType()));
 }
 
 std::string locationString(Location loc) {

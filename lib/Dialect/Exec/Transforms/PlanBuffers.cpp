@@ -16,6 +16,7 @@
 #include "partita/Dialect/Exec/Transforms/Passes.h"
 
 #include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Analysis/CostModel.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Exec/IR/ExecOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
@@ -59,11 +60,6 @@ bool boundedBytes(RankedTensorType type, int64_t &bytes) {
     bytes *= d; // At most bound.
   }
   return true;
-}
-
-int64_t tensorBytes(RankedTensorType type) {
-  return type.getNumElements() *
-         static_cast<int64_t>(exec::getElementBytes(type.getElementType()));
 }
 
 /// Element types the runtime stores.

@@ -121,8 +121,9 @@ bool hasPeer(Operation *op) {
 
 class Specializer {
 public:
-  Specializer(func::FuncOp func, const RankPlace &place, StringRef stageAxis)
-      : func(func), place(place), stageAxis(stageAxis) {}
+  Specializer(func::FuncOp func, const RankPlace &place, StringRef stageAxis,
+              int64_t rank)
+      : func(func), place(place), stageAxis(stageAxis), rank(rank) {}
 
   LogicalResult run();
 
@@ -134,6 +135,7 @@ private:
   func::FuncOp func;
   const RankPlace &place;
   StringRef stageAxis;
+  int64_t rank;
 };
 
 void Specializer::recordBindings() {
@@ -171,11 +173,17 @@ LogicalResult Specializer::selectStages() {
       continue;
     }
     for (OpOperand &use : stageOp->getUses()) {
-      if (use.getOwner() != ret)
-        return use.getOwner()->emitError()
+      Operation *owner = use.getOwner();
+      if (owner == ret) {
+        elsewhere.set(use.getOperandNumber());
+        continue;
+      }
+      // Another stage of the other ranks (an interleaved chunk) may read it.
+      auto ownerStage = owner->getParentOfType<dist::StageOp>();
+      if (!ownerStage || static_cast<int64_t>(ownerStage.getIndex()) == stage)
+        return owner->emitError()
                << "uses a value of pipeline stage " << stageOp.getIndex()
-               << " outside it";
-      elsewhere.set(use.getOperandNumber());
+               << ", which rank " << rank << " does not run";
     }
   }
   for (unsigned i : elsewhere.set_bits())
@@ -188,7 +196,9 @@ LogicalResult Specializer::selectStages() {
       ret->eraseOperand(i);
   if (failed(func.eraseResults(elsewhere)))
     return failure();
-  for (auto stageOp : llvm::make_early_inc_range(body.getOps<dist::StageOp>()))
+  // Last first: a later stage may read an earlier one's results.
+  SmallVector<dist::StageOp> others(body.getOps<dist::StageOp>());
+  for (dist::StageOp stageOp : llvm::reverse(others))
     stageOp.erase();
   if (!elsewhereNames.empty())
     func->setAttr(exec::ExecDialect::kOutputsElsewhereAttr,
@@ -316,7 +326,7 @@ struct SpecializeRankPass
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      if (failed(Specializer(func, place, stageAxis).run()))
+      if (failed(Specializer(func, place, stageAxis, rank).run()))
         return signalPassFailure();
       func->setAttr(exec::ExecDialect::kRankAttr,
                     builder.getI64IntegerAttr(rank));
