@@ -107,3 +107,11 @@ func.func @buffers(%x: tensor<4xf32>) {
 func.func @binding(%x: tensor<4xf32> {exec.binding = 1}) {
   return
 }
+
+// -----
+
+// expected-error@+1 {{'exec.binding' must be a string}}
+func.func @result_binding() -> (tensor<4xf32> {exec.binding = 1}) {
+  %c = nn.constant dense<1.0> : tensor<4xf32>
+  return %c : tensor<4xf32>
+}

@@ -114,3 +114,15 @@ LogicalResult ExecDialect::verifyRegionArgAttribute(Operation *op,
   }
   return op->emitError() << "unknown exec argument attribute '" << name << "'";
 }
+
+LogicalResult ExecDialect::verifyRegionResultAttribute(Operation *op,
+                                                       unsigned /*region*/,
+                                                       unsigned /*result*/,
+                                                       NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name != kBindingAttr)
+    return op->emitError() << "unknown exec result attribute '" << name << "'";
+  if (!isa<StringAttr>(attr.getValue()))
+    return op->emitError() << "'" << name << "' must be a string";
+  return success();
+}
