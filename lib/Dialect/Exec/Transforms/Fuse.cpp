@@ -20,11 +20,8 @@ using namespace mlir;
 using namespace mlir::partita;
 
 bool mlir::partita::isFusibleElementwise(Operation *op) {
-  return isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp, nn::MaxOp,
-             nn::MinOp, nn::AndOp, nn::OrOp, nn::XorOp, nn::NegOp, nn::AbsOp,
-             nn::ExpOp, nn::LogOp, nn::SqrtOp, nn::RsqrtOp, nn::ReciprocalOp,
-             nn::TanhOp, nn::ErfOp, nn::SinOp, nn::CosOp, nn::SigmoidOp,
-             nn::ReluOp, nn::SiluOp, nn::NotOp, nn::GeluOp>(op);
+  // The op vocabulary's epilogue steps that keep the element type.
+  return nn::isEpilogueFusible(op);
 }
 
 bool mlir::partita::isKernel(Operation *op) {
