@@ -6,12 +6,13 @@
 
 #include "partita/Target/CUDA/Nvcc.h"
 
+#include "partita/runtime/Sha256.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
@@ -194,14 +195,12 @@ partita::target::cuda::buildFatbin(StringRef source,
       llvm::sys::fs::remove(versionFile);
     }
   }
-  llvm::SHA256 hasher;
-  hasher.update(version);
-  for (const std::string &arg : keyArgs) {
-    hasher.update(arg);
-    hasher.update(StringRef("\0", 1));
-  }
-  hasher.update(source);
-  std::string key = llvm::toHex(hasher.final(), /*LowerCase=*/true);
+  ::partita::runtime::Sha256 hasher;
+  hasher.update(version.data(), version.size());
+  for (const std::string &arg : keyArgs)
+    hasher.update(arg.c_str(), arg.size() + 1); // With its NUL separator.
+  hasher.update(source.data(), source.size());
+  std::string key = ::partita::runtime::Sha256::hex(hasher.finish());
 
   std::string cache = cacheDirectory(options);
   llvm::SmallString<256> cached;

@@ -9,8 +9,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "partita/runtime/Sha256.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/SHA256.h"
 
 #include <cstring>
 
@@ -98,12 +98,11 @@ std::string mlir::partita::exec::getConstantWeightName(RankedTensorType type,
                                                        ArrayRef<char> bytes) {
   std::string header;
   llvm::raw_string_ostream(header) << type;
-  llvm::SHA256 hash;
-  hash.update(header);
-  hash.update(ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes.data()),
-                                bytes.size()));
+  ::partita::runtime::Sha256 hash;
+  hash.update(header.data(), header.size());
+  hash.update(bytes.data(), bytes.size());
   return "constant." +
-         llvm::toHex(hash.final(), /*LowerCase=*/true).substr(0, 16);
+         ::partita::runtime::Sha256::hex(hash.finish()).substr(0, 16);
 }
 
 std::string mlir::partita::exec::getBlockWeightName(StringRef name,
