@@ -31,8 +31,6 @@ namespace mlir::partita {
 using namespace mlir;
 using namespace mlir::partita;
 
-StringRef mlir::partita::getPipelineAxis(dist::MeshOp /*mesh*/) { return "pp"; }
-
 namespace {
 
 /// Where a rank sits in the mesh of a partitioned function.
@@ -121,9 +119,8 @@ bool hasPeer(Operation *op) {
 
 class Specializer {
 public:
-  Specializer(func::FuncOp func, const RankPlace &place, StringRef stageAxis,
-              int64_t rank)
-      : func(func), place(place), stageAxis(stageAxis), rank(rank) {}
+  Specializer(func::FuncOp func, const RankPlace &place, int64_t rank)
+      : func(func), place(place), rank(rank) {}
 
   LogicalResult run();
 
@@ -134,7 +131,6 @@ private:
 
   func::FuncOp func;
   const RankPlace &place;
-  StringRef stageAxis;
   int64_t rank;
 };
 
@@ -156,12 +152,16 @@ void Specializer::recordBindings() {
 LogicalResult Specializer::selectStages() {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  int64_t stage = place.coordinate(stageAxis);
+  // A stage runs on the ranks whose coordinate on its axis is its index.
+  auto runsHere = [&](dist::StageOp stageOp) {
+    return static_cast<int64_t>(stageOp.getIndex()) ==
+           place.coordinate(stageOp.getAxis());
+  };
   llvm::BitVector elsewhere(func.getNumResults());
   SmallVector<Attribute> elsewhereNames;
   for (auto stageOp :
        llvm::make_early_inc_range(body.getOps<dist::StageOp>())) {
-    if (static_cast<int64_t>(stageOp.getIndex()) == stage) {
+    if (runsHere(stageOp)) {
       // This rank runs the body where the stage stood.
       Block &inner = stageOp.getBody();
       Operation *yield = inner.getTerminator();
@@ -180,7 +180,7 @@ LogicalResult Specializer::selectStages() {
       }
       // Another stage of the other ranks (an interleaved chunk) may read it.
       auto ownerStage = owner->getParentOfType<dist::StageOp>();
-      if (!ownerStage || static_cast<int64_t>(ownerStage.getIndex()) == stage)
+      if (!ownerStage || runsHere(ownerStage))
         return owner->emitError()
                << "uses a value of pipeline stage " << stageOp.getIndex()
                << ", which rank " << rank << " does not run";
@@ -321,12 +321,11 @@ struct SpecializeRankPass
       return signalPassFailure();
     }
     RankPlace place = mesh ? RankPlace(mesh, rank) : RankPlace();
-    StringRef stageAxis = mesh ? getPipelineAxis(mesh) : StringRef();
     Builder builder(module.getContext());
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      if (failed(Specializer(func, place, stageAxis, rank).run()))
+      if (failed(Specializer(func, place, rank).run()))
         return signalPassFailure();
       func->setAttr(exec::ExecDialect::kRankAttr,
                     builder.getI64IntegerAttr(rank));

@@ -19,14 +19,6 @@ namespace mlir::partita {
 #define GEN_PASS_DECL
 #include "partita/Dialect/Exec/Transforms/Passes.h.inc"
 
-namespace dist {
-class MeshOp;
-} // namespace dist
-
-/// The mesh axis whose coordinate says which pipeline stage a rank runs.
-/// Today the axis named "pp"; the one place that names it.
-StringRef getPipelineAxis(dist::MeshOp mesh);
-
 /// Whether `op` may join a kernel's epilogue (the runtime's epilogue step
 /// ops). The one list of them.
 bool isFusibleElementwise(Operation *op);
