@@ -13,15 +13,24 @@
 using namespace mlir;
 using namespace mlir::partita;
 
-LinkModel ClusterModel::linkFor(ArrayRef<std::string> names) const {
+LinkModel ClusterModel::linkFor(ArrayRef<std::string> names,
+                                dist::MeshOp mesh) const {
   LinkModel slowest{0, 0};
   bool any = false;
   for (const std::string &axis : names) {
-    LinkModel link = intraNode;
-    if (auto it = axes.find(axis); it != axes.end())
-      link = it->second;
-    else if (axis != "tp" && axis != "sp")
-      link = interNode;
+    dist::AxisRole role = dist::getDefaultAxisRole(axis);
+    if (mesh)
+      role = mesh.getAxisRole(axis).value_or(role);
+    LinkModel link =
+        role == dist::AxisRole::Tensor || role == dist::AxisRole::Sequence
+            ? intraNode
+            : interNode;
+    if (auto it = axes.find(axis); it != axes.end()) {
+      link.latencySeconds =
+          it->second.latencySeconds.value_or(link.latencySeconds);
+      link.bytesPerSecond =
+          it->second.bytesPerSecond.value_or(link.bytesPerSecond);
+    }
     if (!any || link.bytesPerSecond < slowest.bytesPerSecond)
       slowest.bytesPerSecond = link.bytesPerSecond;
     slowest.latencySeconds =
@@ -32,10 +41,11 @@ LinkModel ClusterModel::linkFor(ArrayRef<std::string> names) const {
 }
 
 double ClusterModel::collectiveSeconds(StringRef kind, int64_t n, int64_t bytes,
-                                       ArrayRef<std::string> names) const {
+                                       ArrayRef<std::string> names,
+                                       dist::MeshOp mesh) const {
   if (n <= 1)
     return 0;
-  LinkModel link = linkFor(names);
+  LinkModel link = linkFor(names, mesh);
   int64_t steps = kind == "all_reduce"           ? 2 * (n - 1)
                   : kind == "collective_permute" ? 1
                                                  : n - 1;
@@ -43,7 +53,8 @@ double ClusterModel::collectiveSeconds(StringRef kind, int64_t n, int64_t bytes,
          static_cast<double>(bytes) / link.bytesPerSecond;
 }
 
-static llvm::Error readLink(const llvm::json::Object *object, LinkModel &link,
+/// Reads the fields `object` gives (none when it is null).
+static llvm::Error readLink(const llvm::json::Object *object, AxisLink &link,
                             StringRef where) {
   if (!object)
     return llvm::Error::success();
@@ -55,6 +66,16 @@ static llvm::Error readLink(const llvm::json::Object *object, LinkModel &link,
           (where + ": bandwidth_gb_per_s must be positive").str());
     link.bytesPerSecond = *bandwidth * 1e9;
   }
+  return llvm::Error::success();
+}
+
+static llvm::Error readLink(const llvm::json::Object *object, LinkModel &link,
+                            StringRef where) {
+  AxisLink given;
+  if (llvm::Error e = readLink(object, given, where))
+    return e;
+  link.latencySeconds = given.latencySeconds.value_or(link.latencySeconds);
+  link.bytesPerSecond = given.bytesPerSecond.value_or(link.bytesPerSecond);
   return llvm::Error::success();
 }
 
@@ -80,8 +101,7 @@ llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
     return std::move(e);
   if (const llvm::json::Object *axes = root->getObject("axes"))
     for (const auto &[name, value] : *axes) {
-      LinkModel link =
-          (name == "tp" || name == "sp") ? model.intraNode : model.interNode;
+      AxisLink link;
       if (llvm::Error e = readLink(value.getAsObject(), link, name))
         return std::move(e);
       model.axes[name.str()] = link;

@@ -58,6 +58,18 @@ std::vector<std::pair<std::string, int64_t>> coordsOf(dist::MeshOp mesh,
   return coords;
 }
 
+/// The pipeline stage of the rank at `coords`: its coordinate on the axis
+/// of the pipeline role, 0 when the mesh has none.
+int64_t stageOf(dist::MeshOp mesh,
+                ArrayRef<std::pair<std::string, int64_t>> coords) {
+  std::optional<StringRef> axis =
+      mesh ? mesh.getAxisWithRole(dist::AxisRole::Pipeline) : std::nullopt;
+  for (const auto &[name, coord] : coords)
+    if (axis && name == *axis)
+      return coord;
+  return 0;
+}
+
 /// The function's inputs or outputs with their global shapes and
 /// shardings (a partitioned function's types are the local ones).
 std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results) {
@@ -72,8 +84,9 @@ std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results) {
                           : func.getArgAttrOfType<StringAttr>(i, "onnx.name");
     auto sharding =
         results
-            ? func.getResultAttrOfType<dist::ShardingAttr>(i, "dist.sharding")
-            : func.getArgAttrOfType<dist::ShardingAttr>(i, "dist.sharding");
+            ? func.getResultAttrOfType<dist::ShardingAttr>(i,
+                                                           dist::kShardingAttr)
+            : func.getArgAttrOfType<dist::ShardingAttr>(i, dist::kShardingAttr);
     rt::TensorSpec spec;
     spec.name =
         name ? name.str() : (results ? "output" : "input") + std::to_string(i);
@@ -143,9 +156,7 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
             return global.emitError() << status.message();
     }
     entry.coords = coordsOf(meshOf(global), rank);
-    for (auto &[axis, coord] : entry.coords)
-      if (axis == "pp")
-        entry.stage = static_cast<int32_t>(coord);
+    entry.stage = static_cast<int32_t>(stageOf(meshOf(global), entry.coords));
     manifest.ranks.push_back(entry);
     for (const ExecWeight &w : exec.weights) {
       rt::Status status = writer.addWeight(
@@ -170,19 +181,18 @@ static bool simulatePipeline(func::FuncOp main,
                              ::partita::schedule::Simulation &simulation,
                              ::partita::schedule::Options &options) {
   auto module = main->getParentOfType<ModuleOp>();
-  auto plan = module ? module->getAttrOfType<DictionaryAttr>("dist.pipeline")
-                     : DictionaryAttr();
+  auto plan =
+      module ? module->getAttrOfType<dist::PipelineAttr>(dist::kPipelineAttr)
+             : dist::PipelineAttr();
   if (!plan)
     return false;
-  options.stages = plan.getAs<IntegerAttr>("stages").getInt();
-  options.microbatches = plan.getAs<IntegerAttr>("microbatches").getInt();
-  if (auto chunks = plan.getAs<IntegerAttr>("virtual_stages"))
-    options.virtualStages = chunks.getInt();
-  options.kind = options.virtualStages > 1
+  options.stages = plan.getStages();
+  options.microbatches = plan.getMicrobatches();
+  options.virtualStages = plan.getVirtualStages();
+  options.kind = plan.getSchedule() == dist::PipelineSchedule::Interleaved
                      ? ::partita::schedule::ScheduleKind::Interleaved
                      : ::partita::schedule::ScheduleKind::GPipe;
-  ArrayRef<double> perRank =
-      plan.getAs<DenseF64ArrayAttr>("stage_seconds").asArrayRef();
+  ArrayRef<double> perRank = plan.getStageSeconds().asArrayRef();
   // Chunk c runs on rank c % P; a rank's time is shared by its chunks. Per
   // microbatch, in the simulator's unit, the microsecond.
   for (int c = 0; c < options.stages * options.virtualStages; ++c) {
@@ -380,10 +390,7 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
                                        {"count", p.count},
                                        {"payload", p.payload},
                                        {"bytes", p.send ? p.payload : 0}});
-    int64_t stage = 0;
-    for (auto &[axis, coord] : coordsOf(mesh, rank))
-      if (axis == "pp")
-        stage = coord;
+    int64_t stage = stageOf(mesh, coordsOf(mesh, rank));
     ranks.push_back(llvm::json::Object{
         {"rank", static_cast<int64_t>(rank)},
         {"coords", std::move(coords)},
@@ -414,26 +421,27 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
       axes.push_back(llvm::json::Object{{"name", name}, {"size", size}});
   llvm::json::Array remarks;
   if (auto module = main->getParentOfType<ModuleOp>())
-    if (auto list = module->getAttrOfType<ArrayAttr>("dist.remarks"))
+    if (auto list = module->getAttrOfType<ArrayAttr>(dist::kRemarksAttr))
       for (auto remark : list.getAsValueRange<StringAttr>())
         remarks.push_back(remark);
   // The sequence-parallel plan, as the annotation pass recorded it.
   llvm::json::Value sequence = nullptr;
   if (auto module = main->getParentOfType<ModuleOp>())
-    if (auto plan =
-            module->getAttrOfType<DictionaryAttr>("dist.sequence_parallel")) {
-      llvm::json::Object fields;
-      for (NamedAttribute entry : plan) {
-        Attribute value = entry.getValue();
-        if (auto text = dyn_cast<StringAttr>(value))
-          fields[entry.getName().str()] = text.str();
-        else if (auto flag = dyn_cast<BoolAttr>(value))
-          fields[entry.getName().str()] = flag.getValue();
-        else if (auto number = dyn_cast<IntegerAttr>(value))
-          fields[entry.getName().str()] = number.getInt();
-        else if (auto real = dyn_cast<FloatAttr>(value))
-          fields[entry.getName().str()] = real.getValueAsDouble();
-      }
+    if (auto plan = module->getAttrOfType<dist::SequenceParallelAttr>(
+            dist::kSequenceParallelAttr)) {
+      llvm::json::Object fields{
+          {"mode", dist::stringifySequenceParallelMode(plan.getMode())},
+          {"axis", plan.getAxis().str()},
+          {"ranks", plan.getRanks()}};
+      for (auto [key, flag] : {std::pair{"causal", plan.getCausal()},
+                               std::pair{"zigzag", plan.getZigzag()}})
+        if (flag)
+          fields[key] = flag.getValue();
+      for (auto [key, real] :
+           {std::pair{"imbalance", plan.getImbalance()},
+            std::pair{"contiguous_imbalance", plan.getContiguousImbalance()}})
+        if (real)
+          fields[key] = real.getValueAsDouble();
       sequence = std::move(fields);
     }
   llvm::json::Object report{

@@ -4,7 +4,7 @@
 
 // The residual stream entering each norm is split on the sequence, at the
 // activation priority 2 (below the weights' 1).
-// MEGATRON: module attributes {dist.sequence_parallel = {axis = "tp", mode = "megatron", ranks = 2 : i64}}
+// MEGATRON: module attributes {dist.sequence_parallel = #dist.sequence_parallel<mode = megatron, axis = "tp", ranks = 2>}
 // MEGATRON: %[[X:.*]] = dist.annotate %arg0 sharding<@mesh, [{}, {tp}, {}]> {dist.priority = 2 : i64, dist.strategy}
 // MEGATRON: nn.layer_norm %[[X]]
 
@@ -17,7 +17,7 @@
 // Ring: attention marked for the decomposition; causal attention gets the
 // zigzag layout (4 chunks of 2 on 2 ranks) and the input is permuted into
 // it on entry, the output put back on exit.
-// RING: module attributes {dist.sequence_order = {axis = "sp", order = array<i64: 0, 1, 6, 7, 2, 3, 4, 5>}, dist.sequence_parallel = {axis = "sp", causal = true, contiguous_imbalance = 1.4444444444444444 : f64, imbalance = 1.000000e+00 : f64, mode = "ring", ranks = 2 : i64, zigzag = true}}
+// RING: module attributes {dist.sequence_order = #dist.sequence_order<axis = "sp", order = [0, 1, 6, 7, 2, 3, 4, 5]>, dist.sequence_parallel = #dist.sequence_parallel<mode = ring, axis = "sp", ranks = 2, causal = true, zigzag = true, imbalance = 1.000000e+00 : f64, contiguous_imbalance = 1.4444444444444444 : f64>}
 // RING: %[[ORDER:.*]] = nn.constant {dist.sequence_order} dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
 // RING: nn.gather %arg0, %[[ORDER]] axis = 1
 // RING: nn.attention {{.*}} {causal, dist.ring = "sp"}

@@ -1,6 +1,7 @@
 // RUN: partita-opt %s -split-input-file --partita-annotate="mesh=dp=2,tp=2" | FileCheck %s
 // RUN: partita-opt %s -split-input-file --partita-annotate="mesh=tp=4" | FileCheck %s --check-prefix=TP4
 // RUN: partita-opt %s -split-input-file --partita-annotate="mesh=pp=1,dp=2,tp=2,sp=1" | FileCheck %s --check-prefix=SIZE1
+// RUN: partita-opt %s -split-input-file --partita-annotate="mesh=data=2:dp,model=2:tp" | FileCheck %s --check-prefix=NAMED
 
 // Axes of size 1 that the strategy does not use are fine.
 // SIZE1: dist.mesh @mesh [pp = 1, dp = 2, tp = 2, sp = 1]
@@ -8,6 +9,14 @@
 // The Megatron plan of one layer: vocab-parallel embedding, column-parallel
 // fused QKV (segments permuted) and MLP up, row-parallel attention output
 // and MLP down, column-parallel LM head; batch over dp at the edges.
+
+// Any axis names: the strategy finds dp and tp by the axes' roles.
+// NAMED: dist.mesh @mesh [data = 2 : dp, model = 2 : tp]
+// NAMED-LABEL: func.func @layer
+// NAMED: dist.annotate %arg0 sharding<@mesh, [{data}, {}]>
+// NAMED: sharding<@mesh, [{model}, {}]> {dist.strategy} : tensor<32x16xf32>
+// NAMED: sharding<@mesh, [{}, {model}]> {dist.strategy} : tensor<16x48xf32>
+// NAMED: sharding<@mesh, [{model}, {}]> {dist.strategy} : tensor<16x16xf32>
 
 // CHECK: dist.mesh @mesh [dp = 2, tp = 2]
 // CHECK-LABEL: func.func @layer

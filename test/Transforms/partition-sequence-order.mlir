@@ -4,7 +4,7 @@
 // entry. It is kept only where the program computes the same on the
 // permuted rows: here every op treats the sequence position by position,
 // and the position constant, split over sp, is laid out in the ring's order.
-// CHECK: module attributes {dist.sequence_order = {axis = "sp", order = array<i64: 0, 1, 6, 7, 2, 3, 4, 5>}, dist.sequence_parallel = {{{.*}}zigzag = true}}
+// CHECK: module attributes {dist.sequence_order = #dist.sequence_order<axis = "sp", order = [0, 1, 6, 7, 2, 3, 4, 5]>, dist.sequence_parallel = #dist.sequence_parallel<{{.*}}zigzag = true{{.*}}>}
 // CHECK-LABEL: func.func @kept
 // CHECK: %[[ORDER:.*]] = nn.constant {dist.sequence_order} dense<[0, 1, 6, 7, 2, 3, 4, 5]>
 // CHECK: nn.gather %arg0, %{{.*}} axis = 1
@@ -30,7 +30,7 @@ func.func @kept(%ids: tensor<1x8xi64>) -> tensor<1x8x16xf32> {
 // Position ids counted along the sequence (cumsum of the mask, as HF's
 // dynamic exports compute them) would count the permuted rows: the layout
 // stays contiguous, no input is permuted, and a remark says why.
-// CHECK: module attributes {dist.remarks = ["--sp-mode ring keeps the sequence contiguous instead of zigzag, which balances causal work across ranks: nn.cumsum reads the sequence in order (opaque factor)"], dist.sequence_parallel = {axis = "sp", causal = true, contiguous_imbalance = 1.4444444444444444 : f64, imbalance = 1.4444444444444444 : f64, mode = "ring", ranks = 2 : i64, zigzag = false}}
+// CHECK: module attributes {dist.remarks = ["--sp-mode ring keeps the sequence contiguous instead of zigzag, which balances causal work across ranks: nn.cumsum reads the sequence in order (opaque factor)"], dist.sequence_parallel = #dist.sequence_parallel<mode = ring, axis = "sp", ranks = 2, causal = true, zigzag = false, imbalance = 1.4444444444444444 : f64, contiguous_imbalance = 1.4444444444444444 : f64>}
 // CHECK-LABEL: func.func @cumsum_positions
 // CHECK-NOT: dist.sequence_order
 // CHECK: nn.cumsum %arg1 axis = 1
@@ -60,7 +60,7 @@ func.func @cumsum_positions(%ids: tensor<1x8xi64>, %mask: tensor<1x8xi64>) -> te
 // leaves the whole model replicated, and a replicated position embedding
 // and causal attention over the whole sequence would meet permuted rows.
 // The layout stays contiguous.
-// CHECK: module attributes {dist.remarks = ["--sp-mode ring keeps the sequence contiguous instead of zigzag, which balances causal work across ranks: nn.gather merges the sequence into another dimension"], dist.sequence_parallel = {{{.*}}zigzag = false}}
+// CHECK: module attributes {dist.remarks = ["--sp-mode ring keeps the sequence contiguous instead of zigzag, which balances causal work across ranks: nn.gather merges the sequence into another dimension"], dist.sequence_parallel = #dist.sequence_parallel<{{.*}}zigzag = false{{.*}}>}
 // CHECK-LABEL: func.func @flattened_mask
 // CHECK-NOT: dist.sequence_order
 func.func @flattened_mask(%ids: tensor<2x8xi64>, %mask: tensor<2x8xi64>) -> tensor<2x8x16xf32> {

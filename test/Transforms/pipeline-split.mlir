@@ -6,7 +6,7 @@
 // Two blocks of equal cost on pp=2: the cut falls where only the first
 // block's output crosses; each stage recomputes the input-derived mask and
 // holds its own weight; the last stage yields the result.
-// CHECK: module attributes {dist.pipeline = {microbatches = 1 : i64, schedule = "gpipe", stage_seconds = array<f64: [[COST:.*]], [[COST]]>, stages = 2 : i64, virtual_stages = 1 : i64}}
+// CHECK: module attributes {dist.pipeline = #dist.pipeline<stages = 2, microbatches = 1, schedule = gpipe, virtual_stages = 1, stage_seconds = {{\[}}[[COST:.*]], [[COST]]]>}
 // CHECK: dist.stage 0 on @mesh axis pp {
 // CHECK-NEXT: nn.constant dense<5.000000e-01>
 // CHECK-NEXT: %[[MASK0:.*]] = nn.neg %arg1
@@ -37,7 +37,7 @@
 // 0 on rank 0, 1 on rank 1, 2 on rank 0 again, 3 on rank 1), the last
 // handing nothing back; inside a region the next microbatch is received
 // before the current one is sent.
-// INTERLEAVED: schedule = "interleaved"
+// INTERLEAVED: schedule = interleaved
 // INTERLEAVED: dist.stage 0 on @mesh axis pp {
 // INTERLEAVED: dist.send {{.*}} to 1 tag 0
 // INTERLEAVED: dist.send {{.*}} to 1 tag 1

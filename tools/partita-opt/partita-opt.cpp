@@ -18,12 +18,17 @@
 #include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
 
+namespace mlir::partita::test {
+void registerTestPasses();
+} // namespace mlir::partita::test
+
 int main(int argc, char **argv) {
   llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "partita-opt " << partita::versionString() << "\n";
   });
   mlir::partita::optionErrorTool() = "partita-opt";
   mlir::partita::registerAllPasses();
+  mlir::partita::test::registerTestPasses();
   mlir::DialectRegistry registry;
   mlir::partita::registerAllDialects(registry);
   return mlir::asMainReturnCode(

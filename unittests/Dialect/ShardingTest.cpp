@@ -135,9 +135,24 @@ TEST(MeshAxesTest, Parses) {
   FailureOr<MeshAxes> axes = parseMeshAxes("dp=2, tp=4,pp=1", error);
   ASSERT_TRUE(succeeded(axes)) << error;
   ASSERT_EQ(axes->size(), 3u);
-  EXPECT_EQ((*axes)[0], (std::pair<std::string, int64_t>{"dp", 2}));
-  EXPECT_EQ((*axes)[1], (std::pair<std::string, int64_t>{"tp", 4}));
-  EXPECT_EQ((*axes)[2], (std::pair<std::string, int64_t>{"pp", 1}));
+  auto spec = [](const MeshAxisSpec &axis) {
+    return std::make_tuple(axis.name, axis.size, axis.role);
+  };
+  EXPECT_EQ(spec((*axes)[0]), std::make_tuple("dp", 2, AxisRole::Data));
+  EXPECT_EQ(spec((*axes)[1]), std::make_tuple("tp", 4, AxisRole::Tensor));
+  EXPECT_EQ(spec((*axes)[2]), std::make_tuple("pp", 1, AxisRole::Pipeline));
+}
+
+TEST(MeshAxesTest, ParsesRoles) {
+  std::string error;
+  FailureOr<MeshAxes> axes =
+      parseMeshAxes("model=4:tp, data=2 : dp,x=1", error);
+  ASSERT_TRUE(succeeded(axes)) << error;
+  ASSERT_EQ(axes->size(), 3u);
+  EXPECT_EQ((*axes)[0].role, AxisRole::Tensor);
+  EXPECT_EQ((*axes)[1].role, AxisRole::Data);
+  EXPECT_EQ((*axes)[1].size, 2);
+  EXPECT_EQ((*axes)[2].role, AxisRole::None);
 }
 
 TEST(MeshAxesTest, Errors) {
@@ -150,6 +165,12 @@ TEST(MeshAxesTest, Errors) {
   EXPECT_EQ(error, "axis 'tp' is given twice");
   EXPECT_TRUE(failed(parseMeshAxes("=2", error)));
   EXPECT_TRUE(failed(parseMeshAxes("tp=two", error)));
+  EXPECT_TRUE(failed(parseMeshAxes("model=4:ep", error)));
+  EXPECT_EQ(error, "'model=4:ep': unknown role 'ep'; expected dp, tp, pp, sp "
+                   "or none");
+  EXPECT_TRUE(failed(parseMeshAxes("model=4:tp,tp=2", error)));
+  EXPECT_EQ(error, "axes 'model' and 'tp' both have role tp");
+  EXPECT_TRUE(failed(parseMeshAxes("tp=2:", error)));
 }
 
 } // namespace

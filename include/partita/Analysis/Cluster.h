@@ -6,10 +6,10 @@
 //
 // The alpha-beta model of communication: a collective over a group on a
 // link class costs `latency` per ring step plus its bytes over the link's
-// bandwidth. Each mesh axis maps to a link class: by default tensor and
-// sequence parallelism stay within a node (NVLink), data and pipeline
-// parallelism cross nodes (InfiniBand). `--cluster FILE.json` overrides any
-// of it.
+// bandwidth. Each mesh axis maps to a link class by its role: by default
+// tensor and sequence parallelism stay within a node (NVLink), data and
+// pipeline parallelism (and axes without a role) cross nodes (InfiniBand).
+// `--cluster FILE.json` overrides any of it, per class or per axis name.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,9 +17,11 @@
 #define PARTITA_ANALYSIS_CLUSTER_H
 
 #include "partita/Analysis/CostModel.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir::partita {
@@ -29,22 +31,31 @@ struct LinkModel {
   double bytesPerSecond = 1;
 };
 
+/// The link of one axis as the cluster file gives it; a field not given
+/// comes from the link class of the axis's role.
+struct AxisLink {
+  std::optional<double> latencySeconds;
+  std::optional<double> bytesPerSecond;
+};
+
 struct ClusterModel {
   DeviceModel device;
   /// NVLink-class (within a node) and InfiniBand-class (across nodes).
   LinkModel intraNode{5e-6, 300e9};
   LinkModel interNode{20e-6, 25e9};
-  /// Link class of an axis; axes not listed: tp and sp intra-node, others
-  /// inter-node.
-  llvm::StringMap<LinkModel> axes;
+  /// Links of axes by name, over the class of their role.
+  llvm::StringMap<AxisLink> axes;
 
-  /// The link a group over `axes` uses: the slowest of theirs.
-  LinkModel linkFor(llvm::ArrayRef<std::string> axes) const;
+  /// The link a group over `axes` of `mesh` uses: the slowest of theirs.
+  /// Without a mesh an axis has the default role of its name.
+  LinkModel linkFor(llvm::ArrayRef<std::string> axes,
+                    dist::MeshOp mesh = {}) const;
 
   /// Seconds for a collective of `kind` ("all_reduce", ...) over a group of
   /// `n` devices sending `bytes` (the ring algorithm's bytes per rank).
   double collectiveSeconds(llvm::StringRef kind, int64_t n, int64_t bytes,
-                           llvm::ArrayRef<std::string> axes) const;
+                           llvm::ArrayRef<std::string> axes,
+                           dist::MeshOp mesh = {}) const;
 
   /// Reads `{"device": {"flops_per_second", "bytes_per_second"},
   /// "intra_node": {"latency_us", "bandwidth_gb_per_s"}, "inter_node":

@@ -27,6 +27,21 @@ dist.mesh @mesh [tp = 2, tp = 4]
 // expected-error @+1 {{mesh_c5: axis 'tp' has size 0}}
 dist.mesh @mesh [dp = 2, tp = 0]
 
+// -----
+
+// expected-error @+1 {{mesh_c6: 1 axis roles for 2 axes}}
+"dist.mesh"() <{sym_name = "mesh", axis_names = ["a", "b"], axis_sizes = array<i64: 2, 4>, axis_roles = [#dist<axis_role tp>]}> : () -> ()
+
+// -----
+
+// expected-error @+1 {{mesh_c7: axes 'model' and 'tp' both have role tp}}
+dist.mesh @mesh [model = 2 : tp, tp = 4]
+
+// -----
+
+// expected-error @+1 {{unknown axis role 'ep'; expected dp, tp, pp, sp or none}}
+dist.mesh @mesh [model = 2 : ep]
+
 //===----------------------------------------------------------------------===//
 // #dist.sharding, dist.annotate, dist.reshard
 //===----------------------------------------------------------------------===//
@@ -733,4 +748,131 @@ func.func @nested_stages() {
 func.func @yield_outside_stage() {
   // expected-error @+1 {{yield_c1: the parent op is not a dist.stage}}
   dist.yield
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes and the plans on the module
+//===----------------------------------------------------------------------===//
+
+// -----
+
+dist.mesh @mesh [tp = 2]
+// expected-error @+1 {{attrs_c1: 'dist.sharding' has 1 dimension entries but the argument has rank 2}}
+func.func @argument_sharding_rank(%x: tensor<4x4xf32> {dist.sharding = #dist.sharding<@mesh, [{tp}]>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attrs_c1: 'dist.sharding' expects a #dist.sharding, got "tp"}}
+func.func @result_sharding_kind() -> (tensor<4xf32> {dist.sharding = "tp"}) {
+  %0 = nn.constant dense<1.0> : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @result_shardings_count() {
+  // expected-error @+1 {{attrs_c2: 'dist.shardings' expects an array of 1 #dist.sharding, got []}}
+  %0 = nn.constant {dist.shardings = []} dense<1.0> : tensor<4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [tp = 2]
+func.func @strategy_kind(%x: tensor<4xf32>) {
+  // expected-error @+1 {{attrs_c3: 'dist.strategy' is a unit attribute on a dist.annotate}}
+  %0 = dist.annotate %x sharding<@mesh, [{tp}]> {dist.strategy = 1 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @reason_kind() {
+  // expected-error @+1 {{attrs_c4: 'dist.reason' expects a string, got 3 : i64}}
+  %0 = nn.constant {dist.reason = 3} dense<1.0> : tensor<4xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attrs_c5: 'dist.remarks' is an array of strings on a module}}
+module attributes {dist.remarks = [1]} {
+}
+
+// -----
+
+// expected-error @+1 {{attrs_c6: 'dist.pipeline' expects a #dist.pipeline on a module, got {stages = 2 : i64}}}
+module attributes {dist.pipeline = {stages = 2}} {
+}
+
+// -----
+
+func.func @sequence_order_mark() {
+  // expected-error @+1 {{attrs_c6: 'dist.sequence_order' is a unit attribute on an op other than a module}}
+  %0 = nn.constant {dist.sequence_order = 1} dense<1> : tensor<4xi64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [sp = 2]
+func.func @ring_axis(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{attrs_c7: 'ring' is not an axis of mesh @mesh}}
+  %0 = nn.attention %q, %q, %q {dist.ring = "ring"} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attrs_c8: 'dist.plan' is not an attribute of the dist dialect}}
+module attributes {dist.plan = 1} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline_c1: stages (2), microbatches (0) and virtual_stages (1) are at least 1}}
+module attributes {dist.pipeline = #dist.pipeline<stages = 2, microbatches = 0, schedule = gpipe, virtual_stages = 1, stage_seconds = [1.0, 1.0]>} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline_c2: 2 stages but 1 stage_seconds}}
+module attributes {dist.pipeline = #dist.pipeline<stages = 2, microbatches = 1, schedule = gpipe, virtual_stages = 1, stage_seconds = [1.0]>} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline_c3: 2 stages, but the pipeline axis of mesh @mesh has size 4}}
+module attributes {dist.pipeline = #dist.pipeline<stages = 2, microbatches = 1, schedule = gpipe, virtual_stages = 1, stage_seconds = [1.0, 1.0]>} {
+  dist.mesh @mesh [stages = 4 : pp]
+}
+
+// -----
+
+// expected-error @+1 {{sequence_order_c1: the order is not a permutation of 0 .. 3}}
+module attributes {dist.sequence_order = #dist.sequence_order<axis = "sp", order = [0, 1, 1, 3]>} {
+  dist.mesh @mesh [sp = 2]
+}
+
+// -----
+
+// expected-error @+1 {{sequence_order_c2: 'ring' is not an axis of mesh @mesh}}
+module attributes {dist.sequence_order = #dist.sequence_order<axis = "ring", order = [0, 3, 1, 2]>} {
+  dist.mesh @mesh [sp = 2]
+}
+
+// -----
+
+// expected-error @+1 {{sequence_parallel_c1: causal, zigzag and the imbalances describe ring attention, not ulysses}}
+module attributes {dist.sequence_parallel = #dist.sequence_parallel<mode = ulysses, axis = "sp", ranks = 2, causal = true>} {
+  dist.mesh @mesh [sp = 2]
+}
+
+// -----
+
+// expected-error @+1 {{sequence_parallel_c2: 4 ranks, but 'sp' has size 2}}
+module attributes {dist.sequence_parallel = #dist.sequence_parallel<mode = ulysses, axis = "sp", ranks = 4>} {
+  dist.mesh @mesh [sp = 2]
 }

@@ -5,6 +5,9 @@
 dist.mesh @mesh [dp = 2, tp = 4, pp = 1, "sp" = 1]
 // CHECK-LABEL: dist.mesh @single [x = 1]
 dist.mesh @single [x = 1]
+// Roles print only where they are not the default of the name.
+// CHECK-LABEL: dist.mesh @named [data = 2 : dp, model = 4 : tp, x = 2, tp = 1 : none, pp = 2]
+dist.mesh @named [data = 2 : dp, model = 4 : tp, x = 2 : none, tp = 1 : none, pp = 2 : pp]
 
 // -----
 

@@ -236,6 +236,61 @@ RankedTensorType ShardingAttr::getLocalType(RankedTensorType type,
 }
 
 //===----------------------------------------------------------------------===//
+// The plans passes record on the module
+//===----------------------------------------------------------------------===//
+
+LogicalResult PipelineAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   int64_t stages, int64_t microbatches,
+                                   PipelineSchedule schedule,
+                                   int64_t virtualStages,
+                                   DenseF64ArrayAttr stageSeconds) {
+  if (stages < 1 || microbatches < 1 || virtualStages < 1)
+    return emitError() << "pipeline_c1: stages (" << stages
+                       << "), microbatches (" << microbatches
+                       << ") and virtual_stages (" << virtualStages
+                       << ") are at least 1";
+  if (schedule == PipelineSchedule::GPipe && virtualStages != 1)
+    return emitError() << "pipeline_c1: the gpipe schedule has no virtual "
+                          "stages, got "
+                       << virtualStages;
+  if (!stageSeconds || stageSeconds.size() != stages)
+    return emitError() << "pipeline_c2: " << stages << " stages but "
+                       << (stageSeconds ? stageSeconds.size() : 0)
+                       << " stage_seconds";
+  return success();
+}
+
+LogicalResult
+SequenceOrderAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                          StringAttr axis, DenseI64ArrayAttr order) {
+  SmallVector<bool> seen(order ? order.size() : 0, false);
+  for (int64_t position : order ? order.asArrayRef() : ArrayRef<int64_t>()) {
+    if (position < 0 || position >= static_cast<int64_t>(seen.size()) ||
+        seen[position])
+      return emitError() << "sequence_order_c1: the order is not a "
+                            "permutation of 0 .. "
+                         << static_cast<int64_t>(seen.size()) - 1;
+    seen[position] = true;
+  }
+  return success();
+}
+
+LogicalResult SequenceParallelAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, SequenceParallelMode mode,
+    StringAttr axis, int64_t ranks, BoolAttr causal, BoolAttr zigzag,
+    FloatAttr imbalance, FloatAttr contiguousImbalance) {
+  if (ranks < 1)
+    return emitError() << "sequence_parallel_c1: ranks is " << ranks
+                       << "; it is at least 1";
+  bool ringFields = causal || zigzag || imbalance || contiguousImbalance;
+  if (ringFields && mode != SequenceParallelMode::Ring)
+    return emitError() << "sequence_parallel_c1: causal, zigzag and the "
+                          "imbalances describe ring attention, not "
+                       << stringifySequenceParallelMode(mode);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // TokenType
 //===----------------------------------------------------------------------===//
 

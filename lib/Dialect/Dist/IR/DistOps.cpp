@@ -37,6 +37,11 @@ SmallVector<StringRef> mlir::partita::dist::getStringRefs(ArrayAttr strings) {
   });
 }
 
+AxisRole mlir::partita::dist::getDefaultAxisRole(StringRef name) {
+  // The roles are spelled as their conventional axis names.
+  return symbolizeAxisRole(name).value_or(AxisRole::None);
+}
+
 WaitOp mlir::partita::dist::getWaitOfToken(Value token) {
   if (!token || !token.hasOneUse())
     return {};
@@ -50,37 +55,70 @@ WaitOp mlir::partita::dist::getWaitOfToken(Value token) {
 namespace mlir::partita::dist {
 namespace {
 
-/// `[` name `=` size (`,` name `=` size)* `]`, the axes of a mesh.
+/// The `axis_roles` of a mesh with these names and roles: null when every
+/// role is its name's default, so that the default form is the only one.
+ArrayAttr getStoredRoles(MLIRContext *context, ArrayRef<StringRef> names,
+                         ArrayRef<AxisRole> roles) {
+  if (roles.empty() || llvm::all_of(llvm::zip(names, roles), [](auto axis) {
+        return getDefaultAxisRole(std::get<0>(axis)) == std::get<1>(axis);
+      }))
+    return {};
+  return ArrayAttr::get(context, llvm::map_to_vector(roles, [&](AxisRole role) {
+                          return Attribute(AxisRoleAttr::get(context, role));
+                        }));
+}
+
+/// `[` name `=` size (`:` role)? (`,` ...)* `]`, the axes of a mesh.
 ParseResult parseMeshAxes(OpAsmParser &parser, ArrayAttr &names,
-                          DenseI64ArrayAttr &sizes) {
-  SmallVector<Attribute> nameAttrs;
+                          DenseI64ArrayAttr &sizes, ArrayAttr &roles) {
+  SmallVector<StringRef> nameRefs;
   SmallVector<int64_t> sizeValues;
+  SmallVector<AxisRole> roleValues;
   if (parser.parseCommaSeparatedList(
           AsmParser::Delimiter::Square, [&]() -> ParseResult {
             StringAttr name;
-            int64_t size;
+            int64_t size = 0;
             if (syntax::parseAxis(parser, name) || parser.parseEqual() ||
                 parser.parseInteger(size))
               return failure();
-            nameAttrs.push_back(name);
+            AxisRole role = getDefaultAxisRole(name.getValue());
+            if (succeeded(parser.parseOptionalColon())) {
+              SMLoc loc = parser.getCurrentLocation();
+              StringRef keyword;
+              if (parser.parseKeyword(&keyword))
+                return failure();
+              std::optional<AxisRole> given = symbolizeAxisRole(keyword);
+              if (!given)
+                return parser.emitError(loc, "unknown axis role '")
+                       << keyword << "'; expected dp, tp, pp, sp or none";
+              role = *given;
+            }
+            nameRefs.push_back(name.getValue());
             sizeValues.push_back(size);
+            roleValues.push_back(role);
             return success();
           }))
     return failure();
-  names = parser.getBuilder().getArrayAttr(nameAttrs);
+  names = parser.getBuilder().getStrArrayAttr(nameRefs);
   sizes = parser.getBuilder().getDenseI64ArrayAttr(sizeValues);
+  roles = getStoredRoles(parser.getContext(), nameRefs, roleValues);
   return success();
 }
 
-void printMeshAxes(OpAsmPrinter &printer, Operation *, ArrayAttr names,
-                   DenseI64ArrayAttr sizes) {
+void printMeshAxes(OpAsmPrinter &printer, MeshOp mesh, ArrayAttr names,
+                   DenseI64ArrayAttr sizes, ArrayAttr) {
   printer << '[';
-  llvm::interleaveComma(
-      llvm::zip(names.getAsValueRange<StringAttr>(), sizes.asArrayRef()),
-      printer, [&](auto axis) {
-        syntax::printAxis(printer, std::get<0>(axis));
-        printer << " = " << std::get<1>(axis);
-      });
+  for (auto [index, axis] : llvm::enumerate(llvm::zip(
+           names.getAsValueRange<StringAttr>(), sizes.asArrayRef()))) {
+    auto [name, size] = axis;
+    if (index > 0)
+      printer << ", ";
+    syntax::printAxis(printer, name);
+    printer << " = " << size;
+    AxisRole role = mesh.getAxisRole(index);
+    if (role != getDefaultAxisRole(name))
+      printer << " : " << stringifyAxisRole(role);
+  }
   printer << ']';
 }
 
@@ -453,10 +491,12 @@ void DistDialect::registerOps() {
 //===----------------------------------------------------------------------===//
 
 void MeshOp::build(OpBuilder &builder, OperationState &state, StringRef name,
-                   ArrayRef<StringRef> axisNames, ArrayRef<int64_t> axisSizes) {
+                   ArrayRef<StringRef> axisNames, ArrayRef<int64_t> axisSizes,
+                   ArrayRef<AxisRole> axisRoles) {
   build(builder, state, builder.getStringAttr(name),
         builder.getStrArrayAttr(axisNames),
-        builder.getDenseI64ArrayAttr(axisSizes));
+        builder.getDenseI64ArrayAttr(axisSizes),
+        getStoredRoles(builder.getContext(), axisNames, axisRoles));
 }
 
 LogicalResult MeshOp::verify() {
@@ -479,7 +519,48 @@ LogicalResult MeshOp::verify() {
       return emitOpError("mesh_c5: axis '")
              << name << "' has size " << size << "; sizes start at 1";
   }
+  if (std::optional<ArrayAttr> roles = getAxisRoles();
+      roles && roles->size() != names.size())
+    return emitOpError("mesh_c6: ")
+           << roles->size() << " axis roles for " << names.size() << " axes";
+  DenseMap<AxisRole, StringRef> holder;
+  for (auto [index, name] : llvm::enumerate(getAxisNameRefs())) {
+    AxisRole role = getAxisRole(index);
+    if (role == AxisRole::None)
+      continue;
+    auto [it, inserted] = holder.try_emplace(role, name);
+    if (!inserted)
+      return emitOpError("mesh_c7: axes '")
+             << it->second << "' and '" << name << "' both have role "
+             << stringifyAxisRole(role);
+  }
   return success();
+}
+
+AxisRole MeshOp::getAxisRole(unsigned index) {
+  if (std::optional<ArrayAttr> roles = getAxisRoles();
+      roles && index < roles->size())
+    return cast<AxisRoleAttr>((*roles)[index]).getValue();
+  return getDefaultAxisRole(cast<StringAttr>(getAxisNames()[index]).getValue());
+}
+
+std::optional<AxisRole> MeshOp::getAxisRole(StringRef axis) {
+  if (std::optional<unsigned> index = getAxisIndex(axis))
+    return getAxisRole(*index);
+  return std::nullopt;
+}
+
+std::optional<StringRef> MeshOp::getAxisWithRole(AxisRole role) {
+  assert(role != AxisRole::None && "several axes may have no role");
+  for (auto [index, name] : llvm::enumerate(getAxisNameRefs()))
+    if (getAxisRole(index) == role)
+      return name;
+  return std::nullopt;
+}
+
+int64_t MeshOp::getRoleSize(AxisRole role) {
+  std::optional<StringRef> axis = getAxisWithRole(role);
+  return axis ? getAxisSize(*axis).value_or(1) : 1;
 }
 
 std::optional<unsigned> MeshOp::getAxisIndex(StringRef axis) {

@@ -4,10 +4,10 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The Megatron strategy recognizes the roles of matmuls from the dataflow
-// around them (what feeds attention, what attention feeds, what reaches the
-// next matmul through activations only) and pins their weights; every other
-// sharding comes from propagation.
+// The Megatron strategy pins the weights of the roles the model-role
+// analysis finds (projections into attention and an MLP's first matmuls
+// column-parallel, the matmuls after them row-parallel, embedding and LM
+// head vocab-parallel); every other sharding comes from propagation.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
+#include "partita/Analysis/ModelRoles.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/SetVector.h"
@@ -51,93 +52,59 @@ std::string opName(Operation *op) {
   return op->getName().getStringRef().str();
 }
 
-bool isElementwise(Operation *op) {
-  return op->hasTrait<nn::ElementwiseOpTrait>();
+/// The name of the axis of `mesh` with `role`; empty when none has it.
+StringRef axisWithRole(MeshOp mesh, AxisRole role) {
+  return mesh.getAxisWithRole(role).value_or(StringRef());
 }
 
-/// The first operand of `op` that is not a constant.
-Value firstVariable(Operation *op) {
-  for (Value operand : op->getOperands())
-    if (!getConstant(operand))
-      return operand;
-  return {};
-}
+/// How Megatron splits the weight of a matmul of a role over tp: on its
+/// output features (dimension -1, column parallel) or its input features
+/// (-2, row parallel), and what the role is called in diagnostics.
+struct MatmulSplit {
+  int64_t dim;
+  StringRef what;
+};
 
-/// The matmul with a constant weight that produces `value`, looking through
-/// ops that keep features in place (layout changes, rotary embedding's
-/// slices and products, elementwise ops); null if there is none.
-nn::MatmulOp projectionOf(Value value) {
-  while (value) {
-    Operation *def = value.getDefiningOp();
-    if (!def)
-      return {};
-    if (auto matmul = dyn_cast<nn::MatmulOp>(def))
-      return getConstant(matmul.getRhs()) ? matmul : nn::MatmulOp();
-    if (isa<nn::ReshapeOp, nn::TransposeOp, nn::SplitOp, nn::SliceOp,
-            nn::ConcatOp>(def) ||
-        isElementwise(def))
-      value = firstVariable(def);
-    else
-      return {};
+std::optional<MatmulSplit> getMegatronSplit(ModelRole role) {
+  switch (role) {
+  case ModelRole::AttentionQuery:
+  case ModelRole::AttentionKey:
+  case ModelRole::AttentionValue:
+  case ModelRole::AttentionFusedProjection:
+    return MatmulSplit{-1, "attention projection"};
+  case ModelRole::AttentionOutput:
+    return MatmulSplit{-2, "attention output projection"};
+  case ModelRole::MlpUp:
+  case ModelRole::MlpGate:
+  case ModelRole::MlpFusedGateUp:
+    return MatmulSplit{-1, "MLP up projection"};
+  case ModelRole::MlpDown:
+    return MatmulSplit{-2, "MLP down projection"};
+  case ModelRole::LmHead:
+    return MatmulSplit{-1, "LM head"};
+  case ModelRole::Embedding:
+  case ModelRole::Norm:
+    return std::nullopt;
   }
-  return {};
-}
-
-/// Whether `value` comes from an attention op through layout changes.
-bool isAttentionOutput(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    if (isa<nn::AttentionOp>(def))
-      return true;
-    if (!isa<nn::ReshapeOp, nn::TransposeOp>(def))
-      return false;
-    value = def->getOperand(0);
-  }
-  return false;
-}
-
-/// The matmuls with constant weights that `value` comes from through
-/// elementwise ops, reshapes and splits only (an MLP's up projections as
-/// seen from its down projection). Empty when some path reaches anything
-/// else.
-SmallVector<nn::MatmulOp> mlpInputsOf(Value value) {
-  SmallVector<nn::MatmulOp> found;
-  SmallVector<Value> work{value};
-  llvm::SmallPtrSet<Operation *, 8> seen;
-  while (!work.empty()) {
-    Operation *def = work.pop_back_val().getDefiningOp();
-    if (!def)
-      return {};
-    if (!seen.insert(def).second)
-      continue;
-    if (auto matmul = dyn_cast<nn::MatmulOp>(def)) {
-      if (!getConstant(matmul.getRhs()))
-        return {};
-      found.push_back(matmul);
-      continue;
-    }
-    if (isa<nn::ConstantOp>(def))
-      continue;
-    if (!isElementwise(def) && !isa<nn::ReshapeOp, nn::SplitOp>(def))
-      return {};
-    for (Value operand : def->getOperands())
-      work.push_back(operand);
-  }
-  return found;
+  llvm_unreachable("unknown model role");
 }
 
 class Megatron {
 public:
   Megatron(MeshOp mesh, SequenceMode sequence, SmallVector<Attribute> &remarks)
-      : mesh(mesh), tp(mesh.getAxisSize("tp").value_or(1)),
-        dp(mesh.getAxisSize("dp").value_or(1)),
-        sp(mesh.getAxisSize("sp").value_or(1)), sequence(sequence),
+      : mesh(mesh), tpAxis(axisWithRole(mesh, AxisRole::Tensor)),
+        dpAxis(axisWithRole(mesh, AxisRole::Data)),
+        spAxis(axisWithRole(mesh, AxisRole::Sequence)),
+        tp(mesh.getRoleSize(AxisRole::Tensor)),
+        dp(mesh.getRoleSize(AxisRole::Data)),
+        sp(mesh.getRoleSize(AxisRole::Sequence)), sequence(sequence),
         remarks(remarks) {}
   LogicalResult run(func::FuncOp func);
 
 private:
   /// The axis and size that split the sequence, if any.
   StringRef sequenceAxis() const {
-    return sequence == SequenceMode::Megatron ? "tp" : "sp";
+    return sequence == SequenceMode::Megatron ? tpAxis : spAxis;
   }
   /// How many ways attention heads are split: tp, times sp for Ulysses.
   int64_t headSplit() const {
@@ -161,6 +128,8 @@ private:
   LogicalResult annotateBatch(func::FuncOp func);
 
   MeshOp mesh;
+  /// The axes of the tensor, data and sequence roles; empty when none has it.
+  StringRef tpAxis, dpAxis, spAxis;
   int64_t tp, dp, sp;
   SequenceMode sequence;
   SmallVector<Attribute> &remarks;
@@ -278,7 +247,8 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
 void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
   auto query = cast<RankedTensorType>(attention.getQuery().getType());
   auto key = cast<RankedTensorType>(attention.getKey().getType());
-  int64_t heads = query.getDimSize(1), kvHeads = key.getDimSize(1);
+  int64_t heads = query.getDimSize(kAttentionHeadsDim),
+          kvHeads = key.getDimSize(kAttentionHeadsDim);
   int64_t split = headSplit();
   if (kvHeads == heads || kvHeads % split == 0 || heads % split != 0)
     return;
@@ -295,17 +265,18 @@ void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
     Value kv = attention->getOperand(operand);
     auto type = cast<RankedTensorType>(kv.getType());
     SmallVector<int64_t> shape(type.getShape());
-    shape[1] = heads;
+    shape[kAttentionHeadsDim] = heads;
     Value repeated = nn::GatherOp::create(b, loc, type.clone(shape), kv,
-                                          indices, static_cast<int64_t>(1));
+                                          indices, kAttentionHeadsDim);
     attention->setOperand(operand, repeated);
   }
   remarks.push_back(StringAttr::get(
       attention.getContext(),
       "attention " + opName(attention) + ": " + std::to_string(kvHeads) +
           " key/value heads do not divide " +
-          (split == tp ? "tp=" + std::to_string(tp)
-                       : "tp×sp=" + std::to_string(split)) +
+          (split == tp ? tpAxis.str() + "=" + std::to_string(tp)
+                       : tpAxis.str() + "×" + spAxis.str() + "=" +
+                             std::to_string(split)) +
           "; the key/value projections are replicated and each rank "
           "repeats the key/value heads its " +
           std::to_string(heads / split) + " query heads use"));
@@ -317,64 +288,31 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
   for (nn::SplitOp split : splits)
     if (failed(splitSegments(split)))
       return failure();
-  SmallVector<Operation *> ops;
-  func.walk([&](Operation *op) { ops.push_back(op); });
-  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-  for (Operation *op : ops) {
-    if (auto attention = dyn_cast<nn::AttentionOp>(op)) {
-      for (Value input :
-           {attention.getQuery(), attention.getKey(), attention.getValue()})
-        if (nn::MatmulOp matmul = projectionOf(input))
-          if (failed(pin(matmul, 1, -1, "tp", "attention projection")))
-            return failure();
-      continue;
-    }
-    if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
-      if (!getConstant(embedding.getTable()))
-        continue;
-      // A table with fewer rows than tp divides (BERT's two token types)
-      // stays whole on every rank: it is small, and splitting it would
-      // leave ranks without rows.
-      int64_t rows = embedding.getTable().getType().getDimSize(0);
-      int64_t tp = *mesh.getAxisSize("tp");
-      if (rows % tp != 0) {
-        remarks.push_back(StringAttr::get(
-            embedding.getContext(),
-            "embedding " + opName(embedding) + ": " + std::to_string(rows) +
-                " rows do not divide tp=" + std::to_string(tp) +
-                "; the table is replicated"));
-        continue;
-      }
-      if (failed(pin(embedding, 0, 0, "tp", "vocab-parallel embedding")))
+  // The roles of the rewritten model: the segments permuted, key/value heads
+  // repeated (their projections then feed a gather and stay replicated).
+  ModelRoles roles(func);
+  for (auto [op, role] : roles.getEntries()) {
+    if (std::optional<MatmulSplit> split = getMegatronSplit(role)) {
+      if (failed(pin(op, 1, split->dim, tpAxis, split->what)))
         return failure();
       continue;
     }
-    auto matmul = dyn_cast<nn::MatmulOp>(op);
-    if (!matmul || !getConstant(matmul.getRhs()))
+    if (role != ModelRole::Embedding)
       continue;
-    if (isAttentionOutput(matmul.getLhs())) {
-      if (failed(pin(matmul, 1, -2, "tp", "attention output projection")))
-        return failure();
-      continue;
-    }
-    SmallVector<nn::MatmulOp> inputs = mlpInputsOf(matmul.getLhs());
-    if (!inputs.empty()) {
-      if (failed(pin(matmul, 1, -2, "tp", "MLP down projection")))
-        return failure();
-      for (nn::MatmulOp up : inputs)
-        if (failed(pin(up, 1, -1, "tp", "MLP up projection")))
-          return failure();
+    // A table with fewer rows than tp divides (BERT's two token types)
+    // stays whole on every rank: it is small, and splitting it would
+    // leave ranks without rows.
+    auto embedding = cast<nn::EmbeddingOp>(op);
+    int64_t rows = embedding.getTable().getType().getDimSize(0);
+    if (rows % tp != 0) {
+      remarks.push_back(StringAttr::get(
+          embedding.getContext(),
+          "embedding " + opName(embedding) + ": " + std::to_string(rows) +
+              " rows do not divide " + tpAxis.str() + "=" + std::to_string(tp) +
+              "; the table is replicated"));
       continue;
     }
-    // The LM head: a matmul whose result the function returns, perhaps
-    // reshaped or cast (to fp32 under --dtype).
-    Value result = matmul.getResult();
-    while (
-        result.hasOneUse() &&
-        isa<nn::ReshapeOp, nn::TransposeOp, nn::CastOp>(*result.user_begin()))
-      result = result.user_begin()->getResult(0);
-    if (llvm::is_contained(ret.getOperands(), result) &&
-        failed(pin(matmul, 1, -1, "tp", "LM head")))
+    if (failed(pin(embedding, 0, 0, tpAxis, "vocab-parallel embedding")))
       return failure();
   }
   return success();
@@ -385,7 +323,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
   auto batchSharding = [&](RankedTensorType type) {
     SmallVector<SmallVector<StringRef>> dims(type.getRank());
     if (dp > 1 && type.getRank() > 0)
-      dims[0].push_back("dp");
+      dims[0].push_back(dpAxis);
     return ShardingAttr::get(context, mesh.getSymName(), dims);
   };
   // Ulysses feeds every rank its part of the sequence; ring attention
@@ -394,16 +332,16 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
   auto inputSharding = [&](RankedTensorType type) {
     if (!splitSequence || type.getRank() < 2 || type.getDimSize(1) % sp != 0)
       return batchSharding(type);
-    return batchAnd(type, 1, {"sp"});
+    return batchAnd(type, 1, {spAxis});
   };
   auto checkBatch = [&](RankedTensorType type,
                         StringRef what) -> LogicalResult {
     if (dp <= 1 || type.getRank() == 0 || type.getDimSize(0) % dp == 0)
       return success();
     return func.emitError()
-           << "cannot split " << what << " over dp=" << dp
+           << "cannot split " << what << " over " << dpAxis << "=" << dp
            << ": its batch dimension 0 has size " << type.getDimSize(0)
-           << ", which dp does not divide";
+           << ", which " << dpAxis << " does not divide";
   };
   auto nameOf = [&](DictionaryAttr attrs, StringRef kind, unsigned i) {
     if (attrs)
@@ -453,7 +391,7 @@ ShardingAttr Megatron::batchAnd(RankedTensorType type, int64_t dim,
                                 ArrayRef<StringRef> axes) {
   SmallVector<SmallVector<StringRef>> dims(type.getRank());
   if (dp > 1)
-    dims[0].push_back("dp");
+    dims[0].push_back(dpAxis);
   dims[dim].append(axes.begin(), axes.end());
   return ShardingAttr::get(mesh.getContext(), mesh.getSymName(), dims);
 }
@@ -464,39 +402,51 @@ LogicalResult Megatron::annotateSequence(func::FuncOp func) {
   // The residual stream: what enters each norm is split on the sequence
   // (dimension 1 of [batch, sequence, hidden]), at a priority below the
   // weights', so the tensor-parallel matmuls gather it rather than give up
-  // their split.
-  SmallVector<Operation *> norms;
-  func.walk([&](Operation *op) {
-    if (isa<nn::LayerNormOp, nn::RmsNormOp>(op) &&
-        cast<RankedTensorType>(op->getOperand(0).getType()).getRank() == 3)
-      norms.push_back(op);
-  });
-  for (Operation *norm : norms) {
+  // their split. Other norms (over a head, or over flattened tokens) are
+  // left to propagation.
+  SmallVector<std::pair<Operation *, int64_t>> norms;
+  Operation *otherNorm = nullptr;
+  for (auto [op, role] : ModelRoles(func).getEntries()) {
+    if (role != ModelRole::Norm)
+      continue;
+    if (std::optional<int64_t> dim = ModelRoles::getResidualSequenceDim(op))
+      norms.push_back({op, *dim});
+    else if (!otherNorm)
+      otherNorm = op;
+  }
+  if (norms.empty() && otherNorm)
+    return otherNorm->emitError()
+           << "--sp-mode splits the residual stream on the sequence, the "
+              "[batch, sequence, hidden] input of a norm over hidden, but no "
+              "norm has such an input; this one's is "
+           << otherNorm->getOperand(0).getType();
+  for (auto [norm, dim] : norms) {
     auto type = cast<RankedTensorType>(norm->getOperand(0).getType());
-    if (type.getDimSize(1) % size != 0)
+    if (type.getDimSize(dim) % size != 0)
       return norm->emitError()
              << "--sp-mode splits the sequence over " << axis << "=" << size
              << ", but the input of this norm has sequence length "
-             << type.getDimSize(1) << ", which " << axis << " does not divide";
+             << type.getDimSize(dim) << ", which " << axis
+             << " does not divide";
     OpBuilder b(norm);
     auto annotate = AnnotateOp::create(b, norm->getLoc(), norm->getOperand(0),
-                                       batchAnd(type, 1, {axis}));
+                                       batchAnd(type, dim, {axis}));
     annotate->setAttr(kStrategyAttr, b.getUnitAttr());
     annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kActivationPriority));
     norm->setOperand(0, annotate);
   }
   if (sequence == SequenceMode::Ring)
     return planRing(func);
-  Builder attrs(func.getContext());
+  MLIRContext *context = func.getContext();
   func->getParentOfType<ModuleOp>()->setAttr(
       kSequenceParallelAttr,
-      attrs.getDictionaryAttr(
-          {attrs.getNamedAttr(
-               "mode", attrs.getStringAttr(sequence == SequenceMode::Megatron
-                                               ? "megatron"
-                                               : "ulysses")),
-           attrs.getNamedAttr("axis", attrs.getStringAttr(axis)),
-           attrs.getNamedAttr("ranks", attrs.getI64IntegerAttr(size))}));
+      SequenceParallelAttr::get(context,
+                                sequence == SequenceMode::Megatron
+                                    ? SequenceParallelMode::Megatron
+                                    : SequenceParallelMode::Ulysses,
+                                StringAttr::get(context, axis), size,
+                                /*causal=*/{}, /*zigzag=*/{}, /*imbalance=*/{},
+                                /*contiguous_imbalance=*/{}));
   if (sequence != SequenceMode::Ulysses)
     return success();
   SmallVector<nn::AttentionOp> attentions;
@@ -512,32 +462,35 @@ LogicalResult Megatron::ulyssesAttention(nn::AttentionOp attention) {
   // all-to-all per input before, one for the output after.
   for (unsigned i : {0u, 1u, 2u}) {
     auto type = cast<RankedTensorType>(attention->getOperand(i).getType());
-    if (type.getRank() != 4 || type.getDimSize(1) % headSplit() != 0)
+    if (type.getDimSize(kAttentionHeadsDim) % headSplit() != 0)
       return attention.emitError()
              << "--sp-mode ulysses splits attention heads over "
-             << (tp > 1 ? "tp×sp=" : "sp=") << headSplit() << ", but "
+             << (tp > 1 ? tpAxis.str() + "×" : "") << spAxis << "="
+             << headSplit() << ", but "
              << (i == 0 ? "the query has " : "the keys and values have ")
-             << type.getDimSize(1) << " heads, which it does not divide";
+             << type.getDimSize(kAttentionHeadsDim)
+             << " heads, which it does not divide";
   }
   SmallVector<StringRef> headAxes;
   if (tp > 1)
-    headAxes.push_back("tp");
-  headAxes.push_back("sp");
+    headAxes.push_back(tpAxis);
+  headAxes.push_back(spAxis);
   OpBuilder b(attention);
   for (unsigned i : {0u, 1u, 2u}) {
     Value input = attention->getOperand(i);
     auto type = cast<RankedTensorType>(input.getType());
-    attention->setOperand(i, ReshardOp::create(b, attention.getLoc(), input,
-                                               batchAnd(type, 1, headAxes)));
+    attention->setOperand(
+        i, ReshardOp::create(b, attention.getLoc(), input,
+                             batchAnd(type, kAttentionHeadsDim, headAxes)));
   }
   b.setInsertionPointAfter(attention);
   auto type = cast<RankedTensorType>(attention.getType());
-  ShardingAttr back = batchAnd(type, 2, {"sp"});
+  ShardingAttr back = batchAnd(type, kAttentionSequenceDim, {spAxis});
   if (tp > 1) {
     SmallVector<SmallVector<StringRef>> dims;
     for (int64_t d = 0; d < back.getRank(); ++d)
       dims.push_back(back.getAxesOfDim(d));
-    dims[1].push_back("tp");
+    dims[kAttentionHeadsDim].push_back(tpAxis);
     back = ShardingAttr::get(b.getContext(), mesh.getSymName(), dims);
   }
   auto reshard = ReshardOp::create(b, attention.getLoc(), attention, back);
@@ -571,18 +524,21 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   func.walk([&](nn::AttentionOp a) { attentions.push_back(a); });
   if (attentions.empty())
     return success();
-  int64_t length = attentions.front().getQuery().getType().getDimSize(2);
+  int64_t length =
+      attentions.front().getQuery().getType().getDimSize(kAttentionSequenceDim);
   bool causal =
       llvm::any_of(attentions, [](nn::AttentionOp a) { return a.getCausal(); });
   MLIRContext *context = func.getContext();
   for (nn::AttentionOp attention : attentions) {
-    if (attention.getQuery().getType().getDimSize(2) != length ||
-        attention.getKey().getType().getDimSize(2) != length)
+    if (attention.getQuery().getType().getDimSize(kAttentionSequenceDim) !=
+            length ||
+        attention.getKey().getType().getDimSize(kAttentionSequenceDim) !=
+            length)
       return attention.emitError()
              << "--sp-mode ring needs self-attention over the whole "
                 "sequence of "
              << length << " positions";
-    attention->setAttr(kRingAttr, StringAttr::get(context, "sp"));
+    attention->setAttr(kRingAttr, StringAttr::get(context, spAxis));
   }
 
   // Causal attention: a zigzag layout gives rank r the chunks r and
@@ -597,7 +553,7 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
       return false;
     ShardingRule rule = a.getShardingRule();
     return usesFactor(rule, ShardingRule::operand(3),
-                      rule.getOperands()[0][2].front());
+                      rule.getOperands()[0][kAttentionSequenceDim].front());
   });
   bool zigzag = causal && !perQueryMask && length % (2 * sp) == 0;
   if (zigzag) {
@@ -610,27 +566,23 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   }
   ModuleOp module = func->getParentOfType<ModuleOp>();
   Builder attrs(context);
-  SmallVector<NamedAttribute> ring = {
-      attrs.getNamedAttr("mode", attrs.getStringAttr("ring")),
-      attrs.getNamedAttr("axis", attrs.getStringAttr("sp")),
-      attrs.getNamedAttr("ranks", attrs.getI64IntegerAttr(sp)),
-      attrs.getNamedAttr("causal", attrs.getBoolAttr(causal)),
-      attrs.getNamedAttr("zigzag", attrs.getBoolAttr(zigzag))};
+  FloatAttr balance, contiguousBalance;
   if (causal) {
-    ring.push_back(attrs.getNamedAttr(
-        "imbalance", attrs.getF64FloatAttr(imbalance(ringWork(order, sp)))));
-    ring.push_back(attrs.getNamedAttr(
-        "contiguous_imbalance",
-        attrs.getF64FloatAttr(imbalance(ringWork(contiguous, sp)))));
+    balance = attrs.getF64FloatAttr(imbalance(ringWork(order, sp)));
+    contiguousBalance =
+        attrs.getF64FloatAttr(imbalance(ringWork(contiguous, sp)));
   }
-  module->setAttr(kSequenceParallelAttr, attrs.getDictionaryAttr(ring));
+  StringAttr ringAxis = attrs.getStringAttr(spAxis);
+  module->setAttr(kSequenceParallelAttr,
+                  SequenceParallelAttr::get(
+                      context, SequenceParallelMode::Ring, ringAxis, sp,
+                      attrs.getBoolAttr(causal), attrs.getBoolAttr(zigzag),
+                      balance, contiguousBalance));
   if (!zigzag)
     return success();
-  module->setAttr(
-      kSequenceOrderAttr,
-      attrs.getDictionaryAttr(
-          {attrs.getNamedAttr("axis", attrs.getStringAttr("sp")),
-           attrs.getNamedAttr("order", attrs.getDenseI64ArrayAttr(order))}));
+  module->setAttr(kSequenceOrderAttr,
+                  SequenceOrderAttr::get(context, ringAxis,
+                                         attrs.getDenseI64ArrayAttr(order)));
 
   // The model sees its sequence in that order: inputs are permuted on
   // entry, outputs gathered whole and put back in order on exit.
@@ -667,7 +619,7 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
       continue;
     SmallVector<SmallVector<StringRef>> dims(type.getRank());
     if (dp > 1)
-      dims[0].push_back("dp");
+      dims[0].push_back(dpAxis);
     auto whole =
         AnnotateOp::create(b, ret.getLoc(), operand.get(),
                            ShardingAttr::get(context, mesh.getSymName(), dims));
@@ -708,12 +660,14 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
       }
       SmallVector<StringRef> names;
       SmallVector<int64_t> sizes;
-      for (auto &[name, size] : *axes) {
-        names.push_back(name);
-        sizes.push_back(size);
+      SmallVector<AxisRole> roles;
+      for (const MeshAxisSpec &axis : *axes) {
+        names.push_back(axis.name);
+        sizes.push_back(axis.size);
+        roles.push_back(axis.role);
       }
       OpBuilder b(module.getBodyRegion());
-      mesh = MeshOp::create(b, module.getLoc(), kMeshName, names, sizes);
+      mesh = MeshOp::create(b, module.getLoc(), kMeshName, names, sizes, roles);
       if (failed(mesh.verify())) {
         mesh.erase();
         return signalPassFailure();
@@ -727,8 +681,8 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
     if (!mesh || strategy == Strategy::None)
       return;
     SequenceMode sequence = spMode;
-    int64_t tpSize = mesh.getAxisSize("tp").value_or(1);
-    int64_t spSize = mesh.getAxisSize("sp").value_or(1);
+    int64_t tpSize = mesh.getRoleSize(AxisRole::Tensor);
+    int64_t spSize = mesh.getRoleSize(AxisRole::Sequence);
     if (sequence == SequenceMode::Megatron && tpSize == 1) {
       module.emitError() << "--sp-mode megatron splits the sequence over tp, "
                             "but the mesh has no tp axis larger than 1";
@@ -741,15 +695,18 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                             "no sp axis larger than 1";
       return signalPassFailure();
     }
-    for (auto [name, size] :
-         llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
-      if (size == 1 || name == "dp" || name == "tp" || name == "pp")
+    for (auto [index, name, size] :
+         llvm::enumerate(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
+      AxisRole role = mesh.getAxisRole(index);
+      if (size == 1 || role == AxisRole::Data || role == AxisRole::Tensor ||
+          role == AxisRole::Pipeline)
         continue;
-      if (name == "sp" &&
+      bool sequenceRole = role == AxisRole::Sequence;
+      if (sequenceRole &&
           (sequence == SequenceMode::Ulysses || sequence == SequenceMode::Ring))
         continue;
       mesh.emitError() << "the megatron strategy splits over dp and tp"
-                       << (name == "sp" ? " (and sp with --sp-mode ulysses "
+                       << (sequenceRole ? " (and sp with --sp-mode ulysses "
                                           "or ring)"
                                         : "")
                        << "; axis '" << name << "' (size " << size

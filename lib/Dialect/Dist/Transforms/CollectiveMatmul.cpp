@@ -105,8 +105,10 @@ struct Decomposer {
          getStringRefs(collective->getAttrOfType<ArrayAttr>("axes")))
       axes.push_back(axis.str());
     StringRef kind = collective->getName().stripDialect();
-    double wholeSeconds =
-        cluster.collectiveSeconds(kind, n, (n - 1) * collectiveBytes / n, axes);
+    MeshOp mesh = lookupMesh(
+        collective, collective->getAttrOfType<FlatSymbolRefAttr>("mesh"));
+    double wholeSeconds = cluster.collectiveSeconds(
+        kind, n, (n - 1) * collectiveBytes / n, axes, mesh);
     double blockSeconds = 0;
     for (nn::MatmulOp matmul : matmuls) {
       OpCost whole = estimateCost(matmul);
@@ -116,8 +118,8 @@ struct Decomposer {
                    (whole.bytes - weightBytes) / n + weightBytes};
       blockSeconds += estimateSeconds(block, cluster.device);
     }
-    double step =
-        cluster.collectiveSeconds("collective_permute", n, chunkBytes, axes);
+    double step = cluster.collectiveSeconds("collective_permute", n, chunkBytes,
+                                            axes, mesh);
     double decomposed =
         n * blockSeconds + (n - 1) * std::max(0.0, step - blockSeconds);
     return decomposed < 0.9 * wholeSeconds;

@@ -272,12 +272,14 @@ void dropSequenceOrder(ModuleOp module, const std::string &why) {
   MLIRContext *context = module.getContext();
   Builder b(context);
   if (auto plan =
-          module->getAttrOfType<DictionaryAttr>(kSequenceParallelAttr)) {
-    NamedAttrList entries(plan);
-    entries.set("zigzag", b.getBoolAttr(false));
-    if (Attribute contiguous = plan.get("contiguous_imbalance"))
-      entries.set("imbalance", contiguous);
-    module->setAttr(kSequenceParallelAttr, entries.getDictionary(context));
+          module->getAttrOfType<SequenceParallelAttr>(kSequenceParallelAttr)) {
+    FloatAttr contiguous = plan.getContiguousImbalance();
+    module->setAttr(kSequenceParallelAttr,
+                    SequenceParallelAttr::get(
+                        context, plan.getMode(), plan.getAxis(),
+                        plan.getRanks(), plan.getCausal(), b.getBoolAttr(false),
+                        contiguous ? contiguous : plan.getImbalance(),
+                        contiguous));
   }
   SmallVector<Attribute> remarks;
   if (auto list = module->getAttrOfType<ArrayAttr>(kRemarksAttr))
@@ -558,11 +560,11 @@ LogicalResult Partitioner::partitionLookup(Operation *op,
 Operation *Partitioner::orderSequence(OpBuilder &b, nn::ConstantOp constant,
                                       ShardingAttr sharding) {
   auto module = constant->getParentOfType<ModuleOp>();
-  auto layout = module->getAttrOfType<DictionaryAttr>(kSequenceOrderAttr);
+  auto layout = module->getAttrOfType<SequenceOrderAttr>(kSequenceOrderAttr);
   if (!layout || constant->hasAttr(kSequenceOrderAttr))
     return b.clone(*constant);
-  auto axis = layout.getAs<StringAttr>("axis");
-  auto order = layout.getAs<DenseI64ArrayAttr>("order");
+  StringAttr axis = layout.getAxis();
+  DenseI64ArrayAttr order = layout.getOrder();
   ElementsAttr value = constant.getValue();
   auto type = cast<RankedTensorType>(value.getType());
   for (int64_t d = 0; d < sharding.getRank(); ++d) {
@@ -669,9 +671,8 @@ LogicalResult Partitioner::partitionRing(nn::AttentionOp op,
       order[i] = i;
     auto module = op->getParentOfType<ModuleOp>();
     if (auto layout =
-            module->getAttrOfType<DictionaryAttr>(kSequenceOrderAttr)) {
-      ArrayRef<int64_t> given =
-          layout.getAs<DenseI64ArrayAttr>("order").asArrayRef();
+            module->getAttrOfType<SequenceOrderAttr>(kSequenceOrderAttr)) {
+      ArrayRef<int64_t> given = layout.getOrder().asArrayRef();
       order.assign(given.begin(), given.end());
     }
     Value table =
@@ -922,10 +923,9 @@ struct PartitionPass : mlir::partita::impl::PartitionPassBase<PartitionPass> {
       return;
     ModuleOp module = getOperation();
     if (auto layout =
-            module->getAttrOfType<DictionaryAttr>(kSequenceOrderAttr)) {
-      StringRef axis = layout.getAs<StringAttr>("axis").getValue();
-      int64_t length =
-          static_cast<int64_t>(layout.getAs<DenseI64ArrayAttr>("order").size());
+            module->getAttrOfType<SequenceOrderAttr>(kSequenceOrderAttr)) {
+      StringRef axis = layout.getAxis().getValue();
+      int64_t length = static_cast<int64_t>(layout.getOrder().size());
       for (auto func : module.getOps<func::FuncOp>()) {
         if (func.isExternal())
           continue;

@@ -95,9 +95,11 @@ bool isReplicatedOver(Value value, StringRef axis,
 
 class Splitter {
 public:
-  Splitter(MeshOp mesh, int64_t stages, int64_t microbatches,
+  Splitter(MeshOp mesh, StringRef stageAxis, int64_t microbatches,
            int64_t virtualStages)
-      : mesh(mesh), stages(stages), microbatches(microbatches),
+      : mesh(mesh), stageAxis(stageAxis),
+        tpAxis(mesh.getAxisWithRole(AxisRole::Tensor).value_or(StringRef())),
+        stages(*mesh.getAxisSize(stageAxis)), microbatches(microbatches),
         virtualStages(virtualStages) {}
   LogicalResult run(func::FuncOp func);
 
@@ -106,6 +108,8 @@ private:
                               llvm::DenseMap<Value, int64_t> &batchDim);
 
   MeshOp mesh;
+  /// The axes of the pipeline and tensor roles (tpAxis empty if none).
+  StringRef stageAxis, tpAxis;
   int64_t stages, microbatches, virtualStages;
 };
 
@@ -317,11 +321,11 @@ LogicalResult Splitter::run(func::FuncOp func) {
   bounds.push_back(n);
   // Which crossing values travel split over tp: those every tp rank holds
   // whole, along their last dimension tp divides.
-  int64_t tp = mesh.getAxisSize("tp").value_or(1);
+  int64_t tp = mesh.getRoleSize(AxisRole::Tensor);
   llvm::DenseMap<Value, bool> memo;
   auto scatterDim = [&](Value v) -> std::optional<int64_t> {
     auto type = dyn_cast<RankedTensorType>(v.getType());
-    if (tp == 1 || !type || !isReplicatedOver(v, "tp", memo))
+    if (tp == 1 || !type || !isReplicatedOver(v, tpAxis, memo))
       return std::nullopt;
     for (int64_t d = type.getRank() - 1; d >= 0; --d)
       if (type.getDimSize(d) % tp == 0)
@@ -388,7 +392,7 @@ LogicalResult Splitter::run(func::FuncOp func) {
                                           : Type(groupType(v, groupSize)));
     auto stage = StageOp::create(b, ret.getLoc(), resultTypes,
                                  b.getI64IntegerAttr(s % stages), meshRef,
-                                 b.getStringAttr("pp"));
+                                 b.getStringAttr(stageAxis));
     Block *block = b.createBlock(&stage.getRegion());
     OpBuilder inner = OpBuilder::atBlockEnd(block);
     unsigned begin = bounds[s], end = bounds[s + 1];
@@ -442,18 +446,18 @@ LogicalResult Splitter::run(func::FuncOp func) {
         }
         int64_t tag = ((s - 1) * 64 + static_cast<int64_t>(t)) * 1024 + m;
         Value received = RecvOp::create(
-            inner, v.getLoc(), wire, meshRef, inner.getStringAttr("pp"),
+            inner, v.getLoc(), wire, meshRef, inner.getStringAttr(stageAxis),
             inner.getI64IntegerAttr((s - 1) % stages),
             inner.getI64IntegerAttr(tag));
         if (dim) {
           auto gather = AllGatherOp::create(
               inner, v.getLoc(), type, received, meshRef,
-              inner.getStrArrayAttr({"tp"}), inner.getI64IntegerAttr(*dim));
-          gather->setAttr(
-              kReasonAttr,
-              inner.getStringAttr("pipeline stage " + std::to_string(s) +
-                                  ": each tp rank received 1/" +
-                                  std::to_string(tp) + " of the activation"));
+              inner.getStrArrayAttr({tpAxis}), inner.getI64IntegerAttr(*dim));
+          gather->setAttr(kReasonAttr,
+                          inner.getStringAttr(
+                              "pipeline stage " + std::to_string(s) +
+                              ": each " + tpAxis.str() + " rank received 1/" +
+                              std::to_string(tp) + " of the activation"));
           received = gather;
         }
         map.map(v, received);
@@ -510,12 +514,12 @@ LogicalResult Splitter::run(func::FuncOp func) {
           SmallVector<int64_t> shape(type.getShape());
           shape[*dim] /= tp;
           sent = AllSliceOp::create(inner, v.getLoc(), type.clone(shape), sent,
-                                    meshRef, inner.getStrArrayAttr({"tp"}),
+                                    meshRef, inner.getStrArrayAttr({tpAxis}),
                                     inner.getI64IntegerAttr(*dim));
         }
         int64_t tag = (s * 64 + static_cast<int64_t>(t)) * 1024 + m;
         SendOp::create(inner, v.getLoc(), sent, meshRef,
-                       inner.getStringAttr("pp"),
+                       inner.getStringAttr(stageAxis),
                        inner.getI64IntegerAttr((s + 1) % stages),
                        inner.getI64IntegerAttr(tag));
       }
@@ -550,7 +554,7 @@ LogicalResult Splitter::run(func::FuncOp func) {
     // The last rank concatenates the groups.
     auto final = StageOp::create(b, ret.getLoc(), ret.getOperandTypes(),
                                  b.getI64IntegerAttr((chunks - 1) % stages),
-                                 meshRef, b.getStringAttr("pp"));
+                                 meshRef, b.getStringAttr(stageAxis));
     OpBuilder inner = OpBuilder::atBlockEnd(b.createBlock(&final.getRegion()));
     SmallVector<Value> results;
     for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
@@ -577,17 +581,10 @@ LogicalResult Splitter::run(func::FuncOp func) {
     seconds[c % stages] += prefix[bounds[c + 1]] - prefix[bounds[c]];
   func->getParentOfType<ModuleOp>()->setAttr(
       kPipelineAttr,
-      attrs.getDictionaryAttr(
-          {attrs.getNamedAttr("stages", attrs.getI64IntegerAttr(stages)),
-           attrs.getNamedAttr("microbatches",
-                              attrs.getI64IntegerAttr(microbatches)),
-           attrs.getNamedAttr("schedule",
-                              attrs.getStringAttr(
-                                  virtualStages > 1 ? "interleaved" : "gpipe")),
-           attrs.getNamedAttr("virtual_stages",
-                              attrs.getI64IntegerAttr(virtualStages)),
-           attrs.getNamedAttr("stage_seconds",
-                              attrs.getDenseF64ArrayAttr(seconds))}));
+      PipelineAttr::get(func.getContext(), stages, microbatches,
+                        virtualStages > 1 ? PipelineSchedule::Interleaved
+                                          : PipelineSchedule::GPipe,
+                        virtualStages, attrs.getDenseF64ArrayAttr(seconds)));
   for (Operation *op : llvm::reverse(ops)) {
     op->dropAllUses();
     op->erase();
@@ -605,10 +602,13 @@ struct PipelineSplitPass
       return signalPassFailure();
     if (!*mesh)
       return;
-    int64_t stages = mesh->getAxisSize("pp").value_or(1);
+    std::optional<StringRef> stageAxis =
+        mesh->getAxisWithRole(AxisRole::Pipeline);
+    int64_t stages = mesh->getRoleSize(AxisRole::Pipeline);
     if (virtualStages > 1 && microbatches % stages != 0) {
       getOperation().emitError()
-          << "--virtual-stages runs microbatches in groups of pp=" << stages
+          << "--virtual-stages runs microbatches in groups of "
+          << stageAxis.value_or("pp") << "=" << stages
           << ", but --microbatches " << static_cast<int64_t>(microbatches)
           << " is not a multiple of it";
       return signalPassFailure();
@@ -624,8 +624,8 @@ struct PipelineSplitPass
     }
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal() &&
-          failed(
-              Splitter(*mesh, stages, microbatches, virtualStages).run(func)))
+          failed(Splitter(*mesh, *stageAxis, microbatches, virtualStages)
+                     .run(func)))
         return signalPassFailure();
   }
 };

@@ -47,11 +47,11 @@ double communicationSeconds(Operation *op, const ClusterModel &cluster) {
   kind.consume_back("_start");
   std::vector<std::string> axes;
   int64_t n = 2;
+  MeshOp mesh = lookupMesh(op, op->getAttrOfType<FlatSymbolRefAttr>("mesh"));
   if (auto list = op->getAttrOfType<ArrayAttr>("axes")) {
     for (StringRef axis : getStringRefs(list))
       axes.push_back(axis.str());
-    if (auto mesh =
-            lookupMesh(op, op->getAttrOfType<FlatSymbolRefAttr>("mesh")))
+    if (mesh)
       n = mesh.getGroupSize(getStringRefs(list)).value_or(2);
   } else if (auto axis = op->getAttrOfType<StringAttr>("axis")) {
     axes.push_back(axis.str());
@@ -63,7 +63,7 @@ double communicationSeconds(Operation *op, const ClusterModel &cluster) {
   int64_t sent = kind == "all_reduce"           ? 2 * (n - 1) * bytes / n
                  : kind == "collective_permute" ? bytes
                                                 : (n - 1) * bytes / n;
-  return cluster.collectiveSeconds(kind, n, sent, axes);
+  return cluster.collectiveSeconds(kind, n, sent, axes, mesh);
 }
 
 void scheduleBlock(Block &block, const ClusterModel &cluster) {

@@ -26,7 +26,8 @@ FailureOr<MeshAxes> dist::parseMeshAxes(StringRef text, std::string &error) {
   text.split(parts, ',');
   for (StringRef part : parts) {
     part = part.trim();
-    auto [name, size] = part.split('=');
+    auto [name, rest] = part.split('=');
+    auto [size, roleName] = rest.split(':');
     name = name.trim();
     int64_t value = 0;
     if (name.empty() || size.trim().getAsInteger(10, value)) {
@@ -43,7 +44,26 @@ FailureOr<MeshAxes> dist::parseMeshAxes(StringRef text, std::string &error) {
       error = ("axis '" + name + "' is given twice").str();
       return failure();
     }
-    axes.push_back({name.str(), value});
+    AxisRole role = getDefaultAxisRole(name);
+    if (rest.contains(':')) {
+      std::optional<AxisRole> given = symbolizeAxisRole(roleName.trim());
+      if (!given) {
+        error = ("'" + part + "': unknown role '" + roleName.trim() +
+                 "'; expected dp, tp, pp, sp or none")
+                    .str();
+        return failure();
+      }
+      role = *given;
+    }
+    if (role != AxisRole::None)
+      for (const MeshAxisSpec &other : axes)
+        if (other.role == role) {
+          error = ("axes '" + other.name + "' and '" + name +
+                   "' both have role " + stringifyAxisRole(role))
+                      .str();
+          return failure();
+        }
+    axes.push_back({name.str(), value, role});
   }
   return axes;
 }

@@ -119,4 +119,106 @@ def Dist_ShardingAttr : Dist_Attr<"Sharding", "sharding"> {
   }];
 }
 
+def Dist_PipelineAttr : Dist_Attr<"Pipeline", "pipeline"> {
+  let summary = "The pipeline plan of a module";
+  let description = [{
+    `partita-pipeline-split` records its plan on the module as
+    `dist.pipeline`: the number of stages (the size of the mesh's pipeline
+    axis), microbatches, the schedule (`gpipe`, or `interleaved` with
+    `virtual_stages` chunks per rank) and the estimated forward seconds of
+    each stage's share of the model, which the report's schedule
+    simulation reads.
+
+    ```mlir
+    module attributes {dist.pipeline = #dist.pipeline<stages = 2,
+        microbatches = 4, schedule = gpipe, virtual_stages = 1,
+        stage_seconds = array<f64: 1.0e-3, 1.2e-3>>} {}
+    ```
+
+    **Constraints**
+
+    1. `pipeline_c1`: `stages`, `microbatches` and `virtual_stages` are at
+       least 1, and `virtual_stages` is 1 under `gpipe`.
+    2. `pipeline_c2`: `stage_seconds` has one entry per stage.
+    3. `pipeline_c3`: on a module with a `dist.mesh`, `stages` is the size
+       of its pipeline axis (checked by the dialect's attribute verifier).
+  }];
+  let parameters = (ins
+    "int64_t":$stages,
+    "int64_t":$microbatches,
+    EnumParameter<Dist_PipelineSchedule>:$schedule,
+    "int64_t":$virtual_stages,
+    "::mlir::DenseF64ArrayAttr":$stage_seconds
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Dist_SequenceOrderAttr : Dist_Attr<"SequenceOrder", "sequence_order"> {
+  let summary = "The zigzag layout of the sequence over a ring";
+  let description = [{
+    With causal ring attention, `partita-annotate` lays the sequence out
+    over the ring axis in a zigzag so that every rank does the same work.
+    The module's `dist.sequence_order` records it: slot `i` of the sequence
+    as the program sees it holds global position `order[i]`. Partitioning
+    reads it to permute constants along the sequence, and ring attention
+    to place causal masks. (The index constants that apply the permutation
+    carry a unit `dist.sequence_order`, so that it is not applied twice.)
+
+    ```mlir
+    module attributes {dist.sequence_order = #dist.sequence_order<
+        axis = "sp", order = array<i64: 0, 1, 6, 7, 2, 3, 4, 5>>} {}
+    ```
+
+    **Constraints**
+
+    1. `sequence_order_c1`: `order` is a permutation of `0 .. n-1`.
+    2. `sequence_order_c2`: `axis` is an axis of the module's `dist.mesh`
+       (checked by the dialect's attribute verifier).
+  }];
+  let parameters = (ins
+    "::mlir::StringAttr":$axis,
+    "::mlir::DenseI64ArrayAttr":$order
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Dist_SequenceParallelAttr
+    : Dist_Attr<"SequenceParallel", "sequence_parallel"> {
+  let summary = "The sequence-parallel plan of a module";
+  let description = [{
+    `partita-annotate` records how `--sp-mode` splits the sequence, for the
+    report: the mode, the axis and its size (`ranks`), and for ring
+    attention whether it is causal, whether the zigzag layout is used, and
+    the work imbalance (the busiest rank's share of the (query, key) pairs
+    times the number of ranks) with the layout and with a contiguous one.
+
+    ```mlir
+    module attributes {dist.sequence_parallel = #dist.sequence_parallel<
+        mode = ring, axis = "sp", ranks = 2, causal = true, zigzag = true,
+        imbalance = 1.0 : f64, contiguous_imbalance = 1.44 : f64>} {}
+    ```
+
+    **Constraints**
+
+    1. `sequence_parallel_c1`: `ranks` is at least 1; `causal`, `zigzag`
+       and the imbalances are given for `ring` only.
+    2. `sequence_parallel_c2`: `axis` is an axis of the module's
+       `dist.mesh`, of size `ranks` (checked by the dialect's attribute
+       verifier).
+  }];
+  let parameters = (ins
+    EnumParameter<Dist_SequenceParallelMode>:$mode,
+    "::mlir::StringAttr":$axis,
+    "int64_t":$ranks,
+    OptionalParameter<"::mlir::BoolAttr">:$causal,
+    OptionalParameter<"::mlir::BoolAttr">:$zigzag,
+    OptionalParameter<"::mlir::FloatAttr">:$imbalance,
+    OptionalParameter<"::mlir::FloatAttr">:$contiguous_imbalance
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // PARTITA_DIALECT_DIST_IR_DISTATTRS_TD

@@ -55,8 +55,48 @@ def Dist_Dialect : Dialect {
     divisibility of split dimensions, local result shapes, peer coordinates
     and the pairing of every async start with its wait. Each check cites a
     constraint id (`all_gather_c3`) listed in the op's documentation.
+
+    **Discardable attributes**
+
+    The sharding passes hand their results to each other, and to the
+    artifact writer, as `dist.*` attributes on ops, function arguments and
+    results and the module. The dialect names them (`DistDialect.h`) and
+    verifies each wherever it appears:
+
+    | attribute | on | value |
+    |---|---|---|
+    | `dist.sharding` | function argument or result | `#dist.sharding` |
+    | `dist.shardings` | an op with results | one `#dist.sharding` per result |
+    | `dist.strategy` | `dist.annotate` | unit: a strategy put it there |
+    | `dist.priority` | `dist.annotate` | integer, its propagation priority |
+    | `dist.reason` | a collective | string: why partitioning inserted it |
+    | `dist.remarks` | module | strings for the report |
+    | `dist.ring` | `nn.attention` | string: the ring attention axis |
+    | `dist.sequence_order` | module / index constant | `#dist.sequence_order` / unit |
+    | `dist.sequence_parallel` | module | `#dist.sequence_parallel` |
+    | `dist.pipeline` | module | `#dist.pipeline` |
+
+    **Constraints**
+
+    1. `attrs_c1`: `dist.sharding` is a `#dist.sharding` of the rank of the
+       argument or result it is on.
+    2. `attrs_c2`: `dist.shardings` is an array of one `#dist.sharding` per
+       result, each of the rank of its result.
+    3. `attrs_c3`: `dist.strategy` is a unit attribute and `dist.priority`
+       an integer, on a `dist.annotate`.
+    4. `attrs_c4`: `dist.reason` is a string.
+    5. `attrs_c5`: `dist.remarks` is an array of strings, on a module.
+    6. `attrs_c6`: `dist.pipeline`, `dist.sequence_parallel` and
+       `dist.sequence_order` are attributes of their kind on a module;
+       elsewhere `dist.sequence_order` is a unit attribute.
+    7. `attrs_c7`: `dist.ring` is the name of an axis of the module's
+       `dist.mesh`.
+    8. `attrs_c8`: no other attribute name starts with `dist.`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let useDefaultTypePrinterParser = 1;
   let extraClassDeclaration = [{
     void registerAttributes();
@@ -94,6 +134,56 @@ def Dist_ReductionKindAttr
 
     None beyond the spelling: the parser accepts only `sum`, `max` and `min`.
   }];
+}
+
+def Dist_AxisRole : I32Enum<"AxisRole",
+    "which kind of parallelism a mesh axis carries", [
+      I32EnumCase<"None", 0, "none">,
+      I32EnumCase<"Data", 1, "dp">,
+      I32EnumCase<"Tensor", 2, "tp">,
+      I32EnumCase<"Pipeline", 3, "pp">,
+      I32EnumCase<"Sequence", 4, "sp">
+    ]> {
+  let cppNamespace = "::mlir::partita::dist";
+}
+
+def Dist_AxisRoleAttr : EnumAttr<Dist_Dialect, Dist_AxisRole, "axis_role"> {
+  let description = [{
+    The parallelism a `dist.mesh` axis carries: `dp` (data: the batch is
+    split), `tp` (tensor: Megatron's column and row splits of weights), `pp`
+    (pipeline: each coordinate runs one stage), `sp` (sequence: Ulysses or
+    ring attention), or `none` (the strategies leave the axis alone). The
+    passes find an axis by its role, never by its name. An axis named `dp`,
+    `tp`, `pp` or `sp` has that role unless the mesh says otherwise; any
+    other name has `none`. Inside `dist.mesh` a role is written after the
+    size, `model = 4 : tp`, as `--mesh model=4:tp` spells it.
+
+    ```mlir
+    dist.mesh @mesh [model = 4 : tp, data = 2 : dp]
+    ```
+
+    **Constraints**
+
+    None beyond the spelling; `dist.mesh` checks that a role other than
+    `none` is held by one axis at most (`mesh_c7`).
+  }];
+}
+
+def Dist_PipelineSchedule : I32Enum<"PipelineSchedule",
+    "the order in which pipeline stages run their microbatches", [
+      I32EnumCase<"GPipe", 0, "gpipe">,
+      I32EnumCase<"Interleaved", 1, "interleaved">
+    ]> {
+  let cppNamespace = "::mlir::partita::dist";
+}
+
+def Dist_SequenceParallelMode : I32Enum<"SequenceParallelMode",
+    "how sequence parallelism splits attention", [
+      I32EnumCase<"Megatron", 0, "megatron">,
+      I32EnumCase<"Ulysses", 1, "ulysses">,
+      I32EnumCase<"Ring", 2, "ring">
+    ]> {
+  let cppNamespace = "::mlir::partita::dist";
 }
 
 //===----------------------------------------------------------------------===//

@@ -31,6 +31,10 @@ namespace mlir::partita::dist {
 class MeshOp;
 class WaitOp;
 
+/// The role an axis named `name` has unless its mesh says otherwise: `dp`,
+/// `tp`, `pp` and `sp` their own, any other name `none`.
+AxisRole getDefaultAxisRole(StringRef name);
+
 /// The communicator a rank talks through; point-to-point and async ops read
 /// and write it so that passes keep their order.
 struct CommunicatorResource

@@ -31,8 +31,16 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol]> {
 
     A device's rank is its coordinates linearised with the first axis major.
 
+    Each axis has a role (`#dist.axis_role`): the kind of parallelism the
+    strategies run over it. The passes look axes up by role, so the names
+    are free. A role is written after the size (`model = 4 : tp`) and
+    printed only where it is not the default of the axis name (`dp`, `tp`,
+    `pp` and `sp` play their own role, other names `none`). `axis_roles`,
+    when present, holds the role of every axis.
+
     ```mlir
     dist.mesh @mesh [dp = 2, tp = 4, pp = 1, sp = 1]
+    dist.mesh @named [data = 2 : dp, model = 4 : tp]
     ```
 
     **Constraints**
@@ -43,19 +51,27 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol]> {
        letters, digits or `_`).
     4. `mesh_c4`: axis names are distinct.
     5. `mesh_c5`: every axis size is at least 1.
+    6. `mesh_c6`: `axis_roles`, when present, has one role per axis.
+    7. `mesh_c7`: no role other than `none` is held by more than one axis.
   }];
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     StrArrayAttr:$axis_names,
-    DenseI64ArrayAttr:$axis_sizes
+    DenseI64ArrayAttr:$axis_sizes,
+    OptionalAttr<TypedArrayAttrBase<Dist_AxisRoleAttr,
+                                    "mesh axis roles">>:$axis_roles
   );
   let assemblyFormat = [{
-    $sym_name custom<MeshAxes>($axis_names, $axis_sizes) attr-dict
+    $sym_name custom<MeshAxes>($axis_names, $axis_sizes, $axis_roles)
+    attr-dict
   }];
   let builders = [
+    // `axisRoles` empty: every axis has the default role of its name.
+    // Roles equal to the defaults are not stored.
     OpBuilder<(ins "::llvm::StringRef":$name,
                    "::llvm::ArrayRef<::llvm::StringRef>":$axisNames,
-                   "::llvm::ArrayRef<int64_t>":$axisSizes)>
+                   "::llvm::ArrayRef<int64_t>":$axisSizes,
+                   CArg<"::llvm::ArrayRef<AxisRole>", "{}">:$axisRoles)>
   ];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -83,6 +99,19 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol]> {
     /// their sizes), or nullopt if one is not an axis of the mesh.
     std::optional<int64_t>
     getGroupSize(::llvm::ArrayRef<::llvm::StringRef> axes);
+
+    /// The role of axis `index`: the stored one, else its name's default.
+    AxisRole getAxisRole(unsigned index);
+
+    /// The role of `axis`, or nullopt if the mesh has no such axis.
+    std::optional<AxisRole> getAxisRole(::llvm::StringRef axis);
+
+    /// The name of the axis with `role` (not `none`), or nullopt if no axis
+    /// has it.
+    std::optional<::llvm::StringRef> getAxisWithRole(AxisRole role);
+
+    /// The size of the axis with `role`, 1 when no axis has it.
+    int64_t getRoleSize(AxisRole role);
   }];
 }
 

@@ -24,22 +24,6 @@
 
 namespace mlir::partita::dist {
 
-/// Discardable attributes the sharding passes read and write.
-/// On an op: the sharding of each of its results (propagation's output).
-constexpr llvm::StringLiteral kResultShardingsAttr = "dist.shardings";
-/// On a function argument or result: its sharding.
-constexpr llvm::StringLiteral kShardingAttr = "dist.sharding";
-/// On a dist.annotate: a strategy put it there (lower priority than one a
-/// person wrote).
-constexpr llvm::StringLiteral kStrategyAttr = "dist.strategy";
-/// On a dist.annotate: its propagation priority (an i64, lower wins), when
-/// not the default of its origin.
-constexpr llvm::StringLiteral kPriorityAttr = "dist.priority";
-/// On a collective: why partitioning inserted it.
-constexpr llvm::StringLiteral kReasonAttr = "dist.reason";
-/// On the module: remarks of the plan for the report (strings).
-constexpr llvm::StringLiteral kRemarksAttr = "dist.remarks";
-
 /// Propagation priorities: lower wins. A strategy pins weights at
 /// kStrategyPriority and activations (sequence parallelism's residual
 /// stream) at kActivationPriority, so a weight's split wins where the two
@@ -56,11 +40,19 @@ constexpr int kEdgePriority = 3;
 /// strategy's and 0 for a person's.
 int getAnnotationPriority(AnnotateOp op);
 
-/// Mesh axes in order, as `--mesh dp=2,tp=4` gives them.
-using MeshAxes = SmallVector<std::pair<std::string, int64_t>>;
+/// One axis of `--mesh`: its name, size and role.
+struct MeshAxisSpec {
+  std::string name;
+  int64_t size;
+  AxisRole role;
+};
+/// Mesh axes in order, as `--mesh dp=2,tp=4` or `--mesh model=4:tp` gives
+/// them.
+using MeshAxes = SmallVector<MeshAxisSpec>;
 
-/// Parses `name=size[,name=size...]`. On error returns failure and sets
-/// `error` to a message naming the offending part.
+/// Parses `name=size[:role][,name=size[:role]...]`; an axis without a role
+/// has the default of its name (`getDefaultAxisRole`). On error returns
+/// failure and sets `error` to a message naming the offending part.
 FailureOr<MeshAxes> parseMeshAxes(StringRef text, std::string &error);
 
 /// The module's one `dist.mesh`; null when it has none. Emits an error and
@@ -132,20 +124,6 @@ LogicalResult fitShapeAttributes(Operation *clone, Operation *original);
 /// inline limit, else a resource blob named `name`.
 ElementsAttr getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
                               ArrayRef<int64_t> values, StringRef name);
-
-/// On the module, with ring attention: the order in which the sequence is
-/// laid out over the ring axis (`order[i]` is the global position of slot
-/// `i`; a zigzag for causal balance), and the axis.
-constexpr llvm::StringLiteral kSequenceOrderAttr = "dist.sequence_order";
-/// On an nn.attention: run it as ring attention over this axis.
-constexpr llvm::StringLiteral kRingAttr = "dist.ring";
-/// On the module: the sequence-parallel plan for the report (mode, axis,
-/// and for ring attention the ranks and work imbalance).
-constexpr llvm::StringLiteral kSequenceParallelAttr = "dist.sequence_parallel";
-
-/// On the module, after pipeline splitting: stages, microbatches, schedule
-/// and each stage's estimated seconds, for the report.
-constexpr llvm::StringLiteral kPipelineAttr = "dist.pipeline";
 
 /// `sharding` printed compactly, e.g. `[{dp}, {}, {tp}] partial [tp]`.
 std::string formatSharding(ShardingAttr sharding);
