@@ -58,6 +58,16 @@ std::vector<std::pair<std::string, int64_t>> coordsOf(dist::MeshOp mesh,
   return coords;
 }
 
+/// The role of axis `index` as the manifest and the report spell it, or
+/// empty when it is the default of the axis name (as the IR prints it).
+std::string roleName(dist::MeshOp mesh, unsigned index) {
+  dist::AxisRole role = mesh.getAxisRole(index);
+  StringRef name = mesh.getAxisNameRefs()[index];
+  return role == dist::getDefaultAxisRole(name)
+             ? ""
+             : dist::stringifyAxisRole(role).str();
+}
+
 /// The pipeline stage of the rank at `coords`: its coordinate on the axis
 /// of the pipeline role, 0 when the mesh has none.
 int64_t stageOf(dist::MeshOp mesh,
@@ -120,9 +130,11 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
   manifest.target = options.target;
   manifest.worldSize = programs.size();
   if (dist::MeshOp mesh = meshOf(global))
-    for (auto [name, size] :
-         llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes()))
-      manifest.meshAxes.push_back({name.str(), size});
+    for (auto [index, name, size] :
+         llvm::enumerate(mesh.getAxisNameRefs(), mesh.getAxisSizes()))
+      manifest.meshAxes.push_back(
+          {name.str(), size,
+           dist::stringifyAxisRole(mesh.getAxisRole(index)).str()});
   manifest.inputs = tensorSpecs(global, /*results=*/false);
   manifest.outputs = tensorSpecs(global, /*results=*/true);
   manifest.compileOptions = options.compileOptions;
@@ -416,9 +428,13 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
   }
   llvm::json::Array axes;
   if (mesh)
-    for (auto [name, size] :
-         llvm::zip(mesh.getAxisNameRefs(), mesh.getAxisSizes()))
-      axes.push_back(llvm::json::Object{{"name", name}, {"size", size}});
+    for (auto [index, name, size] :
+         llvm::enumerate(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
+      llvm::json::Object axis{{"name", name}, {"size", size}};
+      if (std::string role = roleName(mesh, index); !role.empty())
+        axis["role"] = role;
+      axes.push_back(std::move(axis));
+    }
   llvm::json::Array remarks;
   if (auto module = main->getParentOfType<ModuleOp>())
     if (auto list = module->getAttrOfType<ArrayAttr>(dist::kRemarksAttr))

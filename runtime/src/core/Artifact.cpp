@@ -497,7 +497,8 @@ Status Artifact::Impl::checkManifestAgainstPrograms() const {
   if (manifest.outputs.empty())
     return Status::error(where + "the model has no outputs");
   // Rank r sits at r written in the mixed radix of the axis sizes, first
-  // axis major (docs/artifact.md), and its stage is its pp coordinate: the
+  // axis major (docs/artifact.md), and its stage is its coordinate on the
+  // axis of role pp: the
   // compiler placed each program there, so a manifest that says otherwise
   // would hand ranks the wrong shards.
   for (const RankEntry &entry : manifest.ranks) {
@@ -506,7 +507,7 @@ Status Artifact::Impl::checkManifestAgainstPrograms() const {
     for (size_t a = manifest.meshAxes.size(); a-- > 0;) {
       expected[a] = rest % manifest.meshAxes[a].size;
       rest /= manifest.meshAxes[a].size;
-      if (manifest.meshAxes[a].name == "pp")
+      if (manifest.meshAxes[a].role == "pp")
         stage = expected[a];
     }
     for (const auto &coord : entry.coords)

@@ -26,6 +26,12 @@ constexpr const char *kHashField = "manifest_sha256";
 /// `manifest_sha256` field, which is what Python's
 /// `json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`
 /// writes: keys sorted, no whitespace, UTF-8 (docs/artifact.md).
+/// The role of an axis named `name` when the manifest gives none.
+std::string defaultAxisRole(const std::string &name) {
+  return name == "dp" || name == "tp" || name == "pp" || name == "sp" ? name
+                                                                      : "none";
+}
+
 std::string manifestDigest(const json &root) {
   json copy = root;
   if (copy.is_object())
@@ -179,8 +185,11 @@ void parseManifest(const json &root, const std::string &where,
   const json &axes = getArray(mesh, "axes", where + ".mesh");
   for (size_t i = 0; i < axes.size(); ++i) {
     std::string at = where + ".mesh.axes[" + std::to_string(i) + "]";
-    manifest.meshAxes.push_back(
-        {getString(axes[i], "name", at), getInt(axes[i], "size", at)});
+    MeshAxis axis{getString(axes[i], "name", at), getInt(axes[i], "size", at),
+                  defaultAxisRole(getString(axes[i], "name", at))};
+    if (axes[i].contains("role"))
+      axis.role = getString(axes[i], "role", at);
+    manifest.meshAxes.push_back(std::move(axis));
   }
   manifest.worldSize = getInt32(mesh, "world_size", where + ".mesh");
 
@@ -331,6 +340,9 @@ Status partita::runtime::validateManifest(const Manifest &manifest) {
     if (axis.size < 1)
       return Status::error("mesh axis '" + axis.name + "' has size " +
                            std::to_string(axis.size));
+    if (axis.role != "none" && defaultAxisRole(axis.role) != axis.role)
+      return Status::error("mesh axis '" + axis.name + "' has role '" +
+                           axis.role + "'; roles are dp, tp, pp, sp and none");
     if (__builtin_mul_overflow(meshSize, axis.size, &meshSize))
       return Status::error("the mesh is too large");
   }
@@ -386,8 +398,12 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
                                         std::string &text) {
   try {
     json axes = json::array();
-    for (const MeshAxis &axis : manifest.meshAxes)
-      axes.push_back({{"name", axis.name}, {"size", axis.size}});
+    for (const MeshAxis &axis : manifest.meshAxes) {
+      json entry = {{"name", axis.name}, {"size", axis.size}};
+      if (axis.role != defaultAxisRole(axis.name))
+        entry["role"] = axis.role;
+      axes.push_back(std::move(entry));
+    }
     json ranks = json::array();
     for (const RankEntry &entry : manifest.ranks) {
       json coords = json::object();
