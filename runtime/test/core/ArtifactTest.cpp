@@ -255,6 +255,13 @@ TEST_F(ArtifactTest, InvalidManifestWritesNothing) {
   EXPECT_ERROR_CONTAINS(badAxis.commit(directory.path("art")),
                         "'pp', which is not a mesh axis");
 
+  ArtifactWriter badRole;
+  fill(badRole);
+  badRole.manifest().meshAxes[1].role = "ep";
+  EXPECT_ERROR_CONTAINS(badRole.commit(directory.path("art")),
+                        "mesh axis 'tp' has role 'ep'; roles are dp, tp, pp, "
+                        "sp and none");
+
   ArtifactWriter missingModule;
   fill(missingModule);
   missingModule.manifest().target = "cuda";
@@ -445,6 +452,9 @@ TEST_F(ArtifactTest, RefusesManifestsThatDisagreeWithThePrograms) {
        "this mesh is at {dp: 0, tp: 0}"},
       {[](auto &m) { m["ranks"][1]["stage"] = 1; },
        "manifest.json: rank 1 has stage 1, but its pp coordinate is 0"},
+      // The stage is the coordinate on the axis of role pp, whatever its name.
+      {[](auto &m) { m["mesh"]["axes"][1]["role"] = "pp"; },
+       "manifest.json: rank 1 has stage 0, but its pp coordinate is 1"},
       {[](auto &m) { m["outputs"][0]["shape"][2] = 6; },
        "manifest.json: output 'logits' is f32 [2, 8, 6] split over the mesh, "
        "so rank 0's block is [2, 8, 3], but rank 0's program binds f32 [2, "
