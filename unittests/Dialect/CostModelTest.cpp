@@ -10,6 +10,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "partita/Analysis/Cluster.h"
+#include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 
 #include "gtest/gtest.h"
@@ -62,6 +63,29 @@ TEST(ClusterTest, AlphaBetaPerLink) {
       cluster.collectiveSeconds("all_gather", 8, 25000, {"tp", "dp"}),
       7 * 20e-6 + 25000 / 25e9);
   EXPECT_EQ(cluster.collectiveSeconds("all_reduce", 1, 1000, {"tp"}), 0);
+}
+
+TEST(ClusterTest, LinkClassFollowsTheAxisRole) {
+  MLIRContext context;
+  context.loadDialect<dist::DistDialect>();
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(
+      "dist.mesh @mesh [model = 4 : tp, data = 2 : dp]", &context);
+  ASSERT_TRUE(module);
+  auto mesh = *module->getOps<dist::MeshOp>().begin();
+  llvm::Expected<ClusterModel> cluster = ClusterModel::fromJson(
+      R"json({"axes": {"model": {"latency_us": 1}}})json");
+  ASSERT_TRUE(static_cast<bool>(cluster))
+      << llvm::toString(cluster.takeError());
+  // `model` has the tp role: NVLink's bandwidth, the file's latency.
+  EXPECT_DOUBLE_EQ(
+      cluster->collectiveSeconds("all_gather", 4, 3000, {"model"}, mesh),
+      3 * 1e-6 + 3000 / 300e9);
+  // Without the mesh the name implies no role, so the link crosses nodes.
+  EXPECT_DOUBLE_EQ(cluster->collectiveSeconds("all_gather", 4, 3000, {"model"}),
+                   3 * 1e-6 + 3000 / 25e9);
+  EXPECT_DOUBLE_EQ(
+      cluster->collectiveSeconds("all_gather", 2, 3000, {"data"}, mesh),
+      20e-6 + 3000 / 25e9);
 }
 
 TEST(ClusterTest, FromJson) {
