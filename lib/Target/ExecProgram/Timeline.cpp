@@ -92,6 +92,11 @@ Type payloadOf(Type type) {
 ExecTimeline mlir::partita::estimateExecTimeline(func::FuncOp func,
                                                  const ClusterModel &cluster) {
   Timer timer(cluster);
+  // Links follow the roles of the mesh's axes.
+  dist::MeshOp mesh;
+  if (auto module = func->getParentOfType<ModuleOp>())
+    for (auto m : module.getOps<dist::MeshOp>())
+      mesh = m;
   for (Operation &op : func.getBody().front().without_terminator()) {
     if (auto kernel = dyn_cast<exec::KernelOp>(op)) {
       timer.compute(kernel.getHead(), kernel.getSteps());
@@ -103,7 +108,7 @@ ExecTimeline mlir::partita::estimateExecTimeline(func::FuncOp func,
       bool async = dist::isAsyncStart(&op);
       timer.communicate(stat.kind,
                         cluster.collectiveSeconds(stat.kind, group.size(),
-                                                  stat.bytes, stat.axes),
+                                                  stat.bytes, stat.axes, mesh),
                         async ? op.getResult(0) : Value(), !async);
     } else if (isa<dist::SendOp, dist::RecvOp, dist::RecvStartOp,
                    dist::SendStartOp>(op)) {
@@ -117,7 +122,7 @@ ExecTimeline mlir::partita::estimateExecTimeline(func::FuncOp func,
       // before the peer has it.
       timer.communicate(
           send ? "send" : "recv",
-          cluster.collectiveSeconds("collective_permute", 2, bytes, axis),
+          cluster.collectiveSeconds("collective_permute", 2, bytes, axis, mesh),
           async ? op.getResult(0) : Value(), !async && !send);
     } else if (auto wait = dyn_cast<dist::WaitOp>(op)) {
       timer.wait(wait.getToken());

@@ -535,7 +535,7 @@ ExecCollectiveStat mlir::partita::getCollectiveStat(Operation *op,
     stat.payload = operandBytes;
     stat.bytes = stat.payload;
   }
-  if (auto reason = op->getAttrOfType<StringAttr>("dist.reason"))
+  if (auto reason = op->getAttrOfType<StringAttr>(dist::kReasonAttr))
     stat.reason = reason.str();
   return stat;
 }
