@@ -107,6 +107,12 @@ partita_compile_options_destroy(partita_compile_options *options);
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_add_mesh_axis(partita_compile_options *options,
                                       const char *name, int64_t size);
+/* Appends a mesh axis with its role (`dp`, `tp`, `pp`, `sp` or `none`):
+ * `--mesh model=4:tp`. Checked when compiling. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_add_mesh_axis_with_role(
+    partita_compile_options *options, const char *name, int64_t size,
+    const char *role);
 /* Removes every mesh axis (back to one device). */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_clear_mesh(partita_compile_options *options);

@@ -74,11 +74,20 @@ struct Diagnostic {
   std::string str() const;
 };
 
+/// One axis of the mesh (one `name=size[:role]` of --mesh).
+struct MeshAxis {
+  std::string name;
+  int64_t size = 1;
+  /// `dp`, `tp`, `pp`, `sp` or `none`; empty: the role the name implies
+  /// (dp, tp, pp and sp imply themselves, other names none).
+  std::string role;
+};
+
 /// The flags of partita-compile (docs/sharding.md, docs/cuda.md).
 struct CompileOptions {
-  /// Mesh axes in order with their sizes, e.g. {{"dp", 2}, {"tp", 4}};
-  /// empty: one device.
-  std::vector<std::pair<std::string, int64_t>> mesh;
+  /// Mesh axes in order, e.g. {{"dp", 2}, {"tp", 4}} or
+  /// {{"model", 4, "tp"}}; empty: one device.
+  std::vector<MeshAxis> mesh;
   Target target = Target::Host;
   /// Values of the model's symbolic dimensions.
   std::map<std::string, int64_t> bind;

@@ -217,7 +217,17 @@ partita_compile_options_add_mesh_axis(partita_compile_options *options,
                                       const char *name, int64_t size) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(name);
-  options->options.mesh.emplace_back(name, size);
+  options->options.mesh.push_back({name, size, ""});
+  return nullptr;
+}
+
+partita_status *partita_compile_options_add_mesh_axis_with_role(
+    partita_compile_options *options, const char *name, int64_t size,
+    const char *role) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(name);
+  PARTITA_CHECK_ARG(role);
+  options->options.mesh.push_back({name, size, role});
   return nullptr;
 }
 

@@ -129,9 +129,21 @@ CompileResult compile(mlir::partita::DriverOptions driver,
     result.diagnostics.push_back({Diagnostic::Severity::Error, "", message});
     return result;
   };
-  for (const auto &[axis, size] : options.mesh)
-    driver.mesh +=
-        (driver.mesh.empty() ? "" : ",") + axis + "=" + std::to_string(size);
+  if (!options.mesh.empty()) {
+    // Spelled as --mesh and parsed by its one parser, so an API caller gets
+    // the command line's checks and messages.
+    std::string text;
+    for (const MeshAxis &axis : options.mesh)
+      text += (text.empty() ? "" : ",") + axis.name + "=" +
+              std::to_string(axis.size) +
+              (axis.role.empty() ? "" : ":" + axis.role);
+    std::string error;
+    mlir::FailureOr<mlir::partita::dist::MeshAxes> axes =
+        mlir::partita::dist::parseMeshAxes(text, error);
+    if (mlir::failed(axes))
+      return failWith("--mesh " + text + ": " + error);
+    driver.mesh.axes = std::move(*axes);
+  }
   driver.target = options.target;
   driver.bindings = options.bind;
   driver.strategy = options.strategy;

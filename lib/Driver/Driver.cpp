@@ -105,11 +105,6 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
       return fail(context, "--bind expects name=value with a positive "
                            "integer value, got '" +
                                name + "=" + std::to_string(value) + "'");
-  if (!options.mesh.empty()) {
-    std::string error;
-    if (failed(dist::parseMeshAxes(options.mesh, error)))
-      return fail(context, "--mesh " + options.mesh + ": " + error);
-  }
   if (options.microbatches < 1)
     return fail(context, "--microbatches must be positive, got " +
                              std::to_string(options.microbatches));
@@ -176,7 +171,7 @@ recordedOptions(const DriverOptions &options) {
   if (options.dtype != StorageType::FP32)
     recorded["dtype"] = ::partita::optionName(options.dtype);
   if (!options.mesh.empty()) {
-    recorded["mesh"] = options.mesh;
+    recorded["mesh"] = options.mesh.str();
     recorded["strategy"] = ::partita::optionName(options.strategy);
     if (options.spMode != SequenceMode::None)
       recorded["sp-mode"] = ::partita::optionName(options.spMode);
@@ -410,6 +405,23 @@ mlir::partita::describePipeline(MLIRContext &context,
     pm.printAsTextualPipeline(os);
     os << "\n";
     previous = stage.flag;
+  }
+  if (options.emit < EmitStage::Exec)
+    return text;
+  // The exec stage plans each rank on its own copy of the previous stage's
+  // output; partita-translate --exec-to-proto then writes the program.
+  int64_t worldSize = 1;
+  for (const dist::MeshAxisSpec &axis : options.mesh.axes)
+    worldSize *= axis.size;
+  for (int64_t rank = 0; rank < worldSize; ++rank) {
+    ExecPipelineOptions exec;
+    exec.rank = rank;
+    PassManager pm(&context, ModuleOp::getOperationName());
+    buildExecPipeline(pm, exec);
+    os << "// --emit exec of rank " << rank << ", on --emit " << previous
+       << "'s output, then partita-translate --exec-to-proto\n";
+    pm.printAsTextualPipeline(os);
+    os << "\n";
   }
   return text;
 }

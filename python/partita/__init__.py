@@ -48,7 +48,7 @@ __version__: str = _partita.version()
 Diagnostic = _partita.Diagnostic
 
 Model = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
-Mesh = Union[Mapping[str, int], Sequence[Tuple[str, int]], str, None]
+Mesh = Union[Mapping[str, int], Sequence[Union[Tuple[str, int], Tuple[str, int, str]]], str, None]
 
 
 class Error(Exception):
@@ -148,20 +148,28 @@ def _input_array(spec: TensorSpec, value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def _mesh_axes(mesh: Mesh) -> List[Tuple[str, int]]:
+def _mesh_axes(mesh: Mesh) -> List[Tuple[str, int, str]]:
+    """(name, size, role) per axis; role "" is the one the name implies."""
     if mesh is None:
         return []
-    if isinstance(mesh, str):  # "dp=2,tp=2", as on the command line
+    if isinstance(mesh, str):  # "dp=2,tp=2" or "model=2:tp", as on the command line
         axes = []
         for item in filter(None, (s.strip() for s in mesh.split(","))):
-            name, _, size = item.partition("=")
+            name, _, rest = item.partition("=")
+            size, _, role = rest.partition(":")
             if not size.strip().isdigit():
                 raise ValueError(
-                    f"mesh: '{item}' is not of the form axis=size")
-            axes.append((name.strip(), int(size)))
+                    f"mesh: '{item}' is not of the form axis=size[:role]")
+            axes.append((name.strip(), int(size), role.strip()))
         return axes
     items = mesh.items() if isinstance(mesh, Mapping) else mesh
-    return [(str(name), int(size)) for name, size in items]
+    axes = []
+    for entry in items:
+        name, size, *role = entry
+        if len(role) > 1:
+            raise ValueError(f"mesh: {entry!r} is not (name, size[, role])")
+        axes.append((str(name), int(size), str(role[0]) if role else ""))
+    return axes
 
 
 def _cuda_archs(cuda_arch: Union[str, Sequence[str], None]) -> List[str]:
@@ -207,7 +215,9 @@ def compile(
         or textual syntax), the serialized model as ``bytes``, or an
         ``onnx.ModelProto`` (anything with ``SerializeToString``).
       mesh: mesh axes and sizes in order, e.g. ``{"dp": 2, "tp": 2}`` (or
-        ``[("tp", 2)]``, or ``"tp=2"``); ``None``: one device.
+        ``[("tp", 2)]``, or ``"tp=2"``); an axis whose name does not say its
+        role gives it third: ``[("model", 2, "tp")]`` or ``"model=2:tp"``;
+        ``None``: one device.
       target: ``"host"`` or ``"cuda"``.
       bind: values of the model's symbolic dimensions, ``{"batch": 2}``.
       strategy: ``"megatron"`` or ``"none"``.

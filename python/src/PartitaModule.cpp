@@ -186,7 +186,7 @@ NB_MODULE(_partita, m) {
   m.def(
       "compile",
       [](nb::bytes model, bool isPath, const std::string &name,
-         std::vector<std::pair<std::string, int64_t>> mesh,
+         std::vector<std::tuple<std::string, int64_t, std::string>> mesh,
          const std::string &target, std::map<std::string, int64_t> bind,
          const std::string &strategy, const std::string &spMode,
          int64_t microbatches, int64_t virtualStages, const std::string &dtype,
@@ -205,7 +205,8 @@ NB_MODULE(_partita, m) {
                 {partita::Diagnostic::Severity::Error, "",
                  partita::badOptionMessage<Enum>(text)});
         };
-        options.mesh = std::move(mesh);
+        for (auto &[axis, size, role] : mesh)
+          options.mesh.push_back({std::move(axis), size, std::move(role)});
         choose(target, options.target);
         options.bind = std::move(bind);
         choose(strategy, options.strategy);

@@ -205,6 +205,8 @@ def test_options_reach_the_compiler():
     ({"collective_matmul": "some"}, "--collective-matmul expects auto, "
                                     "always or never, got 'some'"),
     ({"mesh": {"tp": 0}}, "sizes are at least 1"),
+    ({"mesh": [("model", 2, "ep")]}, "unknown role 'ep'"),
+    ({"mesh": "model=2:tp,tp=2"}, "axes 'model' and 'tp' both have role tp"),
     ({"cluster": "{not json"}, "--cluster"),
 ])
 def test_compile_error_bad_option(options, message):
@@ -212,6 +214,21 @@ def test_compile_error_bad_option(options, message):
         partita.compile(GPT2, **options)
     (diagnostic,) = caught.value.diagnostics
     assert diagnostic.severity == "error" and diagnostic.location == ""
+
+
+@pytest.mark.parametrize("mesh", [[("model", 2, "tp")], "model=2:tp"])
+def test_mesh_axis_roles(mesh):
+    # An axis named for nothing plays the role it is given: the same program
+    # as tp=2, with the axis named as the caller named it.
+    inputs = dict(np.load(MODELS / "gpt2.inputs.npz"))
+    expected = dict(np.load(MODELS / "gpt2.outputs.npz"))
+    artifact = partita.compile(MODELS / "gpt2.onnx", mesh=mesh)
+    report = artifact.report
+    assert report["mesh"]["axes"] == [{"name": "model", "size": 2,
+                                       "role": "tp"}]
+    outputs = artifact.run(inputs)
+    np.testing.assert_allclose(outputs["logits"], expected["logits"],
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_mesh_string_is_checked():

@@ -84,12 +84,12 @@ cl::opt<std::string> reportFile("report",
                                          "JSON to this file"),
                                 cl::value_desc("FILE.json"), cl::init(""),
                                 cl::cat(partitaCategory));
-cl::opt<std::string>
+cl::opt<dist::MeshSpec>
     meshSpec("mesh",
-             cl::desc("Mesh axes and sizes, e.g. dp=2,tp=4 (default: one "
-                      "device)"),
-             cl::value_desc("axis=size,..."), cl::init(""),
-             cl::cat(partitaCategory));
+             cl::desc("Mesh axes, sizes and roles (dp, tp, pp, sp; implied "
+                      "by those names), e.g. dp=2,tp=4 or model=4:tp "
+                      "(default: one device)"),
+             cl::value_desc("axis=size[:role],..."), cl::cat(partitaCategory));
 cl::opt<Strategy> strategy("strategy", cl::desc("How the mesh is used"),
                            optionValues<Strategy>(),
                            cl::init(Strategy::Megatron),

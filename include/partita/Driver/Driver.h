@@ -21,6 +21,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/LLVM.h"
 #include "mlir/Support/Timing.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Pipelines/Options.h"
 
 #include <cstdint>
@@ -47,7 +48,8 @@ struct DriverOptions {
   std::string output;
   Target target = Target::Host;
   std::map<std::string, int64_t> bindings;
-  std::string mesh;
+  /// Empty: one device.
+  dist::MeshSpec mesh;
   Strategy strategy = Strategy::Megatron;
   SequenceMode spMode = SequenceMode::None;
   int64_t microbatches = 1;

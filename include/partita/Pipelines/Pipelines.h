@@ -22,6 +22,7 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Pipelines/OptionParser.h"
 
 namespace mlir::partita {
@@ -37,11 +38,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Storage type of the model's fp32 tensors"),
       optionValues<StorageType>(), llvm::cl::init(StorageType::FP32)};
   // plan
-  Option<std::string> mesh{*this, "mesh",
-                           llvm::cl::desc("Mesh axes and sizes, e.g. "
-                                          "dp=2,tp=4 (default: the module's "
-                                          "dist.mesh)"),
-                           llvm::cl::init("")};
+  Option<dist::MeshSpec> mesh{*this, "mesh",
+                              llvm::cl::desc("Mesh axes, sizes and roles, "
+                                             "e.g. dp=2,tp=4 or model=4:tp "
+                                             "(default: the module's "
+                                             "dist.mesh)")};
   Option<Strategy> strategy{
       *this, "strategy", llvm::cl::desc("How the strategy uses the mesh"),
       optionValues<Strategy>(), llvm::cl::init(Strategy::Megatron)};

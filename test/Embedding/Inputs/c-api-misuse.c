@@ -50,6 +50,9 @@ int main(int argc, char **argv) {
   partita_compile_options *options = partita_compile_options_create();
   expectError(partita_compile_options_add_mesh_axis(options, NULL, 2), "name",
               "add_mesh_axis(name NULL)");
+  expectError(partita_compile_options_add_mesh_axis_with_role(options, "model",
+                                                              2, NULL),
+              "role", "add_mesh_axis_with_role(role NULL)");
   expectError(partita_compile_options_set_target(options, NULL), "target",
               "set_target");
   /* Spellings the option does not take, refused when set. */
@@ -109,6 +112,17 @@ int main(int argc, char **argv) {
   expectError(partita_compile_result_diagnostic(result, 1000, NULL, NULL, NULL),
               "out of range", "diagnostic(1000)");
   partita_compile_result_destroy(result);
+
+  /* A role no axis can play is refused when compiling, as --mesh refuses it. */
+  partita_compile_options *roles = partita_compile_options_create();
+  partita_status_destroy(
+      partita_compile_options_add_mesh_axis_with_role(roles, "model", 2, "ep"));
+  result = NULL;
+  expectError(partita_compile_file(argv[1], roles, &result),
+              "--mesh model=2:ep: 'model=2:ep': unknown role 'ep'",
+              "compile_file(unknown role)");
+  partita_compile_result_destroy(result);
+  partita_compile_options_destroy(roles);
 
   expectError(partita_artifact_save(NULL, "x"), "artifact", "save(NULL)");
   expectError(partita_artifact_file(NULL, 0, NULL, NULL, NULL), "artifact",

@@ -651,17 +651,13 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
     if (failed(existing))
       return signalPassFailure();
     MeshOp mesh = *existing;
-    if (!mesh.getOperation() && !this->mesh.empty()) {
-      std::string error;
-      FailureOr<MeshAxes> axes = parseMeshAxes(this->mesh, error);
-      if (failed(axes)) {
-        module.emitError() << "--mesh " << this->mesh << ": " << error;
-        return signalPassFailure();
-      }
+    // The option's parser has checked the axes.
+    const MeshSpec &spec = this->mesh;
+    if (!mesh.getOperation() && !spec.empty()) {
       SmallVector<StringRef> names;
       SmallVector<int64_t> sizes;
       SmallVector<AxisRole> roles;
-      for (const MeshAxisSpec &axis : *axes) {
+      for (const MeshAxisSpec &axis : spec.axes) {
         names.push_back(axis.name);
         sizes.push_back(axis.size);
         roles.push_back(axis.role);
@@ -672,8 +668,8 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
         mesh.erase();
         return signalPassFailure();
       }
-    } else if (mesh && !this->mesh.empty()) {
-      module.emitError() << "--mesh " << this->mesh << " given, but the "
+    } else if (mesh && !spec.empty()) {
+      module.emitError() << "--mesh " << spec.str() << " given, but the "
                          << "module declares @" << mesh.getSymName();
       return signalPassFailure();
     }

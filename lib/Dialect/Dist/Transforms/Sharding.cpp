@@ -10,6 +10,7 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Verifier.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/Pipelines/OptionParser.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
@@ -66,6 +67,51 @@ FailureOr<MeshAxes> dist::parseMeshAxes(StringRef text, std::string &error) {
     axes.push_back({name.str(), value, role});
   }
   return axes;
+}
+
+std::string MeshSpec::str() const {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << *this;
+  return text;
+}
+
+llvm::raw_ostream &dist::operator<<(llvm::raw_ostream &os,
+                                    const MeshSpec &mesh) {
+  llvm::interleave(
+      mesh.axes, os,
+      [&](const MeshAxisSpec &axis) {
+        os << axis.name << "=" << axis.size;
+        if (axis.role != getDefaultAxisRole(axis.name))
+          os << ":" << stringifyAxisRole(axis.role);
+      },
+      ",");
+  return os;
+}
+
+bool llvm::cl::parser<MeshSpec>::parse(Option &option, StringRef, StringRef arg,
+                                       MeshSpec &value) {
+  value.axes.clear();
+  if (arg.trim().empty())
+    return false;
+  std::string error;
+  FailureOr<MeshAxes> axes = parseMeshAxes(arg, error);
+  if (failed(axes)) {
+    const std::string &tool = optionErrorTool();
+    llvm::errs() << tool << (tool.empty() ? "" : ": ") << "error: --"
+                 << option.ArgStr << " " << arg << ": " << error << "\n";
+    return true;
+  }
+  value.axes = std::move(*axes);
+  return false;
+}
+
+void llvm::cl::parser<MeshSpec>::printOptionDiff(const Option &option,
+                                                 const MeshSpec &value,
+                                                 const OptionValue<MeshSpec> &,
+                                                 size_t globalWidth) const {
+  printOptionName(option, globalWidth);
+  outs() << "= " << value << "\n";
 }
 
 FailureOr<MeshOp> dist::getModuleMesh(ModuleOp module) {

@@ -9,6 +9,7 @@
 
 #include "mlir/Pass/Pass.h"
 #include "partita/Dialect/Dist/IR/DistDialect.h"
+#include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
 #include "partita/Pipelines/OptionParser.h"
 

@@ -66,9 +66,9 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
-           "Mesh axes and sizes, e.g. dp=2,tp=4 (default: the module's "
-           "dist.mesh)">,
+    Option<"mesh", "mesh", "::mlir::partita::dist::MeshSpec", /*default=*/"",
+           "Mesh axes, sizes and roles, e.g. dp=2,tp=4 or model=4:tp "
+           "(default: the module's dist.mesh)">,
     Option<"strategy", "strategy", "::mlir::partita::Strategy",
            /*default=*/"::mlir::partita::Strategy::Megatron",
            "The parallel strategy: megatron or none",
