@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "partita/Support/Version.h"
 #include "partita/runtime/Artifact.h"
 #include "partita/runtime/Float16.h"
 #include "partita/runtime/Runner.h"
@@ -427,7 +428,8 @@ int runMain(int argc, char **argv) {
     return 0;
   }
   if (options.version) {
-    std::printf("partita-run %s\n", PARTITA_VERSION);
+    std::printf("partita-run %s (git %s)\n", PARTITA_VERSION,
+                ::partita::gitRevision());
     return 0;
   }
   if (!parsed)
