@@ -1,8 +1,11 @@
 """partita-opt replays partita-compile: for every committed model
-(test/models, examples/, test/models/hf), `partita-compile --emit dist` and
-`--emit local` print exactly what partita-opt prints running the registered
-pipeline with the same options (--partita-plan-pipeline,
---partita-shard-pipeline) on `partita-compile --emit nn`'s output.
+(test/models, examples/, test/models/hf), `partita-compile --emit nn`,
+`--emit dist` and `--emit local` print exactly what partita-opt prints
+running the registered pipeline with the same options
+(--partita-nn-pipeline on `--emit import`'s output, --partita-plan-pipeline
+and --partita-shard-pipeline on `--emit nn`'s), and rank 1's program of
+`--emit exec` (tp=2) is what --partita-exec-pipeline='rank=1' on
+`--emit local`'s output, then partita-translate --exec-to-proto, writes.
 
 The stage before is printed with --mlir-print-debuginfo: the passes name
 ONNX nodes (in dist.reason) from the locations, which the default printer
@@ -96,6 +99,9 @@ def replay(index, path, kv, bind, workdir):
     compile_ = BUILD / "bin" / "partita-compile"
     opt = BUILD / "bin" / "partita-opt"
     problems = []
+    imported = workdir / f"{index}-import.mlir"
+    run(compile_, path, *bind, "--emit", "import", "--mlir-print-debuginfo",
+        "-o", imported)
     nn_inputs = {}
     for options in option_sets(index, kv):
         nn_key = options.get("dtype", "fp32")
@@ -105,6 +111,12 @@ def replay(index, path, kv, bind, workdir):
                 *(["--dtype", nn_key] if nn_key != "fp32" else []),
                 "--mlir-print-debuginfo", "-o", nn)
             nn_inputs[nn_key] = nn
+            replayed = run(opt, imported,
+                           f"--partita-nn-pipeline=dtype={nn_key}",
+                           "--mlir-print-debuginfo")
+            if nn.read_text() != replayed:
+                problems.append(f"--emit nn --dtype {nn_key} differs from "
+                                f"partita-opt --partita-nn-pipeline")
         flags = compile_flags(options)
         text = pipeline_options(options)
         for emit, pipeline in [("dist", "partita-plan-pipeline"),
@@ -118,6 +130,21 @@ def replay(index, path, kv, bind, workdir):
             if compiled != replayed:
                 problems.append(f"--emit {emit} {' '.join(flags)} differs "
                                 f"from partita-opt --{pipeline}='{text}'")
+
+    # The exec stage of rank 1 on tp=2: its pipeline, then the translation.
+    local = workdir / f"{index}-local.mlir"
+    run(compile_, path, *bind, "--mesh", "tp=2", "--emit", "local",
+        "--mlir-print-debuginfo", "-o", local)
+    planned = workdir / f"{index}-rank1.mlir"
+    run(opt, local, "--partita-exec-pipeline=rank=1",
+        "--mlir-print-debuginfo", "-o", planned)
+    replayed = run(BUILD / "bin" / "partita-translate", "--exec-to-proto",
+                   planned)
+    programs = run(compile_, path, *bind, "--mesh", "tp=2", "--emit", "exec")
+    if programs.split("# rank 1\n", 1)[-1] != replayed:
+        problems.append("rank 1 of --emit exec --mesh tp=2 differs from "
+                        "partita-opt --partita-exec-pipeline=rank=1 | "
+                        "partita-translate --exec-to-proto")
     return problems
 
 

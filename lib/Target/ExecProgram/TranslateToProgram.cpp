@@ -166,14 +166,6 @@ void setAttributes(Operation *op,
           [&](auto o) { m["axis"] = intAttr(o.getAxis()); });
 }
 
-bool isCollective(Operation *op) {
-  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
-             dist::AllToAllOp, dist::CollectivePermuteOp,
-             dist::AllReduceStartOp, dist::AllGatherStartOp,
-             dist::ReduceScatterStartOp, dist::AllToAllStartOp,
-             dist::CollectivePermuteStartOp>(op);
-}
-
 class Translator {
 public:
   explicit Translator(func::FuncOp func) : func(func) {}
@@ -483,7 +475,7 @@ LogicalResult Translator::run() {
     else if (auto slice = dyn_cast<exec::SliceBlockOp>(op);
              slice && !exec::isHostData(slice.getResult()))
       emitSlice(slice);
-    else if (isCollective(&op))
+    else if (dist::isGroupCollective(&op))
       emitCollective(&op);
     else if (isa<dist::SendOp, dist::RecvOp, dist::SendStartOp,
                  dist::RecvStartOp>(op))

@@ -22,8 +22,7 @@ using namespace mlir::partita::dist;
 namespace {
 
 bool isSyncCollective(Operation *op) {
-  return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
-             CollectivePermuteOp>(op);
+  return isGroupCollective(op) && !isAsyncStart(op);
 }
 
 /// One started collective: its start, its wait and the bytes it holds.

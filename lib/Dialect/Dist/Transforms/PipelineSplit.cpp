@@ -169,8 +169,7 @@ Splitter::findBatchDims(func::FuncOp func,
       }
       // Collectives keep every dimension but those they resize (Ulysses'
       // all-to-alls exchange heads for sequence and keep the batch).
-      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllSliceOp, AllToAllOp,
-              CollectivePermuteOp>(op)) {
+      if ((isGroupCollective(op) && !isAsyncStart(op)) || isa<AllSliceOp>(op)) {
         SmallVector<int64_t, 2> resized = resizedDims(op);
         Value in = op->getOperand(0), out = op->getResult(0);
         for (auto [from, to] : {std::pair(in, out), std::pair(out, in)})

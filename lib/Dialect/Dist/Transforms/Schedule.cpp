@@ -36,9 +36,7 @@ using namespace mlir::partita::dist;
 namespace {
 
 bool isCommunication(Operation *op) {
-  return isAsyncStart(op) ||
-         isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
-             CollectivePermuteOp, SendOp, RecvOp>(op);
+  return isAsyncStart(op) || isGroupCollective(op) || isa<SendOp, RecvOp>(op);
 }
 
 /// Seconds a communication op keeps the link busy (alpha-beta, ring bytes).

@@ -69,14 +69,11 @@ bool isSupportedElementType(Type type) {
 }
 
 bool isCollective(Operation *op) {
-  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
-             dist::AllToAllOp, dist::CollectivePermuteOp>(op);
+  return dist::isGroupCollective(op) && !dist::isAsyncStart(op);
 }
 
 bool isCollectiveStart(Operation *op) {
-  return isa<dist::AllReduceStartOp, dist::AllGatherStartOp,
-             dist::ReduceScatterStartOp, dist::AllToAllStartOp,
-             dist::CollectivePermuteStartOp>(op);
+  return dist::isGroupCollective(op) && dist::isAsyncStart(op);
 }
 
 class Planner {

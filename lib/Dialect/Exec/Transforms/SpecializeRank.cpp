@@ -104,14 +104,6 @@ private:
   SmallVector<int64_t> sizes, coords;
 };
 
-bool hasGroup(Operation *op) {
-  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
-             dist::AllToAllOp, dist::CollectivePermuteOp,
-             dist::AllReduceStartOp, dist::AllGatherStartOp,
-             dist::ReduceScatterStartOp, dist::AllToAllStartOp,
-             dist::CollectivePermuteStartOp>(op);
-}
-
 bool hasPeer(Operation *op) {
   return isa<dist::SendOp, dist::RecvOp, dist::SendStartOp, dist::RecvStartOp>(
       op);
@@ -289,7 +281,7 @@ LogicalResult Specializer::run() {
       return;
     }
     Builder builder(op->getContext());
-    if (hasGroup(op)) {
+    if (dist::isGroupCollective(op)) {
       auto axes = dist::getStringRefs(op->getAttrOfType<ArrayAttr>("axes"));
       op->setAttr(exec::ExecDialect::kGroupAttr,
                   builder.getDenseI32ArrayAttr(place.group(axes)));

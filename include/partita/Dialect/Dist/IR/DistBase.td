@@ -196,6 +196,13 @@ def Dist_AsyncStart : NativeOpTrait<"AsyncStartOpTrait"> {
   let cppNamespace = "::mlir::partita::dist";
 }
 
+// A collective over a group of mesh axes (all_reduce, ..., in both forms):
+// what rank specialization gives a group and the exec program runs as one
+// collective instruction.
+def Dist_GroupCollective : NativeOpTrait<"GroupCollectiveOpTrait"> {
+  let cppNamespace = "::mlir::partita::dist";
+}
+
 // The communicator a rank talks through. Point-to-point and async ops read
 // and write it so that passes keep their order and never merge or drop them.
 def Dist_Communicator

@@ -48,6 +48,12 @@ template <typename ConcreteType>
 class AsyncStartOpTrait
     : public OpTrait::TraitBase<ConcreteType, AsyncStartOpTrait> {};
 
+/// Marks a collective over a group of mesh axes, in its synchronous and its
+/// `_start` form.
+template <typename ConcreteType>
+class GroupCollectiveOpTrait
+    : public OpTrait::TraitBase<ConcreteType, GroupCollectiveOpTrait> {};
+
 } // namespace mlir::partita::dist
 
 #define GET_ATTRDEF_CLASSES
@@ -75,6 +81,11 @@ WaitOp getWaitOfToken(Value token);
 /// True when `op` is the async `_start` form of a dist op.
 inline bool isAsyncStart(Operation *op) {
   return op->hasTrait<AsyncStartOpTrait>();
+}
+
+/// True when `op` is a collective over a group of mesh axes (either form).
+inline bool isGroupCollective(Operation *op) {
+  return op->hasTrait<GroupCollectiveOpTrait>();
 }
 
 } // namespace mlir::partita::dist

@@ -291,7 +291,8 @@ multiclass Dist_Collective<string mnemonic, dag extraArgs, string preFormat,
       preFormat # " $input `on` $mesh `axes` custom<AxisList>($axes) " #
       postFormat # " attr-dict `:` type($input) ";
 
-  def Op : Dist_CollectiveBase<mnemonic, [Pure], extraArgs,
+  def Op : Dist_CollectiveBase<mnemonic, [Pure, Dist_GroupCollective],
+                               extraArgs,
                                "getResult().getType()"> {
     let summary = syncSummary;
     let description = syncDescription;
@@ -303,7 +304,7 @@ multiclass Dist_Collective<string mnemonic, dag extraArgs, string preFormat,
   }
 
   def StartOp : Dist_CollectiveBase<mnemonic # "_start", [
-        Dist_AsyncStart,
+        Dist_AsyncStart, Dist_GroupCollective,
         MemoryEffects<[MemRead<Dist_Communicator>,
                        MemWrite<Dist_Communicator>]>],
       extraArgs, "getToken().getType().getPayload()",
