@@ -175,6 +175,10 @@ public:
 
 private:
   LogicalResult collectBuffers();
+  /// Refuses IR the exec pipeline has not planned all of: bindings without
+  /// names, values an instruction reads or writes without a buffer,
+  /// collectives without their group, transfers without their peer.
+  LogicalResult checkPlanned();
   ArrayRef<char> hostBytes(Value value);
   ArrayRef<char> own(std::vector<char> bytes);
   int32_t bufferOf(Value value);
@@ -304,6 +308,70 @@ LogicalResult Translator::collectBuffers() {
     case exec::BufferKind::Output:
       break;
     }
+  }
+  return success();
+}
+
+LogicalResult Translator::checkPlanned() {
+  StringRef binding = exec::ExecDialect::kBindingAttr;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (!func.getArgAttrOfType<StringAttr>(i, binding))
+      return func.emitError() << "argument " << i << " has no " << binding
+                              << " (run --partita-exec-pipeline first)";
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (!func.getResultAttrOfType<StringAttr>(i, binding))
+      return func.emitError() << "result " << i << " has no " << binding
+                              << " (run --partita-exec-pipeline first)";
+  auto planned = [](Value value) {
+    if (auto kernel =
+            dyn_cast<exec::KernelOp>(value.getParentBlock()->getParentOp()))
+      value = kernel.getResult();
+    return static_cast<bool>(exec::getBuffer(value));
+  };
+  // A token names a buffer only where its start writes one.
+  auto writesThroughToken = [](Operation *op) {
+    return dist::isGroupCollective(op) || isa<dist::RecvStartOp>(op);
+  };
+  auto checkValues = [&](Operation *op) -> LogicalResult {
+    for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
+      if (!isa<dist::TokenType>(value.getType()) ||
+          (value.getDefiningOp() == op && writesThroughToken(op)))
+        if (!planned(value))
+          return op->emitError() << "a value it reads or writes has no "
+                                    "#exec.buffer (run --partita-plan-buffers "
+                                    "first)";
+    return success();
+  };
+  Block &body = func.getBody().front();
+  for (Operation &op : body) {
+    if (auto kernel = dyn_cast<exec::KernelOp>(op)) {
+      if (failed(checkValues(kernel.getHead())))
+        return failure();
+      for (Operation *step : kernel.getSteps())
+        if (failed(checkValues(step)))
+          return failure();
+      continue;
+    }
+    bool instruction =
+        isKernel(&op) || isa<exec::CopyOp, dist::WaitOp, func::ReturnOp>(op) ||
+        dist::isGroupCollective(&op) ||
+        isa<dist::SendOp, dist::RecvOp, dist::SendStartOp, dist::RecvStartOp>(
+            op);
+    if (auto slice = dyn_cast<exec::SliceBlockOp>(op))
+      instruction = !exec::isHostData(slice.getResult());
+    if (!instruction)
+      continue;
+    if (failed(checkValues(&op)))
+      return failure();
+    if (dist::isGroupCollective(&op) &&
+        !op.getAttrOfType<DenseI32ArrayAttr>(exec::ExecDialect::kGroupAttr))
+      return op.emitError() << "has no " << exec::ExecDialect::kGroupAttr
+                            << " (run --partita-specialize-rank first)";
+    if (isa<dist::SendOp, dist::RecvOp, dist::SendStartOp, dist::RecvStartOp>(
+            op) &&
+        !op.getAttrOfType<IntegerAttr>(exec::ExecDialect::kPeerAttr))
+      return op.emitError() << "has no " << exec::ExecDialect::kPeerAttr
+                            << " (run --partita-specialize-rank first)";
   }
   return success();
 }
@@ -453,7 +521,7 @@ LogicalResult Translator::run() {
   prog.set_format_version(1);
   prog.set_rank(static_cast<int32_t>(rank.getInt()));
   prog.set_world_size(static_cast<int32_t>(worldSize.getInt()));
-  if (failed(collectBuffers()))
+  if (failed(checkPlanned()) || failed(collectBuffers()))
     return failure();
 
   for (BlockArgument arg : func.getArguments()) {
