@@ -205,39 +205,20 @@ Splitter::findBatchDims(func::FuncOp func,
   return success();
 }
 
-LogicalResult Splitter::run(func::FuncOp func) {
-  Block &body = func.getBody().front();
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  SmallVector<Operation *> ops;
-  for (Operation &op : body.without_terminator())
-    ops.push_back(&op);
-  llvm::DenseSet<Operation *> replicable;
-  for (Operation *op : ops)
-    if (isReplicable(op, replicable))
-      replicable.insert(op);
-
-  // The work ops in order, their costs, and where each value is last used.
-  SmallVector<Operation *> work;
-  llvm::DenseMap<Operation *, unsigned> index;
-  for (Operation *op : ops)
-    if (!replicable.contains(op)) {
-      index[op] = work.size();
-      work.push_back(op);
-    }
+/// The work-op indices j (0 < j < n) before which the program may be cut:
+/// exactly one value defined before work op j is used at or after it, and
+/// with the values only returned from there on (a decoder's present keys
+/// and values, carried along to the last stage) at most
+/// kMaxTransfersPerCut cross.
+SmallVector<unsigned>
+findCutPoints(ArrayRef<Operation *> work,
+              const llvm::DenseMap<Operation *, unsigned> &index,
+              const llvm::DenseSet<Operation *> &replicable,
+              func::ReturnOp ret) {
   unsigned n = work.size();
-  // Each rank holds `virtualStages` chunks: chunk c runs on rank c % P.
-  int64_t chunks = stages * virtualStages;
-  if (n < static_cast<unsigned>(chunks))
-    return func.emitError() << "cannot cut " << n << " ops into " << chunks
-                            << " pipeline stages";
-  SmallVector<double> prefix(n + 1, 0);
-  for (unsigned i = 0; i < n; ++i)
-    prefix[i + 1] = prefix[i] + estimateSeconds(estimateCost(work[i]));
   // live[j]: work values defined before work op j that a work op at or
   // after it uses; carried[j]: those only the function returns from there
-  // on (a decoder's present keys and values). A cut needs one live value;
-  // the carried ones travel along with it, stage to stage, to the last
-  // stage, which returns them. (Difference arrays, summed below.)
+  // on. (Difference arrays, summed below.)
   SmallVector<int> live(n + 2, 0), carried(n + 2, 0);
   for (unsigned i = 0; i < n; ++i)
     for (Value result : work[i]->getResults()) {
@@ -273,13 +254,16 @@ LogicalResult Splitter::run(func::FuncOp func) {
   for (unsigned j = 1; j < n; ++j)
     if (live[j] == 1 && live[j] + carried[j] <= kMaxTransfersPerCut)
       candidates.push_back(j);
-  if (candidates.size() < static_cast<size_t>(chunks - 1))
-    return func.emitError()
-           << "cannot cut the program into " << chunks
-           << (virtualStages > 1 ? " pipeline chunks" : " pipeline stages")
-           << ": only " << candidates.size()
-           << " points carry a single activation between two ops";
+  return candidates;
+}
 
+/// The `chunks - 1` cut points among `candidates` (at least that many) that
+/// make the most expensive chunk cheapest, in order; `prefix[j]` is the cost
+/// of the work ops before j.
+SmallVector<unsigned> chooseCuts(ArrayRef<double> prefix,
+                                 ArrayRef<unsigned> candidates,
+                                 int64_t chunks) {
+  unsigned n = prefix.size() - 1;
   // best[k][c]: the least possible most-expensive stage when the first k
   // cuts end at candidate c.
   unsigned m = candidates.size();
@@ -300,8 +284,6 @@ LogicalResult Splitter::run(func::FuncOp func) {
       }
   double bestCost = kInf;
   int last = -1;
-  if (chunks == 1)
-    return success();
   for (unsigned c = 0; c < m; ++c) {
     double cost =
         std::max(best[chunks - 1][c], prefix[n] - prefix[candidates[c]]);
@@ -315,6 +297,48 @@ LogicalResult Splitter::run(func::FuncOp func) {
     cuts[k - 1] = candidates[c];
     c = from[k][c];
   }
+  return cuts;
+}
+
+LogicalResult Splitter::run(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(&op);
+  llvm::DenseSet<Operation *> replicable;
+  for (Operation *op : ops)
+    if (isReplicable(op, replicable))
+      replicable.insert(op);
+
+  // The work ops in order, their costs, and where each value is last used.
+  SmallVector<Operation *> work;
+  llvm::DenseMap<Operation *, unsigned> index;
+  for (Operation *op : ops)
+    if (!replicable.contains(op)) {
+      index[op] = work.size();
+      work.push_back(op);
+    }
+  unsigned n = work.size();
+  // Each rank holds `virtualStages` chunks: chunk c runs on rank c % P.
+  int64_t chunks = stages * virtualStages;
+  if (n < static_cast<unsigned>(chunks))
+    return func.emitError() << "cannot cut " << n << " ops into " << chunks
+                            << " pipeline stages";
+  SmallVector<double> prefix(n + 1, 0);
+  for (unsigned i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + estimateSeconds(estimateCost(work[i]));
+  SmallVector<unsigned> candidates =
+      findCutPoints(work, index, replicable, ret);
+  if (candidates.size() < static_cast<size_t>(chunks - 1))
+    return func.emitError()
+           << "cannot cut the program into " << chunks
+           << (virtualStages > 1 ? " pipeline chunks" : " pipeline stages")
+           << ": only " << candidates.size()
+           << " points carry a single activation between two ops";
+  if (chunks == 1)
+    return success();
+  SmallVector<unsigned> cuts = chooseCuts(prefix, candidates, chunks);
   SmallVector<unsigned> bounds = {0};
   bounds.append(cuts.begin(), cuts.end());
   bounds.push_back(n);
