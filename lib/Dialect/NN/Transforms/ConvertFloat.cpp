@@ -9,6 +9,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/runtime/Float16.h"
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -190,12 +191,13 @@ struct ConvertFloatPass
       ArrayRef<char> bytes = blob->getData();
       size_t n = bytes.size() / sizeof(float);
       std::vector<uint16_t> rounded(n);
-      for (size_t i = 0; i < n; ++i) {
-        float x;
-        std::memcpy(&x, bytes.data() + i * sizeof(float), sizeof(float));
-        rounded[i] = static_cast<uint16_t>(
-            roundTo(APFloat(x), semantics).getZExtValue());
-      }
+      // Bit operations, bit for bit what roundTo (APFloat) gives, at memory
+      // speed rather than ~60 ns an element.
+      if (target.isBF16())
+        ::partita::runtime::convertFloatsToBf16(bytes.data(), rounded.data(),
+                                                n);
+      else
+        ::partita::runtime::convertFloatsToF16(bytes.data(), rounded.data(), n);
       handle.getResource()->setBlob(
           HeapAsmResourceBlob::allocateAndCopyWithAlign(
               ArrayRef<char>(reinterpret_cast<const char *>(rounded.data()),

@@ -14,6 +14,7 @@
 #define PARTITA_RUNTIME_FLOAT16_H
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -75,6 +76,42 @@ inline uint16_t floatToF16(float value) {
   uint32_t nonsign = expBits + mantissaBits;
   return static_cast<uint16_t>((sign >> 16) |
                                (shl1W > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+/// A NaN as fp16: its sign, quiet, with the top 9 bits of its payload (what
+/// llvm::APFloat's conversion gives; floatToF16 gives the canonical NaN).
+inline uint16_t nanToF16(uint32_t bits) {
+  return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7E00u |
+                               ((bits >> 13) & 0x01FFu));
+}
+
+/// `n` fp32 values at `in` (any alignment) to bf16 at `out`: round to
+/// nearest even, infinities kept, NaNs quieted with their sign and payload's
+/// high bits, bit for bit what llvm::APFloat::convert gives
+/// (unittests/Support/FloatConversionTest.cpp). Branch-free, so the loop
+/// vectorizes.
+inline void convertFloatsToBf16(const void *in, uint16_t *out, size_t n) {
+  const unsigned char *bytes = static_cast<const unsigned char *>(in);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, bytes + i * sizeof(u), sizeof(u));
+    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quietNaN = (u >> 16) | 0x40u;
+    out[i] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quietNaN
+                                                                   : rounded);
+  }
+}
+
+/// The same to fp16 (subnormals rounded to nearest even, overflow to
+/// infinity).
+inline void convertFloatsToF16(const void *in, uint16_t *out, size_t n) {
+  const unsigned char *bytes = static_cast<const unsigned char *>(in);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, bytes + i * sizeof(u), sizeof(u));
+    uint16_t value = floatToF16(floatFromBits(u));
+    out[i] = (u & 0x7FFFFFFFu) > 0x7F800000u ? nanToF16(u) : value;
+  }
 }
 
 } // namespace partita::runtime
