@@ -16,7 +16,7 @@ def SpecializeRankPass : Pass<"partita-specialize-rank", "::mlir::ModuleOp"> {
     rank `rank` runs and fixes what depends on it:
 
     - the bodies of the pipeline stages the rank belongs to (its coordinate
-      on the mesh's pipeline axis) are inlined, the other stages dropped; a
+      on the stage's axis) are inlined, the other stages dropped; a
       function result another stage produces is removed and its name listed
       in `exec.outputs_elsewhere`, and every argument and result records its
       binding name (`exec.binding`);
