@@ -1,0 +1,115 @@
+//===- WeightView.h - a weight described, not copied ------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The compiler never copies a weight: a rank's shard of a weight is a view
+// of the model's mapped bytes, recording which tensor it reads, which
+// indices of each dimension (a slice, a column permutation such as the
+// fused-QKV reordering, or both) and which dtype conversion. Only the
+// artifact writer touches bytes, once, when it streams each shard into its
+// safetensors file: copyRows() is a strided copy with the conversion fused
+// into it.
+//
+// A view keeps the bytes' owner alive (the input's mapping, or a buffer the
+// compiler made), so it stays valid as long as it exists.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_WEIGHTVIEW_H
+#define PARTITA_RUNTIME_WEIGHTVIEW_H
+
+#include "partita/runtime/Tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace partita::runtime {
+
+/// Indices `start`, `start + 1`, ..., `start + length - 1` of a dimension
+/// of the source.
+struct IndexRun {
+  int64_t start = 0;
+  int64_t length = 0;
+  bool operator==(const IndexRun &other) const {
+    return start == other.start && length == other.length;
+  }
+};
+
+/// A row-major tensor whose element at index (i0, ..., ik) is the source's
+/// element at (map0(i0), ..., mapk(ik)), converted to dtype(). Each
+/// dimension's map is a list of runs: index i of the view along dimension
+/// d is the i-th index the runs of d list, in order.
+class WeightView {
+public:
+  WeightView() = default;
+
+  /// All of `bytes` bytes at `data`, a row-major tensor of `dtype` and
+  /// `shape`; `owner` keeps `data` alive. Empty (invalid()) when `bytes`
+  /// does not match the dtype and shape. `fileMapped` says `data` lies in
+  /// a read-only mapping of a file, whose pages a reader may drop from its
+  /// resident set after copying them (never true of heap memory).
+  static WeightView of(const void *data, size_t bytes, DType dtype,
+                       std::vector<int64_t> shape,
+                       std::shared_ptr<const void> owner,
+                       bool fileMapped = false);
+
+  /// Indices [start, start + length) of dimension `dim` of this view.
+  /// Requires 0 <= start, start + length <= shape()[dim].
+  WeightView slice(int64_t dim, int64_t start, int64_t length) const;
+  /// Block `block` of `parts` equal blocks of dimension `dim` (what a rank
+  /// keeps of a dimension split `parts` ways).
+  WeightView block(int64_t dim, int64_t parts, int64_t block) const;
+  /// Reorders dimension `dim`: index j of the result is index
+  /// `sourceOf[j]` of this view. `sourceOf` is a permutation of
+  /// 0..shape()[dim]-1 (stored as runs, so block permutations cost a few
+  /// runs, not one entry per index).
+  WeightView permute(int64_t dim, const std::vector<int64_t> &sourceOf) const;
+  /// The same elements as `to`: the identity, or f32 to bf16 or f16
+  /// (round to nearest even, as Float16.h). Other conversions are invalid.
+  WeightView convert(DType to) const;
+
+  bool valid() const { return data != nullptr || elements() == 0; }
+  DType dtype() const { return type; }
+  DType sourceDType() const { return sourceType; }
+  const std::vector<int64_t> &shape() const { return viewShape; }
+  const std::vector<int64_t> &sourceShape() const { return baseShape; }
+  /// The runs of dimension `dim`.
+  const std::vector<IndexRun> &runs(int64_t dim) const { return index[dim]; }
+  const void *sourceData() const { return data; }
+  /// Bytes of the source (all of it, whatever the view reads).
+  uint64_t sourceBytes() const;
+  bool isFileMapped() const { return fileMapped; }
+  int64_t elements() const;
+  uint64_t byteSize() const;
+  /// True when the view is all of its source, unconverted: its bytes are
+  /// the source's.
+  bool isWhole() const;
+
+  /// Writes rows [first, first + count) of dimension 0 of the view, row
+  /// major, into `out` (count * byteSize() / shape()[0] bytes). A rank-0
+  /// view has one row.
+  void copyRows(int64_t first, int64_t count, void *out) const;
+  /// All of it: copyRows(0, rows).
+  void copyTo(void *out) const;
+
+  /// Same source bytes, same maps, same dtype: the same tensor.
+  bool operator==(const WeightView &other) const;
+  bool operator!=(const WeightView &other) const { return !(*this == other); }
+
+private:
+  const char *data = nullptr;
+  std::shared_ptr<const void> owner;
+  bool fileMapped = false;
+  DType sourceType = program::DTYPE_UNSPECIFIED;
+  DType type = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> baseShape;
+  std::vector<int64_t> viewShape;
+  std::vector<std::vector<IndexRun>> index;
+};
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_WEIGHTVIEW_H
