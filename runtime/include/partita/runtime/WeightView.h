@@ -84,6 +84,8 @@ public:
   bool isFileMapped() const { return fileMapped; }
   int64_t elements() const;
   uint64_t byteSize() const;
+  /// The rows copyRows() counts: shape()[0], or 1 for a rank-0 view.
+  int64_t rows() const;
   /// True when the view is all of its source, unconverted: its bytes are
   /// the source's.
   bool isWhole() const;
@@ -108,6 +110,36 @@ private:
   std::vector<int64_t> baseShape;
   std::vector<int64_t> viewShape;
   std::vector<std::vector<IndexRun>> index;
+};
+
+/// Reads views' bytes in order, a piece of whole rows at a time, through one
+/// buffer that every piece and every view reuses: memory is one piece,
+/// whatever the tensor's size. A view whose bytes are its source's
+/// (isWhole()) is read in place, without a copy.
+class WeightViewReader {
+public:
+  /// Pieces of max(1, chunkBytes / rowBytes) rows: two views of the same
+  /// dtype and shape are cut at the same rows, so they compare piece by
+  /// piece.
+  explicit WeightViewReader(size_t chunkBytes = 16u << 20);
+  WeightViewReader(const WeightViewReader &) = delete;
+  WeightViewReader &operator=(const WeightViewReader &) = delete;
+
+  /// Starts reading `view` (which must outlive the reading) from row 0.
+  void reset(const WeightView &view);
+  /// The next piece and its size in bytes, valid until the next call; null
+  /// once every byte was returned (at once for an empty view).
+  const void *next(size_t &bytes);
+
+private:
+  size_t chunkBytes;
+  const WeightView *view = nullptr;
+  int64_t row = 0;
+  int64_t rowsPerPiece = 1;
+  uint64_t rowBytes = 0;
+  bool inPlace = false;
+  std::unique_ptr<char[]> buffer;
+  size_t capacity = 0;
 };
 
 } // namespace partita::runtime
