@@ -13,6 +13,7 @@
 #include "partita/runtime/Sha256.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -20,7 +21,9 @@
 #include <exception>
 #include <fcntl.h>
 #include <filesystem>
+#include <functional>
 #include <sys/stat.h>
+#include <thread>
 #include <unordered_map>
 
 using namespace partita::runtime;
@@ -53,6 +56,44 @@ bool exists(const std::string &path) {
 bool isDirectory(const std::string &path) {
   struct stat info;
   return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+/// Runs `work(0)`, ..., `work(count - 1)` on up to one thread per core
+/// (each weights file is read, hashed and written by one thread, so files
+/// proceed in parallel) and returns the first error in index order, so the
+/// message does not depend on scheduling.
+Status forEachInParallel(size_t count,
+                         const std::function<Status(size_t)> &work) {
+  std::vector<Status> statuses(count);
+  std::atomic<size_t> nextIndex{0};
+  auto worker = [&] {
+    for (size_t i; (i = nextIndex.fetch_add(1)) < count;) {
+      try {
+        statuses[i] = work(i);
+      } catch (const std::exception &e) {
+        statuses[i] = Status::error(e.what());
+      }
+    }
+  };
+  size_t threads = std::min<size_t>(
+      count, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  // This thread is one of the workers; the others are extra threads.
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::exception &) {
+      // Fewer threads still finish the work.
+      break;
+    }
+  }
+  worker();
+  for (std::thread &thread : pool)
+    thread.join();
+  for (Status &status : statuses)
+    if (!status)
+      return status;
+  return Status::ok();
 }
 
 /// Removes a directory tree on destruction unless released: the temporary
@@ -121,21 +162,58 @@ Status ArtifactWriter::addWeight(const std::string &name, DType dtype,
                          std::to_string(elements * dtypeSize(dtype)));
   if (bytes > 0 && !data)
     return Status::error("weight '" + name + "' has no data");
+  return addWeight(name, WeightView::of(data, bytes, dtype, shape, nullptr));
+}
+
+namespace {
+
+/// Whether two views of the same dtype and shape hold the same bytes,
+/// compared a piece at a time (readers cut equal shapes at equal rows), so
+/// that neither is materialized.
+bool sameBytes(const WeightView &a, const WeightView &b) {
+  constexpr size_t kCompareChunkBytes = 1u << 20;
+  WeightViewReader left(kCompareChunkBytes), right(kCompareChunkBytes);
+  left.reset(a);
+  right.reset(b);
+  size_t leftBytes, rightBytes;
+  while (const void *piece = left.next(leftBytes)) {
+    const void *other = right.next(rightBytes);
+    if (!other || leftBytes != rightBytes ||
+        std::memcmp(piece, other, leftBytes) != 0)
+      return false;
+  }
+  return !right.next(rightBytes);
+}
+
+} // namespace
+
+Status ArtifactWriter::addWeight(const std::string &name,
+                                 const WeightView &view) {
+  if (name.empty() || name == "__metadata__")
+    return Status::error("invalid weight name '" + name + "'");
+  if (!view.valid())
+    return Status::error("weight '" + name +
+                         "' is an invalid view (no data, or a slice, block, "
+                         "permutation or conversion that does not apply)");
+  if (safetensorsDTypeName(view.dtype()).empty())
+    return Status::error("weight '" + name + "' has no valid dtype");
   auto known = impl->weightIndex.find(name);
   if (known != impl->weightIndex.end()) {
-    const SafetensorsInput &first = impl->weights[known->second];
-    if (first.dtype == dtype && first.shape == shape && first.bytes == bytes &&
-        (bytes == 0 || first.data == data ||
-         std::memcmp(first.data, data, bytes) == 0))
+    const WeightView &first = impl->weights[known->second].view;
+    // Equal views are the same tensor; replicated shards the compiler
+    // described differently are still stored once when their bytes agree.
+    if (first == view ||
+        (first.dtype() == view.dtype() && first.shape() == view.shape() &&
+         sameBytes(first, view)))
       return Status::ok();
     return Status::error(
         "weight '" + name + "' is added twice with different contents (" +
-        dtypeName(first.dtype) + " " + shapeString(first.shape) + ", then " +
-        dtypeName(dtype) + " " + shapeString(shape) +
+        dtypeName(first.dtype()) + " " + shapeString(first.shape()) +
+        ", then " + dtypeName(view.dtype()) + " " + shapeString(view.shape()) +
         "): distinct shards need distinct names");
   }
   impl->weightIndex[name] = impl->weights.size();
-  impl->weights.push_back({name, dtype, shape, data, bytes});
+  impl->weights.push_back(SafetensorsInput::of(name, view));
   return Status::ok();
 }
 
@@ -229,14 +307,16 @@ Status ArtifactWriter::Impl::writeInto(const std::string &directory,
   std::string weightDirectory = directory + "/weights";
   if (::mkdir(weightDirectory.c_str(), 0755) != 0)
     return errnoStatus(weightDirectory);
+  std::vector<std::string> relatives(groups.size()), digests(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i)
+    relatives[i] = weightFilePath(i, groups.size());
+  PARTITA_RETURN_IF_ERROR(forEachInParallel(groups.size(), [&](size_t i) {
+    return writeSafetensors(directory + "/" + relatives[i], groups[i],
+                            {{"producer", "partita"}}, digests[i]);
+  }));
   for (size_t i = 0; i < groups.size(); ++i) {
-    std::string relative = weightFilePath(i, groups.size());
-    std::string digest;
-    PARTITA_RETURN_IF_ERROR(
-        writeSafetensors(directory + "/" + relative, groups[i],
-                         {{"producer", "partita"}}, digest));
-    written.weightFiles.push_back(relative);
-    written.files[relative] = "sha256:" + digest;
+    written.weightFiles.push_back(relatives[i]);
+    written.files[relatives[i]] = "sha256:" + digests[i];
   }
   PARTITA_RETURN_IF_ERROR(syncDirectory(weightDirectory));
 

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <exception>
 #include <set>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <unordered_map>
 
 using namespace partita::runtime;
@@ -27,6 +29,9 @@ constexpr size_t kDataAlignment = 64;
 /// Larger headers are refused: no honest file needs them, and parsing a
 /// huge one costs memory before any check could fail.
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+/// The writer's buffer: large enough that write(2) and SHA-256 run at full
+/// speed, small enough that a thread per file costs little memory.
+constexpr size_t kWriteChunkBytes = 16u << 20;
 
 struct DTypeSpelling {
   DType dtype;
@@ -63,20 +68,78 @@ uint64_t getLittleEndian64(const uint8_t *in) {
 /// starts 64-byte aligned), the others by decreasing element size (each then
 /// starts aligned to its element size). The data section has no holes, which
 /// the reference safetensors implementation requires.
-std::vector<size_t> dataOrder(const std::vector<SafetensorsInput> &tensors) {
+std::vector<size_t> dataOrder(const std::vector<WeightView> &tensors) {
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    bool aWhole = tensors[a].bytes % kDataAlignment == 0;
-    bool bWhole = tensors[b].bytes % kDataAlignment == 0;
+    bool aWhole = tensors[a].byteSize() % kDataAlignment == 0;
+    bool bWhole = tensors[b].byteSize() % kDataAlignment == 0;
     if (aWhole != bWhole)
       return aWhole;
     if (aWhole)
       return false;
-    return elementBytes(tensors[a].dtype) > elementBytes(tensors[b].dtype);
+    return elementBytes(tensors[a].dtype()) > elementBytes(tensors[b].dtype());
   });
   return order;
+}
+
+/// The view `tensor` writes: its own, or one of its raw bytes. An error
+/// names what does not fit together.
+Status viewOf(const std::string &path, const SafetensorsInput &tensor,
+              WeightView &view) {
+  std::string where = path + ": tensor '" + tensor.name + "'";
+  if (tensor.name.empty() || tensor.name == "__metadata__")
+    return Status::error(path + ": invalid tensor name '" + tensor.name + "'");
+  size_t elementSize = elementBytes(tensor.dtype);
+  if (elementSize == 0)
+    return Status::error(where + " has no safetensors dtype");
+  uint64_t elements = 1;
+  for (int64_t dim : tensor.shape)
+    if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
+      return Status::error(where + " has an invalid shape " +
+                           shapeString(tensor.shape));
+  uint64_t needed;
+  if (__builtin_mul_overflow(elements, uint64_t(elementSize), &needed) ||
+      needed != tensor.bytes)
+    return Status::error(where + " has " + std::to_string(tensor.bytes) +
+                         " bytes, its shape " + shapeString(tensor.shape) +
+                         " needs " + std::to_string(elements * elementSize));
+  if (tensor.view.valid()) {
+    if (tensor.view.dtype() != tensor.dtype ||
+        tensor.view.shape() != tensor.shape)
+      return Status::error(where + " is declared " + dtypeName(tensor.dtype) +
+                           " " + shapeString(tensor.shape) +
+                           ", but its view is " +
+                           dtypeName(tensor.view.dtype()) + " " +
+                           shapeString(tensor.view.shape()));
+    view = tensor.view;
+    return Status::ok();
+  }
+  if (tensor.bytes > 0 && !tensor.data)
+    return Status::error(where + " has no data");
+  view = WeightView::of(tensor.data, tensor.bytes, tensor.dtype, tensor.shape,
+                        nullptr);
+  return Status::ok();
+}
+
+/// Drops the pages of `view`'s source from this process's resident set once
+/// they have been copied: the mapping is a read-only map of a file, so a
+/// later read faults them in again from the page cache, and nothing is lost.
+/// Only whole pages inside the source are dropped; a neighbouring tensor's
+/// bytes on its edge pages stay.
+void dropSourcePages(const WeightView &view) {
+  if (!view.isFileMapped() || view.sourceBytes() == 0)
+    return;
+  static const uintptr_t pageBytes = uintptr_t(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(view.sourceData());
+  uintptr_t end = begin + view.sourceBytes();
+  begin = (begin + pageBytes - 1) / pageBytes * pageBytes;
+  end = end / pageBytes * pageBytes;
+  // Advice only: a failure costs memory, not correctness.
+  if (begin < end)
+    (void)::madvise(reinterpret_cast<void *>(begin), end - begin,
+                    MADV_DONTNEED);
 }
 
 Status
@@ -91,36 +154,21 @@ writeSafetensorsOrThrow(const std::string &path,
       meta[key] = value;
     header["__metadata__"] = meta;
   }
-  std::vector<size_t> order = dataOrder(tensors);
+  std::vector<WeightView> views(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    PARTITA_RETURN_IF_ERROR(viewOf(path, tensors[i], views[i]));
+  std::vector<size_t> order = dataOrder(views);
   uint64_t offset = 0;
   for (size_t index : order) {
     const SafetensorsInput &tensor = tensors[index];
-    if (tensor.name.empty() || tensor.name == "__metadata__")
-      return Status::error(path + ": invalid tensor name '" + tensor.name +
-                           "'");
     if (header.contains(tensor.name))
       return Status::error(path + ": tensor '" + tensor.name +
                            "' appears twice");
-    size_t elementSize = elementBytes(tensor.dtype);
-    if (elementSize == 0)
-      return Status::error(path + ": tensor '" + tensor.name +
-                           "' has no safetensors dtype");
-    uint64_t elements = 1;
-    for (int64_t dim : tensor.shape) {
-      if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
-        return Status::error(path + ": tensor '" + tensor.name +
-                             "' has an invalid shape " +
-                             shapeString(tensor.shape));
-    }
-    if (elements * elementSize != tensor.bytes)
-      return Status::error(path + ": tensor '" + tensor.name + "' has " +
-                           std::to_string(tensor.bytes) + " bytes, its shape " +
-                           shapeString(tensor.shape) + " needs " +
-                           std::to_string(elements * elementSize));
+    uint64_t bytes = views[index].byteSize();
     header[tensor.name] = {{"dtype", safetensorsDTypeName(tensor.dtype)},
                            {"shape", tensor.shape},
-                           {"data_offsets", {offset, offset + tensor.bytes}}};
-    offset += tensor.bytes;
+                           {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
 
   // Spaces after the JSON text are valid JSON whitespace: they pad the header
@@ -138,10 +186,18 @@ writeSafetensorsOrThrow(const std::string &path,
   PARTITA_RETURN_IF_ERROR(file.create(path));
   sha.update(prefix.data(), prefix.size());
   PARTITA_RETURN_IF_ERROR(file.write(prefix.data(), prefix.size()));
+  // Each piece is hashed and written while it is in cache; memory stays one
+  // piece, whatever the tensors' sizes.
+  WeightViewReader reader(kWriteChunkBytes);
   for (size_t index : order) {
-    const SafetensorsInput &tensor = tensors[index];
-    sha.update(tensor.data, tensor.bytes);
-    PARTITA_RETURN_IF_ERROR(file.write(tensor.data, tensor.bytes));
+    const WeightView &view = views[index];
+    reader.reset(view);
+    size_t bytes;
+    while (const void *piece = reader.next(bytes)) {
+      sha.update(piece, bytes);
+      PARTITA_RETURN_IF_ERROR(file.write(piece, bytes));
+    }
+    dropSourcePages(view);
   }
   PARTITA_RETURN_IF_ERROR(file.close());
   sha256Hex = Sha256::hex(sha.finish());
@@ -162,6 +218,16 @@ DType partita::runtime::dtypeFromSafetensorsName(const std::string &name) {
     if (name == spelling.name)
       return spelling.dtype;
   return program::DTYPE_UNSPECIFIED;
+}
+
+SafetensorsInput SafetensorsInput::of(std::string name, WeightView view) {
+  SafetensorsInput input;
+  input.name = std::move(name);
+  input.dtype = view.dtype();
+  input.shape = view.shape();
+  input.bytes = view.byteSize();
+  input.view = std::move(view);
+  return input;
 }
 
 Status partita::runtime::writeSafetensors(

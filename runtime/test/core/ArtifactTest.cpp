@@ -190,6 +190,89 @@ TEST_F(ArtifactTest, SameNameDifferentContentsIsAnError) {
                         "needs 12");
 }
 
+TEST_F(ArtifactTest, ViewsAddedTwiceAreStoredOnceWhenTheyAgree) {
+  std::vector<float> matrix(8 * 6), copy(8 * 6), other(8 * 6);
+  for (size_t i = 0; i < matrix.size(); ++i)
+    matrix[i] = copy[i] = other[i] = float(i);
+  other[47] = -1.0f;
+  auto viewOf = [](std::vector<float> &data) {
+    return WeightView::of(data.data(), data.size() * 4, program::F32, {8, 6},
+                          nullptr);
+  };
+  ArtifactWriter writer;
+  ASSERT_OK(writer.addWeight("w", viewOf(matrix).block(1, 2, 1)));
+  // The same view, and another view of equal bytes (a copy of the source).
+  EXPECT_OK(writer.addWeight("w", viewOf(matrix).block(1, 2, 1)));
+  EXPECT_OK(writer.addWeight("w", viewOf(copy).slice(1, 3, 3)));
+  // The raw form of the same bytes is a whole view of them.
+  float block[8 * 3];
+  viewOf(matrix).block(1, 2, 1).copyTo(block);
+  EXPECT_OK(writer.addWeight("w", program::F32, {8, 3}, block, sizeof(block)));
+  EXPECT_ERROR_CONTAINS(writer.addWeight("w", viewOf(other).block(1, 2, 1)),
+                        "'w' is added twice with different contents (f32 "
+                        "[8, 3], then f32 [8, 3])");
+  EXPECT_ERROR_CONTAINS(
+      writer.addWeight("w",
+                       viewOf(matrix).block(1, 2, 1).convert(program::BF16)),
+      "(f32 [8, 3], then bf16 [8, 3])");
+  EXPECT_ERROR_CONTAINS(writer.addWeight("v", viewOf(matrix).slice(0, 7, 2)),
+                        "weight 'v' is an invalid view");
+  EXPECT_ERROR_CONTAINS(writer.addWeight("", viewOf(matrix)),
+                        "invalid weight name ''");
+}
+
+/// Views of every kind, spread over many weights files (written in
+/// parallel), load back as their bytes, each file under its digest.
+TEST_F(ArtifactTest, CommitsViewsIntoParallelFiles) {
+  TemporaryDirectory directory;
+  std::vector<float> matrix(64 * 40);
+  for (size_t i = 0; i < matrix.size(); ++i)
+    matrix[i] = float(i) * 0.5f - 100.0f;
+  auto owner = std::make_shared<std::vector<float>>(matrix);
+  WeightView source =
+      WeightView::of(owner->data(), owner->size() * 4, program::F32, {64, 40},
+                     std::shared_ptr<const void>(owner));
+  owner.reset();
+  std::vector<int64_t> reversed(40);
+  for (int64_t j = 0; j < 40; ++j)
+    reversed[size_t(j)] = 39 - j;
+  std::vector<std::pair<std::string, WeightView>> views;
+  for (int64_t rank = 0; rank < 8; ++rank) {
+    views.push_back({"col" + std::to_string(rank), source.block(1, 8, rank)});
+    views.push_back({"row" + std::to_string(rank),
+                     source.block(0, 8, rank).convert(program::BF16)});
+  }
+  views.push_back({"reversed", source.permute(1, reversed)});
+  views.push_back({"half", source.slice(0, 3, 5).convert(program::F16)});
+  ArtifactWriter writer;
+  fill(writer);
+  for (const auto &[name, view] : views)
+    ASSERT_OK(writer.addWeight(name, view));
+  writer.setMaxWeightFileBytes(600);
+  std::string path = directory.path("art");
+  ASSERT_OK(writer.commit(path));
+
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(path, artifact));
+  EXPECT_GE(artifact->manifest().weightFiles.size(), 10u);
+  for (const std::string &file : artifact->manifest().weightFiles) {
+    std::string digest;
+    ASSERT_OK(sha256File(path + "/" + file, digest));
+    EXPECT_EQ(artifact->manifest().files.at(file), "sha256:" + digest);
+  }
+  for (const auto &[name, view] : views) {
+    const Tensor *tensor = artifact->weights().find(name);
+    ASSERT_NE(tensor, nullptr) << name;
+    EXPECT_EQ(tensor->dtype, view.dtype()) << name;
+    EXPECT_EQ(tensor->shape, view.shape()) << name;
+    std::vector<uint8_t> expected(view.byteSize());
+    view.copyTo(expected.data());
+    ASSERT_EQ(tensor->byteSize(), expected.size()) << name;
+    EXPECT_EQ(std::memcmp(tensor->data, expected.data(), expected.size()), 0)
+        << name;
+  }
+}
+
 TEST_F(ArtifactTest, SplitsWeightFiles) {
   TemporaryDirectory directory;
   ArtifactWriter writer;
@@ -312,6 +395,34 @@ TEST_F(ArtifactTest, FailureMidWriteLeavesNothing) {
   std::unique_ptr<Artifact> artifact;
   ASSERT_OK(Artifact::open(path, artifact));
   EXPECT_EQ(artifact->manifest().modelName, "old");
+}
+
+/// Files are written in parallel, yet the error reported is always the one
+/// of the first failing file, not of whichever thread failed first.
+TEST_F(ArtifactTest, ParallelWritesReportTheFirstFailingFile) {
+  TemporaryDirectory directory;
+  std::vector<float> big(1 << 18, 1.0f);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    ArtifactWriter writer;
+    fill(writer, "big");
+    // Files 1-3 hold the small weights, 4 and 5 one big one each.
+    writer.setMaxWeightFileBytes(20);
+    for (const char *name : {"big1", "big2"})
+      ASSERT_OK(writer.addWeight(name, program::F32, {int64_t(big.size())},
+                                 big.data(), big.size() * sizeof(float)));
+    struct rlimit saved;
+    ::getrlimit(RLIMIT_FSIZE, &saved);
+    struct rlimit limited = saved;
+    limited.rlim_cur = 64 << 10;
+    auto previous = std::signal(SIGXFSZ, SIG_IGN);
+    ::setrlimit(RLIMIT_FSIZE, &limited);
+    Status status = writer.commit(directory.path("art"));
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, previous);
+    EXPECT_ERROR_CONTAINS(status,
+                          "model-00004-of-00005.safetensors: File too large");
+    EXPECT_TRUE(directory.entries().empty());
+  }
 }
 
 TEST_F(ArtifactTest, RefusesUnknownFormatsAndVersions) {

@@ -12,7 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <fcntl.h>
+#include <fstream>
 #include <numeric>
+#include <sstream>
+#include <sys/mman.h>
+#include <unistd.h>
 
 using namespace partita::runtime;
 namespace program = partita::program;
@@ -131,6 +136,173 @@ TEST(Safetensors, WriterRefusesInconsistentTensors) {
                         {"x", program::F32, {4}, data, sizeof(data)}},
                        {}, digest),
       "appears twice");
+}
+
+/// Views written as views give the very file their materialized bytes give:
+/// same header, same order, same bytes, same digest. One of them is larger
+/// than the writer's 16 MiB buffer, so it is written in several pieces.
+TEST(Safetensors, ViewsWriteWhatTheirCopiesWrite) {
+  test::TemporaryDirectory directory;
+  std::vector<float> matrix(2202 * 2048);
+  for (size_t i = 0; i < matrix.size(); ++i)
+    matrix[i] = float(i % 9973) * 0.25f - 7.0f;
+  auto owner = std::make_shared<std::vector<float>>(std::move(matrix));
+  WeightView whole =
+      WeightView::of(owner->data(), owner->size() * 4, program::F32,
+                     {2202, 2048}, std::shared_ptr<const void>(owner));
+  std::vector<int64_t> swap(2048);
+  for (int64_t j = 0; j < 2048; ++j)
+    swap[size_t(j)] = (j + 1024) % 2048;
+  int64_t ids[5] = {3, 1, 4, 1, 5};
+  std::vector<std::pair<std::string, WeightView>> views = {
+      {"whole", whole},
+      {"columns", whole.block(1, 8, 3)},
+      {"swapped", whole.permute(1, swap)},
+      {"bf16", whole.slice(0, 7, 1000).convert(program::BF16)},
+      {"f16", whole.block(0, 3, 2).block(1, 4, 1).convert(program::F16)},
+      {"odd", whole.slice(0, 1, 3).slice(1, 5, 3).convert(program::BF16)},
+      {"ids", WeightView::of(ids, sizeof(ids), program::I64, {5}, nullptr)},
+      {"empty", whole.slice(1, 9, 0)},
+      {"scalar", WeightView::of(ids, 8, program::I64, {}, nullptr)}};
+  std::vector<SafetensorsInput> asViews, asBytes;
+  std::vector<std::vector<uint8_t>> copies;
+  for (const auto &[name, view] : views) {
+    ASSERT_TRUE(view.valid()) << name;
+    asViews.push_back(SafetensorsInput::of(name, view));
+    copies.emplace_back(view.byteSize());
+    view.copyTo(copies.back().data());
+  }
+  EXPECT_GT(asViews[2].bytes, size_t(16) << 20);
+  for (size_t i = 0; i < views.size(); ++i)
+    asBytes.push_back({views[i].first, views[i].second.dtype(),
+                       views[i].second.shape(), copies[i].data(),
+                       copies[i].size()});
+  std::string viewDigest, byteDigest;
+  ASSERT_OK(writeSafetensors(directory.path("views"), asViews,
+                             {{"producer", "test"}}, viewDigest));
+  ASSERT_OK(writeSafetensors(directory.path("bytes"), asBytes,
+                             {{"producer", "test"}}, byteDigest));
+  std::string written = test::readBytes(directory.path("views"));
+  EXPECT_TRUE(written == test::readBytes(directory.path("bytes")));
+  EXPECT_EQ(viewDigest, byteDigest);
+  EXPECT_EQ(viewDigest, Sha256::hexDigest(written.data(), written.size()));
+
+  std::unique_ptr<SafetensorsFile> file;
+  ASSERT_OK(SafetensorsFile::open(directory.path("views"), file));
+  for (size_t i = 0; i < views.size(); ++i) {
+    const Tensor *tensor = file->find(views[i].first);
+    ASSERT_NE(tensor, nullptr);
+    EXPECT_EQ(tensor->shape, views[i].second.shape());
+    EXPECT_EQ(tensor->dtype, views[i].second.dtype());
+    ASSERT_EQ(tensor->byteSize(), copies[i].size());
+    EXPECT_EQ(std::memcmp(tensor->data, copies[i].data(), copies[i].size()), 0)
+        << views[i].first;
+  }
+}
+
+TEST(Safetensors, WriterRefusesViewsThatDisagreeWithTheirDeclaration) {
+  test::TemporaryDirectory directory;
+  float data[6] = {};
+  WeightView view =
+      WeightView::of(data, sizeof(data), program::F32, {2, 3}, nullptr);
+  SafetensorsInput input = SafetensorsInput::of("x", view);
+  input.shape = {3, 2};
+  std::string digest;
+  EXPECT_ERROR_CONTAINS(
+      writeSafetensors(directory.path("a"), {input}, {}, digest),
+      "tensor 'x' is declared f32 [3, 2], but its view is f32 [2, 3]");
+  input = SafetensorsInput::of("x", view.convert(program::BF16));
+  input.bytes = 24;
+  EXPECT_ERROR_CONTAINS(
+      writeSafetensors(directory.path("b"), {input}, {}, digest),
+      "has 24 bytes, its shape [2, 3] needs 12");
+  EXPECT_ERROR_CONTAINS(writeSafetensors(directory.path("c"),
+                                         {{"x", program::F32, {2}, nullptr, 8}},
+                                         {}, digest),
+                        "tensor 'x' has no data");
+}
+
+/// Resident kilobytes of the mapping that holds `address`
+/// (/proc/self/smaps), or -1 when there is none.
+long residentKiB(const void *address) {
+  std::ifstream smaps("/proc/self/smaps");
+  uintptr_t at = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long begin, end;
+    char dash;
+    std::istringstream fields(line);
+    if (line.find(':') > line.find(' ') &&
+        fields >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= at && at < end;
+      continue;
+    }
+    if (inside && line.rfind("Rss:", 0) == 0)
+      return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
+/// After a view of a file mapping is written, the mapping's pages are no
+/// longer resident in this process (the writer drops them, so writing a
+/// model does not make it resident); its bytes still read back intact.
+TEST(Safetensors, WritingDropsFileMappedSourcePages) {
+  test::TemporaryDirectory directory;
+  constexpr size_t kBytes = 8u << 20;
+  std::string bytes(kBytes, '\0');
+  for (size_t i = 0; i < kBytes; ++i)
+    bytes[i] = char(i * 31 + i / 4096);
+  std::string source = directory.path("source");
+  test::writeBytes(source, bytes);
+  int fd = ::open(source.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void *mapped = ::mmap(nullptr, kBytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ASSERT_NE(mapped, MAP_FAILED);
+  std::shared_ptr<const void> mapping(
+      mapped, [](const void *p) { ::munmap(const_cast<void *>(p), kBytes); });
+  // Touch every page: all of it resident.
+  EXPECT_EQ(std::memcmp(mapped, bytes.data(), kBytes), 0);
+  ASSERT_GE(residentKiB(mapped), long(kBytes >> 10));
+
+  WeightView view = WeightView::of(mapped, kBytes, program::F32, {1024, 2048},
+                                   mapping, /*fileMapped=*/true);
+  std::string digest;
+  ASSERT_OK(
+      writeSafetensors(directory.path("out"),
+                       {SafetensorsInput::of("block", view.block(1, 2, 1)),
+                        SafetensorsInput::of("whole", view)},
+                       {}, digest));
+  EXPECT_LE(residentKiB(mapped), 8);
+
+  std::unique_ptr<SafetensorsFile> file;
+  ASSERT_OK(SafetensorsFile::open(directory.path("out"), file));
+  EXPECT_EQ(std::memcmp(file->find("whole")->data, bytes.data(), kBytes), 0);
+  std::vector<uint8_t> block(kBytes / 2);
+  view.block(1, 2, 1).copyTo(block.data());
+  EXPECT_EQ(std::memcmp(file->find("block")->data, block.data(), block.size()),
+            0);
+  // Dropped pages read again from the file.
+  EXPECT_EQ(std::memcmp(mapped, bytes.data(), kBytes), 0);
+}
+
+/// Heap memory is never dropped: there, madvise(MADV_DONTNEED) would zero
+/// the bytes.
+TEST(Safetensors, WritingKeepsHeapSources) {
+  test::TemporaryDirectory directory;
+  std::vector<uint8_t> heap(4u << 20);
+  for (size_t i = 0; i < heap.size(); ++i)
+    heap[i] = uint8_t(i * 13 + 1);
+  std::vector<uint8_t> expected = heap;
+  WeightView view = WeightView::of(heap.data(), heap.size(), program::I8,
+                                   {int64_t(heap.size())}, nullptr);
+  std::string digest;
+  ASSERT_OK(writeSafetensors(
+      directory.path("out"),
+      {SafetensorsInput::of("heap", view),
+       SafetensorsInput::of("part", view.slice(0, 4096, 1 << 20))},
+      {}, digest));
+  EXPECT_TRUE(heap == expected);
 }
 
 struct MalformedCase {

@@ -20,6 +20,7 @@
 
 #include "partita/runtime/Status.h"
 #include "partita/runtime/Tensor.h"
+#include "partita/runtime/WeightView.h"
 
 #include <cstdint>
 #include <map>
@@ -112,10 +113,14 @@ public:
   /// `weightFiles` and `files`.
   Manifest &manifest();
 
-  /// Records a weight. `data` is not copied: it must stay valid until
-  /// commit() returns. A name added again with the same dtype, shape and
-  /// bytes is stored once (replicated tensors); with different ones it is
-  /// an error.
+  /// Records a weight: its bytes are read only by commit(), which streams
+  /// them into the weights file (the view keeps its source alive). A name
+  /// added again is stored once (replicated tensors) when the views are
+  /// equal or, failing that, hold equal bytes (compared a piece at a time);
+  /// otherwise it is an error.
+  Status addWeight(const std::string &name, const WeightView &view);
+  /// The same for `bytes` bytes at `data`, row-major, which is not copied:
+  /// it must stay valid until commit() returns.
   Status addWeight(const std::string &name, DType dtype,
                    const std::vector<int64_t> &shape, const void *data,
                    size_t bytes);
@@ -131,9 +136,11 @@ public:
 
   /// Validates the manifest against the programs, writes every file into a
   /// fresh temporary directory next to `path`, manifest.json last, fsyncs,
-  /// and renames it to `path`. An existing `path` is replaced only if it is
-  /// an artifact (has manifest.json). On error nothing is left behind and a
-  /// previous artifact at `path` is untouched.
+  /// and renames it to `path`. The weights files are written in parallel,
+  /// one thread per file (at most one per core), each through a buffer of
+  /// at most 16 MiB: memory does not grow with the model. An existing `path` is
+  /// replaced only if it is an artifact (has manifest.json). On error nothing
+  /// is left behind and a previous artifact at `path` is untouched.
   Status commit(const std::string &path);
 
 private:

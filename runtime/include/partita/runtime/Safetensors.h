@@ -17,6 +17,7 @@
 
 #include "partita/runtime/Status.h"
 #include "partita/runtime/Tensor.h"
+#include "partita/runtime/WeightView.h"
 
 #include <map>
 #include <memory>
@@ -30,17 +31,29 @@ std::string safetensorsDTypeName(DType dtype);
 /// The inverse; DTYPE_UNSPECIFIED for a dtype Partita does not have.
 DType dtypeFromSafetensorsName(const std::string &name);
 
-/// One tensor to write: `bytes` bytes at `data`, row-major.
+/// One tensor to write: `view`, or when it is unset (the default), `bytes`
+/// bytes at `data`, row-major.
 struct SafetensorsInput {
   std::string name;
   DType dtype = program::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape;
   const void *data = nullptr;
   size_t bytes = 0;
+  /// When valid, the tensor's elements, and `data` is unused; `dtype`,
+  /// `shape` and `bytes` must be the view's (of() fills them so).
+  WeightView view;
+
+  static SafetensorsInput of(std::string name, WeightView view);
 };
 
 /// Writes a new file at `path` (which must not exist) and fsyncs it. Sets
 /// `sha256Hex` to the digest of what was written, computed on the way.
+/// Tensors are streamed: a view's bytes go through one reused buffer of at
+/// most 16 MiB (or one row, if larger) on their way to the file, except a
+/// view whose bytes are its source's, which is written from the source.
+/// Once a view of a file-mapped source is written, the source's pages are
+/// dropped from this process's resident set (madvise), so writing a model
+/// does not make it resident.
 Status writeSafetensors(const std::string &path,
                         const std::vector<SafetensorsInput> &tensors,
                         const std::map<std::string, std::string> &metadata,
