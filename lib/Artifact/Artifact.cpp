@@ -171,9 +171,7 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
     entry.stage = static_cast<int32_t>(stageOf(meshOf(global), entry.coords));
     manifest.ranks.push_back(entry);
     for (const ExecWeight &w : exec.weights) {
-      rt::Status status = writer.addWeight(
-          w.name, w.dtype, std::vector<int64_t>(w.shape.begin(), w.shape.end()),
-          w.bytes.data(), w.bytes.size());
+      rt::Status status = writer.addWeight(w.name, w.view);
       if (!status)
         return global.emitError() << status.message();
     }
@@ -348,7 +346,7 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
   for (auto [rank, exec] : llvm::enumerate(programs)) {
     int64_t weightBytes = 0;
     for (const ExecWeight &w : exec.weights)
-      weightBytes += w.bytes.size();
+      weightBytes += w.view.byteSize();
     llvm::json::Object coords;
     for (auto &[axis, coord] : coordsOf(mesh, rank))
       coords[axis] = coord;

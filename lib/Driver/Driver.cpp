@@ -10,7 +10,6 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/Pass/PassManager.h"
 #include "partita/Analysis/Cluster.h"
 #include "partita/Artifact/Artifact.h"
@@ -65,13 +64,12 @@ std::vector<std::string> describeWeights(func::FuncOp main) {
   if (!mesh)
     return lines;
   main.walk([&](nn::ConstantOp constant) {
-    auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue());
-    if (!resource)
+    StringRef name = nn::getWeightName(constant.getValue());
+    if (name.empty())
       return;
     std::string line;
     llvm::raw_string_ostream os(line);
-    os << "  " << resource.getRawHandle().getKey() << "  " << constant.getType()
-       << "  "
+    os << "  " << name << "  " << constant.getType() << "  "
        << dist::formatSharding(
               dist::getValueSharding(constant.getResult(), mesh));
     lines.push_back(line);

@@ -24,15 +24,17 @@ func.func @matmul(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 // -----
 
 // Integer and boolean tensors, and non-f32 arguments, are left alone; a
-// weight held as a resource blob is rounded in place and keeps its name.
+// weight held as a resource blob is not read: it becomes a view that
+// converts it, under its name, and the blob keeps its f32 bytes (the
+// artifact writer rounds them as it writes them).
 // CHECK-LABEL: func.func @mixed
 // CHECK-SAME: (%[[IDS:.*]]: tensor<2x3xi64>)
 // CHECK-NOT: nn.cast %[[IDS]]
-// CHECK: nn.constant dense_resource<table> : tensor<4x2xbf16>
+// CHECK: nn.constant #nn.view<"table", dense_resource<table> : tensor<4x2xf32>, [*, *]> : tensor<4x2xbf16>
 // CHECK: nn.embedding {{.*}} -> tensor<2x3x2xbf16>
 // CHECK: nn.compare
 // CHECK-SAME: -> tensor<2x3xi1>
-// CHECK: table: "0x02000000803F004040408040A040C040E0400041"
+// CHECK: table: "0x040000000000803F0000004000004040000080400000A0400000C0400000E04000000041"
 func.func @mixed(%ids: tensor<2x3xi64>) -> (tensor<2x3x2xf32>, tensor<2x3xi1>) {
   %t = nn.constant dense_resource<table> : tensor<4x2xf32>
   %e = nn.embedding %t, %ids : (tensor<4x2xf32>, tensor<2x3xi64>) -> tensor<2x3x2xf32>

@@ -32,6 +32,7 @@
 
 using namespace mlir;
 using namespace mlir::partita;
+namespace rt = ::partita::runtime;
 namespace program = ::partita::program;
 
 program::DType mlir::partita::getExecDType(Type type) {
@@ -179,8 +180,7 @@ private:
   /// names, values an instruction reads or writes without a buffer,
   /// collectives without their group, transfers without their peer.
   LogicalResult checkPlanned();
-  ArrayRef<char> hostBytes(Value value);
-  ArrayRef<char> own(std::vector<char> bytes);
+  FailureOr<::partita::runtime::WeightView> hostView(Value value);
   int32_t bufferOf(Value value);
   program::Instruction *addInstruction(Operation *op);
   void emitKernel(Operation *head, ArrayRef<Operation *> steps, Value result);
@@ -193,60 +193,70 @@ private:
   program::Program &prog = result.program;
   /// The value that defines each buffer, by id.
   SmallVector<Value> definedBy;
-  llvm::DenseMap<Value, ArrayRef<char>> bytesOf;
+  llvm::DenseMap<Value, ::partita::runtime::WeightView> viewOf_;
   llvm::StringSet<> weightNames;
   llvm::DenseMap<Value, int32_t> tokenOf;
   int32_t nextToken = 0;
 };
 
-ArrayRef<char> Translator::own(std::vector<char> bytes) {
-  result.ownedBytes.push_back(
-      std::make_unique<std::vector<char>>(std::move(bytes)));
-  const std::vector<char> &owned = *result.ownedBytes.back();
-  return ArrayRef<char>(owned.data(), owned.size());
+/// A view of all of `bytes` bytes at `data`, holding `owner`.
+static rt::WeightView viewOf(const void *data, size_t bytes,
+                             RankedTensorType type,
+                             std::shared_ptr<const void> owner) {
+  return rt::WeightView::of(
+      data, bytes, getExecDType(type.getElementType()),
+      std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
+      std::move(owner));
 }
 
-/// The bytes of a constant or of a block of one, sliced once here.
-ArrayRef<char> Translator::hostBytes(Value value) {
-  if (auto it = bytesOf.find(value); it != bytesOf.end())
+/// Where the bytes of a constant, or of a block of one, come from: a view
+/// of the module's blobs (the model's mapped bytes), which only the
+/// artifact writer reads; an inline value is serialized (it is small).
+FailureOr<rt::WeightView> Translator::hostView(Value value) {
+  if (auto it = viewOf_.find(value); it != viewOf_.end())
     return it->second;
-  ArrayRef<char> bytes;
+  rt::WeightView view;
   if (auto constant = value.getDefiningOp<nn::ConstantOp>()) {
-    if (auto resource =
-            dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
-      bytes = resource.getRawHandle().getBlob()->getData();
-    else
-      bytes = own(
-          exec::serializeDense(cast<DenseElementsAttr>(constant.getValue())));
+    ElementsAttr attr = constant.getValue();
+    auto viewAttr = dyn_cast<nn::WeightViewAttr>(attr);
+    auto resource = viewAttr ? viewAttr.getSource()
+                             : dyn_cast<DenseResourceElementsAttr>(attr);
+    if (resource) {
+      AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+      if (!blob)
+        return constant.emitError()
+               << "weight '" << nn::getWeightName(attr) << "' has no data";
+      ArrayRef<char> bytes = blob->getData();
+      view = viewOf(bytes.data(), bytes.size(),
+                    cast<RankedTensorType>(resource.getType()), nullptr);
+    } else if (auto dense = dyn_cast<DenseElementsAttr>(attr)) {
+      auto bytes =
+          std::make_shared<std::vector<char>>(exec::serializeDense(dense));
+      view = viewOf(bytes->data(), bytes->size(),
+                    cast<RankedTensorType>(dense.getType()), bytes);
+    } else {
+      return constant.emitError() << "constant of an unsupported kind";
+    }
+    if (viewAttr) {
+      for (int64_t d = 0; d < viewAttr.getType().getRank(); ++d)
+        view = view.select(d, viewAttr.getRuns(d));
+      view = view.convert(getExecDType(viewAttr.getType().getElementType()));
+    }
   } else {
     auto op = value.getDefiningOp<exec::SliceBlockOp>();
-    auto type = cast<RankedTensorType>(op.getType());
-    if (type.getNumElements() != 0) {
-      ArrayRef<char> from = hostBytes(op.getInput());
-      auto fromType = cast<RankedTensorType>(op.getInput().getType());
-      int64_t dim = op.getDimAttr().getInt();
-      int64_t parts = op.getPartsAttr().getInt();
-      int64_t block = op.getBlockAttr().getInt();
-      // Bytes of one index of `dim` (everything inside it), and how many
-      // blocks of the dimensions outside it there are.
-      size_t width =
-          from.size() / std::max<int64_t>(fromType.getNumElements(), 1);
-      size_t inner = width;
-      for (int64_t d = dim + 1; d < type.getRank(); ++d)
-        inner *= type.getDimSize(d);
-      int64_t outer = 1;
-      for (int64_t d = 0; d < dim; ++d)
-        outer *= type.getDimSize(d);
-      size_t chunk = inner * type.getDimSize(dim);
-      std::vector<char> sliced(chunk * outer);
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(sliced.data() + o * chunk,
-                    from.data() + (o * parts + block) * chunk, chunk);
-      bytes = own(std::move(sliced));
-    }
+    FailureOr<rt::WeightView> from = hostView(op.getInput());
+    if (failed(from))
+      return failure();
+    view = from->block(op.getDimAttr().getInt(), op.getPartsAttr().getInt(),
+                       op.getBlockAttr().getInt());
   }
-  bytesOf[value] = bytes;
-  return bytes;
+  auto type = cast<RankedTensorType>(value.getType());
+  if (!view.valid() || view.dtype() != getExecDType(type.getElementType()) ||
+      ArrayRef<int64_t>(view.shape()) != type.getShape())
+    return value.getDefiningOp()->emitError()
+           << "the bytes of this constant do not match its type " << type;
+  viewOf_[value] = view;
+  return view;
 }
 
 LogicalResult Translator::collectBuffers() {
@@ -292,16 +302,23 @@ LogicalResult Translator::collectBuffers() {
       buffer->set_alias_of(static_cast<int32_t>(planned.getAliasOf()));
       break;
     case exec::BufferKind::Constant: {
-      ArrayRef<char> bytes = hostBytes(value);
-      buffer->set_data(bytes.data(), bytes.size());
+      // Inline data is small (at most the plan's inline limit): copied.
+      FailureOr<rt::WeightView> view = hostView(value);
+      if (failed(view))
+        return failure();
+      std::string bytes(view->byteSize(), '\0');
+      view->copyTo(bytes.data());
+      buffer->set_data(std::move(bytes));
       break;
     }
     case exec::BufferKind::Weight: {
       buffer->set_weight(planned.getWeight().str());
-      if (weightNames.insert(planned.getWeight()).second)
-        result.weights.push_back(
-            {planned.getWeight().str(), getExecDType(type.getElementType()),
-             SmallVector<int64_t>(type.getShape()), hostBytes(value)});
+      if (!weightNames.insert(planned.getWeight()).second)
+        break;
+      FailureOr<rt::WeightView> view = hostView(value);
+      if (failed(view))
+        return failure();
+      result.weights.push_back({planned.getWeight().str(), std::move(*view)});
       break;
     }
     case exec::BufferKind::Input:

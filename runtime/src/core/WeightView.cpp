@@ -26,19 +26,6 @@ int64_t checkedProduct(const std::vector<int64_t> &shape) {
   return product;
 }
 
-/// Appends `run` to `runs`, extending the last run when `run` continues it,
-/// so that contiguous indices always form one run (and a whole dimension
-/// exactly one).
-void appendRun(std::vector<IndexRun> &runs, IndexRun run) {
-  if (run.length == 0)
-    return;
-  if (!runs.empty() && runs.back().start + runs.back().length == run.start) {
-    runs.back().length += run.length;
-    return;
-  }
-  runs.push_back(run);
-}
-
 /// Where each run of a dimension begins in the view's indices, so that the
 /// run holding an index is found by binary search.
 std::vector<int64_t> runOffsets(const std::vector<IndexRun> &runs) {
@@ -200,6 +187,24 @@ WeightView WeightView::permute(int64_t dim,
   }
   WeightView result = *this;
   result.index[size_t(dim)] = std::move(runs);
+  return result;
+}
+
+WeightView WeightView::select(int64_t dim, const IndexRuns &runs) const {
+  if (!valid() || dim < 0 || dim >= int64_t(viewShape.size()))
+    return WeightView();
+  for (const IndexRun &run : runs)
+    if (run.start < 0 || run.length < 0 ||
+        run.start > viewShape[size_t(dim)] - run.length)
+      return WeightView();
+  const std::vector<IndexRun> &current = index[size_t(dim)];
+  std::vector<int64_t> offsets = runOffsets(current);
+  std::vector<IndexRun> picked;
+  for (const IndexRun &run : runs)
+    appendIndices(current, offsets, run.start, run.length, picked);
+  WeightView result = *this;
+  result.viewShape[size_t(dim)] = runsLength(runs);
+  result.index[size_t(dim)] = std::move(picked);
   return result;
 }
 

@@ -954,3 +954,51 @@ func.func @split_c4(%x: tensor<4xf32>) {
   %0:2 = nn.split %x axis = 0 : tensor<4xf32> -> tensor<2xf32>, tensor<3xf32>
   return
 }
+
+// -----
+
+func.func @view_c1() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c1: a view needs a name}}
+  %0 = nn.constant #nn.view<"", dense_resource<w> : tensor<2xf32>, [*]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @view_c2() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c2: a view of rank 1 of a source of rank 2 needs one list of runs per dimension, not 1}}
+  %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<2x1xf32>, [*]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @view_c3() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c3: a view cannot convert 'i64' to 'f32'}}
+  %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<2xi64>, [*]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @view_c4_outside() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c4: run 3:2 of dimension 0 is not inside the source's 4}}
+  %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<4xf32>, [[3:2]]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @view_c4_count() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c4: the runs of dimension 0 list 3 indices for a dimension of size 2}}
+  %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<4xf32>, [[0:1, 2:2]]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @view_whole() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c4: the runs of dimension 0 list 4 indices for a dimension of size 2}}
+  %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<4xf32>, [*]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

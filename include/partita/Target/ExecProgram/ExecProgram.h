@@ -21,6 +21,7 @@
 
 #include "partita/Analysis/Cluster.h"
 #include "partita/proto/program.pb.h"
+#include "partita/runtime/WeightView.h"
 
 #include <memory>
 #include <string>
@@ -28,13 +29,13 @@
 
 namespace mlir::partita {
 
-/// A weight the program reads: bytes owned by the module's resource blobs
-/// (or by inline constants), valid while the module lives.
+/// A weight the program reads, as a view of the bytes it comes from (the
+/// module's resource blobs, valid while its context lives, or a serialized
+/// inline constant the view owns). Nothing is copied until the artifact
+/// writer streams it.
 struct ExecWeight {
   std::string name;
-  ::partita::program::DType dtype;
-  SmallVector<int64_t> shape;
-  ArrayRef<char> bytes;
+  ::partita::runtime::WeightView view;
 };
 
 /// One collective of a rank's program, as the report counts it.
@@ -77,8 +78,6 @@ struct ExecTimeline {
 struct ExecProgram {
   ::partita::program::Program program;
   std::vector<ExecWeight> weights;
-  /// Bytes of weights that came from inline constants rather than blobs.
-  std::vector<std::unique_ptr<std::vector<char>>> ownedBytes;
   /// Statistics for the report and the tests.
   int64_t numKernels = 0;
   int64_t numFusedOps = 0;

@@ -14,7 +14,6 @@
 #include "partita/Dialect/Dist/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "partita/Analysis/ModelRoles.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
@@ -39,8 +38,8 @@ nn::ConstantOp getConstant(Value value) {
 
 /// How a person would name a weight: its initializer's name.
 std::string weightName(nn::ConstantOp constant) {
-  if (auto resource = dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
-    return resource.getRawHandle().getKey().str();
+  if (StringRef name = nn::getWeightName(constant.getValue()); !name.empty())
+    return name.str();
   if (auto name = dyn_cast<NameLoc>(constant.getLoc()))
     return name.getName().str();
   return "";

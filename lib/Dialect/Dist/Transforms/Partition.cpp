@@ -19,7 +19,6 @@
 #include "partita/Dialect/Dist/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Verifier.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
@@ -53,9 +52,8 @@ std::string describe(Operation *op) {
       return "result " + std::to_string(i);
     }
   if (auto constant = dyn_cast<nn::ConstantOp>(op))
-    if (auto resource =
-            dyn_cast<DenseResourceElementsAttr>(constant.getValue()))
-      return "weight '" + resource.getRawHandle().getKey().str() + "'";
+    if (StringRef name = nn::getWeightName(constant.getValue()); !name.empty())
+      return "weight '" + name.str() + "'";
   std::string text = op->getName().getStringRef().str();
   Location loc = op->getLoc();
   if (auto fused = dyn_cast<FusedLoc>(loc))
@@ -571,9 +569,9 @@ Operation *Partitioner::orderSequence(OpBuilder &b, nn::ConstantOp constant,
     if (!llvm::is_contained(sharding.getAxesOfDim(d), axis.getValue()) ||
         type.getDimSize(d) != static_cast<int64_t>(order.size()))
       continue;
-    std::string name = "constant";
-    if (auto resource = dyn_cast<DenseResourceElementsAttr>(value))
-      name = resource.getRawHandle().getKey().str();
+    std::string name = nn::getWeightName(value).str();
+    if (name.empty())
+      name = "constant";
     value = permuteAlongDim(value, d, order.asArrayRef(), name + ".ring");
   }
   return nn::ConstantOp::create(b, constant.getLoc(), value);

@@ -297,18 +297,15 @@ ShardingAttr dist::getValueSharding(Value value, MeshOp mesh) {
 
 ElementsAttr dist::permuteAlongDim(ElementsAttr value, int64_t dim,
                                    ArrayRef<int64_t> sourceOf, StringRef name) {
+  // A weight is not read: it becomes a view reordering its source.
+  if (ElementsAttr view = nn::permuteWeight(value, dim, sourceOf, name))
+    return view;
   auto type = cast<RankedTensorType>(value.getType());
-  ArrayRef<char> bytes;
-  if (auto resource = dyn_cast<DenseResourceElementsAttr>(value)) {
-    if (AsmResourceBlob *blob = resource.getRawHandle().getBlob())
-      bytes = blob->getData();
-  } else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
-    if (dense.isSplat())
-      return value;
-    bytes = dense.getRawData();
-  }
-  if (bytes.empty() || type.getNumElements() == 0)
+  auto dense = dyn_cast<DenseElementsAttr>(value);
+  if (!dense || dense.isSplat() || type.getNumElements() == 0)
     return value;
+  // An inline value is small (at most kMaxInlineElements elements).
+  ArrayRef<char> bytes = dense.getRawData();
   size_t width = bytes.size() / type.getNumElements();
   int64_t outer = 1, inner = 1, size = type.getDimSize(dim);
   for (int64_t d = 0; d < dim; ++d)
@@ -321,11 +318,6 @@ ElementsAttr dist::permuteAlongDim(ElementsAttr value, int64_t dim,
     for (int64_t i = 0; i < size; ++i)
       std::memcpy(out.data() + (o * size + i) * run,
                   bytes.data() + (o * size + sourceOf[i]) * run, run);
-  if (isa<DenseResourceElementsAttr>(value)) {
-    AsmResourceBlob blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
-        ArrayRef<char>(out), width);
-    return DenseResourceElementsAttr::get(type, name, std::move(blob));
-  }
   return DenseElementsAttr::getFromRawBuffer(type, out);
 }
 

@@ -182,14 +182,26 @@ int64_t Planner::addAlias(Value value, Value of) {
   return id;
 }
 
+/// A weight without bytes to read: its blob (a view's source's) was never
+/// given, as in IR printed with its resources elided.
+static LogicalResult checkWeightData(nn::ConstantOp op) {
+  DenseResourceElementsAttr resource =
+      dyn_cast<DenseResourceElementsAttr>(op.getValue());
+  if (auto view = dyn_cast<nn::WeightViewAttr>(op.getValue()))
+    resource = view.getSource();
+  if (!resource || resource.getRawHandle().getBlob())
+    return success();
+  return op.emitError() << "weight '" << nn::getWeightName(op.getValue())
+                        << "' has no data";
+}
+
 LogicalResult Planner::addConstant(nn::ConstantOp op) {
   auto type = cast<RankedTensorType>(op.getType());
-  if (auto resource = dyn_cast<DenseResourceElementsAttr>(op.getValue())) {
-    if (!resource.getRawHandle().getBlob())
-      return op.emitError() << "weight '" << resource.getRawHandle().getKey()
-                            << "' has no data";
+  if (nn::isWeight(op.getValue())) {
+    if (failed(checkWeightData(op)))
+      return failure();
     int64_t id = add(op.getResult(), BufferKind::Weight);
-    buffers[id].weight = resource.getRawHandle().getKey().str();
+    buffers[id].weight = nn::getWeightName(op.getValue()).str();
     return success();
   }
   auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
@@ -208,11 +220,10 @@ LogicalResult Planner::addConstant(nn::ConstantOp op) {
 LogicalResult Planner::addHostConstant(nn::ConstantOp op) {
   auto type = cast<RankedTensorType>(op.getType());
   HostData data{"", tensorBytes(type)};
-  if (auto resource = dyn_cast<DenseResourceElementsAttr>(op.getValue())) {
-    if (!resource.getRawHandle().getBlob())
-      return op.emitError() << "weight '" << resource.getRawHandle().getKey()
-                            << "' has no data";
-    data.name = resource.getRawHandle().getKey().str();
+  if (nn::isWeight(op.getValue())) {
+    if (failed(checkWeightData(op)))
+      return failure();
+    data.name = nn::getWeightName(op.getValue()).str();
   } else if (auto dense = dyn_cast<DenseElementsAttr>(op.getValue())) {
     data.name = exec::getConstantWeightName(type, exec::serializeDense(dense));
   } else {

@@ -19,7 +19,10 @@ using namespace mlir::partita::nn;
 
 #include "partita/Dialect/NN/IR/NNInterfaces.cpp.inc"
 
-void NNDialect::initialize() { registerOps(); }
+void NNDialect::initialize() {
+  registerOps();
+  registerAttributes();
+}
 
 Operation *NNDialect::materializeConstant(OpBuilder &builder, Attribute value,
                                           Type type, Location loc) {

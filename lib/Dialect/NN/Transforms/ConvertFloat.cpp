@@ -7,9 +7,7 @@
 #include "partita/Dialect/NN/Transforms/Passes.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
-#include "partita/runtime/Float16.h"
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -93,15 +91,11 @@ struct ConvertFloatPass
         collectAngleOps(op, angles);
     });
 
-    // Converted resource blobs, by key: a blob two constants share is
-    // rounded once.
-    llvm::DenseSet<StringRef> converted;
     WalkResult walk = func.walk([&](Operation *op) {
       if (angles.contains(op))
         return WalkResult::advance();
       if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
-        FailureOr<ElementsAttr> value =
-            convertValue(constant, target, converted);
+        FailureOr<ElementsAttr> value = convertValue(constant, target);
         if (failed(value))
           return WalkResult::interrupt();
         constant.setValueAttr(*value);
@@ -158,53 +152,25 @@ struct ConvertFloatPass
   }
 
   /// The constant's value with f32 elements rounded to `target`; other
-  /// values unchanged. A resource blob is converted in place (every constant
-  /// that names it now reads the rounded bytes), so the weight keeps its
-  /// name.
-  FailureOr<ElementsAttr> convertValue(nn::ConstantOp constant, Type target,
-                                       llvm::DenseSet<StringRef> &converted) {
+  /// values unchanged. A weight is not read: it becomes a view converting
+  /// its source (the artifact writer rounds the bytes as it streams them),
+  /// under the weight's name.
+  FailureOr<ElementsAttr> convertValue(nn::ConstantOp constant, Type target) {
     ElementsAttr value = constant.getValue();
     auto type = cast<RankedTensorType>(value.getType());
     if (!type.getElementType().isF32())
       return value;
-    auto newType = type.clone(target);
     const llvm::fltSemantics &semantics =
         cast<FloatType>(target).getFloatSemantics();
     if (auto dense = dyn_cast<DenseElementsAttr>(value))
       return cast<ElementsAttr>(dense.mapValues(
           target, [&](const APFloat &x) { return roundTo(x, semantics); }));
-    auto resource = dyn_cast<DenseResourceElementsAttr>(value);
-    if (!resource) {
-      constant.emitError() << "partita-convert-float: cannot convert a "
-                              "constant held as "
-                           << value;
-      return failure();
-    }
-    DenseResourceElementsHandle handle = resource.getRawHandle();
-    if (converted.insert(handle.getKey()).second) {
-      AsmResourceBlob *blob = handle.getBlob();
-      if (!blob) {
-        constant.emitError() << "partita-convert-float: the weight '"
-                             << handle.getKey() << "' has no data";
-        return failure();
-      }
-      ArrayRef<char> bytes = blob->getData();
-      size_t n = bytes.size() / sizeof(float);
-      std::vector<uint16_t> rounded(n);
-      // Bit operations, bit for bit what roundTo (APFloat) gives, at memory
-      // speed rather than ~60 ns an element.
-      if (target.isBF16())
-        ::partita::runtime::convertFloatsToBf16(bytes.data(), rounded.data(),
-                                                n);
-      else
-        ::partita::runtime::convertFloatsToF16(bytes.data(), rounded.data(), n);
-      handle.getResource()->setBlob(
-          HeapAsmResourceBlob::allocateAndCopyWithAlign(
-              ArrayRef<char>(reinterpret_cast<const char *>(rounded.data()),
-                             n * sizeof(uint16_t)),
-              alignof(uint16_t)));
-    }
-    return cast<ElementsAttr>(DenseResourceElementsAttr::get(newType, handle));
+    if (ElementsAttr view = nn::convertWeight(value, target))
+      return view;
+    constant.emitError() << "partita-convert-float: cannot convert a "
+                            "constant held as "
+                         << value;
+    return failure();
   }
 };
 

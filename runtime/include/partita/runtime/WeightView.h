@@ -20,6 +20,7 @@
 #ifndef PARTITA_RUNTIME_WEIGHTVIEW_H
 #define PARTITA_RUNTIME_WEIGHTVIEW_H
 
+#include "partita/runtime/IndexRuns.h"
 #include "partita/runtime/Tensor.h"
 
 #include <cstdint>
@@ -27,16 +28,6 @@
 #include <vector>
 
 namespace partita::runtime {
-
-/// Indices `start`, `start + 1`, ..., `start + length - 1` of a dimension
-/// of the source.
-struct IndexRun {
-  int64_t start = 0;
-  int64_t length = 0;
-  bool operator==(const IndexRun &other) const {
-    return start == other.start && length == other.length;
-  }
-};
 
 /// A row-major tensor whose element at index (i0, ..., ik) is the source's
 /// element at (map0(i0), ..., mapk(ik)), converted to dtype(). Each
@@ -67,6 +58,9 @@ public:
   /// 0..shape()[dim]-1 (stored as runs, so block permutations cost a few
   /// runs, not one entry per index).
   WeightView permute(int64_t dim, const std::vector<int64_t> &sourceOf) const;
+  /// Picks indices of dimension `dim`: index j of the result is the j-th
+  /// index of this view that `runs` lists (each below shape()[dim]).
+  WeightView select(int64_t dim, const IndexRuns &runs) const;
   /// The same elements as `to`: the identity, or f32 to bf16 or f16
   /// (round to nearest even, as Float16.h). Other conversions are invalid.
   WeightView convert(DType to) const;

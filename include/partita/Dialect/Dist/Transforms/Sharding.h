@@ -123,8 +123,9 @@ FactorAxes inferAssignment(const ShardingRule &rule,
 ShardingAttr getValueSharding(Value value, MeshOp mesh);
 
 /// `value` with dimension `dim` permuted: index `i` of the result is index
-/// `sourceOf[i]` of `value`. A splat is returned as it is; a resource
-/// becomes a new resource named `name`.
+/// `sourceOf[i]` of `value`. A splat is returned as it is; a weight (a
+/// resource or a view of one) becomes a view named `name`, its bytes
+/// untouched; an inline value is permuted.
 ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
                              ArrayRef<int64_t> sourceOf, StringRef name);
 

@@ -59,8 +59,10 @@ def NN_Dialect : Dialect {
     compute, `i1`, `i8`, `i32`, `i64` for masks, indices and shapes.
   }];
   let hasConstantMaterializer = 1;
+  let useDefaultAttributePrinterParser = 1;
   let extraClassDeclaration = [{
     void registerOps();
+    void registerAttributes();
   }];
 }
 

@@ -16,10 +16,14 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
 #include "partita/Dialect/NN/IR/ShardingRule.h"
+#include "partita/runtime/IndexRuns.h"
 
 #include "partita/Dialect/NN/IR/NNEnums.h.inc"
 
 #include "partita/Dialect/NN/IR/NNInterfaces.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "partita/Dialect/NN/IR/NNAttrs.h.inc"
 
 namespace mlir::partita::nn {
 
@@ -42,6 +46,21 @@ broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes);
 /// broadcast; builders use it to infer result types.
 RankedTensorType inferBroadcastResultType(ArrayRef<Type> types,
                                           Type elementType);
+
+/// Whether `value` is a weight: a `dense_resource` blob or a view of one.
+bool isWeight(ElementsAttr value);
+/// The name a weight has in the artifact: a blob's key or a view's name;
+/// empty for anything else.
+StringRef getWeightName(ElementsAttr value);
+/// `value` rounded from f32 to `elementType` (bf16 or f16) without reading
+/// it: a view converting the weight's source, under the weight's name.
+/// Returns null for a value that is not a weight.
+ElementsAttr convertWeight(ElementsAttr value, Type elementType);
+/// `value` with dimension `dim` reordered (index j of the result is index
+/// `sourceOf[j]` of `value`), named `name`, without reading it: a view for
+/// a weight. Returns null for a value that is not a weight.
+ElementsAttr permuteWeight(ElementsAttr value, int64_t dim,
+                           ArrayRef<int64_t> sourceOf, StringRef name);
 
 } // namespace mlir::partita::nn
 

@@ -8,6 +8,7 @@
 #define PARTITA_DIALECT_NN_IR_NNOPS_TD
 
 include "partita/Dialect/NN/IR/NNBase.td"
+include "partita/Dialect/NN/IR/NNAttrs.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 
 //===----------------------------------------------------------------------===//
