@@ -26,37 +26,6 @@ int64_t checkedProduct(const std::vector<int64_t> &shape) {
   return product;
 }
 
-/// Where each run of a dimension begins in the view's indices, so that the
-/// run holding an index is found by binary search.
-std::vector<int64_t> runOffsets(const std::vector<IndexRun> &runs) {
-  std::vector<int64_t> offsets;
-  offsets.reserve(runs.size());
-  int64_t offset = 0;
-  for (const IndexRun &run : runs) {
-    offsets.push_back(offset);
-    offset += run.length;
-  }
-  return offsets;
-}
-
-/// Appends to `out` the source indices of view indices [start, start +
-/// length) of the dimension whose runs are `runs` (begin at `offsets`).
-void appendIndices(const std::vector<IndexRun> &runs,
-                   const std::vector<int64_t> &offsets, int64_t start,
-                   int64_t length, std::vector<IndexRun> &out) {
-  if (length == 0)
-    return;
-  size_t r = size_t(std::upper_bound(offsets.begin(), offsets.end(), start) -
-                    offsets.begin()) -
-             1;
-  int64_t within = start - offsets[r];
-  for (; length > 0; ++r, within = 0) {
-    int64_t take = std::min(runs[r].length - within, length);
-    appendRun(out, {runs[r].start + within, take});
-    length -= take;
-  }
-}
-
 /// `n` elements from `in` (of `from`) to `out` (of `to`), converting on the
 /// way: the only place a view's bytes are read.
 void copyElements(DType from, DType to, const char *in, char *out, size_t n) {
@@ -146,10 +115,8 @@ WeightView WeightView::slice(int64_t dim, int64_t start, int64_t length) const {
       length < 0 || start > viewShape[size_t(dim)] - length)
     return WeightView();
   WeightView result = *this;
-  std::vector<IndexRun> runs;
-  appendIndices(index[size_t(dim)], runOffsets(index[size_t(dim)]), start,
-                length, runs);
-  result.index[size_t(dim)] = std::move(runs);
+  result.index[size_t(dim)] =
+      composeRuns(index[size_t(dim)], IndexRuns{{start, length}});
   result.viewShape[size_t(dim)] = length;
   return result;
 }
@@ -173,20 +140,10 @@ WeightView WeightView::permute(int64_t dim,
       return WeightView();
     seen[size_t(j)] = true;
   }
-  // Consecutive entries that read consecutive indices map as one piece, so
-  // a block permutation costs one lookup per block.
-  const std::vector<IndexRun> &current = index[size_t(dim)];
-  std::vector<int64_t> offsets = runOffsets(current);
-  std::vector<IndexRun> runs;
-  for (size_t j = 0; j < sourceOf.size();) {
-    size_t end = j + 1;
-    while (end < sourceOf.size() && sourceOf[end] == sourceOf[end - 1] + 1)
-      ++end;
-    appendIndices(current, offsets, sourceOf[j], int64_t(end - j), runs);
-    j = end;
-  }
+  // Consecutive entries that read consecutive indices are one run, so a
+  // block permutation costs one lookup per block.
   WeightView result = *this;
-  result.index[size_t(dim)] = std::move(runs);
+  result.index[size_t(dim)] = composeRuns(index[size_t(dim)], runsOf(sourceOf));
   return result;
 }
 
@@ -197,14 +154,9 @@ WeightView WeightView::select(int64_t dim, const IndexRuns &runs) const {
     if (run.start < 0 || run.length < 0 ||
         run.start > viewShape[size_t(dim)] - run.length)
       return WeightView();
-  const std::vector<IndexRun> &current = index[size_t(dim)];
-  std::vector<int64_t> offsets = runOffsets(current);
-  std::vector<IndexRun> picked;
-  for (const IndexRun &run : runs)
-    appendIndices(current, offsets, run.start, run.length, picked);
   WeightView result = *this;
   result.viewShape[size_t(dim)] = runsLength(runs);
-  result.index[size_t(dim)] = std::move(picked);
+  result.index[size_t(dim)] = composeRuns(index[size_t(dim)], runs);
   return result;
 }
 

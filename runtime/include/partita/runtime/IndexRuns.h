@@ -85,32 +85,32 @@ inline std::vector<int64_t> indicesOf(const IndexRuns &runs) {
 
 /// `select` maps a new dimension onto positions of `current`, which maps
 /// them onto the source: the composition, onto the source. Every index
-/// `select` names must be below runsLength(current).
+/// `select` names must be below runsLength(current). The run holding each
+/// position is found by binary search, so a block permutation costs one
+/// lookup per block.
 inline IndexRuns composeRuns(const IndexRuns &current,
                              const IndexRuns &select) {
   // Where each run of `current` starts among its positions.
   std::vector<int64_t> firstPosition;
+  firstPosition.reserve(current.size());
   int64_t position = 0;
   for (const IndexRun &run : current) {
     firstPosition.push_back(position);
     position += run.length;
   }
   IndexRuns result;
-  size_t at = 0;
   for (const IndexRun &want : select) {
-    int64_t begin = want.start, end = want.start + want.length;
-    // Runs are usually visited in order; search back only when not.
-    if (at >= current.size() || firstPosition[at] > begin)
-      at = 0;
-    while (at < current.size() &&
-           firstPosition[at] + current[at].length <= begin)
-      ++at;
-    for (size_t r = at; r < current.size() && begin < end; ++r) {
-      int64_t offset = begin - firstPosition[r];
-      int64_t take = std::min(current[r].length - offset, end - begin);
-      appendRun(result, {current[r].start + offset, take});
-      begin += take;
-      at = r;
+    if (want.length == 0)
+      continue;
+    size_t r = size_t(std::upper_bound(firstPosition.begin(),
+                                       firstPosition.end(), want.start) -
+                      firstPosition.begin()) -
+               1;
+    int64_t within = want.start - firstPosition[r];
+    for (int64_t left = want.length; left > 0; ++r, within = 0) {
+      int64_t take = std::min(current[r].length - within, left);
+      appendRun(result, {current[r].start + within, take});
+      left -= take;
     }
   }
   return result;
