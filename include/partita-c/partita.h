@@ -248,7 +248,8 @@ typedef struct partita_session partita_session;
 typedef struct partita_session_options partita_session_options;
 
 /* Threads per host rank 0 (the machine's cores shared among the ranks),
- * 120 s deadline on every wait between ranks. */
+ * 120 s deadline on every wait between ranks, weight bytes not hashed at
+ * load. */
 PARTITA_C_EXPORT partita_session_options *partita_session_options_create(void);
 PARTITA_C_EXPORT void
 partita_session_options_destroy(partita_session_options *options);
@@ -258,6 +259,12 @@ partita_session_options_set_threads_per_rank(partita_session_options *options,
 PARTITA_C_EXPORT partita_status *
 partita_session_options_set_timeout_seconds(partita_session_options *options,
                                             double seconds);
+/* Non-zero: also hash every weight byte against the manifest when loading
+ * (as `partita-run --verify`); the manifest and programs are always
+ * verified. */
+PARTITA_C_EXPORT partita_status *
+partita_session_options_set_verify_weights(partita_session_options *options,
+                                           int verify);
 
 /* A tensor in caller-owned memory, row-major and dense: an input to read or
  * an output to fill. `dtype` is a partita_dtype; `shape` has `rank`

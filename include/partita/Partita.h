@@ -175,6 +175,10 @@ struct SessionOptions {
   unsigned threadsPerRank = 0;
   /// Deadline of every wait between ranks.
   double timeoutSeconds = 120;
+  /// Also hash every weight byte against the manifest when loading (as
+  /// `partita-run --verify`); the manifest and programs are always
+  /// verified, the weights files' headers and bounds always checked.
+  bool verifyWeights = false;
 };
 
 /// A loaded artifact, ready to run: all ranks in this process, as threads

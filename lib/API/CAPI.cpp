@@ -492,6 +492,14 @@ partita_session_options_set_timeout_seconds(partita_session_options *options,
 }
 
 partita_status *
+partita_session_options_set_verify_weights(partita_session_options *options,
+                                           int verify) {
+  PARTITA_CHECK_ARG(options);
+  options->options.verifyWeights = verify != 0;
+  return nullptr;
+}
+
+partita_status *
 partita_session_load_path(const char *path,
                           const partita_session_options *options,
                           partita_session **session) {

@@ -379,7 +379,10 @@ Session::~Session() {
 
 Status Session::open(const std::string &path, const SessionOptions &options) {
   Impl &impl = *this->impl;
-  if (rt::Status opened = rt::Artifact::open(path, impl.artifact); !opened)
+  rt::ArtifactOpenOptions openOptions;
+  openOptions.verifyWeights = options.verifyWeights;
+  if (rt::Status opened = rt::Artifact::open(path, impl.artifact, openOptions);
+      !opened)
     return Status::error(opened.message());
   rt::RunnerOptions runnerOptions;
   runnerOptions.threadsPerRank = options.threadsPerRank;

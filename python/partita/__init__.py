@@ -264,16 +264,20 @@ def compile(
     return Artifact(native=native, diagnostics=diagnostics)
 
 
-def load(path: Union[str, "os.PathLike[str]"]) -> "Artifact":
+def load(path: Union[str, "os.PathLike[str]"], *,
+         verify: bool = False) -> "Artifact":
     """The artifact directory at `path` (written by :meth:`Artifact.save` or
     ``partita-compile -o``). It is read when first run, from disk (weights
-    memory-mapped). ``report`` is the ``report.json`` that
+    memory-mapped). The manifest and programs are always checked against
+    their hashes; the weight bytes only with ``verify=True`` (as
+    ``partita-run --verify``), which reads every one of them once.
+    ``report`` is the ``report.json`` that
     ``save`` writes beside ``manifest.json`` (None for a directory written
     by partita-compile, which keeps the report where ``--report`` says)."""
     path = os.fspath(path)
     if not os.path.isfile(os.path.join(path, "manifest.json")):
         raise RunError(f"{path}: not a Partita artifact (no manifest.json)")
-    return Artifact(path=path)
+    return Artifact(path=path, verify=verify)
 
 
 class Artifact:
@@ -281,9 +285,10 @@ class Artifact:
     (from :func:`load`). Runs lazily create one session, reused."""
 
     def __init__(self, *, native: Any = None, path: Optional[str] = None,
-                 diagnostics: Sequence[Any] = ()):
+                 diagnostics: Sequence[Any] = (), verify: bool = False):
         self._native = native
         self._path = path
+        self._verify = verify
         #: Warnings and notes the compiler gave on success.
         self.diagnostics: List[Any] = list(diagnostics)
         self._report: Optional[Dict[str, Any]] = None
@@ -360,7 +365,8 @@ class Artifact:
                 if self._native is not None:
                     self._session = _partita.Session.load_artifact(self._native)
                 else:
-                    self._session = _partita.Session.load_path(self._path)
+                    self._session = _partita.Session.load_path(
+                        self._path, verify_weights=self._verify)
             except _partita.Error as error:
                 raise RunError(str(error)) from None
         return self._session

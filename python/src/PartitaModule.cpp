@@ -111,10 +111,12 @@ struct PySession {
 };
 
 partita::SessionOptions sessionOptions(unsigned threadsPerRank,
-                                       double timeoutSeconds) {
+                                       double timeoutSeconds,
+                                       bool verifyWeights = false) {
   partita::SessionOptions options;
   options.threadsPerRank = threadsPerRank;
   options.timeoutSeconds = timeoutSeconds;
+  options.verifyWeights = verifyWeights;
   return options;
 }
 
@@ -244,20 +246,21 @@ NB_MODULE(_partita, m) {
       .def_static(
           "load_path",
           [](const std::string &path, unsigned threadsPerRank,
-             double timeoutSeconds) {
+             double timeoutSeconds, bool verifyWeights) {
             auto session = std::make_unique<PySession>();
             partita::Status status;
             {
               nb::gil_scoped_release released;
               status = partita::Session::load(
-                  path, sessionOptions(threadsPerRank, timeoutSeconds),
+                  path,
+                  sessionOptions(threadsPerRank, timeoutSeconds, verifyWeights),
                   session->session);
             }
             check(status);
             return session.release();
           },
           "path"_a, "threads_per_rank"_a = 0, "timeout_seconds"_a = 120.0,
-          nb::rv_policy::take_ownership)
+          "verify_weights"_a = false, nb::rv_policy::take_ownership)
       .def_static(
           "load_artifact",
           [](const partita::Artifact &artifact, unsigned threadsPerRank,

@@ -114,6 +114,21 @@ def test_save_load_round_trip(gpt2_tp2, tmp_path):
     assert partita.load(copy).manifest == loaded.manifest
 
 
+def test_load_verify_hashes_the_weights(gpt2_tp2, tmp_path):
+    inputs, _ = reference("gpt2")
+    path = tmp_path / "gpt2-tp2"
+    gpt2_tp2.save(path)
+    weights = sorted((path / "weights").iterdir())[0]
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    # The manifest and programs are hashed at every load, the weight bytes
+    # only with verify=True.
+    partita.load(path).run(inputs)
+    with pytest.raises(partita.RunError, match="hash mismatch"):
+        partita.load(path, verify=True).run(inputs)
+
+
 def test_save_refuses_other_paths(gpt2_tp2, tmp_path):
     other = tmp_path / "not-an-artifact"
     other.mkdir()

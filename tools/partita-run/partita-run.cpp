@@ -6,7 +6,7 @@
 //
 // partita-run ART --input NAME=FILE ... [--output-dir DIR] [--ranks N]
 //             [--single-gpu] [--repeat N] [--warmup N] [--timeout SECONDS]
-//             [--threads N]
+//             [--threads N] [--verify]
 //
 // Loads an artifact and runs its ranks, each reading its shard of every
 // input, assembles each output from the ranks' shards, writes it as
@@ -55,7 +55,7 @@ namespace {
 constexpr const char *kUsage =
     "usage: partita-run ART --input NAME=FILE ... [--output-dir DIR]\n"
     "                   [--ranks N] [--single-gpu] [--repeat N] [--warmup N]\n"
-    "                   [--timeout SECONDS] [--threads N]\n"
+    "                   [--timeout SECONDS] [--threads N] [--verify]\n"
     "\n"
     "Runs the artifact directory ART (written by partita-compile). A host\n"
     "artifact runs its ranks as threads of this process; a cuda artifact\n"
@@ -74,6 +74,9 @@ constexpr const char *kUsage =
     "                      loading, reading inputs and writing outputs\n"
     "                      (default 120)\n"
     "  --threads N         kernel threads per rank (default: cores / ranks)\n"
+    "  --verify            also hash every weight byte at load (the manifest\n"
+    "                      and programs are always verified, the weights\n"
+    "                      files' headers and bounds always checked)\n"
     "  --version           print the version and exit\n";
 
 struct Options {
@@ -86,6 +89,7 @@ struct Options {
   double timeoutSeconds = 120;
   int64_t threads = 0;
   bool singleGpu = false;
+  bool verifyWeights = false;
   bool version = false;
 };
 
@@ -125,6 +129,10 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
     }
     if (arg == "--single-gpu") {
       options.singleGpu = true;
+      continue;
+    }
+    if (arg == "--verify") {
+      options.verifyWeights = true;
       continue;
     }
     std::string value;
@@ -440,7 +448,9 @@ int runMain(int argc, char **argv) {
   {
     Watchdog watchdog(options.timeoutSeconds,
                       "loading the artifact " + options.artifact);
-    opened = Artifact::open(options.artifact, artifact);
+    ArtifactOpenOptions openOptions;
+    openOptions.verifyWeights = options.verifyWeights;
+    opened = Artifact::open(options.artifact, artifact, openOptions);
   }
   if (!opened)
     return fail(opened.message());

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <sys/stat.h>
 #include <thread>
 #include <unordered_map>
@@ -59,9 +60,9 @@ bool isDirectory(const std::string &path) {
 }
 
 /// Runs `work(0)`, ..., `work(count - 1)` on up to one thread per core
-/// (each weights file is read, hashed and written by one thread, so files
-/// proceed in parallel) and returns the first error in index order, so the
-/// message does not depend on scheduling.
+/// (each weights file is read, hashed and written, or hashed at load, by
+/// one thread, so files proceed in parallel) and returns the first error in
+/// index order, so the message does not depend on scheduling.
 Status forEachInParallel(size_t count,
                          const std::function<Status(size_t)> &work) {
   std::vector<Status> statuses(count);
@@ -480,14 +481,17 @@ struct Artifact::Impl {
   std::vector<program::Program> programs;
   WeightStore weights;
 
-  Status load();
-  Status verifyFiles() const;
+  Status load(const ArtifactOpenOptions &options);
+  Status verifyFiles(bool verifyWeights) const;
   Status loadPrograms();
   Status verifyPrograms() const;
   Status checkManifestAgainstPrograms() const;
 };
 
-Status Artifact::Impl::verifyFiles() const {
+Status Artifact::Impl::verifyFiles(bool verifyWeights) const {
+  std::set<std::string> weightFiles(manifest.weightFiles.begin(),
+                                    manifest.weightFiles.end());
+  std::vector<std::pair<std::string, std::string>> toHash;
   for (const auto &[relative, digest] : manifest.files) {
     if (!isSafeRelativePath(relative))
       return Status::error(path + ": manifest.json lists '" + relative +
@@ -495,17 +499,24 @@ Status Artifact::Impl::verifyFiles() const {
     if (digest.rfind("sha256:", 0) != 0 || digest.size() != 7 + 64)
       return Status::error(path + ": manifest.json: '" + relative +
                            "' has no sha256 digest");
-    std::string file = path + "/" + relative;
-    if (!exists(file))
+    if (!exists(path + "/" + relative))
       return Status::error(path + ": " + relative +
                            ": missing (manifest.json lists it)");
+    // The weights files' headers and bounds are checked when they are
+    // mapped; their bytes are hashed only on request.
+    if (verifyWeights || !weightFiles.count(relative))
+      toHash.emplace_back(relative, digest);
+  }
+  // A file a thread: the weights files dominate, each read once.
+  return forEachInParallel(toHash.size(), [&](size_t i) -> Status {
+    const auto &[relative, digest] = toHash[i];
     std::string actual;
-    PARTITA_RETURN_IF_ERROR(sha256File(file, actual));
+    PARTITA_RETURN_IF_ERROR(sha256File(path + "/" + relative, actual));
     if (digest.compare(7, std::string::npos, actual) != 0)
       return Status::error(path + ": " + relative +
                            ": hash mismatch (tampered or truncated)");
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 Status Artifact::Impl::loadPrograms() {
@@ -655,7 +666,7 @@ Status Artifact::Impl::checkManifestAgainstPrograms() const {
   return Status::ok();
 }
 
-Status Artifact::Impl::load() {
+Status Artifact::Impl::load(const ArtifactOpenOptions &options) {
   if (!isDirectory(path))
     return Status::error(
         path + ": " +
@@ -684,7 +695,7 @@ Status Artifact::Impl::load() {
   }
   for (const std::string &relative : manifest.weightFiles)
     PARTITA_RETURN_IF_ERROR(covered(relative));
-  PARTITA_RETURN_IF_ERROR(verifyFiles());
+  PARTITA_RETURN_IF_ERROR(verifyFiles(options.verifyWeights));
   PARTITA_RETURN_IF_ERROR(loadPrograms());
   for (const std::string &relative : manifest.weightFiles)
     PARTITA_RETURN_IF_ERROR(
@@ -697,7 +708,8 @@ Artifact::Artifact() : impl(std::make_unique<Impl>()) {}
 Artifact::~Artifact() = default;
 
 Status Artifact::open(const std::string &path,
-                      std::unique_ptr<Artifact> &artifact) {
+                      std::unique_ptr<Artifact> &artifact,
+                      const ArtifactOpenOptions &options) {
   std::unique_ptr<Artifact> opened(new Artifact());
   opened->impl->path = path;
   // Paths with a trailing slash name the same directory; drop it so
@@ -705,7 +717,7 @@ Status Artifact::open(const std::string &path,
   while (opened->impl->path.size() > 1 && opened->impl->path.back() == '/')
     opened->impl->path.pop_back();
   try {
-    PARTITA_RETURN_IF_ERROR(opened->impl->load());
+    PARTITA_RETURN_IF_ERROR(opened->impl->load(options));
   } catch (const std::exception &e) {
     return Status::error(path + ": " + e.what());
   }

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -166,6 +167,64 @@ TEST(Executor, WeightsFromAnArtifact) {
   EXPECT_ERROR_CONTAINS(Executor::create(b.p, artifact->weights(),
                                          world.communicator(0), pool, executor),
                         "weight 'absent' is not in the artifact's weights");
+}
+
+/// `field` of /proc/self/status (`RssAnon`, `RssFile`) in bytes.
+int64_t statusBytes(const char *field) {
+  std::ifstream status("/proc/self/status");
+  std::string line, prefix = std::string(field) + ":";
+  while (std::getline(status, line))
+    if (line.rfind(prefix, 0) == 0)
+      return std::stoll(line.substr(prefix.size())) * 1024;
+  return -1;
+}
+
+/// The host backend reads weights where the artifact maps them: opening
+/// the artifact and creating the executor add no anonymous memory of the
+/// weight's size (nothing copied), and neither touch its pages (nothing
+/// hashed or read); a run reads them through the mapping.
+TEST(Executor, WeightsAreMappedNotCopied) {
+  if (statusBytes("RssAnon") < 0)
+    GTEST_SKIP() << "no RssAnon in /proc/self/status";
+  constexpr int64_t kRows = 4096, kColumns = 4096;
+  constexpr int64_t kWeightBytes = kRows * kColumns * int64_t(sizeof(float));
+  test::TemporaryDirectory directory;
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {1, kRows});
+  int32_t w = b.weight("w", program::F32, {kRows, kColumns});
+  int32_t y = b.output("y", program::F32, {1, kColumns});
+  b.kernel("matmul", {x, w}, {y});
+  {
+    std::vector<float> weight(size_t(kRows * kColumns), 0.5f);
+    ArtifactWriter writer;
+    writer.manifest().modelName = "mapped";
+    writer.manifest().ranks = {RankEntry{}};
+    writer.manifest().inputs = {{"x", program::F32, {1, kRows}, {}}};
+    writer.manifest().outputs = {{"y", program::F32, {1, kColumns}, {}}};
+    ASSERT_OK(writer.addProgram(0, b.p));
+    ASSERT_OK(writer.addWeight("w", program::F32, {kRows, kColumns},
+                               weight.data(), size_t(kWeightBytes)));
+    ASSERT_OK(writer.commit(directory.path("art")));
+  }
+  HostWorld world(1, kPatient);
+  ThreadPool pool(1);
+  std::vector<float> xs(static_cast<size_t>(kRows), 1.0f);
+  std::vector<float> ys(static_cast<size_t>(kColumns));
+  int64_t anonBefore = statusBytes("RssAnon");
+  int64_t fileBefore = statusBytes("RssFile");
+  std::unique_ptr<Artifact> artifact;
+  ASSERT_OK(Artifact::open(directory.path("art"), artifact));
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(Executor::create(artifact->program(0), artifact->weights(),
+                             world.communicator(0), pool, executor));
+  EXPECT_LT(statusBytes("RssAnon") - anonBefore, kWeightBytes / 8);
+  EXPECT_LT(statusBytes("RssFile") - fileBefore, kWeightBytes / 8);
+  ASSERT_OK(executor->run({{"x", view(xs, {1, kRows})}},
+                          {{"y", view(ys, {1, kColumns})}}));
+  // Exact: 4096 halves sum to 2048 in any order.
+  EXPECT_EQ(ys[0], 2048.0f);
+  EXPECT_EQ(ys[size_t(kColumns - 1)], 2048.0f);
+  EXPECT_LT(statusBytes("RssAnon") - anonBefore, kWeightBytes / 2);
 }
 
 /// Each rank doubles its input, starts an all-reduce, computes something

@@ -143,7 +143,8 @@ int main(int argc, char **argv) {
   partita_session_options *sessionOptions = partita_session_options_create();
   expectError(partita_session_options_set_timeout_seconds(sessionOptions, -1),
               "positive", "timeout -1");
-  partita_session_options_destroy(sessionOptions);
+  expectError(partita_session_options_set_verify_weights(NULL, 1), "options",
+              "set_verify_weights(NULL)");
 
   /* A real session, then bad tensors. */
   partita_compile_options_destroy(options);
@@ -168,12 +169,44 @@ int main(int argc, char **argv) {
     expectError(partita_session_run(session, NULL, 1, NULL, 0), "inputs",
                 "run(inputs NULL)");
     partita_session_destroy(session);
+
+    /* Weight bytes changed on disk: loaded as they are by default (only
+     * the manifest and programs are hashed), refused with verification. */
+    if (argc > 2 &&
+        partita_status_ok(partita_artifact_save(artifact, argv[2]))) {
+      char weights[4096];
+      snprintf(weights, sizeof weights,
+               "%s/weights/model-00001-of-00001.safetensors", argv[2]);
+      FILE *file = fopen(weights, "r+b");
+      if (file && fseek(file, -1, SEEK_END) == 0) {
+        int last = fgetc(file);
+        fseek(file, -1, SEEK_END);
+        fputc(last ^ 1, file);
+      }
+      if (file)
+        fclose(file);
+      session = NULL;
+      if (!partita_status_ok(
+              partita_session_load_path(argv[2], sessionOptions, &session))) {
+        printf("FAIL load_path(tampered weights, no verify)\n");
+        ++failures;
+      }
+      partita_session_destroy(session);
+      partita_session_options_set_verify_weights(sessionOptions, 1);
+      expectError(partita_session_load_path(argv[2], sessionOptions, &session),
+                  "model-00001-of-00001.safetensors: hash mismatch",
+                  "load_path(tampered weights, verify)");
+    } else {
+      printf("FAIL saving the artifact to verify\n");
+      ++failures;
+    }
     partita_artifact_destroy(artifact);
   } else {
     printf("FAIL compiling %s\n", argv[1]);
     ++failures;
   }
   partita_compile_result_destroy(result);
+  partita_session_options_destroy(sessionOptions);
   printf("%d failures\n", failures);
   return failures != 0;
 }

@@ -10,8 +10,11 @@
 //
 // ArtifactWriter is what partita-compile calls: plain structs in, Status
 // out, no exceptions and no JSON types in this header, so code built without
-// exceptions can use it. Artifact is the loader: it verifies every file's
-// SHA-256 before it reads it, parses the programs and maps the weights.
+// exceptions can use it. Artifact is the loader: it verifies the SHA-256 of
+// the manifest and the programs before it reads them, bounds-checks the
+// weights files' headers and maps the weights; it hashes the weight bytes
+// only when asked (ArtifactOpenOptions::verifyWeights), so that opening
+// costs the mapping, not a pass over the weights.
 //
 //===----------------------------------------------------------------------===//
 
@@ -174,14 +177,23 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
+struct ArtifactOpenOptions {
+  /// Also hash every weights file against the manifest (every byte read,
+  /// one thread per file). Without it the weights files are checked for
+  /// presence, type, header and bounds, and their bytes are trusted.
+  bool verifyWeights = false;
+};
+
 /// A loaded artifact: the manifest, each rank's program, the weights.
 class Artifact {
 public:
   /// Opens the artifact directory at `path`. Refuses an unknown format or
-  /// version, a missing file and a file whose hash differs from the
-  /// manifest's, with a message naming the file.
+  /// version, a missing file, a malformed weights header and a file whose
+  /// hash differs from the manifest's (weights files only with
+  /// `options.verifyWeights`), with a message naming the file.
   static Status open(const std::string &path,
-                     std::unique_ptr<Artifact> &artifact);
+                     std::unique_ptr<Artifact> &artifact,
+                     const ArtifactOpenOptions &options = {});
   ~Artifact();
 
   const std::string &path() const;
