@@ -1,23 +1,79 @@
 """Writes a GPT-2 style ONNX model of N layers, spelled the way torch.onnx
 exports it (decomposed GELU, where-masked softmax attention), for the
-import benchmark. Usage: gen_gpt.py LAYERS OUT.onnx [--hidden H] [--seq S]
+import and compile benchmarks.
+
+Usage: gen_gpt.py LAYERS OUT.onnx [--hidden H] [--heads N] [--ffn F]
+                  [--seq S] [--vocab V] [--external | --sparse]
+
+--external writes the weights to OUT.onnx.data as ONNX external data, one
+tensor at a time (memory holds one tensor, so models larger than memory can
+be written); --sparse lays the same file out without writing it (a sparse
+file of the right size, `truncate -s`), for planning at sizes no disk
+holds: the compiler reads shapes only until it writes an artifact.
 """
 
 import argparse
+import os
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def build(layers, hidden, heads, seq, vocab, batch=1):
+class ExternalData:
+    """Appends each weight to one external data file (or, sparse, only
+    reserves its bytes) and returns the initializer that points at it."""
+
+    def __init__(self, path, sparse):
+        self.path = path
+        self.location = os.path.basename(path)
+        self.sparse = sparse
+        self.offset = 0
+        self.file = open(path, "wb")
+
+    def add(self, name, shape, make):
+        count = int(np.prod(shape))
+        tensor = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT,
+                                  dims=list(shape))
+        length = 4 * count
+        if not self.sparse:
+            # A piece at a time: a 4096 x 14336 tensor is 235 MB.
+            self.file.seek(self.offset)
+            step = 1 << 24
+            for start in range(0, count, step):
+                make(min(step, count - start)).tofile(self.file)
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", self.location),
+                           ("offset", str(self.offset)),
+                           ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        # 64-byte aligned, as onnx's own external-data writer can be told.
+        self.offset += (length + 63) // 64 * 64
+        return tensor
+
+    def close(self):
+        self.file.truncate(self.offset)
+        self.file.close()
+
+
+def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None):
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     head = hidden // heads
+    ffn = ffn or 4 * hidden
 
     def weight(name, shape, scale=0.02):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        if external is not None:
+            def make(count):
+                return (rng.random(count, dtype=np.float32) - 0.5) * (2 * scale)
+            if scale == 1.0:
+                def make(count):
+                    return np.ones(count, np.float32)
+            inits.append(external.add(name, shape, make))
+        else:
+            inits.append(numpy_helper.from_array(
+                (rng.standard_normal(shape) * scale).astype(np.float32), name))
         return name
 
     def const(name, value, dtype=np.float32):
@@ -64,13 +120,13 @@ def build(layers, hidden, heads, seq, vocab, batch=1):
         ln2 = node("LayerNormalization",
                    [x, weight(p + "ln2.g", [hidden], 1.0), weight(p + "ln2.b", [hidden])],
                    axis=-1, epsilon=1e-5)
-        up = node("Add", [node("MatMul", [ln2, weight(p + "up.w", [hidden, 4 * hidden])]),
-                          weight(p + "up.b", [4 * hidden])])
+        up = node("Add", [node("MatMul", [ln2, weight(p + "up.w", [hidden, ffn])]),
+                          weight(p + "up.b", [ffn])])
         cube = node("Mul", [node("Pow", [up, "three"]), "c1"])
         inner = node("Mul", [node("Add", [up, cube]), "c2"])
         gelu = node("Mul", [node("Mul", [up, "half"]),
                             node("Add", [node("Tanh", [inner]), "one"])])
-        down = node("Add", [node("MatMul", [gelu, weight(p + "down.w", [4 * hidden, hidden])]),
+        down = node("Add", [node("MatMul", [gelu, weight(p + "down.w", [ffn, hidden])]),
                             weight(p + "down.b", [hidden])])
         x = node("Add", [x, down])
     logits = node("MatMul", [x, weight("head", [hidden, vocab])], ["logits"])
@@ -91,11 +147,29 @@ def main():
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--ffn", type=int, default=0,
+                        help="the MLP's width (default 4 * hidden)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--external", action="store_true",
+                       help="weights in OUT.data, written a tensor at a time")
+    where.add_argument("--sparse", action="store_true",
+                       help="weights in OUT.data, a sparse file never written")
     args = parser.parse_args()
+    external = None
+    if args.external or args.sparse:
+        external = ExternalData(args.out + ".data", args.sparse)
     model = build(args.layers, args.hidden, args.heads, args.seq, args.vocab,
-                  args.batch)
-    onnx.save(model, args.out)
-    weights = sum(t.ByteSize() for t in model.graph.initializer)
+                  args.batch, args.ffn, external)
+    if external is not None:
+        external.close()
+        weights = sum(4 * int(np.prod(t.dims)) for t in model.graph.initializer
+                      if t.data_location == TensorProto.EXTERNAL)
+        weights += sum(t.ByteSize() for t in model.graph.initializer
+                       if t.data_location != TensorProto.EXTERNAL)
+    else:
+        weights = sum(t.ByteSize() for t in model.graph.initializer)
+    with open(args.out, "wb") as f:
+        f.write(model.SerializeToString())
     print(f"{args.out}: {len(model.graph.node)} nodes, {weights} weight bytes")
 
 
