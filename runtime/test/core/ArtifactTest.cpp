@@ -652,7 +652,9 @@ TEST_F(ArtifactTest, RefusesTamperedTruncatedAndMissingFiles) {
   EXPECT_OK(Artifact::open(path, artifact));
   test::writeBytes(weights, weightBytes.substr(0, weightBytes.size() - 1));
   EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
-                        "weights/model-00001-of-00001.safetensors: ");
+                        "weights/model-00001-of-00001.safetensors: tensor ");
+  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+                        "lie outside the data section");
   test::writeBytes(weights, weightBytes);
   EXPECT_OK(Artifact::open(path, artifact, verify));
 
