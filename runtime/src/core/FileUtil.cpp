@@ -6,6 +6,8 @@
 
 #include "FileUtil.h"
 
+#include "partita/runtime/WeightView.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -149,8 +151,10 @@ Status partita::runtime::syncDirectory(const std::string &path) {
 }
 
 MappedFile::~MappedFile() {
-  if (base && length > 0)
+  if (base && length > 0) {
+    unregisterFileMapping(base);
     ::munmap(const_cast<uint8_t *>(base), length);
+  }
 }
 
 Status MappedFile::open(const std::string &path) {
@@ -171,5 +175,6 @@ Status MappedFile::open(const std::string &path) {
     return errnoStatus(path);
   }
   base = static_cast<const uint8_t *>(mapped);
+  registerFileMapping(base, length);
   return Status::ok();
 }

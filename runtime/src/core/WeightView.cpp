@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 using namespace partita::runtime;
 namespace program = partita::program;
@@ -87,7 +89,7 @@ struct RowCopier {
 
 WeightView WeightView::of(const void *data, size_t bytes, DType dtype,
                           std::vector<int64_t> shape,
-                          std::shared_ptr<const void> owner, bool fileMapped) {
+                          std::shared_ptr<const void> owner) {
   int64_t elements = checkedProduct(shape);
   size_t elementBytes = dtypeSize(dtype);
   uint64_t expected;
@@ -99,7 +101,7 @@ WeightView WeightView::of(const void *data, size_t bytes, DType dtype,
   WeightView view;
   view.data = static_cast<const char *>(data);
   view.owner = std::move(owner);
-  view.fileMapped = fileMapped;
+  view.fileMapped = isInFileMapping(data, bytes);
   view.sourceType = dtype;
   view.type = dtype;
   view.index.resize(shape.size());
@@ -278,4 +280,50 @@ const void *WeightViewReader::next(size_t &bytes) {
   }
   view->copyRows(first, count, buffer.get());
   return buffer.get();
+}
+
+namespace {
+
+/// Registered mappings, by first byte: each maps to its end.
+struct FileMappings {
+  std::mutex mutex;
+  std::map<uintptr_t, uintptr_t> endOf;
+};
+
+FileMappings &fileMappings() {
+  // Never destroyed: a mapping may be unregistered from a static destructor.
+  static FileMappings *mappings = new FileMappings();
+  return *mappings;
+}
+
+} // namespace
+
+void partita::runtime::registerFileMapping(const void *begin, size_t bytes) {
+  if (!begin || bytes == 0)
+    return;
+  FileMappings &mappings = fileMappings();
+  std::lock_guard<std::mutex> lock(mappings.mutex);
+  uintptr_t start = reinterpret_cast<uintptr_t>(begin);
+  mappings.endOf[start] = start + bytes;
+}
+
+void partita::runtime::unregisterFileMapping(const void *begin) {
+  FileMappings &mappings = fileMappings();
+  std::lock_guard<std::mutex> lock(mappings.mutex);
+  mappings.endOf.erase(reinterpret_cast<uintptr_t>(begin));
+}
+
+bool partita::runtime::isInFileMapping(const void *data, size_t bytes) {
+  if (!data || bytes == 0)
+    return false;
+  uintptr_t start = reinterpret_cast<uintptr_t>(data);
+  uintptr_t end;
+  if (__builtin_add_overflow(start, bytes, &end))
+    return false;
+  FileMappings &mappings = fileMappings();
+  std::lock_guard<std::mutex> lock(mappings.mutex);
+  auto after = mappings.endOf.upper_bound(start);
+  if (after == mappings.endOf.begin())
+    return false;
+  return end <= std::prev(after)->second;
 }

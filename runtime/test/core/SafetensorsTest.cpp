@@ -259,14 +259,18 @@ TEST(Safetensors, WritingDropsFileMappedSourcePages) {
   void *mapped = ::mmap(nullptr, kBytes, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   ASSERT_NE(mapped, MAP_FAILED);
-  std::shared_ptr<const void> mapping(
-      mapped, [](const void *p) { ::munmap(const_cast<void *>(p), kBytes); });
+  registerFileMapping(mapped, kBytes);
+  std::shared_ptr<const void> mapping(mapped, [](const void *p) {
+    unregisterFileMapping(p);
+    ::munmap(const_cast<void *>(p), kBytes);
+  });
   // Touch every page: all of it resident.
   EXPECT_EQ(std::memcmp(mapped, bytes.data(), kBytes), 0);
   ASSERT_GE(residentKiB(mapped), long(kBytes >> 10));
 
-  WeightView view = WeightView::of(mapped, kBytes, program::F32, {1024, 2048},
-                                   mapping, /*fileMapped=*/true);
+  WeightView view =
+      WeightView::of(mapped, kBytes, program::F32, {1024, 2048}, mapping);
+  ASSERT_TRUE(view.isFileMapped());
   std::string digest;
   ASSERT_OK(
       writeSafetensors(directory.path("out"),

@@ -240,7 +240,7 @@ TEST(WeightView, Equality) {
   WeightView view =
       WeightView::of(data.data(), 96, program::F32, {4, 6}, nullptr);
   EXPECT_EQ(view, WeightView::of(data.data(), 96, program::F32, {4, 6},
-                                 std::make_shared<int>(1), true));
+                                 std::make_shared<int>(1)));
   EXPECT_NE(view,
             WeightView::of(other.data(), 96, program::F32, {4, 6}, nullptr));
   EXPECT_NE(view,
@@ -431,3 +431,32 @@ TEST(WeightView, ReaderCutsWholeRows) {
 }
 
 } // namespace
+
+TEST(WeightView, RegisteredMappingsMarkViewsFileMapped) {
+  std::vector<char> region(4096);
+  EXPECT_FALSE(isInFileMapping(region.data(), 16));
+  registerFileMapping(region.data() + 1024, 2048);
+  EXPECT_TRUE(isInFileMapping(region.data() + 1024, 2048));
+  EXPECT_TRUE(isInFileMapping(region.data() + 2000, 16));
+  // Partly outside, or wholly outside, on either side.
+  EXPECT_FALSE(isInFileMapping(region.data() + 1020, 16));
+  EXPECT_FALSE(isInFileMapping(region.data() + 3064, 16));
+  EXPECT_FALSE(isInFileMapping(region.data(), 16));
+  EXPECT_FALSE(isInFileMapping(region.data() + 1024, 0));
+  EXPECT_FALSE(isInFileMapping(nullptr, 16));
+
+  WeightView inside =
+      WeightView::of(region.data() + 1024, 64, program::F32, {16}, nullptr);
+  WeightView outside =
+      WeightView::of(region.data(), 64, program::F32, {16}, nullptr);
+  EXPECT_TRUE(inside.isFileMapped());
+  EXPECT_FALSE(outside.isFileMapped());
+  // Derived views keep the source's mark.
+  EXPECT_TRUE(inside.slice(0, 2, 4).isFileMapped());
+
+  unregisterFileMapping(region.data() + 1024);
+  EXPECT_FALSE(isInFileMapping(region.data() + 1024, 16));
+  EXPECT_FALSE(
+      WeightView::of(region.data() + 1024, 64, program::F32, {16}, nullptr)
+          .isFileMapped());
+}

@@ -7,6 +7,7 @@
 #include "ModelReader.h"
 
 #include "onnx/defs/parser.h"
+#include "partita/runtime/WeightView.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -296,6 +297,9 @@ bool MappedFile::map(int fd, const std::string &name,
     // alone: without read-around, touching a tensor's header does not map
     // the weights beside it.
     ::madvise(addr, static_cast<size_t>(st.st_size), MADV_RANDOM);
+    // The artifact writer may drop a weight's pages once it has copied them.
+    partita::runtime::registerFileMapping(addr,
+                                          static_cast<size_t>(st.st_size));
   }
   return true;
 }
@@ -345,8 +349,10 @@ bool partita::onnx_reader::readModelFile(const std::string &path,
 }
 
 MappedFile::~MappedFile() {
-  if (data_ && size_)
+  if (data_ && size_) {
+    partita::runtime::unregisterFileMapping(data_);
     ::munmap(const_cast<char *>(data_), size_);
+  }
 }
 
 bool partita::onnx_reader::mapExternalFile(const std::string &modelDir,

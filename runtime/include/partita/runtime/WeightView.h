@@ -39,13 +39,13 @@ public:
 
   /// All of `bytes` bytes at `data`, a row-major tensor of `dtype` and
   /// `shape`; `owner` keeps `data` alive. Empty (invalid()) when `bytes`
-  /// does not match the dtype and shape. `fileMapped` says `data` lies in
-  /// a read-only mapping of a file, whose pages a reader may drop from its
-  /// resident set after copying them (never true of heap memory).
+  /// does not match the dtype and shape. The view is file-mapped
+  /// (isFileMapped()) when `data` lies in a mapping registered with
+  /// registerFileMapping(): a reader may then drop its pages from the
+  /// resident set after copying them.
   static WeightView of(const void *data, size_t bytes, DType dtype,
                        std::vector<int64_t> shape,
-                       std::shared_ptr<const void> owner,
-                       bool fileMapped = false);
+                       std::shared_ptr<const void> owner);
 
   /// Indices [start, start + length) of dimension `dim` of this view.
   /// Requires 0 <= start, start + length <= shape()[dim].
@@ -135,6 +135,19 @@ private:
   std::unique_ptr<char[]> buffer;
   size_t capacity = 0;
 };
+
+/// The read-only file mappings of this process whose pages may be dropped
+/// from its resident set once read (a later read faults them in again from
+/// the file): the compiler's mappings of a model and its external data, and
+/// the runtime's of an artifact's weights. Whoever maps a file read-only
+/// registers [begin, begin + bytes) and unregisters it before unmapping;
+/// WeightView::of() consults the registry, so a view of a model's weights
+/// is known to be file-backed wherever it was made. Thread-safe.
+void registerFileMapping(const void *begin, size_t bytes);
+/// Forgets the mapping registered at `begin`.
+void unregisterFileMapping(const void *begin);
+/// True when all of [data, data + bytes) lies in one registered mapping.
+bool isInFileMapping(const void *data, size_t bytes);
 
 } // namespace partita::runtime
 
