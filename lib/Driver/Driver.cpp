@@ -188,12 +188,9 @@ recordedOptions(const DriverOptions &options) {
 
 /// The module as partita-opt prints it (a newline after the module), so
 /// that a stage and its replay compare equal.
-std::string printModule(ModuleOp module) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
+void printModule(ModuleOp module, llvm::raw_ostream &os) {
   module.print(os);
   os << "\n";
-  return text;
 }
 
 } // namespace
@@ -234,6 +231,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   if (options.emit == EmitStage::Artifact && options.output.empty())
     return fail(context, "give the artifact directory with -o ART, or print "
                          "a stage with --emit nn|dist|local|exec|cuda");
+  if (options.emit != EmitStage::Artifact && !options.emitStream)
+    return fail(context, "no stream to print the --emit stage to");
   if (failed(checkOptions(context, options)))
     return failure();
   bool cuda = options.target == Target::CUDA || options.emit == EmitStage::CUDA;
@@ -267,7 +266,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     return failure();
 
   if (options.emit == EmitStage::Import) {
-    result.emitted = printModule(*module);
+    printModule(*module, *options.emitStream);
     return success();
   }
   auto main = module->lookupSymbol<func::FuncOp>("main");
@@ -286,7 +285,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
       weightLines = describeWeights(main);
   }
   if (options.emit <= EmitStage::Local) {
-    result.emitted = printModule(*module);
+    printModule(*module, *options.emitStream);
     return success();
   }
   int64_t worldSize = 1;
@@ -341,12 +340,12 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     for (auto [rank, source] : llvm::enumerate(cudaSources)) {
       auto same = llvm::find(cudaSources, source);
       if (cudaSources.size() > 1)
-        result.emitted += "// ===== rank " + std::to_string(rank) + " =====\n";
+        *options.emitStream << "// ===== rank " << rank << " =====\n";
       if (same != cudaSources.begin() + rank)
-        result.emitted += "// the module of rank " +
-                          std::to_string(same - cudaSources.begin()) + "\n";
+        *options.emitStream << "// the module of rank "
+                            << (same - cudaSources.begin()) << "\n";
       else
-        result.emitted += source;
+        *options.emitStream << source;
     }
     return success();
   }
@@ -355,8 +354,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
       std::string one;
       google::protobuf::TextFormat::PrintToString(exec.program, &one);
       if (programs.size() > 1)
-        result.emitted += "# rank " + std::to_string(rank) + "\n";
-      result.emitted += one;
+        *options.emitStream << "# rank " << rank << "\n";
+      *options.emitStream << one;
     }
     return success();
   }

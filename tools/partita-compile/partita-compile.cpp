@@ -208,6 +208,20 @@ int compile(MLIRContext &context) {
     return 0;
   }
 
+  // The printed stage goes to -o, or stdout, as it is printed; the file is
+  // removed if the compile fails.
+  std::unique_ptr<llvm::ToolOutputFile> output;
+  if (emit != EmitStage::Artifact) {
+    std::string error;
+    output = openOutputFile(outputFile.empty() ? "-" : outputFile.getValue(),
+                            &error);
+    if (!output) {
+      llvm::errs() << "partita-compile: error: " << error << "\n";
+      return 1;
+    }
+    options.emitStream = &output->os();
+  }
+
   DefaultTimingManager timing;
   applyDefaultTimingManagerCLOptions(timing);
   TimingScope root = timing.getRootScope();
@@ -216,18 +230,8 @@ int compile(MLIRContext &context) {
     return 1;
   if (explain)
     llvm::outs() << result.explanation;
-  if (emit == EmitStage::Artifact)
-    return 0;
-  // The printed stage goes to -o, or stdout.
-  std::string error;
-  std::unique_ptr<llvm::ToolOutputFile> output =
-      openOutputFile(outputFile.empty() ? "-" : outputFile.getValue(), &error);
-  if (!output) {
-    llvm::errs() << "partita-compile: error: " << error << "\n";
-    return 1;
-  }
-  output->os() << result.emitted;
-  output->keep();
+  if (output)
+    output->keep();
   return 0;
 }
 

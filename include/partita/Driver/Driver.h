@@ -23,6 +23,7 @@
 #include "mlir/Support/Timing.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Pipelines/Options.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
 #include <map>
@@ -70,11 +71,13 @@ struct DriverOptions {
   std::string traceFile;
   /// Apply MLIR's pass manager command-line options (partita-compile).
   bool passManagerCommandLine = false;
+  /// Where the printed stage goes (emit other than Artifact), written as it
+  /// is printed: a module holding a large model's weights prints to
+  /// gigabytes of text, which is never held in memory.
+  llvm::raw_ostream *emitStream = nullptr;
 };
 
 struct DriverResult {
-  /// The printed stage (emit other than Artifact).
-  std::string emitted;
   /// The --explain listing.
   std::string explanation;
 };
