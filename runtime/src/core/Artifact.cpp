@@ -43,7 +43,7 @@ std::string programPath(int32_t rank) {
 }
 
 std::string weightFilePath(size_t index, size_t count) {
-  char name[64];
+  char name[80]; // fits two 20-digit numbers
   std::snprintf(name, sizeof(name), "weights/model-%05zu-of-%05zu.safetensors",
                 index + 1, count);
   return name;
@@ -60,9 +60,9 @@ bool isDirectory(const std::string &path) {
 }
 
 /// Runs `work(0)`, ..., `work(count - 1)` on up to one thread per core
-/// (each weights file is read, hashed and written, or hashed at load, by
-/// one thread, so files proceed in parallel) and returns the first error in
-/// index order, so the message does not depend on scheduling.
+/// (each weights file is hashed at load by one thread, so files proceed in
+/// parallel) and returns the first error in index order, so the message does
+/// not depend on scheduling.
 Status forEachInParallel(size_t count,
                          const std::function<Status(size_t)> &work) {
   std::vector<Status> statuses(count);
@@ -308,13 +308,15 @@ Status ArtifactWriter::Impl::writeInto(const std::string &directory,
   std::string weightDirectory = directory + "/weights";
   if (::mkdir(weightDirectory.c_str(), 0755) != 0)
     return errnoStatus(weightDirectory);
-  std::vector<std::string> relatives(groups.size()), digests(groups.size());
-  for (size_t i = 0; i < groups.size(); ++i)
+  std::vector<std::string> relatives(groups.size()), digests;
+  std::vector<SafetensorsFileSpec> specs(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
     relatives[i] = weightFilePath(i, groups.size());
-  PARTITA_RETURN_IF_ERROR(forEachInParallel(groups.size(), [&](size_t i) {
-    return writeSafetensors(directory + "/" + relatives[i], groups[i],
-                            {{"producer", "partita"}}, digests[i]);
-  }));
+    specs[i] = {directory + "/" + relatives[i],
+                std::move(groups[i]),
+                {{"producer", "partita"}}};
+  }
+  PARTITA_RETURN_IF_ERROR(writeSafetensorsFiles(specs, digests));
   for (size_t i = 0; i < groups.size(); ++i) {
     written.weightFiles.push_back(relatives[i]);
     written.files[relatives[i]] = "sha256:" + digests[i];

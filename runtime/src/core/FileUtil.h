@@ -40,8 +40,12 @@ public:
   Status close();
 
 private:
+  /// Written bytes are handed to the disk in runs of this size.
+  static constexpr uint64_t kWritebackBytes = 64ull << 20;
   std::string path;
   int fd = -1;
+  uint64_t written = 0;
+  uint64_t submitted = 0;
 };
 
 /// Writes `bytes` to a new file at `path` and fsyncs it.

@@ -12,9 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <set>
 #include <sys/mman.h>
+#include <thread>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -142,29 +146,49 @@ void dropSourcePages(const WeightView &view) {
                     MADV_DONTNEED);
 }
 
-Status
-writeSafetensorsOrThrow(const std::string &path,
-                        const std::vector<SafetensorsInput> &tensors,
-                        const std::map<std::string, std::string> &metadata,
-                        std::string &sha256Hex) {
+/// A file prepared for writing: its tensors' views in data order and the
+/// header that names their byte ranges, then the state of its writing.
+struct PreparedFile {
+  std::string path;
+  std::vector<WeightView> views;
+  /// Data order: indices into `views`.
+  std::vector<size_t> order;
+  /// The scheduling window of each position of `order`; never decreasing.
+  std::vector<size_t> windowOf;
+  /// The length, the header and its padding.
+  std::string prefix;
+
+  OutputFile out;
+  Sha256 sha;
+  /// The first position of `order` not written yet.
+  size_t next = 0;
+  bool busy = false;
+  bool done = false;
+  Status status;
+  std::string digest;
+};
+
+Status prepareFile(const SafetensorsFileSpec &spec, PreparedFile &file) {
+  const std::string &path = spec.path;
+  file.path = path;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) {
+  if (!spec.metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto &[key, value] : metadata)
+    for (const auto &[key, value] : spec.metadata)
       meta[key] = value;
     header["__metadata__"] = meta;
   }
-  std::vector<WeightView> views(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    PARTITA_RETURN_IF_ERROR(viewOf(path, tensors[i], views[i]));
-  std::vector<size_t> order = dataOrder(views);
+  file.views.resize(spec.tensors.size());
+  for (size_t i = 0; i < spec.tensors.size(); ++i)
+    PARTITA_RETURN_IF_ERROR(viewOf(path, spec.tensors[i], file.views[i]));
+  file.order = dataOrder(file.views);
   uint64_t offset = 0;
-  for (size_t index : order) {
-    const SafetensorsInput &tensor = tensors[index];
+  for (size_t index : file.order) {
+    const SafetensorsInput &tensor = spec.tensors[index];
     if (header.contains(tensor.name))
       return Status::error(path + ": tensor '" + tensor.name +
                            "' appears twice");
-    uint64_t bytes = views[index].byteSize();
+    uint64_t bytes = file.views[index].byteSize();
     header[tensor.name] = {{"dtype", safetensorsDTypeName(tensor.dtype)},
                            {"shape", tensor.shape},
                            {"data_offsets", {offset, offset + bytes}}};
@@ -177,31 +201,222 @@ writeSafetensorsOrThrow(const std::string &path,
   size_t unaligned = (8 + text.size()) % kDataAlignment;
   if (unaligned != 0)
     text.append(kDataAlignment - unaligned, ' ');
-  std::string prefix(8, '\0');
-  putLittleEndian64(text.size(), reinterpret_cast<uint8_t *>(&prefix[0]));
-  prefix += text;
+  file.prefix.assign(8, '\0');
+  putLittleEndian64(text.size(), reinterpret_cast<uint8_t *>(&file.prefix[0]));
+  file.prefix += text;
+  return Status::ok();
+}
 
-  Sha256 sha;
-  OutputFile file;
-  PARTITA_RETURN_IF_ERROR(file.create(path));
-  sha.update(prefix.data(), prefix.size());
-  PARTITA_RETURN_IF_ERROR(file.write(prefix.data(), prefix.size()));
-  // Each piece is hashed and written while it is in cache; memory stays one
-  // piece, whatever the tensors' sizes.
-  WeightViewReader reader(kWriteChunkBytes);
-  for (size_t index : order) {
-    const WeightView &view = views[index];
+/// Sources are read in windows of about this many bytes, in address order.
+constexpr uint64_t kWindowBytes = 512ull << 20;
+/// How many windows past the lowest one still being written a file may
+/// start: the sources being read at once stay a few GiB (page cache), while
+/// files that read different sources still proceed in parallel.
+constexpr size_t kLookaheadWindows = 8;
+/// How many windows past the lowest one still being written are prefetched.
+constexpr size_t kPrefetchWindows = 2;
+/// The prefetcher asks for this much at a time: the kernel reads at most
+/// its readahead size (read_ahead_kb) per request.
+constexpr uintptr_t kPrefetchChunkBytes = 4u << 20;
+
+/// The file-mapped ranges a window reads.
+using Window = std::vector<std::pair<const void *, uint64_t>>;
+
+/// Asks the kernel to read a window's file-mapped sources into the page
+/// cache (advice: the copy faults in whatever this did not read).
+void prefetch(const Window &window) {
+  static const uintptr_t pageBytes = uintptr_t(::sysconf(_SC_PAGESIZE));
+  for (auto [data, bytes] : window) {
+    uintptr_t begin = reinterpret_cast<uintptr_t>(data) / pageBytes * pageBytes;
+    uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
+    for (uintptr_t at = begin; at < end; at += kPrefetchChunkBytes)
+      (void)::madvise(reinterpret_cast<void *>(at),
+                      std::min(kPrefetchChunkBytes, end - at), MADV_WILLNEED);
+  }
+}
+
+/// Restores read-around on the mappings that `files` read from: the ONNX
+/// reader maps a model for random access (import reads its graph, not its
+/// weights), where a fault reads one page; the writer reads the weights
+/// through, where a fault should read a readahead's worth.
+void adviseSequentialReads(const std::vector<PreparedFile> &files) {
+  std::set<std::pair<const void *, size_t>> mappings;
+  for (const PreparedFile &file : files)
+    for (const WeightView &view : file.views) {
+      const void *begin;
+      size_t bytes;
+      if (view.isFileMapped() &&
+          fileMappingOf(view.sourceData(), view.sourceBytes(), begin, bytes))
+        mappings.insert({begin, bytes});
+    }
+  for (auto [begin, bytes] : mappings)
+    (void)::madvise(const_cast<void *>(begin), bytes, MADV_NORMAL);
+}
+
+/// Numbers the distinct sources of every file's views by address, in
+/// windows of kWindowBytes, and gives each position of each file's data
+/// order its window (the largest so far, so a file's windows never go back).
+std::vector<Window> assignWindows(std::vector<PreparedFile> &files) {
+  std::vector<std::pair<uintptr_t, const WeightView *>> sources;
+  for (const PreparedFile &file : files)
+    for (const WeightView &view : file.views)
+      sources.push_back(
+          {reinterpret_cast<uintptr_t>(view.sourceData()), &view});
+  std::sort(sources.begin(), sources.end(),
+            [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::map<uintptr_t, size_t> windowOfSource;
+  std::vector<Window> windows;
+  uint64_t offset = 0;
+  for (auto [address, view] : sources) {
+    if (windowOfSource.count(address))
+      continue;
+    size_t index = size_t(offset / kWindowBytes);
+    if (windows.size() <= index)
+      windows.resize(index + 1);
+    windowOfSource[address] = index;
+    if (view->isFileMapped())
+      windows[index].push_back({view->sourceData(), view->sourceBytes()});
+    offset += view->sourceBytes();
+  }
+  for (PreparedFile &file : files) {
+    size_t window = 0;
+    for (size_t index : file.order) {
+      uintptr_t address =
+          reinterpret_cast<uintptr_t>(file.views[index].sourceData());
+      window = std::max(window, windowOfSource[address]);
+      file.windowOf.push_back(window);
+    }
+  }
+  return windows;
+}
+
+/// Writes the positions [file.next, end) of `file`'s data order (creating
+/// the file and writing its header first, closing it after its last
+/// tensor). Each piece is hashed and written while it is in cache; memory is
+/// one piece of `reader`, whatever the tensors' sizes.
+Status writeTask(PreparedFile &file, size_t end, WeightViewReader &reader) {
+  if (file.next == 0) {
+    PARTITA_RETURN_IF_ERROR(file.out.create(file.path));
+    file.sha.update(file.prefix.data(), file.prefix.size());
+    PARTITA_RETURN_IF_ERROR(
+        file.out.write(file.prefix.data(), file.prefix.size()));
+  }
+  for (size_t position = file.next; position < end; ++position) {
+    const WeightView &view = file.views[file.order[position]];
     reader.reset(view);
     size_t bytes;
     while (const void *piece = reader.next(bytes)) {
-      sha.update(piece, bytes);
-      PARTITA_RETURN_IF_ERROR(file.write(piece, bytes));
+      file.sha.update(piece, bytes);
+      PARTITA_RETURN_IF_ERROR(file.out.write(piece, bytes));
     }
     dropSourcePages(view);
   }
-  PARTITA_RETURN_IF_ERROR(file.close());
-  sha256Hex = Sha256::hex(sha.finish());
+  if (end == file.order.size()) {
+    PARTITA_RETURN_IF_ERROR(file.out.close());
+    file.digest = Sha256::hex(file.sha.finish());
+  }
   return Status::ok();
+}
+
+/// Writes every prepared file. A task is one file's tensors of one window;
+/// each worker takes the ready task of the lowest window (a file's tasks in
+/// order, one at a time), at most kLookaheadWindows past the lowest window
+/// any unfinished file is at. Files that read the same sources (the ranks'
+/// slices of a weight) therefore read them at about the same time. A
+/// prefetcher thread keeps the sources of the next kPrefetchWindows windows
+/// coming in from disk while the workers copy.
+void writeScheduled(std::vector<PreparedFile> &files,
+                    const std::vector<Window> &windows) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  // The lowest window an unfinished file is at; SIZE_MAX once all are done.
+  size_t lowest = 0;
+  auto updateLowest = [&] {
+    size_t now = SIZE_MAX;
+    for (const PreparedFile &file : files)
+      if (!file.done)
+        now = std::min(now, file.windowOf[file.next]);
+    if (now != lowest) {
+      lowest = now;
+      changed.notify_all();
+    }
+  };
+  auto worker = [&] {
+    WeightViewReader reader(kWriteChunkBytes);
+    std::unique_lock<std::mutex> lock(mutex);
+    while (lowest != SIZE_MAX) {
+      PreparedFile *pick = nullptr;
+      for (PreparedFile &file : files)
+        if (!file.done && !file.busy &&
+            file.windowOf[file.next] <= lowest + kLookaheadWindows &&
+            (!pick || file.windowOf[file.next] < pick->windowOf[pick->next]))
+          pick = &file;
+      if (!pick) {
+        changed.wait(lock);
+        continue;
+      }
+      PreparedFile &file = *pick;
+      file.busy = true;
+      size_t window = file.windowOf[file.next];
+      size_t end = file.next;
+      while (end < file.order.size() && file.windowOf[end] == window)
+        ++end;
+      lock.unlock();
+      Status status;
+      try {
+        status = writeTask(file, end, reader);
+      } catch (const std::exception &e) {
+        status = Status::error(file.path + ": " + e.what());
+      }
+      lock.lock();
+      file.busy = false;
+      file.next = end;
+      if (!status)
+        file.status = std::move(status);
+      file.done = !file.status || end == file.order.size();
+      updateLowest();
+      changed.notify_all();
+    }
+  };
+  auto prefetcher = [&] {
+    for (size_t window = 0; window < windows.size(); ++window) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] {
+          return lowest == SIZE_MAX || window <= lowest + kPrefetchWindows;
+        });
+        if (lowest == SIZE_MAX)
+          return;
+      }
+      prefetch(windows[window]);
+    }
+  };
+
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    lowest = SIZE_MAX;
+    updateLowest();
+  }
+  size_t threads = std::min<size_t>(
+      files.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  try {
+    pool.emplace_back(prefetcher);
+  } catch (const std::exception &) {
+    // Without it, the copies fault the sources in themselves.
+  }
+  // This thread is one of the workers; the others are extra threads.
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::exception &) {
+      // Fewer threads still finish the work.
+      break;
+    }
+  }
+  worker();
+  for (std::thread &thread : pool)
+    thread.join();
 }
 
 } // namespace
@@ -230,15 +445,48 @@ SafetensorsInput SafetensorsInput::of(std::string name, WeightView view) {
   return input;
 }
 
+Status partita::runtime::writeSafetensorsFiles(
+    const std::vector<SafetensorsFileSpec> &specs,
+    std::vector<std::string> &sha256Hex) {
+  sha256Hex.clear();
+  std::vector<PreparedFile> files(specs.size());
+  std::vector<Window> windows;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    try {
+      PARTITA_RETURN_IF_ERROR(prepareFile(specs[i], files[i]));
+    } catch (const std::exception &e) {
+      return Status::error(specs[i].path + ": " + e.what());
+    }
+  }
+  try {
+    windows = assignWindows(files);
+    adviseSequentialReads(files);
+  } catch (const std::exception &e) {
+    return Status::error(std::string("cannot order the weights' sources: ") +
+                         e.what());
+  }
+  // An empty file is written whole by its first task.
+  for (PreparedFile &file : files)
+    if (file.order.empty())
+      file.windowOf.push_back(0);
+  writeScheduled(files, windows);
+  for (PreparedFile &file : files)
+    if (!file.status)
+      return file.status;
+  for (PreparedFile &file : files)
+    sha256Hex.push_back(file.digest);
+  return Status::ok();
+}
+
 Status partita::runtime::writeSafetensors(
     const std::string &path, const std::vector<SafetensorsInput> &tensors,
     const std::map<std::string, std::string> &metadata,
     std::string &sha256Hex) {
-  try {
-    return writeSafetensorsOrThrow(path, tensors, metadata, sha256Hex);
-  } catch (const std::exception &e) {
-    return Status::error(path + ": " + e.what());
-  }
+  std::vector<std::string> digests;
+  PARTITA_RETURN_IF_ERROR(
+      writeSafetensorsFiles({{path, tensors, metadata}}, digests));
+  sha256Hex = digests.front();
+  return Status::ok();
 }
 
 //===----------------------------------------------------------------------===//

@@ -314,6 +314,13 @@ void partita::runtime::unregisterFileMapping(const void *begin) {
 }
 
 bool partita::runtime::isInFileMapping(const void *data, size_t bytes) {
+  const void *begin;
+  size_t length;
+  return fileMappingOf(data, bytes, begin, length);
+}
+
+bool partita::runtime::fileMappingOf(const void *data, size_t bytes,
+                                     const void *&begin, size_t &length) {
   if (!data || bytes == 0)
     return false;
   uintptr_t start = reinterpret_cast<uintptr_t>(data);
@@ -325,5 +332,10 @@ bool partita::runtime::isInFileMapping(const void *data, size_t bytes) {
   auto after = mappings.endOf.upper_bound(start);
   if (after == mappings.endOf.begin())
     return false;
-  return end <= std::prev(after)->second;
+  auto mapping = std::prev(after);
+  if (end > mapping->second)
+    return false;
+  begin = reinterpret_cast<const void *>(mapping->first);
+  length = mapping->second - mapping->first;
+  return true;
 }

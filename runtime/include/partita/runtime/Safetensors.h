@@ -59,6 +59,24 @@ Status writeSafetensors(const std::string &path,
                         const std::map<std::string, std::string> &metadata,
                         std::string &sha256Hex);
 
+/// One file for writeSafetensorsFiles.
+struct SafetensorsFileSpec {
+  std::string path;
+  std::vector<SafetensorsInput> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+/// Writes each of `files` as writeSafetensors does and sets `sha256Hex[i]`
+/// to the digest of `files[i]`. Files are written in parallel (a thread per
+/// core), and all of them read their sources in one sweep in address order:
+/// where several files read the same source (each rank's slice of one
+/// weight), they read it at about the same time, so a model larger than
+/// memory is read from disk about once, not once per file. The sources next
+/// in the sweep are prefetched (madvise WILLNEED) while the current ones are
+/// copied. Returns the first error in file order.
+Status writeSafetensorsFiles(const std::vector<SafetensorsFileSpec> &files,
+                             std::vector<std::string> &sha256Hex);
+
 /// A safetensors file mapped read-only. Every tensor's range has been
 /// checked against the file size; tensor data is aligned to its element size.
 class SafetensorsFile {

@@ -148,6 +148,10 @@ void registerFileMapping(const void *begin, size_t bytes);
 void unregisterFileMapping(const void *begin);
 /// True when all of [data, data + bytes) lies in one registered mapping.
 bool isInFileMapping(const void *data, size_t bytes);
+/// When all of [data, data + bytes) lies in one registered mapping, sets
+/// `begin` and `length` to that mapping's and returns true.
+bool fileMappingOf(const void *data, size_t bytes, const void *&begin,
+                   size_t &length);
 
 } // namespace partita::runtime
 
