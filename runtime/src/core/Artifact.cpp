@@ -24,7 +24,6 @@
 #include <functional>
 #include <set>
 #include <sys/stat.h>
-#include <thread>
 #include <unordered_map>
 
 using namespace partita::runtime;
@@ -76,21 +75,7 @@ Status forEachInParallel(size_t count,
       }
     }
   };
-  size_t threads = std::min<size_t>(
-      count, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  // This thread is one of the workers; the others are extra threads.
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::exception &) {
-      // Fewer threads still finish the work.
-      break;
-    }
-  }
-  worker();
-  for (std::thread &thread : pool)
-    thread.join();
+  runOnCores(count, worker);
   for (Status &status : statuses)
     if (!status)
       return status;

@@ -8,12 +8,15 @@
 
 #include "partita/runtime/WeightView.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
+#include <vector>
 
 using namespace partita::runtime;
 
@@ -68,6 +71,34 @@ Status OutputFile::close() {
   if (::close(closing) != 0)
     return errnoStatus(path);
   return Status::ok();
+}
+
+void partita::runtime::runOnCores(size_t tasks,
+                                  const std::function<void()> &worker,
+                                  const std::function<void()> &helper) {
+  size_t threads = std::min<size_t>(
+      tasks, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  if (helper) {
+    try {
+      pool.emplace_back(helper);
+    } catch (const std::exception &) {
+      // The workers do without it.
+    }
+  }
+  // This thread is one of the workers; the others are extra threads.
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::exception &) {
+      // Fewer threads still finish the work.
+      break;
+    }
+  }
+  if (threads > 0)
+    worker();
+  for (std::thread &thread : pool)
+    thread.join();
 }
 
 Status partita::runtime::writeNewFile(const std::string &path, const void *data,

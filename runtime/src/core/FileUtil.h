@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <sys/stat.h>
 
@@ -47,6 +48,14 @@ private:
   uint64_t written = 0;
   uint64_t submitted = 0;
 };
+
+/// Runs `worker` on min(tasks, cores) threads, this one included, and
+/// `helper` (if set) on one more, and returns when all have returned; with
+/// fewer threads where the system starts no more (so `worker` must finish
+/// the work however many run it). How files are read, hashed and written in
+/// parallel.
+void runOnCores(size_t tasks, const std::function<void()> &worker,
+                const std::function<void()> &helper = {});
 
 /// Writes `bytes` to a new file at `path` and fsyncs it.
 Status writeNewFile(const std::string &path, const void *data, size_t bytes);

@@ -18,7 +18,6 @@
 #include <mutex>
 #include <set>
 #include <sys/mman.h>
-#include <thread>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -207,8 +206,6 @@ Status prepareFile(const SafetensorsFileSpec &spec, PreparedFile &file) {
   return Status::ok();
 }
 
-/// Sources are read in windows of about this many bytes, in address order.
-constexpr uint64_t kWindowBytes = 512ull << 20;
 /// How many windows past the lowest one still being written a file may
 /// start: the sources being read at once stay a few GiB (page cache), while
 /// files that read different sources still proceed in parallel.
@@ -254,9 +251,10 @@ void adviseSequentialReads(const std::vector<PreparedFile> &files) {
 }
 
 /// Numbers the distinct sources of every file's views by address, in
-/// windows of kWindowBytes, and gives each position of each file's data
+/// windows of `windowBytes`, and gives each position of each file's data
 /// order its window (the largest so far, so a file's windows never go back).
-std::vector<Window> assignWindows(std::vector<PreparedFile> &files) {
+std::vector<Window> assignWindows(std::vector<PreparedFile> &files,
+                                  uint64_t windowBytes) {
   std::vector<std::pair<uintptr_t, const WeightView *>> sources;
   for (const PreparedFile &file : files)
     for (const WeightView &view : file.views)
@@ -270,7 +268,7 @@ std::vector<Window> assignWindows(std::vector<PreparedFile> &files) {
   for (auto [address, view] : sources) {
     if (windowOfSource.count(address))
       continue;
-    size_t index = size_t(offset / kWindowBytes);
+    size_t index = size_t(offset / windowBytes);
     if (windows.size() <= index)
       windows.resize(index + 1);
     windowOfSource[address] = index;
@@ -397,26 +395,9 @@ void writeScheduled(std::vector<PreparedFile> &files,
     lowest = SIZE_MAX;
     updateLowest();
   }
-  size_t threads = std::min<size_t>(
-      files.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  try {
-    pool.emplace_back(prefetcher);
-  } catch (const std::exception &) {
-    // Without it, the copies fault the sources in themselves.
-  }
-  // This thread is one of the workers; the others are extra threads.
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::exception &) {
-      // Fewer threads still finish the work.
-      break;
-    }
-  }
-  worker();
-  for (std::thread &thread : pool)
-    thread.join();
+  // Without the prefetcher (no thread for it), the copies fault the sources
+  // in themselves.
+  runOnCores(files.size(), worker, prefetcher);
 }
 
 } // namespace
@@ -447,7 +428,7 @@ SafetensorsInput SafetensorsInput::of(std::string name, WeightView view) {
 
 Status partita::runtime::writeSafetensorsFiles(
     const std::vector<SafetensorsFileSpec> &specs,
-    std::vector<std::string> &sha256Hex) {
+    std::vector<std::string> &sha256Hex, uint64_t windowBytes) {
   sha256Hex.clear();
   std::vector<PreparedFile> files(specs.size());
   std::vector<Window> windows;
@@ -459,7 +440,7 @@ Status partita::runtime::writeSafetensorsFiles(
     }
   }
   try {
-    windows = assignWindows(files);
+    windows = assignWindows(files, std::max<uint64_t>(windowBytes, 1));
     adviseSequentialReads(files);
   } catch (const std::exception &e) {
     return Status::error(std::string("cannot order the weights' sources: ") +

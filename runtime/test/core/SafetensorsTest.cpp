@@ -243,6 +243,27 @@ long residentKiB(const void *address) {
   return -1;
 }
 
+/// Writes `bytes` to a new file at `path` and maps it read-only, registered
+/// as a file mapping (as the ONNX reader maps a model's data); null on
+/// failure.
+std::shared_ptr<const void> mapNewFile(const std::string &path,
+                                       const std::string &bytes) {
+  test::writeBytes(path, bytes);
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return nullptr;
+  size_t size = bytes.size();
+  void *mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED)
+    return nullptr;
+  registerFileMapping(mapped, size);
+  return std::shared_ptr<const void>(mapped, [size](const void *p) {
+    unregisterFileMapping(p);
+    ::munmap(const_cast<void *>(p), size);
+  });
+}
+
 /// After a view of a file mapping is written, the mapping's pages are no
 /// longer resident in this process (the writer drops them, so writing a
 /// model does not make it resident); its bytes still read back intact.
@@ -252,18 +273,10 @@ TEST(Safetensors, WritingDropsFileMappedSourcePages) {
   std::string bytes(kBytes, '\0');
   for (size_t i = 0; i < kBytes; ++i)
     bytes[i] = char(i * 31 + i / 4096);
-  std::string source = directory.path("source");
-  test::writeBytes(source, bytes);
-  int fd = ::open(source.c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  void *mapped = ::mmap(nullptr, kBytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  ASSERT_NE(mapped, MAP_FAILED);
-  registerFileMapping(mapped, kBytes);
-  std::shared_ptr<const void> mapping(mapped, [](const void *p) {
-    unregisterFileMapping(p);
-    ::munmap(const_cast<void *>(p), kBytes);
-  });
+  std::shared_ptr<const void> mapping =
+      mapNewFile(directory.path("source"), bytes);
+  ASSERT_NE(mapping, nullptr);
+  const void *mapped = mapping.get();
   // Touch every page: all of it resident.
   EXPECT_EQ(std::memcmp(mapped, bytes.data(), kBytes), 0);
   ASSERT_GE(residentKiB(mapped), long(kBytes >> 10));
@@ -288,6 +301,91 @@ TEST(Safetensors, WritingDropsFileMappedSourcePages) {
             0);
   // Dropped pages read again from the file.
   EXPECT_EQ(std::memcmp(mapped, bytes.data(), kBytes), 0);
+}
+
+/// Several files written in one sweep (as an artifact's ranks are), in
+/// windows small enough that the sweep takes many steps and files wait on
+/// each other, are byte for byte the files writeSafetensors writes alone:
+/// ranks' column blocks of shared file-mapped sources, a pipeline-like file
+/// of its own sources, heap tensors, an empty file, and tensors whose data
+/// order differs from their sources' order.
+TEST(Safetensors, FilesWrittenInOneSweepEqualFilesWrittenAlone) {
+  test::TemporaryDirectory directory;
+  constexpr int64_t kRows = 64, kColumns = 1024;
+  constexpr size_t kMatrixBytes = kRows * kColumns * 4;
+  std::string bytes(6 * kMatrixBytes, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = char(i * 29 + i / 4093);
+  std::shared_ptr<const void> mapping =
+      mapNewFile(directory.path("model.data"), bytes);
+  ASSERT_NE(mapping, nullptr);
+  auto matrix = [&](int index) {
+    return WeightView::of(
+        static_cast<const char *>(mapping.get()) + index * kMatrixBytes,
+        kMatrixBytes, program::F32, {kRows, kColumns}, mapping);
+  };
+  std::vector<Owned> heap = {makeTensor("bias", program::F32, {3}, 5)};
+
+  std::vector<SafetensorsFileSpec> specs;
+  for (int rank = 0; rank < 4; ++rank) {
+    SafetensorsFileSpec spec{directory.path("rank" + std::to_string(rank)),
+                             {},
+                             {{"producer", "test"}}};
+    // Listed last to first: the sweep still reads sources in address order.
+    for (int m = 3; m >= 0; --m)
+      spec.tensors.push_back(SafetensorsInput::of(
+          "m" + std::to_string(m),
+          matrix(m)
+              .block(1, 4, rank)
+              .convert(rank % 2 ? program::BF16 : program::F32)));
+    spec.tensors.push_back(inputsOf(heap).front());
+    specs.push_back(std::move(spec));
+  }
+  specs.push_back({directory.path("stage"),
+                   {SafetensorsInput::of("m4", matrix(4)),
+                    SafetensorsInput::of("m5", matrix(5).block(0, 2, 1))},
+                   {}});
+  specs.push_back({directory.path("empty"), {}, {}});
+
+  std::vector<std::string> digests;
+  ASSERT_OK(writeSafetensorsFiles(specs, digests, /*windowBytes=*/40000));
+  ASSERT_EQ(digests.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::string alone = directory.path("alone" + std::to_string(i));
+    std::string digest;
+    ASSERT_OK(
+        writeSafetensors(alone, specs[i].tensors, specs[i].metadata, digest));
+    std::string written = test::readBytes(specs[i].path);
+    EXPECT_TRUE(written == test::readBytes(alone)) << specs[i].path;
+    EXPECT_EQ(digests[i], digest) << specs[i].path;
+    EXPECT_EQ(digests[i], Sha256::hexDigest(written.data(), written.size()));
+  }
+  std::unique_ptr<SafetensorsFile> file;
+  ASSERT_OK(SafetensorsFile::open(specs[2].path, file));
+  std::vector<uint8_t> expected(kMatrixBytes / 4);
+  matrix(1).block(1, 4, 2).copyTo(expected.data());
+  ASSERT_NE(file->find("m1"), nullptr);
+  EXPECT_EQ(
+      std::memcmp(file->find("m1")->data, expected.data(), expected.size()), 0);
+}
+
+/// The first error in file order is returned, whichever file a thread
+/// reached first.
+TEST(Safetensors, FilesWrittenInOneSweepReportTheFirstFailingFile) {
+  test::TemporaryDirectory directory;
+  Owned a = makeTensor("a", program::F32, {4096}, 1);
+  test::writeBytes(directory.path("second"), "taken");
+  test::writeBytes(directory.path("third"), "taken");
+  std::vector<std::string> digests;
+  Status status =
+      writeSafetensorsFiles({{directory.path("first"), inputsOf({a}), {}},
+                             {directory.path("second"), inputsOf({a}), {}},
+                             {directory.path("third"), inputsOf({a}), {}}},
+                            digests, /*windowBytes=*/1024);
+  ASSERT_FALSE(status);
+  EXPECT_NE(status.message().find(directory.path("second")), std::string::npos)
+      << status.message();
+  EXPECT_TRUE(digests.empty());
 }
 
 /// Heap memory is never dropped: there, madvise(MADV_DONTNEED) would zero

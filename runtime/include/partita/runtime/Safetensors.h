@@ -73,9 +73,12 @@ struct SafetensorsFileSpec {
 /// weight), they read it at about the same time, so a model larger than
 /// memory is read from disk about once, not once per file. The sources next
 /// in the sweep are prefetched (madvise WILLNEED) while the current ones are
-/// copied. Returns the first error in file order.
+/// copied. `windowBytes` is the sweep's step: a file's tensors are written
+/// a window of sources at a time, and no file gets more than 8 windows
+/// ahead of the slowest. Returns the first error in file order.
 Status writeSafetensorsFiles(const std::vector<SafetensorsFileSpec> &files,
-                             std::vector<std::string> &sha256Hex);
+                             std::vector<std::string> &sha256Hex,
+                             uint64_t windowBytes = 512ull << 20);
 
 /// A safetensors file mapped read-only. Every tensor's range has been
 /// checked against the file size; tensor data is aligned to its element size.
