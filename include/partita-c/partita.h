@@ -156,8 +156,9 @@ partita_compile_options_set_overlap(partita_compile_options *options,
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_collective_matmul(partita_compile_options *options,
                                               const char *mode);
-/* The cluster model as JSON text (--cluster's file contents); "" for the
- * defaults. */
+/* The cluster model as JSON text (--cluster's file contents;
+ * {"preset": "h100-80g:2x8"} for a preset, docs/planning.md); "" for the
+ * default preset. */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_cluster_json(partita_compile_options *options,
                                          const char *json);

@@ -102,8 +102,9 @@ struct CompileOptions {
   /// False: collectives stay synchronous (--no-overlap).
   bool overlap = true;
   CollectiveMatmulMode collectiveMatmul = CollectiveMatmulMode::Auto;
-  /// The cluster model as JSON text (--cluster's file contents); empty: the
-  /// defaults.
+  /// The cluster model as JSON text (--cluster's file contents;
+  /// `{"preset": "h100-80g:2x8"}` for a preset, docs/planning.md); empty:
+  /// the `default` preset.
   std::string clusterJson;
 };
 

@@ -79,6 +79,76 @@ static llvm::Error readLink(const llvm::json::Object *object, LinkModel &link,
   return llvm::Error::success();
 }
 
+namespace {
+
+/// A machine the planner knows by name; docs/planning.md cites each figure.
+struct Preset {
+  llvm::StringLiteral name;
+  double flopsPerSecond;
+  double hbmBytesPerSecond;
+  double memoryBytes;
+  /// Per direction, per device.
+  double nvlinkBytesPerSecond;
+};
+
+/// Dense bf16 tensor-core peaks, HBM bandwidth, memory as the datasheets
+/// state it (10^9 bytes), NVLink per direction. Every preset's nodes are
+/// joined by InfiniBand NDR, 400 Gb/s per device.
+constexpr Preset kPresets[] = {
+    {"a100-80g", 312e12, 2.039e12, 80e9, 300e9},
+    {"h100-80g", 989e12, 3.35e12, 80e9, 450e9},
+    {"h200-141g", 989e12, 4.8e12, 141e9, 450e9},
+};
+constexpr double kInfinibandNdrBytesPerSecond = 400e9 / 8;
+
+/// The names in presetNames() order: the machines, then `default`.
+constexpr llvm::StringRef kPresetNames[] = {"a100-80g", "h100-80g", "h200-141g",
+                                            "default"};
+
+std::string knownPresets() {
+  std::string text;
+  for (StringRef name : kPresetNames)
+    text += (text.empty() ? "" : ", ") + name.str();
+  return text;
+}
+
+} // namespace
+
+ArrayRef<StringRef> ClusterModel::presetNames() { return kPresetNames; }
+
+llvm::Expected<ClusterModel> ClusterModel::fromPreset(StringRef spec) {
+  auto [name, shape] = spec.split(':');
+  ClusterModel model;
+  model.name = spec.str();
+  if (name != "default") {
+    const Preset *preset = llvm::find_if(
+        kPresets, [&](const Preset &p) { return p.name == name; });
+    if (preset == std::end(kPresets))
+      return llvm::createStringError("unknown cluster preset '" + name.str() +
+                                     "' (known: " + knownPresets() +
+                                     "; or give a JSON file)");
+    model.device.flopsPerSecond = preset->flopsPerSecond;
+    model.device.bytesPerSecond = preset->hbmBytesPerSecond;
+    model.deviceMemoryBytes = preset->memoryBytes;
+    model.intraNode.bytesPerSecond = preset->nvlinkBytesPerSecond;
+    model.interNode.bytesPerSecond = kInfinibandNdrBytesPerSecond;
+  }
+  if (spec.contains(':')) {
+    auto [nodes, gpus] = shape.split('x');
+    // Bounded so that nodes * devices never overflows.
+    constexpr int64_t kMaxCount = 1 << 20;
+    if (nodes.getAsInteger(10, model.nodes) ||
+        gpus.getAsInteger(10, model.devicesPerNode) || model.nodes < 1 ||
+        model.devicesPerNode < 1 || model.nodes > kMaxCount ||
+        model.devicesPerNode > kMaxCount)
+      return llvm::createStringError(
+          "cluster preset '" + spec.str() +
+          "': the suffix must be NODESxGPUS with positive counts, e.g. " +
+          name.str() + ":2x8");
+  }
+  return model;
+}
+
 llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed)
@@ -87,11 +157,43 @@ llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
   if (!root)
     return llvm::createStringError("the cluster file is not a JSON object");
   ClusterModel model;
+  model.name = "custom";
+  if (const llvm::json::Value *preset = root->get("preset")) {
+    std::optional<StringRef> spec = preset->getAsString();
+    if (!spec)
+      return llvm::createStringError(
+          "'preset' must be a string such as \"h100-80g:2x8\"");
+    llvm::Expected<ClusterModel> base = fromPreset(*spec);
+    if (!base)
+      return base.takeError();
+    model = std::move(*base);
+  }
+  if (const llvm::json::Value *name = root->get("name")) {
+    std::optional<StringRef> text = name->getAsString();
+    if (!text)
+      return llvm::createStringError("'name' must be a string");
+    model.name = text->str();
+  }
+  for (auto [key, field] :
+       {std::pair{"nodes", &model.nodes},
+        std::pair{"devices_per_node", &model.devicesPerNode}})
+    if (const llvm::json::Value *value = root->get(key)) {
+      std::optional<int64_t> count = value->getAsInteger();
+      if (!count || *count < 1 || *count > (1 << 20))
+        return llvm::createStringError(std::string("'") + key +
+                                       "' must be a positive integer");
+      *field = *count;
+    }
   if (const llvm::json::Object *device = root->getObject("device")) {
     if (auto flops = device->getNumber("flops_per_second"))
       model.device.flopsPerSecond = *flops;
     if (auto bytes = device->getNumber("bytes_per_second"))
       model.device.bytesPerSecond = *bytes;
+    if (auto memory = device->getNumber("memory_bytes")) {
+      if (*memory <= 0)
+        return llvm::createStringError("device: memory_bytes must be positive");
+      model.deviceMemoryBytes = *memory;
+    }
   }
   if (llvm::Error e = readLink(root->getObject("intra_node"), model.intraNode,
                                "intra_node"))

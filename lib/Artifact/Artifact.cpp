@@ -6,6 +6,7 @@
 
 #include "partita/Artifact/Artifact.h"
 
+#include "partita/Analysis/Cluster.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/Schedule/Schedule.h"
@@ -337,9 +338,29 @@ ModelSummary mlir::partita::summarizeModel(func::FuncOp global) {
   return summary;
 }
 
+/// The report's `cluster`: the machine the times are estimated on.
+static llvm::json::Object clusterJson(const ClusterModel &cluster) {
+  auto link = [](const LinkModel &model) {
+    return llvm::json::Object{
+        {"latency_us", model.latencySeconds * 1e6},
+        {"bandwidth_gb_per_s", model.bytesPerSecond / 1e9}};
+  };
+  return llvm::json::Object{
+      {"name", cluster.name},
+      {"nodes", cluster.nodes},
+      {"devices_per_node", cluster.devicesPerNode},
+      {"device",
+       llvm::json::Object{{"flops_per_second", cluster.device.flopsPerSecond},
+                          {"bytes_per_second", cluster.device.bytesPerSecond},
+                          {"memory_bytes", cluster.deviceMemoryBytes}}},
+      {"intra_node", link(cluster.intraNode)},
+      {"inter_node", link(cluster.interNode)}};
+}
+
 LogicalResult mlir::partita::writeReport(const ModelSummary &model,
                                          func::FuncOp main,
                                          ArrayRef<ExecProgram> programs,
+                                         const ClusterModel &cluster,
                                          StringRef path) {
   dist::MeshOp mesh = meshOf(main);
   llvm::json::Array ranks;
@@ -467,6 +488,7 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
       {"mesh", llvm::json::Object{{"axes", std::move(axes)},
                                   {"world_size",
                                    static_cast<int64_t>(programs.size())}}},
+      {"cluster", clusterJson(cluster)},
       {"ranks", std::move(ranks)},
       {"remarks", std::move(remarks)},
       {"sequence_parallel", std::move(sequence)},

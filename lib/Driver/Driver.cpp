@@ -316,7 +316,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   if (options.explain)
     result.explanation = explanation(weightLines, programs.front());
   if (!options.reportFile.empty() &&
-      failed(writeReport(model, main, programs, options.reportFile)))
+      failed(writeReport(model, main, programs, cluster, options.reportFile)))
     return failure();
   if (!options.traceFile.empty() &&
       failed(writeTrace(main, programs, options.traceFile)))

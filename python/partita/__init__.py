@@ -187,6 +187,11 @@ def _cluster_json(cluster: Union[Mapping[str, Any], str, "os.PathLike[str]", Non
         return json.dumps(cluster)
     if isinstance(cluster, str) and cluster.lstrip().startswith("{"):
         return cluster
+    # A preset ("h100-80g:2x8") unless it names a file or is spelled like a
+    # path, as partita-compile --cluster decides.
+    if (isinstance(cluster, str) and not os.path.exists(cluster)
+            and "/" not in cluster and not cluster.endswith(".json")):
+        return json.dumps({"preset": cluster})
     with open(cluster, encoding="utf-8") as f:
         return f.read()
 
@@ -230,7 +235,8 @@ def compile(
         the default (sm_80, sm_90a).
       overlap: ``False`` keeps collectives synchronous (``--no-overlap``).
       collective_matmul: ``"auto"``, ``"always"`` or ``"never"``.
-      cluster: the cluster model: a dict, JSON text, or a path to a JSON
+      cluster: the cluster model: a preset (``"h100-80g"``,
+        ``"h200-141g:2x8"``, ...), a dict, JSON text, or a path to a JSON
         file (``--cluster``).
       name: the model's file name in diagnostics for an in-memory model.
 

@@ -211,6 +211,15 @@ def test_options_reach_the_compiler():
                                rtol=2e-2, atol=5e-2)
 
 
+def test_cluster_preset_by_name():
+    # A preset names the machine the times are estimated on, as
+    # partita-compile --cluster h100-80g:2x8 does; the program is the same.
+    inputs, expected = reference("gpt2")
+    artifact = partita.compile(GPT2, mesh={"tp": 2}, cluster="h100-80g:2x8")
+    np.testing.assert_allclose(artifact.run(inputs)["logits"],
+                               expected["logits"], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("options, message", [
     ({"target": "tpu"}, "--target expects host or cuda"),
     ({"dtype": "fp8"}, "--dtype expects"),
@@ -223,6 +232,8 @@ def test_options_reach_the_compiler():
     ({"mesh": [("model", 2, "ep")]}, "unknown role 'ep'"),
     ({"mesh": "model=2:tp,tp=2"}, "axes 'model' and 'tp' both have role tp"),
     ({"cluster": "{not json"}, "--cluster"),
+    ({"cluster": "h100"}, "unknown cluster preset 'h100' \\(known: a100-80g"),
+    ({"cluster": "h100-80g:2by8"}, "the suffix must be NODESxGPUS"),
 ])
 def test_compile_error_bad_option(options, message):
     with pytest.raises(partita.CompileError, match=message) as caught:

@@ -28,7 +28,10 @@
 #include "partita/Pipelines/OptionParser.h"
 #include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -110,11 +113,14 @@ cl::opt<int64_t> virtualStages(
     cl::init(1), cl::cat(partitaCategory));
 cl::opt<std::string>
     clusterFile("cluster",
-                cl::desc("The machine: device rate and bandwidth, link "
-                         "latency and bandwidth per class or mesh axis "
-                         "(JSON; defaults: H100-class devices, NVLink within "
-                         "a node for tp/sp, InfiniBand across for dp/pp)"),
-                cl::value_desc("FILE.json"), cl::init(""),
+                cl::desc("The machine: a preset (a100-80g, h100-80g, "
+                         "h200-141g or default, with an optional "
+                         ":NODESxGPUS suffix) or a JSON file of device rate "
+                         "and memory, link latency and bandwidth per class "
+                         "or mesh axis (default: the 'default' preset, "
+                         "H100-class devices, NVLink within a node for "
+                         "tp/sp, InfiniBand across for dp/pp)"),
+                cl::value_desc("PRESET[:NODESxGPUS]|FILE.json"), cl::init(""),
                 cl::cat(partitaCategory));
 cl::opt<CollectiveMatmulMode> collectiveMatmul(
     "collective-matmul",
@@ -167,6 +173,14 @@ LogicalResult parseBindings(std::map<std::string, int64_t> &parsed) {
   return success();
 }
 
+/// --cluster names a preset unless it names a file: an existing path, or
+/// anything spelled like one (a '/' or a .json suffix), which is then read
+/// and its error reported as a file's.
+bool isClusterPreset(llvm::StringRef value) {
+  return !llvm::sys::fs::exists(value) && !value.contains('/') &&
+         !value.ends_with(".json");
+}
+
 int compile(MLIRContext &context) {
   DriverOptions options;
   if (failed(parseBindings(options.bindings)))
@@ -189,7 +203,13 @@ int compile(MLIRContext &context) {
   options.reportFile = reportFile;
   options.traceFile = traceFile;
   options.passManagerCommandLine = true;
-  if (!clusterFile.empty()) {
+  if (!clusterFile.empty() && isClusterPreset(clusterFile)) {
+    // A preset is a cluster file of one field.
+    llvm::json::Object preset{{"preset", clusterFile.getValue()}};
+    options.clusterJson =
+        llvm::formatv("{0}", llvm::json::Value(std::move(preset)));
+    options.clusterSource = clusterFile;
+  } else if (!clusterFile.empty()) {
     auto text = llvm::MemoryBuffer::getFile(clusterFile);
     if (!text) {
       llvm::errs() << "partita-compile: error: cannot read --cluster "

@@ -111,4 +111,92 @@ TEST(ClusterTest, FromJson) {
             "the cluster file is not a JSON object");
 }
 
+/// The error text of an Expected that must have failed.
+template <typename T> std::string errorOf(llvm::Expected<T> value) {
+  if (value)
+    return "(no error)";
+  return llvm::toString(value.takeError());
+}
+
+TEST(ClusterTest, Presets) {
+  llvm::Expected<ClusterModel> h100 = ClusterModel::fromPreset("h100-80g");
+  ASSERT_TRUE(static_cast<bool>(h100)) << llvm::toString(h100.takeError());
+  EXPECT_EQ(h100->name, "h100-80g");
+  EXPECT_EQ(h100->device.flopsPerSecond, 989e12);
+  EXPECT_EQ(h100->device.bytesPerSecond, 3.35e12);
+  EXPECT_EQ(h100->deviceMemoryBytes, 80e9);
+  EXPECT_EQ(h100->intraNode.bytesPerSecond, 450e9);
+  EXPECT_EQ(h100->interNode.bytesPerSecond, 50e9);
+  EXPECT_EQ(h100->devices(), 8);
+
+  llvm::Expected<ClusterModel> a100 = ClusterModel::fromPreset("a100-80g:4x2");
+  ASSERT_TRUE(static_cast<bool>(a100)) << llvm::toString(a100.takeError());
+  EXPECT_EQ(a100->name, "a100-80g:4x2");
+  EXPECT_EQ(a100->device.flopsPerSecond, 312e12);
+  EXPECT_EQ(a100->device.bytesPerSecond, 2.039e12);
+  EXPECT_EQ(a100->intraNode.bytesPerSecond, 300e9);
+  EXPECT_EQ(a100->nodes, 4);
+  EXPECT_EQ(a100->devicesPerNode, 2);
+
+  llvm::Expected<ClusterModel> h200 = ClusterModel::fromPreset("h200-141g:2x8");
+  ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
+  EXPECT_EQ(h200->device.bytesPerSecond, 4.8e12);
+  EXPECT_EQ(h200->deviceMemoryBytes, 141e9);
+  EXPECT_EQ(h200->devices(), 16);
+
+  // `default` is the model used without --cluster.
+  llvm::Expected<ClusterModel> standard = ClusterModel::fromPreset("default");
+  ASSERT_TRUE(static_cast<bool>(standard));
+  ClusterModel none;
+  EXPECT_EQ(none.name, "default");
+  EXPECT_EQ(standard->device.flopsPerSecond, none.device.flopsPerSecond);
+  EXPECT_EQ(standard->interNode.bytesPerSecond, none.interNode.bytesPerSecond);
+  EXPECT_EQ(ClusterModel::presetNames().size(), 4u);
+
+  EXPECT_EQ(errorOf(ClusterModel::fromPreset("h100")),
+            "unknown cluster preset 'h100' (known: a100-80g, h100-80g, "
+            "h200-141g, default; or give a JSON file)");
+  for (const char *bad : {"h100-80g:2y8", "h100-80g:0x8", "h100-80g:2x",
+                          "h100-80g:", "h100-80g:-1x8", "h100-80g:9999999x8"})
+    EXPECT_EQ(errorOf(ClusterModel::fromPreset(bad)),
+              std::string("cluster preset '") + bad +
+                  "': the suffix must be NODESxGPUS with positive counts, "
+                  "e.g. h100-80g:2x8")
+        << bad;
+}
+
+TEST(ClusterTest, FromJsonOverridesAPreset) {
+  llvm::Expected<ClusterModel> model = ClusterModel::fromJson(R"json({
+      "preset": "h200-141g:2x8", "nodes": 4,
+      "device": {"memory_bytes": 1e11}})json");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->name, "h200-141g:2x8");
+  EXPECT_EQ(model->nodes, 4);
+  EXPECT_EQ(model->devicesPerNode, 8);
+  EXPECT_EQ(model->deviceMemoryBytes, 1e11);
+  EXPECT_EQ(model->device.bytesPerSecond, 4.8e12);
+
+  llvm::Expected<ClusterModel> named = ClusterModel::fromJson(
+      R"json({"name": "lab", "devices_per_node": 4})json");
+  ASSERT_TRUE(static_cast<bool>(named));
+  EXPECT_EQ(named->name, "lab");
+  EXPECT_EQ(named->devicesPerNode, 4);
+  llvm::Expected<ClusterModel> unnamed = ClusterModel::fromJson("{}");
+  ASSERT_TRUE(static_cast<bool>(unnamed));
+  EXPECT_EQ(unnamed->name, "custom");
+
+  EXPECT_EQ(errorOf(ClusterModel::fromJson(R"json({"preset": 3})json")),
+            "'preset' must be a string such as \"h100-80g:2x8\"");
+  EXPECT_EQ(errorOf(ClusterModel::fromJson(R"json({"preset": "tpu"})json")),
+            "unknown cluster preset 'tpu' (known: a100-80g, h100-80g, "
+            "h200-141g, default; or give a JSON file)");
+  EXPECT_EQ(errorOf(ClusterModel::fromJson(R"json({"nodes": 0})json")),
+            "'nodes' must be a positive integer");
+  EXPECT_EQ(errorOf(ClusterModel::fromJson(R"json({"name": 1})json")),
+            "'name' must be a string");
+  EXPECT_EQ(errorOf(ClusterModel::fromJson(
+                R"json({"device": {"memory_bytes": 0}})json")),
+            "device: memory_bytes must be positive");
+}
+
 } // namespace

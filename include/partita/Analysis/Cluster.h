@@ -9,7 +9,10 @@
 // bandwidth. Each mesh axis maps to a link class by its role: by default
 // tensor and sequence parallelism stay within a node (NVLink), data and
 // pipeline parallelism (and axes without a role) cross nodes (InfiniBand).
-// `--cluster FILE.json` overrides any of it, per class or per axis name.
+// `--cluster FILE.json` overrides any of it, per class or per axis name;
+// `--cluster PRESET[:NODESxGPUS]` names a machine whose figures are cited
+// in docs/planning.md (a100-80g, h100-80g, h200-141g, and `default`, the
+// model used when none is given).
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,7 +42,15 @@ struct AxisLink {
 };
 
 struct ClusterModel {
+  /// What the report calls it: a preset as spelled ("h100-80g:2x8"), the
+  /// cluster file's "name", or "custom".
+  std::string name = "default";
   DeviceModel device;
+  /// The machine's shape: nodes of devicesPerNode devices each.
+  int64_t nodes = 1;
+  int64_t devicesPerNode = 8;
+  /// Memory of one device, in bytes.
+  double deviceMemoryBytes = 80e9;
   /// NVLink-class (within a node) and InfiniBand-class (across nodes).
   LinkModel intraNode{5e-6, 300e9};
   LinkModel interNode{20e-6, 25e9};
@@ -57,10 +68,20 @@ struct ClusterModel {
                            llvm::ArrayRef<std::string> axes,
                            dist::MeshOp mesh = {}) const;
 
-  /// Reads `{"device": {"flops_per_second", "bytes_per_second"},
+  int64_t devices() const { return nodes * devicesPerNode; }
+
+  /// Reads `{"preset": "h100-80g:2x8", "name", "nodes", "devices_per_node",
+  /// "device": {"flops_per_second", "bytes_per_second", "memory_bytes"},
   /// "intra_node": {"latency_us", "bandwidth_gb_per_s"}, "inter_node":
-  /// {...}, "axes": {"tp": {...}, ...}}`; every field optional.
+  /// {...}, "axes": {"tp": {...}, ...}}`; every field optional. A preset is
+  /// the base the other fields override.
   static llvm::Expected<ClusterModel> fromJson(llvm::StringRef text);
+
+  /// The preset `spec` names: `NAME` or `NAME:NODESxGPUS` (one node of 8
+  /// devices when no suffix is given).
+  static llvm::Expected<ClusterModel> fromPreset(llvm::StringRef spec);
+  /// The preset names, for messages and --help.
+  static llvm::ArrayRef<llvm::StringRef> presetNames();
 };
 
 } // namespace mlir::partita

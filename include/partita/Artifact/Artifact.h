@@ -62,9 +62,10 @@ struct ModelSummary {
 ModelSummary summarizeModel(func::FuncOp global);
 
 /// Writes the --report JSON (format `partita-report/1`) for `main` compiled
-/// into `programs`.
+/// into `programs`, whose times are estimated on `cluster`.
 LogicalResult writeReport(const ModelSummary &model, func::FuncOp main,
-                          ArrayRef<ExecProgram> programs, StringRef path);
+                          ArrayRef<ExecProgram> programs,
+                          const ClusterModel &cluster, StringRef path);
 
 /// Writes Chrome trace-event JSON (--trace; Perfetto opens it): every
 /// rank's program timeline (compute and communication tracks, as the cost
