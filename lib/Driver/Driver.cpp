@@ -109,6 +109,51 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
   if (options.virtualStages < 1)
     return fail(context, "--virtual-stages must be positive, got " +
                              std::to_string(options.virtualStages));
+  if (!options.autoMesh && options.devices != 0)
+    return fail(context, "--devices needs --mesh auto");
+  if (options.devices < 0)
+    return fail(context, "--devices must be positive, got " +
+                             std::to_string(options.devices));
+  if (options.deviceMemoryBytes && !(*options.deviceMemoryBytes > 0))
+    return fail(context, "--device-memory must be positive");
+  return success();
+}
+
+/// --mesh auto: plans `main` for the request's devices on `cluster` and
+/// sets `options`' mesh, sequence mode, microbatches and collective matmul
+/// to the best plan. Fails, naming what each family lacked, when none fits.
+LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
+                       ClusterModel &cluster, DriverOptions &options,
+                       PlanRequest &request, std::optional<Plan> &plan) {
+  request.devices = options.devices ? options.devices : cluster.devices();
+  // More devices than the cluster's shape holds: more nodes of its kind.
+  if (request.devices > cluster.devices())
+    cluster.nodes =
+        (request.devices + cluster.devicesPerNode - 1) / cluster.devicesPerNode;
+  request.objective = options.objective;
+  request.deviceMemoryBytes = options.deviceMemoryBytes;
+  plan = planParallelism(readModelShape(main), cluster, request);
+  const PlanCandidate *best = plan->best();
+  if (!best) {
+    std::string why;
+    for (const std::string &line : plan->rejected)
+      why += "\n  " + line;
+    return fail(context, "--mesh auto: no plan for " +
+                             std::to_string(request.devices) +
+                             " devices fits on " + cluster.name + ":" + why);
+  }
+  options.mesh.axes.clear();
+  for (auto [name, size] :
+       {std::pair{"dp", best->dp}, std::pair{"pp", best->pp},
+        std::pair{"sp", best->sp}, std::pair{"tp", best->tp}})
+    if (size > 1)
+      options.mesh.axes.push_back({name, size, dist::getDefaultAxisRole(name)});
+  options.spMode = best->spMode;
+  options.microbatches = best->microbatches;
+  options.virtualStages = 1;
+  options.collectiveMatmul = best->collectiveMatmul
+                                 ? CollectiveMatmulMode::Always
+                                 : CollectiveMatmulMode::Never;
   return success();
 }
 
@@ -270,17 +315,32 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     return success();
   }
   auto main = module->lookupSymbol<func::FuncOp>("main");
+  // --mesh auto fills in the mesh and its options after the nn stage.
+  DriverOptions effective = options;
+  std::optional<Plan> plan;
+  PlanRequest request;
   PipelineOptions pipeline;
-  fillPipelineOptions(options, pipeline);
+  fillPipelineOptions(effective, pipeline);
   ModelSummary model;
   std::vector<std::string> weightLines;
-  for (const PassStage &stage : passStages(options)) {
-    if (failed(runStage(*module, options, root, stage.timing,
+  for (size_t index = 0;; ++index) {
+    SmallVector<PassStage> stages = passStages(effective);
+    if (index >= stages.size())
+      break;
+    const PassStage &stage = stages[index];
+    if (failed(runStage(*module, effective, root, stage.timing,
                         [&](PassManager &pm) { stage.build(pm, pipeline); })))
       return failure();
     // The report's model is the global one, before any sharding.
     if (stage.emit == EmitStage::NN)
       model = summarizeModel(main);
+    if (stage.emit == EmitStage::NN && options.autoMesh) {
+      TimingScope planTiming = root.nest("Parallel planning");
+      if (failed(planMesh(context, main, cluster, effective, request, plan)))
+        return failure();
+      result.planExplanation = describePlan(*plan, request, cluster);
+      fillPipelineOptions(effective, pipeline);
+    }
     if (stage.emit == EmitStage::Dist && options.explain)
       weightLines = describeWeights(main);
   }
@@ -316,7 +376,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   if (options.explain)
     result.explanation = explanation(weightLines, programs.front());
   if (!options.reportFile.empty() &&
-      failed(writeReport(model, main, programs, cluster, options.reportFile)))
+      failed(writeReport(model, main, programs, cluster,
+                         plan ? &*plan : nullptr, options.reportFile)))
     return failure();
   if (!options.traceFile.empty() &&
       failed(writeTrace(main, programs, options.traceFile)))
@@ -363,7 +424,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   TimingScope writeTiming = root.nest("Artifact");
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
-  artifact.compileOptions = recordedOptions(options);
+  artifact.compileOptions = recordedOptions(effective);
   if (cuda) {
     artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
     artifact.cudaArchs = nvcc.archs;
@@ -389,6 +450,10 @@ mlir::partita::describePipeline(MLIRContext &context,
                                 const DriverOptions &options) {
   if (failed(checkOptions(context, options)))
     return failure();
+  if (options.autoMesh)
+    return fail(context, "--dump-pipeline needs a mesh: --mesh auto chooses "
+                         "it while compiling (--explain-plan shows the "
+                         "choice)");
   PipelineOptions pipeline;
   fillPipelineOptions(options, pipeline);
   std::string text;

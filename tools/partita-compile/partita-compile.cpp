@@ -35,6 +35,9 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <cmath>
+#include <optional>
+
 using namespace mlir;
 using namespace mlir::partita;
 namespace cl = llvm::cl;
@@ -87,12 +90,34 @@ cl::opt<std::string> reportFile("report",
                                          "JSON to this file"),
                                 cl::value_desc("FILE.json"), cl::init(""),
                                 cl::cat(partitaCategory));
-cl::opt<dist::MeshSpec>
-    meshSpec("mesh",
+cl::opt<std::string>
+    meshText("mesh",
              cl::desc("Mesh axes, sizes and roles (dp, tp, pp, sp; implied "
-                      "by those names), e.g. dp=2,tp=4 or model=4:tp "
+                      "by those names), e.g. dp=2,tp=4 or model=4:tp, or "
+                      "auto: the planner chooses for --devices on --cluster "
                       "(default: one device)"),
-             cl::value_desc("axis=size[:role],..."), cl::cat(partitaCategory));
+             cl::value_desc("axis=size[:role],...|auto"), cl::init(""),
+             cl::cat(partitaCategory));
+cl::opt<int64_t> devices("devices",
+                         cl::desc("With --mesh auto: how many devices "
+                                  "(default: the cluster's)"),
+                         cl::init(0), cl::cat(partitaCategory));
+cl::opt<std::string>
+    objective("objective",
+              cl::desc("With --mesh auto: minimize one batch's time "
+                       "(latency) or the time per batch of a stream of "
+                       "batches (throughput)"),
+              cl::value_desc("latency|throughput"), cl::init("latency"),
+              cl::cat(partitaCategory));
+cl::opt<std::string> deviceMemory(
+    "device-memory",
+    cl::desc("With --mesh auto: the memory of one device in bytes, e.g. "
+             "80e9, 80GB or 80GiB (default: the cluster's)"),
+    cl::value_desc("BYTES"), cl::init(""), cl::cat(partitaCategory));
+cl::opt<bool> explainPlan("explain-plan",
+                          cl::desc("With --mesh auto: print the ten best "
+                                   "plans and why the others lost"),
+                          cl::cat(partitaCategory));
 cl::opt<Strategy> strategy("strategy", cl::desc("How the mesh is used"),
                            optionValues<Strategy>(),
                            cl::init(Strategy::Megatron),
@@ -173,6 +198,35 @@ LogicalResult parseBindings(std::map<std::string, int64_t> &parsed) {
   return success();
 }
 
+/// `80e9`, `80GB` (10^9) or `80GiB` (2^30), and k/M/G/T, Ki/Mi/Gi/Ti with or
+/// without B; unset unless positive and finite.
+std::optional<double> parseByteCount(llvm::StringRef text) {
+  text = text.trim();
+  size_t digits = text.find_first_not_of("0123456789.eE+-");
+  // An exponent's e must not swallow a suffix: 8e9 is a number, 8EiB is not.
+  llvm::StringRef number = text.substr(0, digits), suffix = text.substr(digits);
+  double value;
+  if (number.empty() || number.getAsDouble(value) || !std::isfinite(value) ||
+      value <= 0)
+    return std::nullopt;
+  suffix.consume_back("B");
+  static const std::pair<llvm::StringRef, double> kUnits[] = {
+      {"", 1},
+      {"k", 1e3},
+      {"K", 1e3},
+      {"M", 1e6},
+      {"G", 1e9},
+      {"T", 1e12},
+      {"Ki", 1024.0},
+      {"Mi", 1048576.0},
+      {"Gi", 1073741824.0},
+      {"Ti", 1099511627776.0}};
+  for (auto [unit, scale] : kUnits)
+    if (suffix == unit)
+      return value * scale;
+  return std::nullopt;
+}
+
 /// --cluster names a preset unless it names a file: an existing path, or
 /// anything spelled like one (a '/' or a .json suffix), which is then read
 /// and its error reported as a file's.
@@ -189,7 +243,44 @@ int compile(MLIRContext &context) {
   options.emit = emit;
   options.output = emit == EmitStage::Artifact ? outputFile.getValue() : "";
   options.target = target;
-  options.mesh = meshSpec;
+  if (llvm::StringRef(meshText).trim() == "auto") {
+    options.autoMesh = true;
+  } else if (!llvm::StringRef(meshText).trim().empty()) {
+    std::string error;
+    FailureOr<dist::MeshAxes> axes = dist::parseMeshAxes(meshText, error);
+    if (failed(axes)) {
+      llvm::errs() << "partita-compile: error: --mesh " << meshText << ": "
+                   << error << "\n";
+      return 1;
+    }
+    options.mesh.axes = std::move(*axes);
+  }
+  options.devices = devices;
+  if (objective == "latency" || objective == "throughput") {
+    options.objective = objective == "latency" ? PlanObjective::Latency
+                                               : PlanObjective::Throughput;
+  } else {
+    llvm::errs() << "partita-compile: error: --objective expects latency or "
+                    "throughput, got '"
+                 << objective << "'\n";
+    return 1;
+  }
+  if (!deviceMemory.empty()) {
+    std::optional<double> bytes = parseByteCount(deviceMemory);
+    if (!bytes) {
+      llvm::errs() << "partita-compile: error: --device-memory expects a "
+                      "positive byte count such as 80e9, 80GB or 80GiB, got '"
+                   << deviceMemory << "'\n";
+      return 1;
+    }
+    options.deviceMemoryBytes = bytes;
+  }
+  if ((explainPlan || objective.getNumOccurrences() || !deviceMemory.empty()) &&
+      !options.autoMesh) {
+    llvm::errs() << "partita-compile: error: --explain-plan, --objective and "
+                    "--device-memory need --mesh auto\n";
+    return 1;
+  }
   options.strategy = strategy;
   options.spMode = spMode;
   options.microbatches = microbatches;
@@ -248,6 +339,8 @@ int compile(MLIRContext &context) {
   DriverResult result;
   if (failed(runCompiler(context, options, result, root)))
     return 1;
+  if (explainPlan)
+    llvm::outs() << result.planExplanation;
   if (explain)
     llvm::outs() << result.explanation;
   if (output)

@@ -15,6 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "partita/Analysis/Planner.h"
 #include "partita/Target/ExecProgram/ExecProgram.h"
 
 #include <map>
@@ -62,10 +63,12 @@ struct ModelSummary {
 ModelSummary summarizeModel(func::FuncOp global);
 
 /// Writes the --report JSON (format `partita-report/1`) for `main` compiled
-/// into `programs`, whose times are estimated on `cluster`.
+/// into `programs`, whose times are estimated on `cluster`; with `plan`
+/// (--mesh auto), the plan and the candidates it was chosen from.
 LogicalResult writeReport(const ModelSummary &model, func::FuncOp main,
                           ArrayRef<ExecProgram> programs,
-                          const ClusterModel &cluster, StringRef path);
+                          const ClusterModel &cluster, const Plan *plan,
+                          StringRef path);
 
 /// Writes Chrome trace-event JSON (--trace; Perfetto opens it): every
 /// rank's program timeline (compute and communication tracks, as the cost

@@ -21,6 +21,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/LLVM.h"
 #include "mlir/Support/Timing.h"
+#include "partita/Analysis/Planner.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Pipelines/Options.h"
 #include "llvm/Support/raw_ostream.h"
@@ -71,6 +72,14 @@ struct DriverOptions {
   std::string traceFile;
   /// Apply MLIR's pass manager command-line options (partita-compile).
   bool passManagerCommandLine = false;
+  /// --mesh auto: the planner chooses the mesh, the sequence mode, the
+  /// microbatches and collective matmul for `devices` devices (0: the
+  /// cluster's) after the nn stage, and `mesh` and those options are
+  /// ignored.
+  bool autoMesh = false;
+  int64_t devices = 0;
+  PlanObjective objective = PlanObjective::Latency;
+  std::optional<double> deviceMemoryBytes;
   /// Where the printed stage goes (emit other than Artifact), written as it
   /// is printed: a module holding a large model's weights prints to
   /// gigabytes of text, which is never held in memory.
@@ -80,6 +89,8 @@ struct DriverOptions {
 struct DriverResult {
   /// The --explain listing.
   std::string explanation;
+  /// With autoMesh: the --explain-plan table.
+  std::string planExplanation;
 };
 
 /// Runs the compiler. Diagnostics go to the context's handler.

@@ -1,0 +1,155 @@
+//===- Planner.h - Choosing the mesh for a cluster --------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// `--mesh auto`: given the model's nn IR (shapes only; no weight is read)
+// and a cluster, every way to spread N devices over data, tensor, pipeline
+// and sequence parallelism (with the sequence mode, pipeline microbatches
+// and collective matmul) is checked against the model's divisibility and
+// the device's memory, and timed with the roofline cost model and the
+// cluster's alpha-beta links. docs/planning.md has the model and its
+// limits.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_ANALYSIS_PLANNER_H
+#define PARTITA_ANALYSIS_PLANNER_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "partita/Analysis/Cluster.h"
+#include "partita/Pipelines/Options.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::partita {
+
+/// What the plan minimizes: one batch's forward time (latency), or the
+/// time per batch when batches follow each other, so that a pipeline's
+/// bubble is filled by the next batch (throughput).
+enum class PlanObjective { Latency, Throughput };
+
+struct PlanRequest {
+  int64_t devices = 1;
+  PlanObjective objective = PlanObjective::Latency;
+  /// The budget of one device; unset: the cluster's memory.
+  std::optional<double> deviceMemoryBytes;
+};
+
+/// What the planner reads of a model: per op, its roofline work and how
+/// tensor parallelism splits it; and the sizes the axes must divide.
+struct ModelShape {
+  struct Op {
+    double flops = 0;
+    double bytes = 0;
+    /// Tensor parallelism splits its work (Megatron's projections,
+    /// attention, what lies between them, the vocabulary-parallel
+    /// embedding and LM head); otherwise every tp rank repeats it, unless
+    /// the sequence is split over tp (Megatron-SP).
+    bool tensorSplit = false;
+    /// Attention: Ulysses exchanges its operands, ring attention its keys
+    /// and values.
+    bool attention = false;
+    /// Row-parallel projections and the embedding: an all-reduce of the
+    /// result under tp (a reduce-scatter and an all-gather under
+    /// Megatron-SP). The LM head: an all-gather of the logits.
+    enum class Collective {
+      None,
+      AllReduce,
+      AllGather
+    } collective = Collective::None;
+    /// Bytes of the tensor that collective (or attention's exchange)
+    /// moves, for the whole batch and sequence.
+    double collectiveBytes = 0;
+    /// Attention: the bytes of its keys and values.
+    double keyValueBytes = 0;
+    /// Tensor bytes live around the op (operands and results).
+    double liveBytes = 0;
+  };
+  std::vector<Op> ops;
+  int64_t batch = 1;
+  int64_t sequence = 1;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kvHeads = 0;
+  /// The residual stream's bytes per token (hidden size times the element
+  /// size): what a pipeline stage sends.
+  double tokenBytes = 0;
+  /// Weight bytes (in the storage type) split by tp, and repeated on every
+  /// tp rank; both spread over pipeline stages.
+  double splitWeightBytes = 0;
+  double replicatedWeightBytes = 0;
+};
+
+/// Reads the shape of `main`, an nn function before sharding.
+ModelShape readModelShape(func::FuncOp main);
+
+/// One point of the search space, and what the cost model predicts for it.
+struct PlanCandidate {
+  int64_t dp = 1, tp = 1, pp = 1, sp = 1;
+  /// None, Megatron (over tp), Ulysses or Ring (over sp).
+  SequenceMode spMode = SequenceMode::None;
+  int64_t microbatches = 1;
+  bool collectiveMatmul = false;
+
+  bool feasible = false;
+  /// Why not, when not feasible ("memory: ...", "divisibility: ...",
+  /// "placement: ...").
+  std::string reason;
+  /// Predicted seconds: the objective's time, and its parts.
+  double stepSeconds = 0;
+  double computeSeconds = 0;
+  double communicationSeconds = 0;
+  double exposedCommunicationSeconds = 0;
+  double bubbleSeconds = 0;
+  /// Bytes per device.
+  double weightBytes = 0;
+  double activationBytes = 0;
+  double memoryBytes = 0;
+
+  /// `--mesh` spelling (`dp=2,tp=4`; `1` for one device).
+  std::string meshString() const;
+  /// The family the explanation groups it in (`tp`, `dp+tp`, `tp+sp:ring`).
+  std::string family() const;
+};
+
+struct Plan {
+  /// Feasible candidates best first, then the infeasible ones.
+  std::vector<PlanCandidate> candidates;
+  ModelShape shape;
+  /// The budget used and the reserve kept from it.
+  double deviceMemoryBytes = 0;
+  double reserveBytes = 0;
+  /// Families with no feasible candidate, or whose best is slower than the
+  /// chosen plan: a line each saying why.
+  std::vector<std::string> rejected;
+
+  /// The chosen plan; null when none is feasible.
+  const PlanCandidate *best() const;
+};
+
+/// Every point of the search space for `request.devices` devices, in a
+/// fixed order, evaluated: the brute force the planner is checked against.
+std::vector<PlanCandidate> enumeratePlans(const ModelShape &shape,
+                                          const ClusterModel &cluster,
+                                          const PlanRequest &request);
+
+/// Evaluates one candidate (sets its feasibility and predictions).
+void evaluatePlan(PlanCandidate &candidate, const ModelShape &shape,
+                  const ClusterModel &cluster, const PlanRequest &request);
+
+/// The plan for `shape` on `cluster`: enumeratePlans, ranked.
+Plan planParallelism(const ModelShape &shape, const ClusterModel &cluster,
+                     const PlanRequest &request);
+
+/// The --explain-plan table: the ten best candidates, then the rejected
+/// families.
+std::string describePlan(const Plan &plan, const PlanRequest &request,
+                         const ClusterModel &cluster);
+
+} // namespace mlir::partita
+
+#endif // PARTITA_ANALYSIS_PLANNER_H

@@ -1,0 +1,516 @@
+//===- Planner.cpp - Choosing the mesh for a cluster ----------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Analysis/Planner.h"
+
+#include "partita/Analysis/CostModel.h"
+#include "partita/Analysis/ModelRoles.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+using namespace mlir;
+using namespace mlir::partita;
+
+//===----------------------------------------------------------------------===//
+// The model's shape
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+bool isColumnParallel(ModelRole role) {
+  switch (role) {
+  case ModelRole::AttentionQuery:
+  case ModelRole::AttentionKey:
+  case ModelRole::AttentionValue:
+  case ModelRole::AttentionFusedProjection:
+  case ModelRole::MlpUp:
+  case ModelRole::MlpGate:
+  case ModelRole::MlpFusedGateUp:
+    return true;
+  default:
+    return false;
+  }
+}
+
+double valueBytes(Value value) {
+  return static_cast<double>(tensorBytes(value.getType()));
+}
+
+/// The bytes of the constant operands of `op` (its weights) not counted
+/// yet: a tied embedding and LM head count once.
+double weightBytesOf(Operation *op, llvm::DenseSet<Operation *> &counted) {
+  double bytes = 0;
+  for (Value operand : op->getOperands())
+    if (Operation *constant = operand.getDefiningOp<nn::ConstantOp>())
+      if (counted.insert(constant).second)
+        bytes += valueBytes(operand);
+  return bytes;
+}
+
+} // namespace
+
+ModelShape mlir::partita::readModelShape(func::FuncOp main) {
+  ModelShape shape;
+  ModelRoles roles(main);
+  // Values computed on each tp rank's slice: the column-parallel
+  // projections' results and what follows from them until a row-parallel
+  // projection sums the slices.
+  llvm::DenseSet<Value> split;
+  llvm::DenseSet<Operation *> countedWeights;
+  double weightBytes = 0, splitWeights = 0;
+  main.walk([&](Operation *op) {
+    if (isa<nn::ConstantOp>(op)) {
+      weightBytes += valueBytes(op->getResult(0));
+      return;
+    }
+    if (op->getDialect() == nullptr || op->getDialect()->getNamespace() != "nn")
+      return;
+    ModelShape::Op entry;
+    OpCost cost = estimateCost(op);
+    entry.flops = cost.flops;
+    entry.bytes = cost.bytes;
+    for (Value v : op->getOperands())
+      entry.liveBytes += valueBytes(v);
+    for (Value v : op->getResults())
+      entry.liveBytes += valueBytes(v);
+    std::optional<ModelRole> role = roles.getRole(op);
+    bool splitInput = llvm::any_of(op->getOperands(),
+                                   [&](Value v) { return split.contains(v); });
+    bool splitResult = false;
+    if (role && isColumnParallel(*role)) {
+      entry.tensorSplit = splitResult = true;
+      splitWeights += weightBytesOf(op, countedWeights);
+    } else if (role && (*role == ModelRole::AttentionOutput ||
+                        *role == ModelRole::MlpDown)) {
+      entry.tensorSplit = true;
+      entry.collective = ModelShape::Op::Collective::AllReduce;
+      entry.collectiveBytes = valueBytes(op->getResult(0));
+      splitWeights += weightBytesOf(op, countedWeights);
+    } else if (role && *role == ModelRole::Embedding) {
+      entry.tensorSplit = true;
+      entry.collective = ModelShape::Op::Collective::AllReduce;
+      entry.collectiveBytes = valueBytes(op->getResult(0));
+      splitWeights += weightBytesOf(op, countedWeights);
+    } else if (role && *role == ModelRole::LmHead) {
+      entry.tensorSplit = true;
+      entry.collective = ModelShape::Op::Collective::AllGather;
+      entry.collectiveBytes = valueBytes(op->getResult(0));
+      splitWeights += weightBytesOf(op, countedWeights);
+    } else if (auto attention = dyn_cast<nn::AttentionOp>(op)) {
+      entry.tensorSplit = splitResult = true;
+      entry.attention = true;
+      entry.collectiveBytes =
+          valueBytes(attention.getQuery()) + valueBytes(attention.getKey()) +
+          valueBytes(attention.getValue()) + valueBytes(attention.getResult());
+      entry.keyValueBytes =
+          valueBytes(attention.getKey()) + valueBytes(attention.getValue());
+      auto query = attention.getQuery().getType();
+      ++shape.layers;
+      shape.batch = query.getDimSize(0);
+      shape.heads = query.getDimSize(1);
+      shape.sequence = query.getDimSize(2);
+      shape.kvHeads = attention.getKey().getType().getDimSize(1);
+      shape.tokenBytes =
+          static_cast<double>(shape.heads * query.getDimSize(3)) *
+          std::max<int64_t>(1, query.getElementTypeBitWidth() / 8);
+    } else if (splitInput) {
+      entry.tensorSplit = splitResult = true;
+    }
+    if (splitResult)
+      for (Value v : op->getResults())
+        split.insert(v);
+    shape.ops.push_back(entry);
+  });
+  shape.splitWeightBytes = splitWeights;
+  shape.replicatedWeightBytes = std::max(0.0, weightBytes - splitWeights);
+  return shape;
+}
+
+//===----------------------------------------------------------------------===//
+// Candidates
+//===----------------------------------------------------------------------===//
+
+std::string PlanCandidate::meshString() const {
+  std::string text;
+  for (auto [name, size] : {std::pair{"dp", dp}, std::pair{"pp", pp},
+                            std::pair{"sp", sp}, std::pair{"tp", tp}})
+    if (size > 1)
+      text += (text.empty() ? "" : ",") + std::string(name) + "=" +
+              std::to_string(size);
+  return text.empty() ? "1" : text;
+}
+
+std::string PlanCandidate::family() const {
+  std::string text;
+  for (auto [name, size] : {std::pair{"dp", dp}, std::pair{"pp", pp},
+                            std::pair{"sp", sp}, std::pair{"tp", tp}})
+    if (size > 1)
+      text += (text.empty() ? "" : "+") + std::string(name);
+  if (text.empty())
+    text = "one device";
+  if (spMode != SequenceMode::None)
+    text += std::string(":") + ::partita::optionName(spMode);
+  return text;
+}
+
+const PlanCandidate *Plan::best() const {
+  if (candidates.empty() || !candidates.front().feasible)
+    return nullptr;
+  return &candidates.front();
+}
+
+namespace {
+
+std::string gigabytes(double bytes) {
+  return llvm::formatv("{0:f1} GB", bytes / 1e9).str();
+}
+
+/// The link a group of `size` devices, `stride` ranks apart, uses: within
+/// a node when the group's span fits in one.
+const LinkModel &linkOf(const ClusterModel &cluster, int64_t stride,
+                        int64_t size) {
+  return stride * size <= cluster.devicesPerNode ? cluster.intraNode
+                                                 : cluster.interNode;
+}
+
+/// The ring algorithm over `n` devices: seconds for an all-reduce (or a
+/// reduce-scatter plus an all-gather, the same bytes and steps) of `bytes`
+/// per rank.
+double allReduceSeconds(const LinkModel &link, int64_t n, double bytes) {
+  if (n <= 1)
+    return 0;
+  return 2 * (n - 1) * link.latencySeconds +
+         2.0 * (n - 1) / n * bytes / link.bytesPerSecond;
+}
+
+double gatherSeconds(const LinkModel &link, int64_t n, double bytes) {
+  if (n <= 1)
+    return 0;
+  return (n - 1) * link.latencySeconds +
+         1.0 * (n - 1) / n * bytes / link.bytesPerSecond;
+}
+
+/// The first divisibility the candidate breaks, or "".
+std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
+  auto refuse = [](const std::string &what) { return "divisibility: " + what; };
+  if (shape.heads % c.tp != 0)
+    return refuse(std::to_string(shape.heads) +
+                  " heads over tp=" + std::to_string(c.tp));
+  if (shape.kvHeads % c.tp != 0)
+    return refuse(std::to_string(shape.kvHeads) +
+                  " key/value heads over tp=" + std::to_string(c.tp));
+  if (shape.batch % (c.dp * c.microbatches) != 0)
+    return refuse("batch " + std::to_string(shape.batch) +
+                  " over dp=" + std::to_string(c.dp) +
+                  (c.microbatches > 1 ? " x " + std::to_string(c.microbatches) +
+                                            " microbatches"
+                                      : std::string()));
+  if (shape.layers % c.pp != 0)
+    return refuse(std::to_string(shape.layers) +
+                  " layers over pp=" + std::to_string(c.pp));
+  if (shape.sequence % c.sp != 0)
+    return refuse("sequence " + std::to_string(shape.sequence) +
+                  " over sp=" + std::to_string(c.sp));
+  if (c.spMode == SequenceMode::Megatron && shape.sequence % c.tp != 0)
+    return refuse("sequence " + std::to_string(shape.sequence) +
+                  " over tp=" + std::to_string(c.tp) + " (Megatron-SP)");
+  if (c.spMode == SequenceMode::Ulysses &&
+      ((shape.heads / c.tp) % c.sp != 0 || (shape.kvHeads / c.tp) % c.sp != 0))
+    return refuse("heads per tp rank over sp=" + std::to_string(c.sp) +
+                  " (Ulysses)");
+  return "";
+}
+
+} // namespace
+
+void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
+                                 const ClusterModel &cluster,
+                                 const PlanRequest &request) {
+  c.feasible = false;
+  c.reason.clear();
+  if (shape.layers == 0 && c.tp * c.pp * c.sp > 1) {
+    c.reason = "divisibility: no attention layer (tp, pp and sp split "
+               "transformer layers)";
+    return;
+  }
+  if (shape.layers == 0 && shape.batch % c.dp != 0) {
+    c.reason = "divisibility: batch " + std::to_string(shape.batch) +
+               " over dp=" + std::to_string(c.dp);
+    return;
+  }
+  if (shape.layers > 0) {
+    if (std::string why = divisibility(c, shape); !why.empty()) {
+      c.reason = why;
+      return;
+    }
+  }
+  if (cluster.nodes > 1 && c.tp * c.sp > cluster.devicesPerNode) {
+    c.reason = "placement: tp x sp = " + std::to_string(c.tp * c.sp) +
+               " would cross nodes of " +
+               std::to_string(cluster.devicesPerNode) + " devices";
+    return;
+  }
+  c.reason.clear();
+
+  // Work per rank: every op on its shard, over all layers (a pipeline stage
+  // then runs 1/pp of it). The nn IR's types are already the storage type
+  // (--dtype converts them in the nn stage).
+  const DeviceModel &device = cluster.device;
+  double compute = 0, splitMatmul = 0, attention = 0;
+  double commBytesTp = 0, gatherBytesTp = 0;
+  int64_t reduces = 0, gathers = 0;
+  double a2aBytes = 0, ringBytes = 0;
+  double peakLive = 0;
+  bool megatronSp = c.spMode == SequenceMode::Megatron;
+  for (const ModelShape::Op &op : shape.ops) {
+    double factor = double(c.dp) * c.sp;
+    if (op.tensorSplit || megatronSp)
+      factor *= c.tp;
+    OpCost cost{op.flops / factor, op.bytes / factor};
+    double seconds = estimateSeconds(cost, device);
+    compute += seconds;
+    if (op.tensorSplit && !op.attention)
+      splitMatmul += seconds;
+    if (op.attention) {
+      attention += seconds;
+      double local = op.collectiveBytes / (double(c.dp) * c.tp * c.sp);
+      a2aBytes += local;
+      ringBytes += op.keyValueBytes / (double(c.dp) * c.tp * c.sp) * (c.sp - 1);
+    }
+    double rowBytes = op.collectiveBytes / (double(c.dp) * c.sp);
+    if (op.collective == ModelShape::Op::Collective::AllReduce) {
+      commBytesTp += rowBytes;
+      ++reduces;
+    } else if (op.collective == ModelShape::Op::Collective::AllGather) {
+      gatherBytesTp += rowBytes;
+      ++gathers;
+    }
+    peakLive = std::max(peakLive, op.liveBytes / factor);
+  }
+
+  // Per microbatch and stage: a pipeline stage holds layers / pp of the
+  // model and runs each microbatch's share of the batch.
+  double perStage = 1.0 / (double(c.pp) * c.microbatches);
+  const LinkModel &tpLink = linkOf(cluster, 1, c.tp);
+  const LinkModel &spLink = linkOf(cluster, c.tp, c.sp);
+  const LinkModel &ppLink = linkOf(cluster, c.tp * c.sp, c.pp);
+  // A stage runs count / pp of the model's `count` collectives per
+  // microbatch, each of the microbatch's share of its bytes: the latency is
+  // paid per microbatch.
+  auto scaled = [&](double bytes, int64_t count, auto seconds,
+                    const LinkModel &link, int64_t n) {
+    if (count == 0 || n <= 1)
+      return 0.0;
+    return double(count) / c.pp *
+           seconds(link, n, bytes / (double(count) * c.microbatches));
+  };
+  double tpComm = scaled(commBytesTp, reduces, allReduceSeconds, tpLink, c.tp) +
+                  scaled(gatherBytesTp, gathers, gatherSeconds, tpLink, c.tp);
+  double spComm = 0, spHidden = 0;
+  if (c.spMode == SequenceMode::Ulysses)
+    spComm = scaled(a2aBytes, 4 * shape.layers, gatherSeconds, spLink, c.sp);
+  if (c.spMode == SequenceMode::Ring) {
+    // sp - 1 permutes of keys and values, each beside a block of attention.
+    double steps = double(shape.layers) * (c.sp - 1);
+    spComm = (steps * spLink.latencySeconds / c.pp +
+              ringBytes * perStage / spLink.bytesPerSecond);
+    spHidden = attention * perStage;
+  }
+  double stageCompute = compute * perStage;
+  // Collective matmul pipelines Megatron-SP's all-gathers and
+  // reduce-scatters with the tensor-parallel matmuls beside them.
+  double tpExposed = c.collectiveMatmul
+                         ? std::max(0.0, tpComm - splitMatmul * perStage)
+                         : tpComm;
+  double spExposed = std::max(0.0, spComm - spHidden);
+  double transfer = 0;
+  if (c.pp > 1)
+    transfer = ppLink.latencySeconds +
+               shape.tokenBytes * shape.batch * shape.sequence /
+                   (double(c.dp) * c.sp * c.microbatches) /
+                   ppLink.bytesPerSecond;
+  double slot = stageCompute + tpExposed + spExposed + transfer;
+  int64_t slots = request.objective == PlanObjective::Latency
+                      ? c.microbatches + c.pp - 1
+                      : c.microbatches;
+  c.stepSeconds = slots * slot;
+  c.computeSeconds = c.microbatches * stageCompute;
+  c.communicationSeconds = c.microbatches * (tpComm + spComm + transfer);
+  c.exposedCommunicationSeconds =
+      c.microbatches * (tpExposed + spExposed + transfer);
+  c.bubbleSeconds = (slots - c.microbatches) * slot;
+
+  // Memory per device: its stage's weights (tp splits the projections'),
+  // and the largest live set of one microbatch, twice (an op's operands and
+  // results, and what waits for a later op).
+  c.weightBytes =
+      (shape.splitWeightBytes / c.tp + shape.replicatedWeightBytes) / c.pp;
+  c.activationBytes = 2 * peakLive / c.microbatches;
+  c.memoryBytes = c.weightBytes + c.activationBytes;
+  double budget = request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);
+  double reserve = std::max(1e9, 0.05 * budget);
+  if (c.memoryBytes + reserve > budget) {
+    c.reason = "memory: needs " + gigabytes(c.memoryBytes) + " + " +
+               gigabytes(reserve) + " reserve per device, has " +
+               gigabytes(budget) + " (short by " +
+               gigabytes(c.memoryBytes + reserve - budget) + ")";
+    return;
+  }
+  c.feasible = true;
+}
+
+std::vector<PlanCandidate>
+mlir::partita::enumeratePlans(const ModelShape &shape,
+                              const ClusterModel &cluster,
+                              const PlanRequest &request) {
+  std::vector<PlanCandidate> all;
+  int64_t n = request.devices;
+  for (int64_t tp = 1; tp <= n; ++tp) {
+    if (n % tp)
+      continue;
+    for (int64_t sp = 1; sp <= n / tp; ++sp) {
+      if ((n / tp) % sp)
+        continue;
+      for (int64_t pp = 1; pp <= n / (tp * sp); ++pp) {
+        if ((n / (tp * sp)) % pp)
+          continue;
+        int64_t dp = n / (tp * sp * pp);
+        std::vector<SequenceMode> modes;
+        if (sp > 1)
+          modes = {SequenceMode::Ulysses, SequenceMode::Ring};
+        else if (tp > 1)
+          modes = {SequenceMode::None, SequenceMode::Megatron};
+        else
+          modes = {SequenceMode::None};
+        std::vector<int64_t> microbatches = {1};
+        if (pp > 1)
+          for (int64_t m = 2; m <= shape.batch; ++m)
+            if (shape.batch % m == 0)
+              microbatches.push_back(m);
+        for (SequenceMode mode : modes)
+          for (int64_t m : microbatches)
+            for (bool cmm : {false, true}) {
+              // Collective matmul needs Megatron-SP's gathers and scatters.
+              if (cmm && mode != SequenceMode::Megatron)
+                continue;
+              PlanCandidate c;
+              c.dp = dp;
+              c.tp = tp;
+              c.pp = pp;
+              c.sp = sp;
+              c.spMode = mode;
+              c.microbatches = m;
+              c.collectiveMatmul = cmm;
+              evaluatePlan(c, shape, cluster, request);
+              all.push_back(std::move(c));
+            }
+      }
+    }
+  }
+  return all;
+}
+
+Plan mlir::partita::planParallelism(const ModelShape &shape,
+                                    const ClusterModel &cluster,
+                                    const PlanRequest &request) {
+  Plan plan;
+  plan.shape = shape;
+  plan.deviceMemoryBytes =
+      request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);
+  plan.reserveBytes = std::max(1e9, 0.05 * plan.deviceMemoryBytes);
+  plan.candidates = enumeratePlans(shape, cluster, request);
+  // Best first; ties go to the simpler plan (fewer microbatches, no
+  // collective matmul), then to the enumeration order.
+  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
+                   [](const PlanCandidate &a, const PlanCandidate &b) {
+                     if (a.feasible != b.feasible)
+                       return a.feasible;
+                     if (!a.feasible)
+                       return false;
+                     if (a.stepSeconds != b.stepSeconds)
+                       return a.stepSeconds < b.stepSeconds;
+                     if (a.microbatches != b.microbatches)
+                       return a.microbatches < b.microbatches;
+                     return !a.collectiveMatmul && b.collectiveMatmul;
+                   });
+
+  // Each family's fate: its best feasible candidate against the chosen
+  // one, or the reason its candidates were refused.
+  std::map<std::string, std::vector<const PlanCandidate *>> families;
+  for (const PlanCandidate &c : plan.candidates)
+    families[c.family()].push_back(&c);
+  const PlanCandidate *best = plan.best();
+  for (const auto &[family, members] : families) {
+    const PlanCandidate *first = members.front();
+    if (best && first == best)
+      continue;
+    if (first->feasible) {
+      double comm = first->exposedCommunicationSeconds;
+      double bubble = first->bubbleSeconds;
+      std::string cause = comm + bubble <= best->exposedCommunicationSeconds +
+                                               best->bubbleSeconds
+                              ? "compute"
+                          : comm >= bubble ? "communication"
+                                           : "pipeline bubble";
+      plan.rejected.push_back(llvm::formatv(
+          "{0}: best {1} at {2:f3} ms, {3:f1}% slower ({4}: {5:f3} ms "
+          "exposed communication, {6:f3} ms bubble)",
+          family, first->meshString(), first->stepSeconds * 1e3,
+          100 * (first->stepSeconds / best->stepSeconds - 1), cause, comm * 1e3,
+          bubble * 1e3));
+      continue;
+    }
+    // The reason most of its candidates were refused.
+    std::map<std::string, int> reasons;
+    for (const PlanCandidate *c : members)
+      ++reasons[c->reason];
+    auto common = std::max_element(
+        reasons.begin(), reasons.end(),
+        [](const auto &a, const auto &b) { return a.second < b.second; });
+    plan.rejected.push_back(family + ": " + common->first);
+  }
+  return plan;
+}
+
+std::string mlir::partita::describePlan(const Plan &plan,
+                                        const PlanRequest &request,
+                                        const ClusterModel &cluster) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv(
+      "plan for {0} devices on {1} ({2} x {3}), objective {4}, {5} per "
+      "device ({6} kept in reserve)\n",
+      request.devices, cluster.name, cluster.nodes, cluster.devicesPerNode,
+      request.objective == PlanObjective::Latency ? "latency" : "throughput",
+      gigabytes(plan.deviceMemoryBytes), gigabytes(plan.reserveBytes));
+  os << llvm::formatv("{0,-18} {1,-9} {2,3} {3,4} {4,10} {5,10} {6,10} "
+                      "{7,10} {8,10}\n",
+                      "mesh", "sp-mode", "mb", "cmm", "step ms", "compute",
+                      "exposed", "bubble", "memory");
+  int shown = 0;
+  for (const PlanCandidate &c : plan.candidates) {
+    if (!c.feasible || shown++ == 10)
+      break;
+    os << llvm::formatv(
+        "{0,-18} {1,-9} {2,3} {3,4} {4,10:f3} {5,10:f3} {6,10:f3} {7,10:f3} "
+        "{8,10}\n",
+        c.meshString(), ::partita::optionName(c.spMode), c.microbatches,
+        c.collectiveMatmul ? "on" : "off", c.stepSeconds * 1e3,
+        c.computeSeconds * 1e3, c.exposedCommunicationSeconds * 1e3,
+        c.bubbleSeconds * 1e3, gigabytes(c.memoryBytes));
+  }
+  if (shown == 0)
+    os << "(no plan fits)\n";
+  os << "rejected:\n";
+  for (const std::string &line : plan.rejected)
+    os << "  " << line << "\n";
+  return text;
+}
