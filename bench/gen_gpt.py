@@ -1,9 +1,16 @@
 """Writes a GPT-2 style ONNX model of N layers, spelled the way torch.onnx
 exports it (decomposed GELU, where-masked softmax attention), for the
-import and compile benchmarks.
+import, compile and planning benchmarks and tests.
 
 Usage: gen_gpt.py LAYERS OUT.onnx [--hidden H] [--heads N] [--ffn F]
-                  [--seq S] [--vocab V] [--external | --sparse]
+                  [--seq S] [--vocab V] [--batch B]
+                  [--llama [--kv-heads K]] [--external | --sparse]
+
+--llama gives Llama's layer instead (no biases; separate query, key and
+value projections with K key/value heads repeated to N as Hugging Face's
+repeat_kv does, a SwiGLU MLP), so that a Llama-3-70B-shaped model is
+`gen_gpt.py 80 m.onnx --llama --hidden 8192 --heads 64 --kv-heads 8
+--ffn 28672 --vocab 128256 --sparse`.
 
 --external writes the weights to OUT.onnx.data as ONNX external data, one
 tensor at a time (memory holds one tensor, so models larger than memory can
@@ -57,11 +64,13 @@ class ExternalData:
         self.file.close()
 
 
-def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None):
+def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None,
+          llama=False, kv_heads=None):
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     head = hidden // heads
     ffn = ffn or 4 * hidden
+    kv_heads = kv_heads or heads
 
     def weight(name, shape, scale=0.02):
         if external is not None:
@@ -97,6 +106,46 @@ def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None):
     const("c2", float(np.sqrt(2 / np.pi)))
     const("causal", np.tril(np.ones((seq, seq), bool))[None, None], bool)
     x = node("Gather", [weight("wte", [vocab, hidden]), "input_ids"])
+    if llama:
+        const("kv_shape", [batch, seq, kv_heads, head], np.int64)
+        const("repeat_shape", [batch, kv_heads, heads // kv_heads, seq, head], np.int64)
+        const("heads_shape", [batch, heads, seq, head], np.int64)
+        const("axis2", [2], np.int64)
+
+        def heads_of(t, count):
+            shape = "split_shape" if count == heads else "kv_shape"
+            return node("Transpose", [node("Reshape", [t, shape])], perm=[0, 2, 1, 3])
+
+        def repeat(t):  # Hugging Face's repeat_kv
+            if kv_heads == heads:
+                return t
+            wide = node("Expand", [node("Unsqueeze", [t, "axis2"]), "repeat_shape"])
+            return node("Reshape", [wide, "heads_shape"])
+
+        for i in range(layers):
+            p = f"h{i}."
+            ln = node("LayerNormalization",
+                      [x, weight(p + "ln1.g", [hidden], 1.0), weight(p + "ln1.b", [hidden])],
+                      axis=-1, epsilon=1e-5)
+            qh = heads_of(node("MatMul", [ln, weight(p + "q.w", [hidden, hidden])]), heads)
+            kh = repeat(heads_of(node("MatMul", [ln, weight(p + "k.w", [hidden, kv_heads * head])]),
+                                 kv_heads))
+            vh = repeat(heads_of(node("MatMul", [ln, weight(p + "v.w", [hidden, kv_heads * head])]),
+                                 kv_heads))
+            kt = node("Transpose", [kh], perm=[0, 1, 3, 2])
+            scores = node("Div", [node("MatMul", [qh, kt]), "scale"])
+            probs = node("Softmax", [node("Where", ["causal", scores, "neg"])], axis=-1)
+            ctx = node("Transpose", [node("MatMul", [probs, vh])], perm=[0, 2, 1, 3])
+            merged = node("Reshape", [ctx, "merge_shape"])
+            x = node("Add", [x, node("MatMul", [merged, weight(p + "o.w", [hidden, hidden])])])
+            ln2 = node("LayerNormalization",
+                       [x, weight(p + "ln2.g", [hidden], 1.0), weight(p + "ln2.b", [hidden])],
+                       axis=-1, epsilon=1e-5)
+            gate = node("MatMul", [ln2, weight(p + "gate.w", [hidden, ffn])])
+            up = node("MatMul", [ln2, weight(p + "up.w", [hidden, ffn])])
+            act = node("Mul", [node("Mul", [gate, node("Sigmoid", [gate])]), up])
+            x = node("Add", [x, node("MatMul", [act, weight(p + "down.w", [ffn, hidden])])])
+        layers = 0
     for i in range(layers):
         p = f"h{i}."
         ln = node("LayerNormalization",
@@ -149,17 +198,25 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--ffn", type=int, default=0,
                         help="the MLP's width (default 4 * hidden)")
+    parser.add_argument("--llama", action="store_true",
+                        help="Llama's layer: GQA attention, SwiGLU MLP, no biases")
+    parser.add_argument("--kv-heads", type=int, default=0,
+                        help="with --llama: key/value heads (default: --heads)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--external", action="store_true",
                        help="weights in OUT.data, written a tensor at a time")
     where.add_argument("--sparse", action="store_true",
                        help="weights in OUT.data, a sparse file never written")
     args = parser.parse_args()
+    if args.kv_heads and not args.llama:
+        parser.error("--kv-heads needs --llama")
+    if args.heads % (args.kv_heads or args.heads) or args.hidden % args.heads:
+        parser.error("--heads must divide --hidden, and --kv-heads --heads")
     external = None
     if args.external or args.sparse:
         external = ExternalData(args.out + ".data", args.sparse)
     model = build(args.layers, args.hidden, args.heads, args.seq, args.vocab,
-                  args.batch, args.ffn, external)
+                  args.batch, args.ffn, external, args.llama, args.kv_heads)
     if external is not None:
         external.close()
         weights = sum(4 * int(np.prod(t.dims)) for t in model.graph.initializer

@@ -162,6 +162,21 @@ partita_compile_options_set_collective_matmul(partita_compile_options *options,
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_cluster_json(partita_compile_options *options,
                                          const char *json);
+/* --mesh auto: the planner chooses the mesh, the sequence mode, the
+ * microbatches, the virtual stages and collective matmul for `devices`
+ * devices (0: the cluster's); the mesh axes and those options are then
+ * ignored. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_auto_mesh(partita_compile_options *options,
+                                      int64_t devices);
+/* With --mesh auto: "latency" (the default) or "throughput". */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_objective(partita_compile_options *options,
+                                      const char *objective);
+/* With --mesh auto: the memory of one device in bytes; 0: the cluster's. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_device_memory(partita_compile_options *options,
+                                          double bytes);
 
 /*===----------------------------------------------------------------------===*
  * Compiling
@@ -217,6 +232,40 @@ partita_compile_result_diagnostic(const partita_compile_result *result,
 PARTITA_C_EXPORT partita_status *
 partita_compile_result_artifact(const partita_compile_result *result,
                                 partita_artifact **artifact);
+
+/*===----------------------------------------------------------------------===*
+ * Planning: --mesh auto's choice, without compiling
+ *===----------------------------------------------------------------------===*/
+
+typedef struct partita_plan_result partita_plan_result;
+
+/* Plans the model at `path` as --mesh auto would for `options` (as if
+ * partita_compile_options_set_auto_mesh had been called; NULL: the
+ * defaults). The model's shapes are read, never its weights. `*result` is
+ * set whenever the arguments were valid; the status is an error (every
+ * diagnostic, one per line) when the model could not be planned. A plan
+ * with no feasible candidate is not an error: its JSON says why each
+ * failed. The caller destroys both. */
+PARTITA_C_EXPORT partita_status *
+partita_plan_file(const char *path, const partita_compile_options *options,
+                  partita_plan_result **result);
+PARTITA_C_EXPORT partita_status *
+partita_plan_buffer(const void *data, size_t size, const char *name,
+                    const partita_compile_options *options,
+                    partita_plan_result **result);
+PARTITA_C_EXPORT void partita_plan_result_destroy(partita_plan_result *result);
+/* 1 when the model was planned, 0 otherwise (and for NULL). */
+PARTITA_C_EXPORT int partita_plan_result_ok(const partita_plan_result *result);
+/* The diagnostics, one per line; "" for NULL. */
+PARTITA_C_EXPORT const char *
+partita_plan_result_error_text(const partita_plan_result *result);
+/* The report's `plan` object with every candidate, best first (JSON,
+ * docs/planning.md); "" when not planned. */
+PARTITA_C_EXPORT const char *
+partita_plan_result_json(const partita_plan_result *result);
+/* The --explain-plan table; "" when not planned. */
+PARTITA_C_EXPORT const char *
+partita_plan_result_table(const partita_plan_result *result);
 
 /*===----------------------------------------------------------------------===*
  * Artifacts

@@ -106,6 +106,15 @@ struct CompileOptions {
   /// `{"preset": "h100-80g:2x8"}` for a preset, docs/planning.md); empty:
   /// the `default` preset.
   std::string clusterJson;
+  /// `--mesh auto`: the planner chooses the mesh, the sequence mode, the
+  /// microbatches, the virtual stages and collective matmul (the fields
+  /// above that set them are ignored) for `devices` devices (0: the
+  /// cluster's), minimizing `objective`, within `deviceMemoryBytes` per
+  /// device (0: the cluster's memory).
+  bool autoMesh = false;
+  int64_t devices = 0;
+  PlanObjective objective = PlanObjective::Latency;
+  double deviceMemoryBytes = 0;
 };
 
 /// A compiled model: the files of the artifact directory, in memory.
@@ -149,6 +158,58 @@ CompileResult compileFile(const std::string &path,
 CompileResult compileBuffer(const void *data, size_t size,
                             const CompileOptions &options,
                             const std::string &name = "model.onnx");
+
+/// One plan of `plan()`: the mesh and options it compiles with, and what
+/// the cost model predicts for it (docs/planning.md).
+struct PlanCandidate {
+  /// The axes of more than one device, in the order dp, pp, sp, tp.
+  std::vector<MeshAxis> mesh;
+  SequenceMode spMode = SequenceMode::None;
+  int64_t microbatches = 1;
+  int64_t virtualStages = 1;
+  bool collectiveMatmul = false;
+  /// The partita-compile flags that compile it (`--mesh tp=8 ...`).
+  std::string flags;
+  bool feasible = false;
+  /// Why not, when not feasible (`memory: ... (short by 12.3 GB)`).
+  std::string reason;
+  /// Predicted seconds of one step (the objective's), and its parts.
+  double stepSeconds = 0, computeSeconds = 0, communicationSeconds = 0,
+         exposedCommunicationSeconds = 0, bubbleSeconds = 0;
+  /// Bytes per device.
+  double weightBytes = 0, activationBytes = 0, keyValueCacheBytes = 0,
+         memoryBytes = 0;
+};
+
+struct PlanResult {
+  /// Every candidate searched: the feasible best first, then the others.
+  std::vector<PlanCandidate> candidates;
+  /// A line per parallelism family that lost, saying why.
+  std::vector<std::string> rejected;
+  /// The --explain-plan table.
+  std::string table;
+  /// The report's `plan` object, with every candidate (JSON text).
+  std::string json;
+  std::vector<Diagnostic> diagnostics;
+  /// True when the model was planned (even if no candidate fits: see
+  /// `best()`).
+  bool ok() const { return !json.empty(); }
+  /// The chosen plan; null when none is feasible.
+  const PlanCandidate *best() const {
+    return !candidates.empty() && candidates.front().feasible
+               ? &candidates.front()
+               : nullptr;
+  }
+  std::string errorText() const;
+};
+
+/// Plans the model at `path` as `--mesh auto` would for `options` (as if
+/// `options.autoMesh` were set), without compiling it: the model's shapes
+/// are read, never its weights.
+PlanResult planFile(const std::string &path, const CompileOptions &options);
+PlanResult planBuffer(const void *data, size_t size,
+                      const CompileOptions &options,
+                      const std::string &name = "model.onnx");
 
 enum class DType { F32, F16, BF16, I64, I32, I8, Bool };
 /// `f32`, `f16`, `bf16`, `i64`, `i32`, `i8`, `bool`.

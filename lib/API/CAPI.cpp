@@ -53,6 +53,11 @@ struct partita_compile_result {
   std::string errorText;
 };
 
+struct partita_plan_result {
+  partita::PlanResult result;
+  std::string errorText;
+};
+
 struct partita_artifact {
   std::shared_ptr<const partita::Artifact> artifact;
   // files() sorted by path, for access by index.
@@ -127,6 +132,19 @@ partita_status *compiled(partita::CompileResult result,
     return nullptr;
   // A failure without diagnostics would give an empty message.
   return makeError(handle->errorText.empty() ? "compilation failed"
+                                             : handle->errorText);
+}
+
+partita_status *planned(partita::PlanResult result, partita_plan_result **out) {
+  auto *handle = new (std::nothrow) partita_plan_result;
+  if (!handle)
+    return makeError("partita: out of memory");
+  handle->result = std::move(result);
+  handle->errorText = handle->result.errorText();
+  *out = handle;
+  if (handle->result.ok())
+    return nullptr;
+  return makeError(handle->errorText.empty() ? "planning failed"
                                              : handle->errorText);
 }
 
@@ -339,6 +357,31 @@ partita_compile_options_set_cluster_json(partita_compile_options *options,
   return nullptr;
 }
 
+partita_status *
+partita_compile_options_set_auto_mesh(partita_compile_options *options,
+                                      int64_t devices) {
+  PARTITA_CHECK_ARG(options);
+  options->options.autoMesh = true;
+  options->options.devices = devices;
+  return nullptr;
+}
+
+partita_status *
+partita_compile_options_set_objective(partita_compile_options *options,
+                                      const char *objective) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(objective);
+  return setChoice(__func__, objective, options->options.objective);
+}
+
+partita_status *
+partita_compile_options_set_device_memory(partita_compile_options *options,
+                                          double bytes) {
+  PARTITA_CHECK_ARG(options);
+  options->options.deviceMemoryBytes = bytes;
+  return nullptr;
+}
+
 //===----------------------------------------------------------------------===//
 // Compiling
 //===----------------------------------------------------------------------===//
@@ -369,6 +412,55 @@ partita_status *partita_compile_buffer(const void *data, size_t size,
                                          options ? options->options : defaults,
                                          name ? name : "model.onnx"),
                   result);
+}
+
+//===----------------------------------------------------------------------===//
+// Planning
+//===----------------------------------------------------------------------===//
+
+partita_status *partita_plan_file(const char *path,
+                                  const partita_compile_options *options,
+                                  partita_plan_result **result) {
+  PARTITA_CHECK_ARG(result);
+  *result = nullptr;
+  PARTITA_CHECK_ARG(path);
+  partita::CompileOptions defaults;
+  return planned(partita::planFile(path, options ? options->options : defaults),
+                 result);
+}
+
+partita_status *partita_plan_buffer(const void *data, size_t size,
+                                    const char *name,
+                                    const partita_compile_options *options,
+                                    partita_plan_result **result) {
+  PARTITA_CHECK_ARG(result);
+  *result = nullptr;
+  if (size > 0)
+    PARTITA_CHECK_ARG(data);
+  partita::CompileOptions defaults;
+  static const char empty = 0;
+  return planned(partita::planBuffer(data ? data : &empty, size,
+                                     options ? options->options : defaults,
+                                     name ? name : "model.onnx"),
+                 result);
+}
+
+void partita_plan_result_destroy(partita_plan_result *result) { delete result; }
+
+int partita_plan_result_ok(const partita_plan_result *result) {
+  return result && result->result.ok();
+}
+
+const char *partita_plan_result_error_text(const partita_plan_result *result) {
+  return result ? result->errorText.c_str() : "";
+}
+
+const char *partita_plan_result_json(const partita_plan_result *result) {
+  return result ? result->result.json.c_str() : "";
+}
+
+const char *partita_plan_result_table(const partita_plan_result *result) {
+  return result ? result->result.table.c_str() : "";
 }
 
 void partita_compile_result_destroy(partita_compile_result *result) {

@@ -23,6 +23,7 @@
 #include "partita/runtime/Runner.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -122,14 +123,11 @@ Diagnostic::Severity severityOf(mlir::DiagnosticSeverity severity) {
   return Diagnostic::Severity::Error;
 }
 
-CompileResult compile(mlir::partita::DriverOptions driver,
-                      const CompileOptions &options) {
-  CompileResult result;
-  auto failWith = [&](const std::string &message) {
-    result.diagnostics.push_back({Diagnostic::Severity::Error, "", message});
-    return result;
-  };
-  if (!options.mesh.empty()) {
+/// Fills `driver` from the API's options; an error for a mesh the
+/// command line would refuse.
+Status fillDriverOptions(const CompileOptions &options,
+                         mlir::partita::DriverOptions &driver) {
+  if (!options.mesh.empty() && !options.autoMesh) {
     // Spelled as --mesh and parsed by its one parser, so an API caller gets
     // the command line's checks and messages.
     std::string text;
@@ -141,7 +139,7 @@ CompileResult compile(mlir::partita::DriverOptions driver,
     mlir::FailureOr<mlir::partita::dist::MeshAxes> axes =
         mlir::partita::dist::parseMeshAxes(text, error);
     if (mlir::failed(axes))
-      return failWith("--mesh " + text + ": " + error);
+      return Status::error("--mesh " + text + ": " + error);
     driver.mesh.axes = std::move(*axes);
   }
   driver.target = options.target;
@@ -158,21 +156,27 @@ CompileResult compile(mlir::partita::DriverOptions driver,
   driver.collectiveMatmul = options.collectiveMatmul;
   driver.clusterJson = options.clusterJson;
   driver.clusterSource = "(CompileOptions::clusterJson)";
+  driver.autoMesh = options.autoMesh;
+  driver.devices = options.devices;
+  driver.objective = options.objective;
+  if (options.deviceMemoryBytes != 0)
+    driver.deviceMemoryBytes = options.deviceMemoryBytes;
+  return Status();
+}
 
-  TemporaryDirectory work;
-  if (Status made = work.create("partita-compile"); !made)
-    return failWith(made.message());
-  driver.output = work.path + "/artifact";
-  driver.reportFile = work.path + "/report.json";
-
+/// Runs the driver in a fresh context, collecting its diagnostics (an
+/// error is added when it failed without one).
+mlir::LogicalResult runDriver(const mlir::partita::DriverOptions &driver,
+                              mlir::partita::DriverResult &driven,
+                              std::vector<Diagnostic> &diagnostics) {
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   mlir::partita::loadCompilerDialects(context);
   context.printOpOnDiagnostic(false);
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
     auto record = [&](mlir::Diagnostic &one) {
-      result.diagnostics.push_back(
-          {severityOf(one.getSeverity()),
-           mlir::partita::formatLocation(one.getLocation()), one.str()});
+      diagnostics.push_back({severityOf(one.getSeverity()),
+                             mlir::partita::formatLocation(one.getLocation()),
+                             one.str()});
     };
     record(d);
     for (mlir::Diagnostic &note : d.getNotes())
@@ -181,16 +185,35 @@ CompileResult compile(mlir::partita::DriverOptions driver,
   });
   mlir::DefaultTimingManager timing;
   mlir::TimingScope root = timing.getRootScope();
-  mlir::partita::DriverResult driven;
-  if (failed(mlir::partita::runCompiler(context, driver, driven, root))) {
-    bool anyError = false;
-    for (const Diagnostic &d : result.diagnostics)
-      anyError |= d.severity == Diagnostic::Severity::Error;
-    if (!anyError)
-      result.diagnostics.push_back(
-          {Diagnostic::Severity::Error, "", "compilation failed"});
+  if (succeeded(mlir::partita::runCompiler(context, driver, driven, root)))
+    return mlir::success();
+  if (llvm::none_of(diagnostics, [](const Diagnostic &d) {
+        return d.severity == Diagnostic::Severity::Error;
+      }))
+    diagnostics.push_back(
+        {Diagnostic::Severity::Error, "", "compilation failed"});
+  return mlir::failure();
+}
+
+CompileResult compile(mlir::partita::DriverOptions driver,
+                      const CompileOptions &options) {
+  CompileResult result;
+  auto failWith = [&](const std::string &message) {
+    result.diagnostics.push_back({Diagnostic::Severity::Error, "", message});
     return result;
-  }
+  };
+  if (Status filled = fillDriverOptions(options, driver); !filled)
+    return failWith(filled.message());
+
+  TemporaryDirectory work;
+  if (Status made = work.create("partita-compile"); !made)
+    return failWith(made.message());
+  driver.output = work.path + "/artifact";
+  driver.reportFile = work.path + "/report.json";
+
+  mlir::partita::DriverResult driven;
+  if (failed(runDriver(driver, driven, result.diagnostics)))
+    return result;
   std::map<std::string, std::string> files;
   if (Status read = readTree(driver.output, files); !read)
     return failWith(read.message());
@@ -199,6 +222,58 @@ CompileResult compile(mlir::partita::DriverOptions driver,
     return failWith("cannot read the report: " + report.getError().message());
   result.artifact = std::make_shared<const Artifact>(
       std::move(files), (*report)->getBuffer().str());
+  return result;
+}
+
+PlanCandidate toApi(const mlir::partita::PlanCandidate &c) {
+  PlanCandidate out;
+  for (auto [name, size] : {std::pair{"dp", c.dp}, std::pair{"pp", c.pp},
+                            std::pair{"sp", c.sp}, std::pair{"tp", c.tp}})
+    if (size > 1)
+      out.mesh.push_back({name, size, ""});
+  out.spMode = c.spMode;
+  out.microbatches = c.microbatches;
+  out.virtualStages = c.virtualStages;
+  out.collectiveMatmul = c.collectiveMatmul;
+  out.flags = c.flags();
+  out.feasible = c.feasible;
+  out.reason = c.reason;
+  out.stepSeconds = c.stepSeconds;
+  out.computeSeconds = c.computeSeconds;
+  out.communicationSeconds = c.communicationSeconds;
+  out.exposedCommunicationSeconds = c.exposedCommunicationSeconds;
+  out.bubbleSeconds = c.bubbleSeconds;
+  out.weightBytes = c.weightBytes;
+  out.activationBytes = c.activationBytes;
+  out.keyValueCacheBytes = c.keyValueCacheBytes;
+  out.memoryBytes = c.memoryBytes;
+  return out;
+}
+
+PlanResult plan(mlir::partita::DriverOptions driver,
+                const CompileOptions &options) {
+  PlanResult result;
+  CompileOptions planning = options;
+  planning.autoMesh = true;
+  if (Status filled = fillDriverOptions(planning, driver); !filled) {
+    result.diagnostics.push_back(
+        {Diagnostic::Severity::Error, "", filled.message()});
+    return result;
+  }
+  driver.emit = mlir::partita::EmitStage::Plan;
+  std::string table;
+  llvm::raw_string_ostream tableStream(table);
+  driver.emitStream = &tableStream;
+  mlir::partita::DriverResult driven;
+  if (failed(runDriver(driver, driven, result.diagnostics)) || !driven.plan)
+    return result;
+  for (const mlir::partita::PlanCandidate &c : driven.plan->candidates)
+    result.candidates.push_back(toApi(c));
+  result.rejected = driven.plan->rejected;
+  result.table = std::move(driven.planExplanation);
+  result.json =
+      llvm::formatv("{0:2}", llvm::json::Value(mlir::partita::planToJson(
+                                 *driven.plan, /*limit=*/std::nullopt)));
   return result;
 }
 
@@ -255,11 +330,19 @@ std::string Diagnostic::str() const {
          severityName(severity) + ": " + message;
 }
 
-std::string CompileResult::errorText() const {
+static std::string diagnosticLines(const std::vector<Diagnostic> &all) {
   std::string text;
-  for (const Diagnostic &d : diagnostics)
+  for (const Diagnostic &d : all)
     text += d.str() + "\n";
   return text;
+}
+
+std::string CompileResult::errorText() const {
+  return diagnosticLines(diagnostics);
+}
+
+std::string PlanResult::errorText() const {
+  return diagnosticLines(diagnostics);
 }
 
 Artifact::Artifact(std::map<std::string, std::string> files, std::string report)
@@ -322,6 +405,23 @@ CompileResult partita::compileFile(const std::string &path,
   mlir::partita::DriverOptions driver;
   driver.input = path;
   return compile(std::move(driver), options);
+}
+
+PlanResult partita::planFile(const std::string &path,
+                             const CompileOptions &options) {
+  mlir::partita::DriverOptions driver;
+  driver.input = path;
+  return plan(std::move(driver), options);
+}
+
+PlanResult partita::planBuffer(const void *data, size_t size,
+                               const CompileOptions &options,
+                               const std::string &name) {
+  mlir::partita::DriverOptions driver;
+  driver.input = name;
+  driver.inputBuffer =
+      std::string(static_cast<const char *>(data), data ? size : 0);
+  return plan(std::move(driver), options);
 }
 
 CompileResult partita::compileBuffer(const void *data, size_t size,

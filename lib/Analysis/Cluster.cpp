@@ -6,6 +6,7 @@
 
 #include "partita/Analysis/Cluster.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
@@ -209,4 +210,20 @@ llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
       model.axes[name.str()] = link;
     }
   return model;
+}
+
+FailureOr<ClusterModel> ClusterModel::of(Operation *op) {
+  auto module = dyn_cast<ModuleOp>(op);
+  if (!module)
+    module = op->getParentOfType<ModuleOp>();
+  if (!module)
+    return ClusterModel();
+  auto text = module->getAttrOfType<StringAttr>(kAttributeName);
+  if (!text)
+    return ClusterModel();
+  llvm::Expected<ClusterModel> parsed = fromJson(text.getValue());
+  if (!parsed)
+    return module.emitError()
+           << kAttributeName << ": " << llvm::toString(parsed.takeError());
+  return std::move(*parsed);
 }

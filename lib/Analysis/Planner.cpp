@@ -55,24 +55,78 @@ double weightBytesOf(Operation *op, llvm::DenseSet<Operation *> &counted) {
   return bytes;
 }
 
+/// The result of `main` that `value` (an attention's keys or values) is a
+/// view of (through a GQA head repeat, a transpose, a reshape), if any: a
+/// decoder's present keys or values.
+Value returnedSource(Value value, const llvm::DenseSet<Value> &returned) {
+  while (value) {
+    if (returned.contains(value))
+      return value;
+    Operation *op = value.getDefiningOp();
+    if (!isa_and_nonnull<nn::ReshapeOp, nn::TransposeOp, nn::BroadcastToOp>(op))
+      return {};
+    value = op->getOperand(0);
+  }
+  return {};
+}
+
+bool isStatic(Type type) {
+  auto shaped = dyn_cast<ShapedType>(type);
+  return !shaped || shaped.hasStaticShape();
+}
+
 } // namespace
 
-ModelShape mlir::partita::readModelShape(func::FuncOp main) {
+bool ModelShape::Op::operator==(const Op &other) const {
+  return flops == other.flops && bytes == other.bytes &&
+         tensorSplit == other.tensorSplit && attention == other.attention &&
+         collective == other.collective &&
+         collectiveBytes == other.collectiveBytes &&
+         keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes;
+}
+
+ModelShape ModelShape::folded() const {
+  ModelShape result = *this;
+  result.ops.clear();
+  for (const Op &op : ops) {
+    auto same = llvm::find(result.ops, op);
+    if (same == result.ops.end())
+      result.ops.push_back(op);
+    else
+      same->count += op.count;
+  }
+  return result;
+}
+
+FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
   ModelShape shape;
   ModelRoles roles(main);
+  llvm::DenseSet<Value> returned;
+  for (Block &block : main.getBody())
+    if (auto ret = dyn_cast<func::ReturnOp>(block.getTerminator()))
+      returned.insert(ret.getOperands().begin(), ret.getOperands().end());
+  llvm::DenseSet<Value> cached;
   // Values computed on each tp rank's slice: the column-parallel
   // projections' results and what follows from them until a row-parallel
   // projection sums the slices.
   llvm::DenseSet<Value> split;
   llvm::DenseSet<Operation *> countedWeights;
   double weightBytes = 0, splitWeights = 0;
-  main.walk([&](Operation *op) {
+  WalkResult walked = main.walk([&](Operation *op) {
     if (isa<nn::ConstantOp>(op)) {
       weightBytes += valueBytes(op->getResult(0));
-      return;
+      return WalkResult::advance();
     }
     if (op->getDialect() == nullptr || op->getDialect()->getNamespace() != "nn")
-      return;
+      return WalkResult::advance();
+    for (Type type : llvm::concat<Type>(llvm::to_vector(op->getOperandTypes()),
+                                        llvm::to_vector(op->getResultTypes())))
+      if (!isStatic(type)) {
+        op->emitError() << "--mesh auto plans static shapes, but this op has "
+                        << type
+                        << ": give the model's symbolic dimensions with --bind";
+        return WalkResult::interrupt();
+      }
     ModelShape::Op entry;
     OpCost cost = estimateCost(op);
     entry.flops = cost.flops;
@@ -112,6 +166,10 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
           valueBytes(attention.getValue()) + valueBytes(attention.getResult());
       entry.keyValueBytes =
           valueBytes(attention.getKey()) + valueBytes(attention.getValue());
+      for (Value operand : {attention.getKey(), attention.getValue()})
+        if (Value present = returnedSource(operand, returned))
+          if (cached.insert(present).second)
+            shape.keyValueCacheBytes += valueBytes(present);
       auto query = attention.getQuery().getType();
       ++shape.layers;
       shape.batch = query.getDimSize(0);
@@ -128,7 +186,10 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
       for (Value v : op->getResults())
         split.insert(v);
     shape.ops.push_back(entry);
+    return WalkResult::advance();
   });
+  if (walked.wasInterrupted())
+    return failure();
   shape.splitWeightBytes = splitWeights;
   shape.replicatedWeightBytes = std::max(0.0, weightBytes - splitWeights);
   return shape;
@@ -146,6 +207,20 @@ std::string PlanCandidate::meshString() const {
       text += (text.empty() ? "" : ",") + std::string(name) + "=" +
               std::to_string(size);
   return text.empty() ? "1" : text;
+}
+
+std::string PlanCandidate::flags() const {
+  std::string text = "--mesh " + meshString();
+  if (spMode != SequenceMode::None)
+    text += std::string(" --sp-mode ") + ::partita::optionName(spMode);
+  if (microbatches > 1)
+    text += " --microbatches " + std::to_string(microbatches);
+  if (virtualStages > 1)
+    text += " --virtual-stages " + std::to_string(virtualStages);
+  if (tp > 1)
+    text += collectiveMatmul ? " --collective-matmul always"
+                             : " --collective-matmul never";
+  return text;
 }
 
 std::string PlanCandidate::family() const {
@@ -213,9 +288,17 @@ std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
                   (c.microbatches > 1 ? " x " + std::to_string(c.microbatches) +
                                             " microbatches"
                                       : std::string()));
-  if (shape.layers % c.pp != 0)
-    return refuse(std::to_string(shape.layers) +
-                  " layers over pp=" + std::to_string(c.pp));
+  if (shape.layers % (c.pp * c.virtualStages) != 0)
+    return refuse(
+        std::to_string(shape.layers) +
+        " layers over pp=" + std::to_string(c.pp) +
+        (c.virtualStages > 1
+             ? " x " + std::to_string(c.virtualStages) + " virtual stages"
+             : std::string()));
+  if (c.virtualStages > 1 && c.microbatches % c.pp != 0)
+    return refuse(std::to_string(c.microbatches) +
+                  " microbatches in groups of pp=" + std::to_string(c.pp) +
+                  " (virtual stages)");
   if (shape.sequence % c.sp != 0)
     return refuse("sequence " + std::to_string(shape.sequence) +
                   " over sp=" + std::to_string(c.sp));
@@ -275,23 +358,24 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     if (op.tensorSplit || megatronSp)
       factor *= c.tp;
     OpCost cost{op.flops / factor, op.bytes / factor};
-    double seconds = estimateSeconds(cost, device);
+    double seconds = op.count * estimateSeconds(cost, device);
     compute += seconds;
     if (op.tensorSplit && !op.attention)
       splitMatmul += seconds;
     if (op.attention) {
       attention += seconds;
       double local = op.collectiveBytes / (double(c.dp) * c.tp * c.sp);
-      a2aBytes += local;
-      ringBytes += op.keyValueBytes / (double(c.dp) * c.tp * c.sp) * (c.sp - 1);
+      a2aBytes += op.count * local;
+      ringBytes += op.count * op.keyValueBytes / (double(c.dp) * c.tp * c.sp) *
+                   (c.sp - 1);
     }
-    double rowBytes = op.collectiveBytes / (double(c.dp) * c.sp);
+    double rowBytes = op.count * op.collectiveBytes / (double(c.dp) * c.sp);
     if (op.collective == ModelShape::Op::Collective::AllReduce) {
       commBytesTp += rowBytes;
-      ++reduces;
+      reduces += op.count;
     } else if (op.collective == ModelShape::Op::Collective::AllGather) {
       gatherBytesTp += rowBytes;
-      ++gathers;
+      gathers += op.count;
     }
     peakLive = std::max(peakLive, op.liveBytes / factor);
   }
@@ -337,24 +421,32 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
                shape.tokenBytes * shape.batch * shape.sequence /
                    (double(c.dp) * c.sp * c.microbatches) /
                    ppLink.bytesPerSecond;
-  double slot = stageCompute + tpExposed + spExposed + transfer;
-  int64_t slots = request.objective == PlanObjective::Latency
-                      ? c.microbatches + c.pp - 1
-                      : c.microbatches;
+  // A slot is one microbatch through one chunk of layers (a stage holds
+  // `virtualStages` chunks) and its send to the next: one batch fills
+  // microbatches x virtualStages slots per device, and the latency
+  // objective waits pp - 1 more for the pipeline to fill.
+  int64_t v = c.virtualStages;
+  double slot = (stageCompute + tpExposed + spExposed) / v + transfer;
+  int64_t busy = c.microbatches * v;
+  int64_t slots =
+      request.objective == PlanObjective::Latency ? busy + c.pp - 1 : busy;
   c.stepSeconds = slots * slot;
   c.computeSeconds = c.microbatches * stageCompute;
-  c.communicationSeconds = c.microbatches * (tpComm + spComm + transfer);
+  c.communicationSeconds = c.microbatches * (tpComm + spComm) + busy * transfer;
   c.exposedCommunicationSeconds =
-      c.microbatches * (tpExposed + spExposed + transfer);
-  c.bubbleSeconds = (slots - c.microbatches) * slot;
+      c.microbatches * (tpExposed + spExposed) + busy * transfer;
+  c.bubbleSeconds = (slots - busy) * slot;
 
   // Memory per device: its stage's weights (tp splits the projections'),
-  // and the largest live set of one microbatch, twice (an op's operands and
-  // results, and what waits for a later op).
+  // the largest live set of one microbatch, twice (an op's operands and
+  // results, and what waits for a later op), and its share of a decoder's
+  // KV cache (its layers, heads, batch and sequence).
   c.weightBytes =
       (shape.splitWeightBytes / c.tp + shape.replicatedWeightBytes) / c.pp;
   c.activationBytes = 2 * peakLive / c.microbatches;
-  c.memoryBytes = c.weightBytes + c.activationBytes;
+  c.keyValueCacheBytes =
+      shape.keyValueCacheBytes / (double(c.dp) * c.tp * c.pp * c.sp);
+  c.memoryBytes = c.weightBytes + c.activationBytes + c.keyValueCacheBytes;
   double budget = request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);
   double reserve = std::max(1e9, 0.05 * budget);
   if (c.memoryBytes + reserve > budget) {
@@ -390,28 +482,43 @@ mlir::partita::enumeratePlans(const ModelShape &shape,
           modes = {SequenceMode::None, SequenceMode::Megatron};
         else
           modes = {SequenceMode::None};
-        std::vector<int64_t> microbatches = {1};
-        if (pp > 1)
-          for (int64_t m = 2; m <= shape.batch; ++m)
-            if (shape.batch % m == 0)
+        // A pipeline's schedules: the microbatches a data-parallel shard
+        // of the batch divides into, and the chunks per stage its layers
+        // divide into (the interleaved schedule takes microbatches in
+        // groups of pp).
+        std::vector<int64_t> microbatches = {1}, chunks = {1};
+        if (pp > 1) {
+          int64_t shard = shape.batch % dp == 0 ? shape.batch / dp : 1;
+          for (int64_t m = 2; m <= shard; ++m)
+            if (shard % m == 0)
               microbatches.push_back(m);
+          int64_t perStage =
+              shape.layers % pp == 0 ? shape.layers / pp : int64_t(1);
+          for (int64_t v = 2; v <= perStage; ++v)
+            if (perStage % v == 0)
+              chunks.push_back(v);
+        }
         for (SequenceMode mode : modes)
           for (int64_t m : microbatches)
-            for (bool cmm : {false, true}) {
-              // Collective matmul needs Megatron-SP's gathers and scatters.
-              if (cmm && mode != SequenceMode::Megatron)
-                continue;
-              PlanCandidate c;
-              c.dp = dp;
-              c.tp = tp;
-              c.pp = pp;
-              c.sp = sp;
-              c.spMode = mode;
-              c.microbatches = m;
-              c.collectiveMatmul = cmm;
-              evaluatePlan(c, shape, cluster, request);
-              all.push_back(std::move(c));
-            }
+            for (int64_t v : chunks)
+              for (bool cmm : {false, true}) {
+                // Collective matmul needs Megatron-SP's gathers and
+                // scatters; virtual stages need groups of pp microbatches.
+                if ((cmm && mode != SequenceMode::Megatron) ||
+                    (v > 1 && m % pp != 0))
+                  continue;
+                PlanCandidate c;
+                c.dp = dp;
+                c.tp = tp;
+                c.pp = pp;
+                c.sp = sp;
+                c.spMode = mode;
+                c.microbatches = m;
+                c.virtualStages = v;
+                c.collectiveMatmul = cmm;
+                evaluatePlan(c, shape, cluster, request);
+                all.push_back(std::move(c));
+              }
       }
     }
   }
@@ -422,13 +529,18 @@ Plan mlir::partita::planParallelism(const ModelShape &shape,
                                     const ClusterModel &cluster,
                                     const PlanRequest &request) {
   Plan plan;
-  plan.shape = shape;
+  plan.shape = shape.folded();
+  plan.request = request;
   plan.deviceMemoryBytes =
       request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);
   plan.reserveBytes = std::max(1e9, 0.05 * plan.deviceMemoryBytes);
-  plan.candidates = enumeratePlans(shape, cluster, request);
-  // Best first; ties go to the simpler plan (fewer microbatches, no
-  // collective matmul), then to the enumeration order.
+  // One layer's ops stand for every layer's: the search costs each
+  // candidate in time proportional to a layer, not to the model.
+  plan.candidates = enumeratePlans(plan.shape, cluster, request);
+  // Best first; ties go to the plan that communicates least (the one the
+  // cost model's errors hurt least), then to the simpler plan (fewer
+  // microbatches and chunks, no collective matmul), then to the
+  // enumeration order.
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
                    [](const PlanCandidate &a, const PlanCandidate &b) {
                      if (a.feasible != b.feasible)
@@ -437,8 +549,12 @@ Plan mlir::partita::planParallelism(const ModelShape &shape,
                        return false;
                      if (a.stepSeconds != b.stepSeconds)
                        return a.stepSeconds < b.stepSeconds;
+                     if (a.communicationSeconds != b.communicationSeconds)
+                       return a.communicationSeconds < b.communicationSeconds;
                      if (a.microbatches != b.microbatches)
                        return a.microbatches < b.microbatches;
+                     if (a.virtualStages != b.virtualStages)
+                       return a.virtualStages < b.virtualStages;
                      return !a.collectiveMatmul && b.collectiveMatmul;
                    });
 
@@ -481,29 +597,29 @@ Plan mlir::partita::planParallelism(const ModelShape &shape,
 }
 
 std::string mlir::partita::describePlan(const Plan &plan,
-                                        const PlanRequest &request,
                                         const ClusterModel &cluster) {
+  const PlanRequest &request = plan.request;
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::formatv(
       "plan for {0} devices on {1} ({2} x {3}), objective {4}, {5} per "
       "device ({6} kept in reserve)\n",
       request.devices, cluster.name, cluster.nodes, cluster.devicesPerNode,
-      request.objective == PlanObjective::Latency ? "latency" : "throughput",
+      ::partita::optionName(request.objective),
       gigabytes(plan.deviceMemoryBytes), gigabytes(plan.reserveBytes));
-  os << llvm::formatv("{0,-18} {1,-9} {2,3} {3,4} {4,10} {5,10} {6,10} "
-                      "{7,10} {8,10}\n",
-                      "mesh", "sp-mode", "mb", "cmm", "step ms", "compute",
-                      "exposed", "bubble", "memory");
+  os << llvm::formatv("{0,-18} {1,-9} {2,3} {3,3} {4,4} {5,10} {6,10} {7,10} "
+                      "{8,10} {9,10}\n",
+                      "mesh", "sp-mode", "mb", "vs", "cmm", "step ms",
+                      "compute", "exposed", "bubble", "memory");
   int shown = 0;
   for (const PlanCandidate &c : plan.candidates) {
     if (!c.feasible || shown++ == 10)
       break;
     os << llvm::formatv(
-        "{0,-18} {1,-9} {2,3} {3,4} {4,10:f3} {5,10:f3} {6,10:f3} {7,10:f3} "
-        "{8,10}\n",
+        "{0,-18} {1,-9} {2,3} {3,3} {4,4} {5,10:f3} {6,10:f3} {7,10:f3} "
+        "{8,10:f3} {9,10}\n",
         c.meshString(), ::partita::optionName(c.spMode), c.microbatches,
-        c.collectiveMatmul ? "on" : "off", c.stepSeconds * 1e3,
+        c.virtualStages, c.collectiveMatmul ? "on" : "off", c.stepSeconds * 1e3,
         c.computeSeconds * 1e3, c.exposedCommunicationSeconds * 1e3,
         c.bubbleSeconds * 1e3, gigabytes(c.memoryBytes));
   }
@@ -513,4 +629,76 @@ std::string mlir::partita::describePlan(const Plan &plan,
   for (const std::string &line : plan.rejected)
     os << "  " << line << "\n";
   return text;
+}
+
+namespace {
+
+llvm::json::Object candidateJson(const PlanCandidate &c) {
+  llvm::json::Object mesh;
+  for (auto [name, size] : {std::pair{"dp", c.dp}, std::pair{"pp", c.pp},
+                            std::pair{"sp", c.sp}, std::pair{"tp", c.tp}})
+    if (size > 1)
+      mesh[name] = size;
+  llvm::json::Object object{{"mesh", std::move(mesh)},
+                            {"flags", c.flags()},
+                            {"sp_mode", ::partita::optionName(c.spMode)},
+                            {"microbatches", c.microbatches},
+                            {"virtual_stages", c.virtualStages},
+                            {"collective_matmul", c.collectiveMatmul},
+                            {"feasible", c.feasible}};
+  if (!c.feasible)
+    object["reason"] = c.reason;
+  // A candidate refused before it was costed has no predictions; one
+  // refused for memory has them all (the shortfall is among them).
+  if (!c.feasible && !llvm::StringRef(c.reason).starts_with("memory:"))
+    return object;
+  for (auto [key, value] :
+       {std::pair{"step_seconds", c.stepSeconds},
+        std::pair{"compute_seconds", c.computeSeconds},
+        std::pair{"communication_seconds", c.communicationSeconds},
+        std::pair{"exposed_communication_seconds",
+                  c.exposedCommunicationSeconds},
+        std::pair{"bubble_seconds", c.bubbleSeconds},
+        std::pair{"weight_bytes", c.weightBytes},
+        std::pair{"activation_bytes", c.activationBytes},
+        std::pair{"kv_cache_bytes", c.keyValueCacheBytes},
+        std::pair{"memory_bytes", c.memoryBytes}})
+    object[key] = value;
+  return object;
+}
+
+} // namespace
+
+llvm::json::Object mlir::partita::planToJson(const Plan &plan,
+                                             std::optional<size_t> limit) {
+  llvm::json::Array listed, rejected;
+  for (const PlanCandidate &c : plan.candidates) {
+    if (limit && (!c.feasible || listed.size() == *limit))
+      break;
+    listed.push_back(candidateJson(c));
+  }
+  for (const std::string &line : plan.rejected)
+    rejected.push_back(line);
+  const ModelShape &shape = plan.shape;
+  llvm::json::Object object{
+      {"devices", plan.request.devices},
+      {"objective", ::partita::optionName(plan.request.objective)},
+      {"shape",
+       llvm::json::Object{
+           {"layers", shape.layers},
+           {"heads", shape.heads},
+           {"kv_heads", shape.kvHeads},
+           {"batch", shape.batch},
+           {"sequence", shape.sequence},
+           {"tensor_split_weight_bytes", shape.splitWeightBytes},
+           {"replicated_weight_bytes", shape.replicatedWeightBytes},
+           {"kv_cache_bytes", shape.keyValueCacheBytes}}},
+      {"device_memory_bytes", plan.deviceMemoryBytes},
+      {"reserve_bytes", plan.reserveBytes},
+      {"searched", static_cast<int64_t>(plan.candidates.size())},
+      {"candidates", std::move(listed)},
+      {"rejected", std::move(rejected)}};
+  if (const PlanCandidate *chosen = plan.best())
+    object["chosen"] = candidateJson(*chosen);
+  return object;
 }

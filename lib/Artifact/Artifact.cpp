@@ -357,63 +357,6 @@ static llvm::json::Object clusterJson(const ClusterModel &cluster) {
       {"inter_node", link(cluster.interNode)}};
 }
 
-/// A candidate of the report's `plan`.
-static llvm::json::Object candidateJson(const PlanCandidate &c) {
-  llvm::json::Object object{{"mesh", c.meshString()},
-                            {"sp_mode", ::partita::optionName(c.spMode)},
-                            {"microbatches", c.microbatches},
-                            {"collective_matmul", c.collectiveMatmul},
-                            {"feasible", c.feasible}};
-  if (!c.feasible) {
-    object["reason"] = c.reason;
-    return object;
-  }
-  for (auto [key, value] :
-       {std::pair{"step_seconds", c.stepSeconds},
-        std::pair{"compute_seconds", c.computeSeconds},
-        std::pair{"communication_seconds", c.communicationSeconds},
-        std::pair{"exposed_communication_seconds",
-                  c.exposedCommunicationSeconds},
-        std::pair{"bubble_seconds", c.bubbleSeconds},
-        std::pair{"weight_bytes", c.weightBytes},
-        std::pair{"activation_bytes", c.activationBytes},
-        std::pair{"memory_bytes", c.memoryBytes}})
-    object[key] = value;
-  return object;
-}
-
-/// The report's `plan`: the chosen candidate, the ten best, and why the
-/// other families lost.
-static llvm::json::Object planJson(const Plan &plan) {
-  llvm::json::Array best, rejected;
-  for (const PlanCandidate &c : plan.candidates) {
-    if (!c.feasible || best.size() == 10)
-      break;
-    best.push_back(candidateJson(c));
-  }
-  for (const std::string &line : plan.rejected)
-    rejected.push_back(line);
-  const ModelShape &shape = plan.shape;
-  llvm::json::Object object{
-      {"shape",
-       llvm::json::Object{
-           {"layers", shape.layers},
-           {"heads", shape.heads},
-           {"kv_heads", shape.kvHeads},
-           {"batch", shape.batch},
-           {"sequence", shape.sequence},
-           {"tensor_split_weight_bytes", shape.splitWeightBytes},
-           {"replicated_weight_bytes", shape.replicatedWeightBytes}}},
-      {"device_memory_bytes", plan.deviceMemoryBytes},
-      {"reserve_bytes", plan.reserveBytes},
-      {"searched", static_cast<int64_t>(plan.candidates.size())},
-      {"candidates", std::move(best)},
-      {"rejected", std::move(rejected)}};
-  if (const PlanCandidate *chosen = plan.best())
-    object["chosen"] = candidateJson(*chosen);
-  return object;
-}
-
 LogicalResult mlir::partita::writeReport(const ModelSummary &model,
                                          func::FuncOp main,
                                          ArrayRef<ExecProgram> programs,
@@ -552,7 +495,7 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
       {"pipeline", pipelineReport(main)},
   };
   if (plan)
-    report["plan"] = planJson(*plan);
+    report["plan"] = planToJson(*plan);
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);
   if (ec)

@@ -23,6 +23,8 @@
 #include "partita/Target/CUDA/Nvcc.h"
 #include "partita/Target/ExecProgram/ExecProgram.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <google/protobuf/text_format.h>
@@ -111,6 +113,8 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
                              std::to_string(options.virtualStages));
   if (!options.autoMesh && options.devices != 0)
     return fail(context, "--devices needs --mesh auto");
+  if (!options.autoMesh && options.emit == EmitStage::Plan)
+    return fail(context, "--emit plan needs --mesh auto");
   if (options.devices < 0)
     return fail(context, "--devices must be positive, got " +
                              std::to_string(options.devices));
@@ -119,21 +123,27 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
   return success();
 }
 
-/// --mesh auto: plans `main` for the request's devices on `cluster` and
-/// sets `options`' mesh, sequence mode, microbatches and collective matmul
-/// to the best plan. Fails, naming what each family lacked, when none fits.
+/// --mesh auto: plans `main` for the requested devices on `cluster` and
+/// sets `options`' mesh, sequence mode, microbatches, virtual stages and
+/// collective matmul to the best plan. Fails, naming what each family
+/// lacked, when none fits, unless `options.emit` is Plan (which prints the
+/// plan, feasible or not).
 LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
                        ClusterModel &cluster, DriverOptions &options,
-                       PlanRequest &request, std::optional<Plan> &plan) {
+                       std::optional<Plan> &plan) {
+  PlanRequest request;
   request.devices = options.devices ? options.devices : cluster.devices();
   // More devices than the cluster's shape holds: more nodes of its kind.
-  if (request.devices > cluster.devices())
-    cluster.nodes =
-        (request.devices + cluster.devicesPerNode - 1) / cluster.devicesPerNode;
+  cluster.growTo(request.devices);
   request.objective = options.objective;
   request.deviceMemoryBytes = options.deviceMemoryBytes;
-  plan = planParallelism(readModelShape(main), cluster, request);
+  FailureOr<ModelShape> shape = readModelShape(main);
+  if (failed(shape))
+    return failure();
+  plan = planParallelism(*shape, cluster, request);
   const PlanCandidate *best = plan->best();
+  if (options.emit == EmitStage::Plan)
+    return success();
   if (!best) {
     std::string why;
     for (const std::string &line : plan->rejected)
@@ -150,11 +160,35 @@ LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
       options.mesh.axes.push_back({name, size, dist::getDefaultAxisRole(name)});
   options.spMode = best->spMode;
   options.microbatches = best->microbatches;
-  options.virtualStages = 1;
+  options.virtualStages = best->virtualStages;
   options.collectiveMatmul = best->collectiveMatmul
                                  ? CollectiveMatmulMode::Always
                                  : CollectiveMatmulMode::Never;
   return success();
+}
+
+/// Records in `module`'s cluster that it has `nodes` nodes (the planner
+/// grew it to hold --devices).
+void setClusterNodes(ModuleOp module, int64_t nodes) {
+  llvm::json::Object cluster;
+  if (auto text =
+          module->getAttrOfType<StringAttr>(ClusterModel::kAttributeName)) {
+    // The driver parsed this text already; it is an object.
+    llvm::Expected<llvm::json::Value> parsed =
+        llvm::json::parse(text.getValue());
+    if (!parsed)
+      llvm::consumeError(parsed.takeError());
+    else if (llvm::json::Object *object = parsed->getAsObject())
+      cluster = std::move(*object);
+  }
+  if (cluster.empty())
+    cluster["preset"] = "default";
+  cluster["nodes"] = nodes;
+  module->setAttr(
+      ClusterModel::kAttributeName,
+      StringAttr::get(
+          module.getContext(),
+          llvm::formatv("{0}", llvm::json::Value(std::move(cluster))).str()));
 }
 
 /// The options of the pass pipelines, from the driver's.
@@ -315,10 +349,13 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     return success();
   }
   auto main = module->lookupSymbol<func::FuncOp>("main");
+  // The passes that weigh communication read the cluster from the module.
+  if (!options.clusterJson.empty())
+    (*module)->setAttr(ClusterModel::kAttributeName,
+                       StringAttr::get(&context, options.clusterJson));
   // --mesh auto fills in the mesh and its options after the nn stage.
   DriverOptions effective = options;
-  std::optional<Plan> plan;
-  PlanRequest request;
+  std::optional<Plan> &plan = result.plan;
   PipelineOptions pipeline;
   fillPipelineOptions(effective, pipeline);
   ModelSummary model;
@@ -336,9 +373,16 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
       model = summarizeModel(main);
     if (stage.emit == EmitStage::NN && options.autoMesh) {
       TimingScope planTiming = root.nest("Parallel planning");
-      if (failed(planMesh(context, main, cluster, effective, request, plan)))
+      int64_t nodes = cluster.nodes;
+      if (failed(planMesh(context, main, cluster, effective, plan)))
         return failure();
-      result.planExplanation = describePlan(*plan, request, cluster);
+      if (cluster.nodes != nodes)
+        setClusterNodes(*module, cluster.nodes);
+      result.planExplanation = describePlan(*plan, cluster);
+      if (options.emit == EmitStage::Plan) {
+        *options.emitStream << result.planExplanation;
+        return success();
+      }
       fillPipelineOptions(effective, pipeline);
     }
     if (stage.emit == EmitStage::Dist && options.explain)

@@ -32,10 +32,12 @@ __all__ = [
     "CompileError",
     "Diagnostic",
     "Error",
+    "Plan",
     "RunError",
     "TensorSpec",
     "compile",
     "load",
+    "plan",
     "version",
 ]
 
@@ -49,6 +51,7 @@ Diagnostic = _partita.Diagnostic
 
 Model = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
 Mesh = Union[Mapping[str, int], Sequence[Union[Tuple[str, int], Tuple[str, int, str]]], str, None]
+Cluster = Union[Mapping[str, Any], str, "os.PathLike[str]", None]
 
 
 class Error(Exception):
@@ -180,7 +183,7 @@ def _cuda_archs(cuda_arch: Union[str, Sequence[str], None]) -> List[str]:
     return [str(a) for a in cuda_arch]
 
 
-def _cluster_json(cluster: Union[Mapping[str, Any], str, "os.PathLike[str]", None]) -> str:
+def _cluster_json(cluster: Cluster) -> str:
     if cluster is None:
         return ""
     if isinstance(cluster, Mapping):
@@ -210,7 +213,10 @@ def compile(
     cuda_arch: Union[str, Sequence[str], None] = None,
     overlap: bool = True,
     collective_matmul: str = "auto",
-    cluster: Union[Mapping[str, Any], str, "os.PathLike[str]", None] = None,
+    cluster: Cluster = None,
+    devices: Optional[int] = None,
+    objective: Optional[str] = None,
+    device_memory: Optional[float] = None,
     name: Optional[str] = None,
 ) -> "Artifact":
     """Compiles an ONNX model for a device mesh.
@@ -222,7 +228,10 @@ def compile(
       mesh: mesh axes and sizes in order, e.g. ``{"dp": 2, "tp": 2}`` (or
         ``[("tp", 2)]``, or ``"tp=2"``); an axis whose name does not say its
         role gives it third: ``[("model", 2, "tp")]`` or ``"model=2:tp"``;
-        ``None``: one device.
+        ``"auto"``: the planner chooses the mesh, ``sp_mode``,
+        ``microbatches``, ``virtual_stages`` and ``collective_matmul`` (as
+        ``--mesh auto``; :func:`plan` shows its candidates); ``None``: one
+        device.
       target: ``"host"`` or ``"cuda"``.
       bind: values of the model's symbolic dimensions, ``{"batch": 2}``.
       strategy: ``"megatron"`` or ``"none"``.
@@ -238,36 +247,139 @@ def compile(
       cluster: the cluster model: a preset (``"h100-80g"``,
         ``"h200-141g:2x8"``, ...), a dict, JSON text, or a path to a JSON
         file (``--cluster``).
+      devices, objective, device_memory: with ``mesh="auto"``, the number
+        of devices (``None``: the cluster's), what to minimize
+        (``"latency"``, the default, or ``"throughput"``) and the memory of
+        one device in bytes (``None``: the cluster's).
       name: the model's file name in diagnostics for an in-memory model.
 
     Returns:
-      The compiled :class:`Artifact`, in memory.
+      The compiled :class:`Artifact`, in memory (with ``mesh="auto"``, its
+      ``report["plan"]`` holds the plan and the candidates it beat).
 
     Raises:
       CompileError: the compiler's diagnostics, when it failed (a value an
         option does not take among them, e.g. ``--target expects host or
         cuda, got 'tpu'``).
     """
-    if isinstance(model, (str, os.PathLike)):
-        source, is_path = os.fsencode(model), True
-        name = name or os.fsdecode(model)
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        source, is_path = bytes(model), False
-    elif hasattr(model, "SerializeToString"):  # onnx.ModelProto
-        source, is_path = model.SerializeToString(), False
-    else:
-        raise TypeError(
-            "model must be a path, bytes or an onnx.ModelProto, not "
-            f"{type(model).__name__}")
+    source, is_path, name = _model_source(model, name)
+    auto = isinstance(mesh, str) and mesh.strip() == "auto"
+    if not auto and (objective is not None or device_memory is not None):
+        raise ValueError("objective and device_memory need mesh='auto'")
     native, diagnostics = _partita.compile(
-        source, is_path, name or "model.onnx", _mesh_axes(mesh), target,
-        {str(k): int(v) for k, v in (bind or {}).items()}, strategy,
-        sp_mode or "none",
+        source, is_path, name, [] if auto else _mesh_axes(mesh), target,
+        _bindings(bind), strategy, sp_mode or "none",
         int(microbatches), int(virtual_stages), dtype, _cuda_archs(cuda_arch),
-        bool(overlap), collective_matmul, _cluster_json(cluster))
+        bool(overlap), collective_matmul, _cluster_json(cluster), auto,
+        int(devices or 0), objective or "latency", float(device_memory or 0))
     if native is None:
         raise CompileError(diagnostics)
     return Artifact(native=native, diagnostics=diagnostics)
+
+
+def _model_source(model: Model, name: Optional[str]) -> Tuple[bytes, bool, str]:
+    """(bytes, is_path, name): the path, or the serialized model."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.fsencode(model), True, name or os.fsdecode(model)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model), False, name or "model.onnx"
+    if hasattr(model, "SerializeToString"):  # onnx.ModelProto
+        return model.SerializeToString(), False, name or "model.onnx"
+    raise TypeError(
+        "model must be a path, bytes or an onnx.ModelProto, not "
+        f"{type(model).__name__}")
+
+
+def _bindings(bind: Optional[Mapping[str, int]]) -> Dict[str, int]:
+    return {str(k): int(v) for k, v in (bind or {}).items()}
+
+
+class Plan(List[Dict[str, Any]]):
+    """What :func:`plan` returns: every candidate searched, best first (the
+    feasible ones, then the refused), each a dict as the report's
+    ``plan.candidates`` holds them: ``mesh`` (``{"tp": 8}``; ``{}`` for one
+    device), ``flags`` (the partita-compile flags that compile it),
+    ``sp_mode``, ``microbatches``, ``virtual_stages``,
+    ``collective_matmul``, ``feasible``, ``reason`` (when not) and the
+    predictions (``step_seconds``, ``compute_seconds``,
+    ``communication_seconds``, ``exposed_communication_seconds``,
+    ``bubble_seconds``, ``weight_bytes``, ``activation_bytes``,
+    ``kv_cache_bytes``, ``memory_bytes``; absent for a candidate refused
+    before it was costed). ``str(plan)`` is the ``--explain-plan`` table."""
+
+    def __init__(self, report: Dict[str, Any], table: str):
+        super().__init__(report["candidates"])
+        #: The whole ``plan`` object (devices, objective, shape, budget,
+        #: rejected families), as the report writes it.
+        self.report: Dict[str, Any] = report
+        #: The ``--explain-plan`` table.
+        self.table: str = table
+
+    @property
+    def best(self) -> Optional[Dict[str, Any]]:
+        """The chosen candidate; None when none fits."""
+        return self[0] if self and self[0]["feasible"] else None
+
+    @property
+    def rejected(self) -> List[str]:
+        """A line per parallelism family that lost, saying why."""
+        return list(self.report["rejected"])
+
+    @property
+    def shape(self) -> Dict[str, Any]:
+        """What the planner read of the model (layers, heads, batch, ...)."""
+        return dict(self.report["shape"])
+
+    def __str__(self) -> str:
+        return self.table
+
+    def __repr__(self) -> str:
+        best = self.best
+        chosen = best["flags"] if best else "no plan fits"
+        return f"<partita.Plan {len(self)} candidates, best: {chosen}>"
+
+
+def plan(
+    model: Model,
+    devices: Optional[int] = None,
+    *,
+    cluster: Cluster = None,
+    dtype: str = "fp32",
+    objective: str = "latency",
+    device_memory: Optional[float] = None,
+    bind: Optional[Mapping[str, int]] = None,
+    target: str = "host",
+    name: Optional[str] = None,
+) -> Plan:
+    """Plans `model` as ``compile(model, mesh="auto", ...)`` would, without
+    compiling it: the model's shapes are read, never its weights.
+
+    Args:
+      model: as for :func:`compile`.
+      devices: how many devices (``None``: the cluster's).
+      cluster, dtype, bind, target, name: as for :func:`compile`.
+      objective: ``"latency"`` (one batch's time) or ``"throughput"``
+        (the time per batch of a stream of batches).
+      device_memory: the memory of one device in bytes (``None``: the
+        cluster's).
+
+    Returns:
+      A :class:`Plan`: the candidates best first. When none fits it is not
+      an error: ``plan.best`` is None and each candidate's ``reason`` says
+      why (``"memory: ... (short by 12.3 GB)"``).
+
+    Raises:
+      CompileError: the model could not be read or planned (a bad option,
+        a symbolic dimension not bound).
+    """
+    source, is_path, name = _model_source(model, name)
+    report, table, diagnostics = _partita.plan(
+        source, is_path, name, target, _bindings(bind), dtype,
+        _cluster_json(cluster), int(devices or 0), objective,
+        float(device_memory or 0))
+    if report is None:
+        raise CompileError(diagnostics)
+    return Plan(json.loads(report), table)
 
 
 def load(path: Union[str, "os.PathLike[str]"], *,

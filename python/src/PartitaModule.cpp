@@ -17,6 +17,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -120,6 +121,47 @@ partita::SessionOptions sessionOptions(unsigned threadsPerRank,
   return options;
 }
 
+/// The compile options from the Python layer's arguments; a bad spelling
+/// is an option error (in `errors`), as partita-compile reports it.
+partita::CompileOptions makeCompileOptions(
+    std::vector<std::tuple<std::string, int64_t, std::string>> mesh,
+    const std::string &target, std::map<std::string, int64_t> bind,
+    const std::string &strategy, const std::string &spMode,
+    int64_t microbatches, int64_t virtualStages, const std::string &dtype,
+    std::vector<std::string> cudaArchs, bool overlap,
+    const std::string &collectiveMatmul, const std::string &clusterJson,
+    bool autoMesh, int64_t devices, const std::string &objective,
+    double deviceMemory, std::vector<partita::Diagnostic> &errors) {
+  partita::CompileOptions options;
+  auto choose = [&](const std::string &text, auto &field) {
+    using Enum = std::remove_reference_t<decltype(field)>;
+    if (std::optional<Enum> value = partita::parseOption<Enum>(text))
+      field = *value;
+    else
+      errors.push_back({partita::Diagnostic::Severity::Error, "",
+                        partita::badOptionMessage<Enum>(text)});
+  };
+  for (auto &[axis, size, role] : mesh)
+    options.mesh.push_back({std::move(axis), size, std::move(role)});
+  choose(target, options.target);
+  options.bind = std::move(bind);
+  choose(strategy, options.strategy);
+  choose(spMode, options.spMode);
+  options.microbatches = microbatches;
+  options.virtualStages = virtualStages;
+  choose(dtype, options.dtype);
+  if (!cudaArchs.empty())
+    options.cudaArchs = std::move(cudaArchs);
+  options.overlap = overlap;
+  choose(collectiveMatmul, options.collectiveMatmul);
+  options.clusterJson = clusterJson;
+  options.autoMesh = autoMesh;
+  options.devices = devices;
+  choose(objective, options.objective);
+  options.deviceMemoryBytes = deviceMemory;
+  return options;
+}
+
 } // namespace
 
 NB_MODULE(_partita, m) {
@@ -193,34 +235,15 @@ NB_MODULE(_partita, m) {
          const std::string &strategy, const std::string &spMode,
          int64_t microbatches, int64_t virtualStages, const std::string &dtype,
          std::vector<std::string> cudaArchs, bool overlap,
-         const std::string &collectiveMatmul, const std::string &clusterJson) {
-        partita::CompileOptions options;
+         const std::string &collectiveMatmul, const std::string &clusterJson,
+         bool autoMesh, int64_t devices, const std::string &objective,
+         double deviceMemory) {
         partita::CompileResult result;
-        // A bad spelling is an option error, as partita-compile reports it.
-        auto choose = [&](const std::string &text, auto &field) {
-          using Enum = std::remove_reference_t<decltype(field)>;
-          std::optional<Enum> value = partita::parseOption<Enum>(text);
-          if (value)
-            field = *value;
-          else
-            result.diagnostics.push_back(
-                {partita::Diagnostic::Severity::Error, "",
-                 partita::badOptionMessage<Enum>(text)});
-        };
-        for (auto &[axis, size, role] : mesh)
-          options.mesh.push_back({std::move(axis), size, std::move(role)});
-        choose(target, options.target);
-        options.bind = std::move(bind);
-        choose(strategy, options.strategy);
-        choose(spMode, options.spMode);
-        options.microbatches = microbatches;
-        options.virtualStages = virtualStages;
-        choose(dtype, options.dtype);
-        if (!cudaArchs.empty())
-          options.cudaArchs = std::move(cudaArchs);
-        options.overlap = overlap;
-        choose(collectiveMatmul, options.collectiveMatmul);
-        options.clusterJson = clusterJson;
+        partita::CompileOptions options = makeCompileOptions(
+            std::move(mesh), target, std::move(bind), strategy, spMode,
+            microbatches, virtualStages, dtype, std::move(cudaArchs), overlap,
+            collectiveMatmul, clusterJson, autoMesh, devices, objective,
+            deviceMemory, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (!result.diagnostics.empty())
           return std::make_pair(std::shared_ptr<partita::Artifact>(),
@@ -240,7 +263,36 @@ NB_MODULE(_partita, m) {
       "model"_a, "is_path"_a, "name"_a, "mesh"_a, "target"_a, "bind"_a,
       "strategy"_a, "sp_mode"_a, "microbatches"_a, "virtual_stages"_a,
       "dtype"_a, "cuda_archs"_a, "overlap"_a, "collective_matmul"_a,
-      "cluster_json"_a);
+      "cluster_json"_a, "auto_mesh"_a, "devices"_a, "objective"_a,
+      "device_memory"_a);
+
+  // plan(model, is_path, name, target, bind, dtype, cluster_json, devices,
+  // objective, device_memory) -> (plan JSON | None, table, diagnostics).
+  m.def(
+      "plan",
+      [](nb::bytes model, bool isPath, const std::string &name,
+         const std::string &target, std::map<std::string, int64_t> bind,
+         const std::string &dtype, const std::string &clusterJson,
+         int64_t devices, const std::string &objective, double deviceMemory) {
+        partita::PlanResult result;
+        partita::CompileOptions options = makeCompileOptions(
+            {}, target, std::move(bind), "megatron", "none", 1, 1, dtype, {},
+            true, "auto", clusterJson, true, devices, objective, deviceMemory,
+            result.diagnostics);
+        std::string bytes(model.c_str(), model.size());
+        if (result.diagnostics.empty()) {
+          nb::gil_scoped_release released;
+          result = isPath ? partita::planFile(bytes, options)
+                          : partita::planBuffer(bytes.data(), bytes.size(),
+                                                options, name);
+        }
+        std::optional<std::string> json;
+        if (result.ok())
+          json = result.json;
+        return std::make_tuple(json, result.table, result.diagnostics);
+      },
+      "model"_a, "is_path"_a, "name"_a, "target"_a, "bind"_a, "dtype"_a,
+      "cluster_json"_a, "devices"_a, "objective"_a, "device_memory"_a);
 
   nb::class_<PySession>(m, "Session", "A loaded artifact, ready to run.")
       .def_static(

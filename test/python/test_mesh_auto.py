@@ -1,12 +1,18 @@
 """partita-compile --mesh auto: the planner's choice compiles and runs on
 host ranks equal to onnxruntime's outputs, for the committed models at 2, 4
-and 8 devices, and the report's plan names the mesh the artifact has."""
+and 8 devices, and the report's plan names the mesh the artifact has; the
+planner's plan is the best of a brute-force search for every committed
+model; partita.plan and compile(mesh="auto"); and the choices practitioners
+publish come out for Llama-3-shaped models at real sizes (sparse weights:
+planning reads shapes only)."""
 
 import json
+import os
 import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 
 from conftest import BUILD, ROOT
@@ -19,6 +25,8 @@ except ImportError:
 
 MODELS = ROOT / "test" / "models"
 COMPILER = BUILD / "bin" / "partita-compile"
+OPT = BUILD / "bin" / "partita-opt"
+GEN_GPT = ROOT / "bench" / "gen_gpt.py"
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
@@ -40,10 +48,173 @@ def test_planned_mesh_runs_equal_to_onnxruntime(tmp_path, name, devices,
                for c in plan["candidates"])
     artifact = partita.load(str(art))
     axes = {a["name"]: a["size"] for a in artifact.manifest["mesh"]["axes"]}
-    spelled = ",".join(f"{k}={v}" for k, v in axes.items() if v > 1) or "1"
-    assert spelled == chosen["mesh"]
+    assert {k: v for k, v in axes.items() if v > 1} == chosen["mesh"]
     inputs = dict(np.load(MODELS / f"{name}.inputs.npz"))
     expected = dict(np.load(MODELS / f"{name}.outputs.npz"))
     outputs = artifact.run(inputs)
     for key, value in expected.items():
         np.testing.assert_allclose(outputs[key], value, rtol=1e-4, atol=1e-5)
+
+
+def _committed_models():
+    """Every committed model, with the --bind its symbolic dimensions take
+    from its fixture's inputs."""
+    hf = json.loads((MODELS / "hf" / "manifest.json").read_text())
+    for path in sorted(MODELS.glob("*.onnx")) + sorted(MODELS.glob("hf/*.onnx")):
+        if path.parent.name == "hf":
+            inputs = path.parent / hf[path.name]["inputs"]
+        else:
+            inputs = MODELS / (path.stem.removesuffix("_dynamic") + ".inputs.npz")
+        yield pytest.param(path, inputs, id=path.name)
+
+
+def _bind(model, inputs):
+    graph = onnx.load(str(model), load_external_data=False).graph
+    feeds = dict(np.load(inputs))
+    values = {}
+    for inp in graph.input:
+        for axis, dim in enumerate(inp.type.tensor_type.shape.dim):
+            if dim.HasField("dim_param") and dim.dim_param.isidentifier():
+                values[dim.dim_param] = feeds[inp.name].shape[axis]
+    if not values:
+        return []
+    return ["--bind", ",".join(f"{k}={v}" for k, v in sorted(values.items()))]
+
+
+@pytest.mark.parametrize("model,inputs", list(_committed_models()))
+def test_planner_equals_brute_force(model, inputs):
+    """The planner (one layer's ops costed, times the layers) chooses the
+    best plan of a brute-force evaluation of every candidate on every op,
+    for 2, 4, 8 and 16 devices, both objectives, on a one-node and a
+    two-node cluster."""
+    nn = subprocess.run([str(COMPILER), str(model), "--emit", "nn",
+                         *_bind(model, inputs)],
+                        check=True, capture_output=True).stdout
+    passes = ",".join(
+        f"partita-test-planner{{devices=2,4,8,16 cluster={cluster} "
+        f"objective={objective}}}"
+        for cluster in ("h100-80g", "a100-80g:2x8")
+        for objective in ("latency", "throughput"))
+    run = subprocess.run(
+        [str(OPT), f"--pass-pipeline=builtin.module(func.func({passes}))",
+         "-o", os.devnull],
+        input=nn, capture_output=True)
+    lines = run.stdout.decode().splitlines()
+    assert run.returncode == 0, run.stderr.decode()
+    assert len(lines) == 16, lines
+    for line in lines:
+        assert "brute force agrees" in line or line.endswith(
+            "planner: no plan; brute force: no plan"), line
+
+
+def test_plan_api_matches_compile(tmp_path):
+    model = MODELS / "gpt2.onnx"
+    plan = partita.plan(model, devices=4, cluster="h100-80g")
+    assert isinstance(plan, partita.Plan)
+    best = plan.best
+    assert best is not None and best["feasible"]
+    assert best == plan[0]
+    assert len(plan) == plan.report["searched"] > 10
+    feasible = [c for c in plan if c["feasible"]]
+    assert feasible == plan[:len(feasible)]
+    steps = [c["step_seconds"] for c in feasible]
+    assert steps == sorted(steps)
+    # Refused candidates say why; the costed ones carry their predictions.
+    assert all(c["reason"] for c in plan[len(feasible):])
+    assert str(plan).startswith("plan for 4 devices on h100-80g (1 x 8)")
+    assert plan.shape["layers"] == 2 and plan.rejected
+    assert best["flags"] in repr(plan)
+    # compile(mesh="auto") compiles the same plan.
+    art = partita.compile(model, mesh="auto", devices=4, cluster="h100-80g")
+    assert art.report["plan"]["chosen"] == best
+    axes = {a["name"]: a["size"] for a in art.manifest["mesh"]["axes"]}
+    assert {k: v for k, v in axes.items() if v > 1} == best["mesh"]
+    # And the flags it names compile the same programs (the same rank
+    # plans: collectives, buffers, predicted times).
+    flags = best["flags"].split()
+    report = tmp_path / "report.json"
+    subprocess.run([str(COMPILER), str(model), *flags, "--cluster", "h100-80g",
+                    "-o", str(tmp_path / "flags"), "--report", str(report)],
+                   check=True)
+    assert json.loads(report.read_text())["ranks"] == art.report["ranks"]
+
+
+def test_plan_api_errors():
+    model = MODELS / "gpt2.onnx"
+    with pytest.raises(partita.CompileError, match="--objective expects latency or throughput, got 'fast'"):
+        partita.plan(model, devices=2, objective="fast")
+    with pytest.raises(partita.CompileError, match="--devices must be positive"):
+        partita.plan(model, devices=-1)
+    with pytest.raises(ValueError, match="need mesh='auto'"):
+        partita.compile(model, mesh={"tp": 2}, objective="latency")
+    with pytest.raises(partita.CompileError, match="--devices needs --mesh auto"):
+        partita.compile(model, mesh={"tp": 2}, devices=2)
+    # A symbolic dimension must be bound to be planned.
+    with pytest.raises(partita.CompileError, match="unbound symbolic dimensions"):
+        partita.plan(MODELS / "gpt2_dynamic.onnx", devices=2)
+    bound = partita.plan(MODELS / "gpt2_dynamic.onnx", devices=2,
+                         bind={"batch": 2, "seq": 16})
+    assert bound.best is not None
+    # Nothing fits: not an error, every candidate says why.
+    tiny = partita.plan(model, devices=2, device_memory=1e9)
+    assert tiny.best is None
+    assert all(c["reason"].startswith(("memory:", "divisibility:"))
+               for c in tiny)
+    assert "(no plan fits)" in str(tiny)
+
+
+def _llama(tmp_path, name, layers, hidden, heads, kv_heads, ffn, seq=4096,
+           batch=1):
+    """A Llama-3-shaped model whose weights are a sparse file (never
+    written: planning reads shapes only)."""
+    path = tmp_path / f"{name}.onnx"
+    subprocess.run([sys.executable, str(GEN_GPT), str(layers), str(path),
+                    "--llama", "--hidden", str(hidden), "--heads", str(heads),
+                    "--kv-heads", str(kv_heads), "--ffn", str(ffn), "--vocab",
+                    "128256", "--seq", str(seq), "--batch", str(batch),
+                    "--sparse"], check=True, capture_output=True)
+    return path
+
+
+def test_published_choices(tmp_path):
+    """What practitioners run comes out of the planner (docs/planning.md)."""
+    l70 = _llama(tmp_path, "llama70b", 80, 8192, 64, 8, 28672)
+    # 70B bf16 on one 8-GPU node at the latency objective: one replica over
+    # all eight devices, no pipeline.
+    plan = partita.plan(l70, devices=8, cluster="h100-80g:1x8", dtype="bf16")
+    best = plan.best
+    assert best is not None, str(plan)
+    assert "dp" not in best["mesh"] and "pp" not in best["mesh"], str(plan)
+    assert best["mesh"].get("tp", 1) * best["mesh"].get("sp", 1) == 8
+    assert plan.shape["kv_heads"] == 8 and plan.shape["layers"] == 80
+    # 70B on two 80 GB devices at fp32 does not fit, and says by how much.
+    plan = partita.plan(l70, devices=2, cluster="h100-80g", dtype="fp32")
+    assert plan.best is None
+    memory = [c for c in plan if c["reason"].startswith("memory:")]
+    assert memory and all("short by" in c["reason"] for c in memory)
+    tp2 = next(c for c in memory if c["mesh"] == {"tp": 2})
+    assert tp2["weight_bytes"] > 130e9  # 282 GB of fp32 weights over two
+
+    l8 = _llama(tmp_path, "llama8b", 32, 4096, 32, 8, 14336, seq=2048,
+                batch=8)
+    # 8B on 8 devices at the throughput objective: it fits on one device,
+    # so every device runs its own replica.
+    plan = partita.plan(l8, devices=8, cluster="h100-80g", dtype="bf16",
+                        objective="throughput")
+    assert plan.best is not None and plan.best["mesh"] == {"dp": 8}, str(plan)
+
+
+def test_published_choice_405b(tmp_path):
+    l405 = _llama(tmp_path, "llama405b", 126, 16384, 128, 8, 53248)
+    # It does not fit on one node of 80 GB devices...
+    plan = partita.plan(l405, devices=8, cluster="h100-80g:1x8", dtype="bf16")
+    assert plan.best is None, str(plan)
+    # ...and on two, tensor parallelism stays inside each node: what crosses
+    # InfiniBand is pp, sp or dp.
+    plan = partita.plan(l405, devices=16, cluster="h100-80g:2x8",
+                        dtype="bf16")
+    best = plan.best
+    assert best is not None, str(plan)
+    mesh = best["mesh"]
+    assert mesh.get("tp", 1) * mesh.get("sp", 1) <= 8, str(plan)
+    assert mesh.get("tp", 1) > 1

@@ -60,6 +60,8 @@ cl::opt<EmitStage> emit(
     "emit", cl::desc("Stop after a stage and print it"),
     cl::values(clEnumValN(EmitStage::Import, "import", "nn IR as imported"),
                clEnumValN(EmitStage::NN, "nn", "raised nn IR"),
+               clEnumValN(EmitStage::Plan, "plan",
+                          "the plan --mesh auto chooses (no compilation)"),
                clEnumValN(EmitStage::Dist, "dist", "nn with shardings"),
                clEnumValN(EmitStage::Local, "local", "per-rank local programs"),
                clEnumValN(EmitStage::Exec, "exec", "executable programs"),
@@ -256,13 +258,13 @@ int compile(MLIRContext &context) {
     options.mesh.axes = std::move(*axes);
   }
   options.devices = devices;
-  if (objective == "latency" || objective == "throughput") {
-    options.objective = objective == "latency" ? PlanObjective::Latency
-                                               : PlanObjective::Throughput;
+  if (std::optional<PlanObjective> parsed =
+          ::partita::parseOption<PlanObjective>(objective)) {
+    options.objective = *parsed;
   } else {
-    llvm::errs() << "partita-compile: error: --objective expects latency or "
-                    "throughput, got '"
-                 << objective << "'\n";
+    llvm::errs() << "partita-compile: error: "
+                 << ::partita::badOptionMessage<PlanObjective>(objective)
+                 << "\n";
     return 1;
   }
   if (!deviceMemory.empty()) {
@@ -339,7 +341,8 @@ int compile(MLIRContext &context) {
   DriverResult result;
   if (failed(runCompiler(context, options, result, root)))
     return 1;
-  if (explainPlan)
+  // --emit plan printed the table already.
+  if (explainPlan && emit != EmitStage::Plan)
     llvm::outs() << result.planExplanation;
   if (explain)
     llvm::outs() << result.explanation;

@@ -69,6 +69,11 @@ struct ClusterModel {
                            dist::MeshOp mesh = {}) const;
 
   int64_t devices() const { return nodes * devicesPerNode; }
+  /// Grown by whole nodes of its kind until it holds `count` devices.
+  void growTo(int64_t count) {
+    if (count > devices())
+      nodes = (count + devicesPerNode - 1) / devicesPerNode;
+  }
 
   /// Reads `{"preset": "h100-80g:2x8", "name", "nodes", "devices_per_node",
   /// "device": {"flops_per_second", "bytes_per_second", "memory_bytes"},
@@ -82,6 +87,17 @@ struct ClusterModel {
   static llvm::Expected<ClusterModel> fromPreset(llvm::StringRef spec);
   /// The preset names, for messages and --help.
   static llvm::ArrayRef<llvm::StringRef> presetNames();
+
+  /// The module attribute that names the cluster a module is compiled for:
+  /// its cluster JSON (fromJson's), set by the driver from --cluster. The
+  /// passes that weigh communication against compute (the schedule,
+  /// collective matmul) read it, so that partita-opt replays them on the
+  /// same machine.
+  static constexpr llvm::StringLiteral kAttributeName = "partita.cluster";
+  /// The cluster of the module that holds `op` (or is `op`): its
+  /// kAttributeName, or the default preset where it has none. A cluster
+  /// that does not parse is an error at the module.
+  static FailureOr<ClusterModel> of(Operation *op);
 };
 
 } // namespace mlir::partita

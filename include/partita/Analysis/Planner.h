@@ -20,17 +20,13 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "partita/Analysis/Cluster.h"
 #include "partita/Pipelines/Options.h"
+#include "llvm/Support/JSON.h"
 
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace mlir::partita {
-
-/// What the plan minimizes: one batch's forward time (latency), or the
-/// time per batch when batches follow each other, so that a pipeline's
-/// bubble is filled by the next batch (throughput).
-enum class PlanObjective { Latency, Throughput };
 
 struct PlanRequest {
   int64_t devices = 1;
@@ -68,6 +64,11 @@ struct ModelShape {
     double keyValueBytes = 0;
     /// Tensor bytes live around the op (operands and results).
     double liveBytes = 0;
+    /// How many times the op occurs (folded() merges equal ops: a
+    /// transformer's layers repeat).
+    int64_t count = 1;
+
+    bool operator==(const Op &other) const;
   };
   std::vector<Op> ops;
   int64_t batch = 1;
@@ -82,10 +83,20 @@ struct ModelShape {
   /// tp rank; both spread over pipeline stages.
   double splitWeightBytes = 0;
   double replicatedWeightBytes = 0;
+  /// A decoder export's present keys and values (results of the function
+  /// that attention reads as its keys and values): the KV cache, live
+  /// until the end of the step and split like the key/value heads.
+  double keyValueCacheBytes = 0;
+
+  /// The same shape with equal ops merged into one, counted: one layer's
+  /// ops stand for all of them. Its predictions equal the unfolded
+  /// shape's up to the order of floating-point sums.
+  ModelShape folded() const;
 };
 
-/// Reads the shape of `main`, an nn function before sharding.
-ModelShape readModelShape(func::FuncOp main);
+/// Reads the shape of `main`, an nn function before sharding. Fails (with
+/// an error at the op) where a shape the planner reads is not static.
+FailureOr<ModelShape> readModelShape(func::FuncOp main);
 
 /// One point of the search space, and what the cost model predicts for it.
 struct PlanCandidate {
@@ -93,6 +104,8 @@ struct PlanCandidate {
   /// None, Megatron (over tp), Ulysses or Ring (over sp).
   SequenceMode spMode = SequenceMode::None;
   int64_t microbatches = 1;
+  /// Pipeline chunks per device (Megatron's interleaved schedule).
+  int64_t virtualStages = 1;
   bool collectiveMatmul = false;
 
   bool feasible = false;
@@ -108,10 +121,13 @@ struct PlanCandidate {
   /// Bytes per device.
   double weightBytes = 0;
   double activationBytes = 0;
+  double keyValueCacheBytes = 0;
   double memoryBytes = 0;
 
   /// `--mesh` spelling (`dp=2,tp=4`; `1` for one device).
   std::string meshString() const;
+  /// The partita-compile flags that compile this plan.
+  std::string flags() const;
   /// The family the explanation groups it in (`tp`, `dp+tp`, `tp+sp:ring`).
   std::string family() const;
 };
@@ -119,7 +135,9 @@ struct PlanCandidate {
 struct Plan {
   /// Feasible candidates best first, then the infeasible ones.
   std::vector<PlanCandidate> candidates;
+  /// The shape planned (folded).
   ModelShape shape;
+  PlanRequest request;
   /// The budget used and the reserve kept from it.
   double deviceMemoryBytes = 0;
   double reserveBytes = 0;
@@ -141,14 +159,20 @@ std::vector<PlanCandidate> enumeratePlans(const ModelShape &shape,
 void evaluatePlan(PlanCandidate &candidate, const ModelShape &shape,
                   const ClusterModel &cluster, const PlanRequest &request);
 
-/// The plan for `shape` on `cluster`: enumeratePlans, ranked.
+/// The plan for `shape` on `cluster`: enumeratePlans on the folded shape,
+/// ranked (best first; ties go to the simpler plan).
 Plan planParallelism(const ModelShape &shape, const ClusterModel &cluster,
                      const PlanRequest &request);
 
 /// The --explain-plan table: the ten best candidates, then the rejected
 /// families.
-std::string describePlan(const Plan &plan, const PlanRequest &request,
-                         const ClusterModel &cluster);
+std::string describePlan(const Plan &plan, const ClusterModel &cluster);
+
+/// The report's `plan` (docs/planning.md): the request, the shape, the
+/// chosen candidate, the `limit` best feasible ones (every candidate,
+/// feasible first, with no limit) and the rejected families.
+llvm::json::Object planToJson(const Plan &plan,
+                              std::optional<size_t> limit = 10);
 
 } // namespace mlir::partita
 

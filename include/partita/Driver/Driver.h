@@ -34,10 +34,11 @@
 namespace mlir::partita {
 
 /// Where the compiler stops and prints (--emit): the nn module as the
-/// importer built it, after each pass stage, an exec program per rank, the
-/// generated CUDA, or the artifact (nothing printed); in the order the
-/// compiler reaches them.
-enum class EmitStage { Import, NN, Dist, Local, Exec, CUDA, Artifact };
+/// importer built it, after each pass stage, the plan --mesh auto chose
+/// (its --explain-plan table), an exec program per rank, the generated
+/// CUDA, or the artifact (nothing printed); in the order the compiler
+/// reaches them.
+enum class EmitStage { Import, NN, Plan, Dist, Local, Exec, CUDA, Artifact };
 
 struct DriverOptions {
   /// The model file, or with `inputBuffer` the name that stands for it in
@@ -89,7 +90,8 @@ struct DriverOptions {
 struct DriverResult {
   /// The --explain listing.
   std::string explanation;
-  /// With autoMesh: the --explain-plan table.
+  /// With autoMesh: the plan, and its --explain-plan table.
+  std::optional<Plan> plan;
   std::string planExplanation;
 };
 

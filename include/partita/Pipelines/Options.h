@@ -5,10 +5,10 @@
 //===----------------------------------------------------------------------===//
 //
 // Every option that names one of a few choices (--target, --strategy,
-// --sp-mode, --dtype, --collective-matmul) is an enum here, with the one
-// table of its spellings. partita-compile's flags, the pass and pipeline
-// options (through partita/Pipelines/OptionParser.h), the driver, the C++,
-// C and Python APIs and the artifact's manifest all read that table, so a
+// --sp-mode, --dtype, --collective-matmul, --objective) is an enum here, with
+// the one table of its spellings. partita-compile's flags, the pass and
+// pipeline options (through partita/Pipelines/OptionParser.h), the driver, the
+// C++, C and Python APIs and the artifact's manifest all read that table, so a
 // value is parsed once, at the edge, and spelled the same everywhere.
 //
 // This header includes only the standard library: the embedding API
@@ -37,6 +37,10 @@ enum class StorageType { FP32, BF16, FP16 };
 /// Where tensor-parallel matmuls are pipelined with their collective
 /// (--collective-matmul).
 enum class CollectiveMatmulMode { Auto, Always, Never };
+/// What `--mesh auto` minimizes (--objective): one batch's forward time, or
+/// the time per batch when batches follow each other (a pipeline's bubble
+/// is then filled by the next batch).
+enum class PlanObjective { Latency, Throughput };
 
 /// One accepted spelling of an enum option.
 template <typename Enum> struct OptionCase {
@@ -95,6 +99,15 @@ template <> struct OptionSpelling<CollectiveMatmulMode> {
   };
 };
 
+template <> struct OptionSpelling<PlanObjective> {
+  static constexpr const char *flag = "objective";
+  static constexpr OptionCase<PlanObjective> cases[] = {
+      {PlanObjective::Latency, "latency", "one batch's forward time"},
+      {PlanObjective::Throughput, "throughput",
+       "the time per batch, batches following each other"},
+  };
+};
+
 /// The spelling of `value`.
 template <typename Enum> const char *optionName(Enum value) {
   for (const OptionCase<Enum> &c : OptionSpelling<Enum>::cases)
@@ -146,6 +159,7 @@ template <typename Enum> std::string badOptionMessage(std::string_view text) {
 
 namespace mlir::partita {
 using ::partita::CollectiveMatmulMode;
+using ::partita::PlanObjective;
 using ::partita::SequenceMode;
 using ::partita::StorageType;
 using ::partita::Strategy;

@@ -113,6 +113,70 @@ int main(int argc, char **argv) {
               "out of range", "diagnostic(1000)");
   partita_compile_result_destroy(result);
 
+  /* Planning (--mesh auto without compiling): bad arguments are refused, a
+   * model that cannot be read is an error with the result set, and a good
+   * one gives the plan's JSON and table. */
+  expectError(partita_compile_options_set_objective(options, "fast"),
+              "--objective expects latency or throughput, got 'fast'",
+              "set_objective(fast)");
+  expectError(partita_compile_options_set_objective(options, NULL), "objective",
+              "set_objective(NULL)");
+  expectError(partita_compile_options_set_auto_mesh(NULL, 2), "options",
+              "set_auto_mesh(NULL)");
+  partita_plan_result *plan = NULL;
+  expectError(partita_plan_file(NULL, NULL, &plan), "path", "plan_file(NULL)");
+  expectError(partita_plan_file(argv[1], NULL, NULL), "result",
+              "plan_file(result NULL)");
+  if (partita_plan_result_ok(NULL) || *partita_plan_result_json(NULL) ||
+      *partita_plan_result_table(NULL) ||
+      *partita_plan_result_error_text(NULL)) {
+    printf("FAIL plan_result accessors on NULL\n");
+    ++failures;
+  }
+  expectError(partita_plan_buffer("garbage", 7, "junk.onnx", NULL, &plan),
+              "junk.onnx", "plan_buffer(garbage)");
+  if (!plan || partita_plan_result_ok(plan) ||
+      !strstr(partita_plan_result_error_text(plan), "junk.onnx")) {
+    printf("FAIL plan_buffer(garbage) result\n");
+    ++failures;
+  }
+  partita_plan_result_destroy(plan);
+  partita_compile_options *planning = partita_compile_options_create();
+  partita_status_destroy(partita_compile_options_set_auto_mesh(planning, 4));
+  partita_status_destroy(
+      partita_compile_options_set_objective(planning, "throughput"));
+  partita_status_destroy(partita_compile_options_set_cluster_json(
+      planning, "{\"preset\": \"h100-80g\"}"));
+  plan = NULL;
+  partita_status *planned = partita_plan_file(argv[1], planning, &plan);
+  if (!partita_status_ok(planned) || !partita_plan_result_ok(plan) ||
+      !strstr(partita_plan_result_json(plan), "\"chosen\"") ||
+      !strstr(partita_plan_result_json(plan),
+              "\"objective\": \"throughput\"") ||
+      !strstr(partita_plan_result_table(plan),
+              "plan for 4 devices on h100-80g (1 x 8), objective "
+              "throughput")) {
+    printf("FAIL plan_file(%s): %s\n", argv[1],
+           partita_status_message(planned));
+    ++failures;
+  }
+  partita_status_destroy(planned);
+  partita_plan_result_destroy(plan);
+  /* A budget nothing fits in is a plan without a choice, not an error. */
+  partita_status_destroy(
+      partita_compile_options_set_device_memory(planning, 1e8));
+  plan = NULL;
+  planned = partita_plan_file(argv[1], planning, &plan);
+  if (!partita_status_ok(planned) ||
+      strstr(partita_plan_result_json(plan), "\"chosen\"") ||
+      !strstr(partita_plan_result_table(plan), "(no plan fits)")) {
+    printf("FAIL plan_file(1e8 bytes per device)\n");
+    ++failures;
+  }
+  partita_status_destroy(planned);
+  partita_plan_result_destroy(plan);
+  partita_compile_options_destroy(planning);
+
   /* A role no axis can play is refused when compiling, as --mesh refuses it. */
   partita_compile_options *roles = partita_compile_options_create();
   partita_status_destroy(

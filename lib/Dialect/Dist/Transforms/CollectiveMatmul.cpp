@@ -240,8 +240,10 @@ struct CollectiveMatmulPass
   using CollectiveMatmulPassBase::CollectiveMatmulPassBase;
 
   void runOnOperation() override {
-    ClusterModel cluster;
-    Decomposer decomposer{cluster, force};
+    FailureOr<ClusterModel> cluster = ClusterModel::of(getOperation());
+    if (failed(cluster))
+      return signalPassFailure();
+    Decomposer decomposer{*cluster, force};
     SmallVector<AllGatherOp> gathers;
     SmallVector<ReduceScatterOp> scatters;
     getOperation().walk([&](Operation *op) {

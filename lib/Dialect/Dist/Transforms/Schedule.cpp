@@ -181,11 +181,13 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
 
 struct SchedulePass : mlir::partita::impl::SchedulePassBase<SchedulePass> {
   void runOnOperation() override {
-    ClusterModel cluster;
+    FailureOr<ClusterModel> cluster = ClusterModel::of(getOperation());
+    if (failed(cluster))
+      return signalPassFailure();
     getOperation().walk([&](Operation *op) {
       if (isa<func::FuncOp, StageOp>(op) && op->getNumRegions() == 1 &&
           !op->getRegion(0).empty())
-        scheduleBlock(op->getRegion(0).front(), cluster);
+        scheduleBlock(op->getRegion(0).front(), *cluster);
     });
   }
 };

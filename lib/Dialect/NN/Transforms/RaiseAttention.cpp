@@ -27,8 +27,11 @@
 
 #include "RaiseUtils.h"
 
+#include <array>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <mutex>
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -256,6 +259,55 @@ bool isCausalMask(const MaskTerm &mask, int64_t sq, int64_t skv) {
   }
   return true;
 }
+
+/// What determines the elements of a constant view (readConstantView's
+/// chain of reshapes, broadcasts and slices down to a constant): each op's
+/// name, attributes (the constant's value among them) and result type, all
+/// uniqued by the context and so compared by address; none for a value
+/// that is not such a view.
+std::optional<std::vector<const void *>> viewFingerprint(Value value) {
+  std::vector<const void *> key;
+  for (int depth = 0; depth < 8; ++depth) {
+    Operation *op = value.getDefiningOp();
+    if (!op)
+      return std::nullopt;
+    key.push_back(op->getName().getAsOpaquePointer());
+    key.push_back(op->getAttrDictionary().getAsOpaquePointer());
+    key.push_back(value.getType().getAsOpaquePointer());
+    if (isa<ConstantOp>(op))
+      return key;
+    if (!isa<ReshapeOp, BroadcastToOp, SliceOp>(op))
+      return std::nullopt;
+    value = op->getOperand(0);
+  }
+  return std::nullopt;
+}
+
+/// isCausalMask's answers by the mask's fingerprint: every layer of a model
+/// shares one mask (16M elements at a sequence of 4096), read once.
+class CausalMaskCache {
+public:
+  bool isCausal(const MaskTerm &mask, int64_t sq, int64_t skv) {
+    std::optional<std::vector<const void *>> view = viewFingerprint(mask.value);
+    if (!view)
+      return isCausalMask(mask, sq, skv);
+    Key key{std::move(*view), {sq, skv, mask.isBool, mask.isInverted}};
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (auto found = answers.find(key); found != answers.end())
+        return found->second;
+    }
+    bool causal = isCausalMask(mask, sq, skv);
+    std::lock_guard<std::mutex> lock(mutex);
+    answers.emplace(std::move(key), causal);
+    return causal;
+  }
+
+private:
+  using Key = std::pair<std::vector<const void *>, std::array<int64_t, 4>>;
+  std::mutex mutex;
+  std::map<Key, bool> answers;
+};
 
 /// Key or value heads repeated for grouped-query attention:
 /// `reshape(broadcast_to(r))` with `r: [b, hkv, 1, s, d]` broadcast to
@@ -514,6 +566,9 @@ struct LiftMergedTranspose : OpRewritePattern<ReshapeOp> {
 struct RaiseAttention : OpRewritePattern<MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
 
+  /// Shared by the functions a pass runs on in parallel.
+  mutable CausalMaskCache causalMasks;
+
   LogicalResult matchAndRewrite(MatmulOp op,
                                 PatternRewriter &rewriter) const override {
     int64_t rank = static_cast<int64_t>(op.getType().getRank());
@@ -593,7 +648,7 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
     for (const MaskTerm &mask : scores->masks)
       splitConjunction(asBoolMask(mask).value_or(mask), terms);
     for (const MaskTerm &mask : terms) {
-      if (isCausalMask(mask, sq, skv))
+      if (causalMasks.isCausal(mask, sq, skv))
         causal = true;
       else
         masks.push_back(mask);

@@ -258,7 +258,9 @@ def SchedulePass : Pass<"partita-schedule", "::mlir::ModuleOp"> {
     the one with the longest cost-weighted path to the end of the block
     first; and only when nothing else can run, the `dist.wait` whose
     transfer finishes first. Independent compute (another microbatch's,
-    another head's) thus fills the time a collective is in flight.
+    another head's) thus fills the time a collective is in flight. The
+    cluster is the module's `partita.cluster` (its cluster JSON, set by
+    `partita-compile --cluster`), or the `default` preset.
   }];
   let dependentDialects = ["::mlir::partita::dist::DistDialect"];
 }
@@ -285,6 +287,8 @@ def CollectiveMatmulPass : Pass<"partita-collective-matmul",
     the collective it replaces would be exposed, and the block matmul long
     enough to hide it. With `--partita-async-collectives` and
     `--partita-schedule` after it, every permute overlaps a block matmul.
+    The links and the device are the module's `partita.cluster`, as for
+    `--partita-schedule`.
   }];
   let options = [
     Option<"force", "force", "bool", /*default=*/"false",
