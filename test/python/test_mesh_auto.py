@@ -139,6 +139,32 @@ def test_plan_api_matches_compile(tmp_path):
     assert json.loads(report.read_text())["ranks"] == art.report["ranks"]
 
 
+@pytest.mark.parametrize("model,inputs,outputs", [
+    ("llama_kv.onnx", "llama_kv.inputs.npz", "llama_kv.outputs.npz"),
+    ("hf/gpt2_kv.optimum.onnx", "hf/gpt2_kv.inputs.npz",
+     "hf/gpt2_kv.optimum.outputs.npz"),
+    ("hf/llama_kv.optimum.onnx", "hf/llama_kv.inputs.npz",
+     "hf/llama_kv.optimum.outputs.npz")])
+def test_plan_counts_the_kv_cache(model, inputs, outputs):
+    """A decoder export's present keys and values are its KV cache: the
+    plan counts their bytes, split over the ranks that split the heads and
+    the batch."""
+    expected = sum(v.nbytes for k, v in np.load(MODELS / outputs).items()
+                   if k.startswith("present"))
+    flags = _bind(MODELS / model, MODELS / inputs)
+    bind = dict(item.split("=") for item in flags[1].split(",")) if flags else {}
+    plan = partita.plan(MODELS / model, devices=2,
+                        bind={k: int(v) for k, v in bind.items()})
+    assert plan.shape["kv_cache_bytes"] == expected > 0
+    for c in plan:
+        if c["feasible"]:
+            shards = c["mesh"].get("dp", 1) * c["mesh"].get("tp", 1) * \
+                c["mesh"].get("pp", 1) * c["mesh"].get("sp", 1)
+            assert c["kv_cache_bytes"] == expected / shards
+    no_cache = partita.plan(MODELS / "gpt2.onnx", devices=2)
+    assert no_cache.shape["kv_cache_bytes"] == 0
+
+
 def test_plan_api_errors():
     model = MODELS / "gpt2.onnx"
     with pytest.raises(partita.CompileError, match="--objective expects latency or throughput, got 'fast'"):

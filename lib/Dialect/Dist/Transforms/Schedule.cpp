@@ -101,6 +101,10 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
       lastComm = i;
     }
   }
+  // An op's compute time, and its bottom level: the longest path from it to
+  // the end of the block, communication included (a chain of transfers and
+  // the adds between them, as a decomposed reduce-scatter makes, is as
+  // critical as a chain of compute).
   SmallVector<double> cost(n), bottom(n, 0);
   for (unsigned i = 0; i < n; ++i)
     cost[i] = isCommunication(ops[i])
@@ -110,7 +114,9 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
     double most = 0;
     for (unsigned s : succs[i])
       most = std::max(most, bottom[s]);
-    bottom[i] = cost[i] + most;
+    bottom[i] = (isCommunication(ops[i]) ? communicationSeconds(ops[i], cluster)
+                                         : cost[i]) +
+                most;
   }
 
   // Simulate while scheduling. Ready ops wait in three queues: communication
@@ -142,9 +148,17 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
   order.reserve(n);
   while (!commReady.empty() || !computeReady.empty() || !waitReady.empty()) {
     unsigned i;
+    // A wait whose transfer has finished costs nothing: it goes first, so
+    // that what it guards competes with the other ready compute.
+    auto finished = llvm::find_if(waitReady, [&](unsigned wait) {
+      return done[startOf(wait)] <= computeClock;
+    });
     if (!commReady.empty()) {
       i = commReady.back();
       commReady.pop_back();
+    } else if (finished != waitReady.end()) {
+      i = *finished;
+      waitReady.erase(finished);
     } else if (!computeReady.empty()) {
       i = computeReady.top();
       computeReady.pop();

@@ -254,10 +254,12 @@ def SchedulePass : Pass<"partita-schedule", "::mlir::ModuleOp"> {
     cluster's alpha-beta links for collectives, and at each step issues, in
     this order of preference: a collective start or transfer whose operands
     are ready (communication starts as early as possible, in program order,
-    so every rank issues them alike); a compute op whose operands are ready,
-    the one with the longest cost-weighted path to the end of the block
-    first; and only when nothing else can run, the `dist.wait` whose
-    transfer finishes first. Independent compute (another microbatch's,
+    so every rank issues them alike); a `dist.wait` whose transfer has
+    already finished (it costs nothing, and what it guards then competes
+    with the rest); a compute op whose operands are ready, the one with the
+    longest path to the end of the block first (compute and transfers
+    weighted by their time); and only when nothing else can run, the
+    `dist.wait` whose transfer finishes first. Independent compute (another microbatch's,
     another head's) thus fills the time a collective is in flight. The
     cluster is the module's `partita.cluster` (its cluster JSON, set by
     `partita-compile --cluster`), or the `default` preset.
