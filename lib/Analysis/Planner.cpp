@@ -82,7 +82,8 @@ bool ModelShape::Op::operator==(const Op &other) const {
          tensorSplit == other.tensorSplit && attention == other.attention &&
          collective == other.collective &&
          collectiveBytes == other.collectiveBytes &&
-         keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes;
+         keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes &&
+         gathered == other.gathered;
 }
 
 ModelShape ModelShape::folded() const {
@@ -105,13 +106,19 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
   for (Block &block : main.getBody())
     if (auto ret = dyn_cast<func::ReturnOp>(block.getTerminator()))
       returned.insert(ret.getOperands().begin(), ret.getOperands().end());
-  llvm::DenseSet<Value> cached;
+  llvm::DenseSet<Value> cached, gathered;
   // Values computed on each tp rank's slice: the column-parallel
   // projections' results and what follows from them until a row-parallel
   // projection sums the slices.
   llvm::DenseSet<Value> split;
-  llvm::DenseSet<Operation *> countedWeights;
+  llvm::DenseSet<Operation *> countedWeights, placedWeights;
   double weightBytes = 0, splitWeights = 0;
+  struct Placement {
+    int64_t op;
+    double split, replicated;
+  };
+  std::vector<Placement> placements;
+  int64_t firstLayerOp = -1, lastLayerOp = -1;
   WalkResult walked = main.walk([&](Operation *op) {
     if (isa<nn::ConstantOp>(op)) {
       weightBytes += valueBytes(op->getResult(0));
@@ -131,33 +138,47 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
     OpCost cost = estimateCost(op);
     entry.flops = cost.flops;
     entry.bytes = cost.bytes;
+    // Weights are counted apart; the tensors computed around the op are
+    // its live set.
     for (Value v : op->getOperands())
-      entry.liveBytes += valueBytes(v);
+      if (!v.getDefiningOp<nn::ConstantOp>())
+        entry.liveBytes += valueBytes(v);
     for (Value v : op->getResults())
       entry.liveBytes += valueBytes(v);
     std::optional<ModelRole> role = roles.getRole(op);
+    // The LM head's logits are gathered whole onto every tp rank, and so is
+    // what is computed from them (a cast to the output's type).
+    bool whole = (role && *role == ModelRole::LmHead) ||
+                 llvm::any_of(op->getOperands(),
+                              [&](Value v) { return gathered.contains(v); });
+    if (whole) {
+      entry.gathered = true;
+      for (Value v : op->getResults())
+        gathered.insert(v);
+    }
     bool splitInput = llvm::any_of(op->getOperands(),
                                    [&](Value v) { return split.contains(v); });
     bool splitResult = false;
+    double splitHere = 0;
     if (role && isColumnParallel(*role)) {
       entry.tensorSplit = splitResult = true;
-      splitWeights += weightBytesOf(op, countedWeights);
+      splitHere = weightBytesOf(op, countedWeights);
     } else if (role && (*role == ModelRole::AttentionOutput ||
                         *role == ModelRole::MlpDown)) {
       entry.tensorSplit = true;
       entry.collective = ModelShape::Op::Collective::AllReduce;
       entry.collectiveBytes = valueBytes(op->getResult(0));
-      splitWeights += weightBytesOf(op, countedWeights);
+      splitHere = weightBytesOf(op, countedWeights);
     } else if (role && *role == ModelRole::Embedding) {
       entry.tensorSplit = true;
       entry.collective = ModelShape::Op::Collective::AllReduce;
       entry.collectiveBytes = valueBytes(op->getResult(0));
-      splitWeights += weightBytesOf(op, countedWeights);
+      splitHere = weightBytesOf(op, countedWeights);
     } else if (role && *role == ModelRole::LmHead) {
       entry.tensorSplit = true;
       entry.collective = ModelShape::Op::Collective::AllGather;
       entry.collectiveBytes = valueBytes(op->getResult(0));
-      splitWeights += weightBytesOf(op, countedWeights);
+      splitHere = weightBytesOf(op, countedWeights);
     } else if (auto attention = dyn_cast<nn::AttentionOp>(op)) {
       entry.tensorSplit = splitResult = true;
       entry.attention = true;
@@ -185,13 +206,33 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
     if (splitResult)
       for (Value v : op->getResults())
         split.insert(v);
+    // Where the op's weights sit: in a transformer layer (from its first
+    // column-parallel projection to its last row-parallel one) or outside
+    // (embeddings, the final norm, the LM head).
+    int64_t index = static_cast<int64_t>(shape.ops.size());
+    splitWeights += splitHere;
+    double here = weightBytesOf(op, placedWeights);
+    placements.push_back({index, splitHere, std::max(0.0, here - splitHere)});
+    if (role && isColumnParallel(*role) && firstLayerOp < 0)
+      firstLayerOp = index;
+    if (role &&
+        (*role == ModelRole::AttentionOutput || *role == ModelRole::MlpDown))
+      lastLayerOp = index;
     shape.ops.push_back(entry);
     return WalkResult::advance();
   });
   if (walked.wasInterrupted())
     return failure();
+  for (Value result : returned)
+    if (!cached.contains(result))
+      shape.outputBytes += valueBytes(result);
   shape.splitWeightBytes = splitWeights;
   shape.replicatedWeightBytes = std::max(0.0, weightBytes - splitWeights);
+  for (const Placement &p : placements)
+    if (firstLayerOp < 0 || p.op < firstLayerOp || p.op > lastLayerOp) {
+      shape.splitOutsideWeightBytes += p.split;
+      shape.replicatedOutsideWeightBytes += p.replicated;
+    }
   return shape;
 }
 
@@ -377,7 +418,8 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
       gatherBytesTp += rowBytes;
       gathers += op.count;
     }
-    peakLive = std::max(peakLive, op.liveBytes / factor);
+    double split = op.gathered ? double(c.dp) * c.sp : factor;
+    peakLive = std::max(peakLive, op.liveBytes / split);
   }
 
   // Per microbatch and stage: a pipeline stage holds layers / pp of the
@@ -438,15 +480,27 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   c.bubbleSeconds = (slots - busy) * slot;
 
   // Memory per device: its stage's weights (tp splits the projections'),
-  // the largest live set of one microbatch, twice (an op's operands and
-  // results, and what waits for a later op), and its share of a decoder's
-  // KV cache (its layers, heads, batch and sequence).
-  c.weightBytes =
-      (shape.splitWeightBytes / c.tp + shape.replicatedWeightBytes) / c.pp;
-  c.activationBytes = 2 * peakLive / c.microbatches;
+  // the activations of one microbatch (the largest live set around an op,
+  // plus the residual stream waiting beside it), the outputs (whole on a
+  // rank of each data-parallel replica) and its share of a decoder's KV
+  // cache (its layers, heads, batch and sequence).
+  // A pipeline spreads the layers' weights over its stages; the weights
+  // outside the layers (embeddings, the LM head) are counted whole on the
+  // worst stage.
+  double outside =
+      shape.splitOutsideWeightBytes / c.tp + shape.replicatedOutsideWeightBytes;
+  double layers =
+      (shape.splitWeightBytes - shape.splitOutsideWeightBytes) / c.tp +
+      shape.replicatedWeightBytes - shape.replicatedOutsideWeightBytes;
+  c.weightBytes = layers / c.pp + outside;
+  double residual = shape.tokenBytes * shape.batch * shape.sequence /
+                    (double(c.dp) * c.sp * (megatronSp ? c.tp : 1));
+  c.activationBytes = (peakLive + residual) / c.microbatches;
+  c.outputBytes = shape.outputBytes / c.dp;
   c.keyValueCacheBytes =
       shape.keyValueCacheBytes / (double(c.dp) * c.tp * c.pp * c.sp);
-  c.memoryBytes = c.weightBytes + c.activationBytes + c.keyValueCacheBytes;
+  c.memoryBytes =
+      c.weightBytes + c.activationBytes + c.outputBytes + c.keyValueCacheBytes;
   double budget = request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);
   double reserve = std::max(1e9, 0.05 * budget);
   if (c.memoryBytes + reserve > budget) {
@@ -661,6 +715,7 @@ llvm::json::Object candidateJson(const PlanCandidate &c) {
         std::pair{"bubble_seconds", c.bubbleSeconds},
         std::pair{"weight_bytes", c.weightBytes},
         std::pair{"activation_bytes", c.activationBytes},
+        std::pair{"output_bytes", c.outputBytes},
         std::pair{"kv_cache_bytes", c.keyValueCacheBytes},
         std::pair{"memory_bytes", c.memoryBytes}})
     object[key] = value;
@@ -692,6 +747,9 @@ llvm::json::Object mlir::partita::planToJson(const Plan &plan,
            {"sequence", shape.sequence},
            {"tensor_split_weight_bytes", shape.splitWeightBytes},
            {"replicated_weight_bytes", shape.replicatedWeightBytes},
+           {"outside_layers_weight_bytes",
+            shape.splitOutsideWeightBytes + shape.replicatedOutsideWeightBytes},
+           {"output_bytes", shape.outputBytes},
            {"kv_cache_bytes", shape.keyValueCacheBytes}}},
       {"device_memory_bytes", plan.deviceMemoryBytes},
       {"reserve_bytes", plan.reserveBytes},
@@ -700,5 +758,10 @@ llvm::json::Object mlir::partita::planToJson(const Plan &plan,
       {"rejected", std::move(rejected)}};
   if (const PlanCandidate *chosen = plan.best())
     object["chosen"] = candidateJson(*chosen);
+  if (plan.compiledWeightBytes && plan.compiledActivationBytes)
+    object["compiled"] = llvm::json::Object{
+        {"weight_bytes", *plan.compiledWeightBytes},
+        {"peak_activation_bytes", *plan.compiledActivationBytes},
+        {"output_bytes", plan.compiledOutputBytes.value_or(0)}};
   return object;
 }

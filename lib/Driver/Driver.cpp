@@ -22,6 +22,7 @@
 #include "partita/Target/CUDA/CodeGen.h"
 #include "partita/Target/CUDA/Nvcc.h"
 #include "partita/Target/ExecProgram/ExecProgram.h"
+#include "partita/proto/DType.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -165,6 +166,54 @@ LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
                                  ? CollectiveMatmulMode::Always
                                  : CollectiveMatmulMode::Never;
   return success();
+}
+
+/// --mesh auto, once the chosen plan is compiled: records the largest
+/// rank's weights, buffer-plan peak and outputs in `plan`, and refuses the
+/// plan if a rank's, with the reserve, exceed the device's memory (the
+/// planner's estimate was too low).
+LogicalResult checkCompiledPlan(MLIRContext &context, Plan &plan,
+                                ArrayRef<ExecProgram> programs) {
+  const PlanCandidate *best = plan.best();
+  double weights = 0, peak = 0, outputs = 0, needs = 0;
+  for (const ExecProgram &program : programs) {
+    double weightBytes = 0, outputBytes = 0;
+    for (const ExecWeight &w : program.weights)
+      weightBytes += static_cast<double>(w.view.byteSize());
+    for (const ::partita::program::Buffer &buffer : program.program.buffers()) {
+      if (buffer.kind() != ::partita::program::Buffer::OUTPUT)
+        continue;
+      double elements = 1;
+      for (int64_t dim : buffer.type().shape())
+        elements *= static_cast<double>(dim);
+      outputBytes +=
+          elements * ::partita::program::dtypeBytes(buffer.type().dtype());
+    }
+    double activations = static_cast<double>(program.peakActivationBytes);
+    weights = std::max(weights, weightBytes);
+    peak = std::max(peak, activations);
+    outputs = std::max(outputs, outputBytes);
+    needs = std::max(needs, weightBytes + activations + outputBytes);
+  }
+  plan.compiledWeightBytes = weights;
+  plan.compiledActivationBytes = peak;
+  plan.compiledOutputBytes = outputs;
+  // A decoder's KV cache is among its outputs.
+  needs += plan.reserveBytes;
+  if (needs <= plan.deviceMemoryBytes)
+    return success();
+  return fail(context,
+              llvm::formatv("--mesh auto: the chosen plan ({0}) compiled to "
+                            "{1:f1} GB of weights, a {2:f1} GB activation "
+                            "peak and {3:f1} GB of outputs per device; with "
+                            "the reserve that is {4:f1} GB, more than the "
+                            "{5:f1} GB a device has (the planner estimated "
+                            "{6:f1} GB)",
+                            best->flags(), weights / 1e9, peak / 1e9,
+                            outputs / 1e9, needs / 1e9,
+                            plan.deviceMemoryBytes / 1e9,
+                            best->memoryBytes / 1e9)
+                  .str());
 }
 
 /// Records in `module`'s cluster that it has `nodes` nodes (the planner
@@ -417,6 +466,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
       programs.push_back(std::move(*program));
     }
   }
+  if (plan && failed(checkCompiledPlan(context, *plan, programs)))
+    return failure();
   if (options.explain)
     result.explanation = explanation(weightLines, programs.front());
   if (!options.reportFile.empty() &&

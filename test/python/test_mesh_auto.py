@@ -29,7 +29,8 @@ OPT = BUILD / "bin" / "partita-opt"
 GEN_GPT = ROOT / "bench" / "gen_gpt.py"
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "gpt2_masked",
+                                  "llama_hd32"])
 @pytest.mark.parametrize("devices", [2, 4, 8])
 @pytest.mark.parametrize("objective", ["latency", "throughput"])
 def test_planned_mesh_runs_equal_to_onnxruntime(tmp_path, name, devices,
@@ -46,6 +47,15 @@ def test_planned_mesh_runs_equal_to_onnxruntime(tmp_path, name, devices,
     assert chosen == plan["candidates"][0]
     assert all(c["step_seconds"] >= chosen["step_seconds"]
                for c in plan["candidates"])
+    # The memory estimate against the compiled program's largest rank
+    # (weights, buffer-plan peak, outputs): within 2% or above it.
+    compiled = plan["compiled"]
+    estimate = (chosen["weight_bytes"] + chosen["activation_bytes"] +
+                chosen["output_bytes"])
+    truth = (compiled["weight_bytes"] + compiled["peak_activation_bytes"] +
+             compiled["output_bytes"])
+    assert estimate >= 0.98 * truth, (estimate, truth)
+    assert chosen["output_bytes"] == compiled["output_bytes"]
     artifact = partita.load(str(art))
     axes = {a["name"]: a["size"] for a in artifact.manifest["mesh"]["axes"]}
     assert {k: v for k, v in axes.items() if v > 1} == chosen["mesh"]
@@ -54,6 +64,37 @@ def test_planned_mesh_runs_equal_to_onnxruntime(tmp_path, name, devices,
     outputs = artifact.run(inputs)
     for key, value in expected.items():
         np.testing.assert_allclose(outputs[key], value, rtol=1e-4, atol=1e-5)
+
+
+def test_every_schedule_the_planner_proposes_runs(tmp_path):
+    """Each family of the search space the planner costs is one the
+    compiler builds: for a 4-layer GPT (batch 4) on 4 devices, the best
+    feasible candidate of every (sequence mode, microbatches, virtual
+    stages, collective matmul) compiles with its flags and runs equal to
+    onnxruntime."""
+    import onnxruntime as ort
+    model = tmp_path / "gpt4.onnx"
+    subprocess.run([sys.executable, str(GEN_GPT), "4", str(model), "--hidden",
+                    "64", "--heads", "4", "--seq", "16", "--vocab", "128",
+                    "--batch", "4"], check=True, capture_output=True)
+    ids = np.random.default_rng(0).integers(0, 128, (4, 16), dtype=np.int64)
+    expected = ort.InferenceSession(str(model)).run(None, {"input_ids": ids})[0]
+    plan = partita.plan(model, devices=4)
+    chosen = {}
+    for c in plan:
+        key = (c["sp_mode"], c["microbatches"] > 1, c["virtual_stages"] > 1,
+               c["collective_matmul"])
+        if c["feasible"] and key not in chosen:
+            chosen[key] = c
+    assert any(key[2] for key in chosen)  # interleaved pipelines among them
+    assert any(key[3] for key in chosen)  # and collective matmul
+    for c in chosen.values():
+        art = tmp_path / f"art{len(list(tmp_path.iterdir()))}"
+        subprocess.run([str(COMPILER), str(model), *c["flags"].split(), "-o",
+                        str(art)], check=True)
+        out = partita.load(str(art)).run({"input_ids": ids})["logits"]
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5,
+                                   err_msg=c["flags"])
 
 
 def _committed_models():
@@ -163,6 +204,45 @@ def test_plan_counts_the_kv_cache(model, inputs, outputs):
             assert c["kv_cache_bytes"] == expected / shards
     no_cache = partita.plan(MODELS / "gpt2.onnx", devices=2)
     assert no_cache.shape["kv_cache_bytes"] == 0
+
+
+def test_compiled_plan_over_budget_is_refused(tmp_path):
+    """The planner estimates activations from each op's live set; the
+    buffer plan of the compiled program is the truth. Ten softmaxes all
+    live until a chain of adds consumes them, last first, peak at ten
+    tensors (1 GB) while no op touches more than three: the plan fits by
+    the estimate, and the compiled plan is refused, naming both figures."""
+    from onnx import TensorProto, helper, numpy_helper
+    nodes, inits = [], []
+    for i in range(10):
+        inits.append(numpy_helper.from_array(np.array(1.0 + i, np.float32),
+                                             f"c{i}"))
+        nodes.append(helper.make_node("Mul", ["x", f"c{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Softmax", [f"m{i}"], [f"y{i}"], axis=-1))
+    acc = "y9"
+    for i in reversed(range(9)):
+        nodes.append(helper.make_node("Add", [acc, f"y{i}"], [f"s{i}"]))
+        acc = f"s{i}"
+    shape = [1, 4096, 6144]  # 100 MB of f32
+    graph = helper.make_graph(
+        nodes, "live", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(acc, TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    plan = partita.plan(model, devices=1, device_memory=1.5e9)
+    assert plan.best is not None and plan.best["memory_bytes"] < 0.5e9
+    with pytest.raises(partita.CompileError,
+                       match=r"--mesh auto: the chosen plan \(--mesh 1\) compiled "
+                             r"to 0.0 GB of weights, a 1.0 GB activation peak "
+                             r"and 0.1 GB of outputs per device; with the "
+                             r"reserve that is 2.1 GB, more than the 1.5 GB a "
+                             r"device has \(the planner estimated 0.4 GB\)"):
+        partita.compile(model, mesh="auto", devices=1, device_memory=1.5e9)
+    # With the memory it needs, it compiles, and the report has both.
+    art = partita.compile(model, mesh="auto", devices=1, device_memory=3e9)
+    compiled = art.report["plan"]["compiled"]
+    assert compiled["peak_activation_bytes"] == 10 * 4 * 4096 * 6144
+    assert compiled["output_bytes"] == 4 * 4096 * 6144
 
 
 def test_plan_api_errors():

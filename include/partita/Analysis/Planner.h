@@ -62,8 +62,12 @@ struct ModelShape {
     double collectiveBytes = 0;
     /// Attention: the bytes of its keys and values.
     double keyValueBytes = 0;
-    /// Tensor bytes live around the op (operands and results).
+    /// Tensor bytes live around the op (operands and results, weights
+    /// aside).
     double liveBytes = 0;
+    /// The op is the LM head or computes from its logits, which tp gathers
+    /// whole onto every rank: its live set is not split over tp.
+    bool gathered = false;
     /// How many times the op occurs (folded() merges equal ops: a
     /// transformer's layers repeat).
     int64_t count = 1;
@@ -83,10 +87,16 @@ struct ModelShape {
   /// tp rank; both spread over pipeline stages.
   double splitWeightBytes = 0;
   double replicatedWeightBytes = 0;
+  /// Of those, the weights outside the transformer layers (embeddings, the
+  /// final norm, the LM head): a pipeline stage holds them whole.
+  double splitOutsideWeightBytes = 0;
+  double replicatedOutsideWeightBytes = 0;
   /// A decoder export's present keys and values (results of the function
   /// that attention reads as its keys and values): the KV cache, live
   /// until the end of the step and split like the key/value heads.
   double keyValueCacheBytes = 0;
+  /// The function's other results (the logits).
+  double outputBytes = 0;
 
   /// The same shape with equal ops merged into one, counted: one layer's
   /// ops stand for all of them. Its predictions equal the unfolded
@@ -121,6 +131,7 @@ struct PlanCandidate {
   /// Bytes per device.
   double weightBytes = 0;
   double activationBytes = 0;
+  double outputBytes = 0;
   double keyValueCacheBytes = 0;
   double memoryBytes = 0;
 
@@ -144,6 +155,11 @@ struct Plan {
   /// Families with no feasible candidate, or whose best is slower than the
   /// chosen plan: a line each saying why.
   std::vector<std::string> rejected;
+  /// Once the chosen plan is compiled: the largest weight bytes,
+  /// buffer-plan peak of activations and output bytes of any of its ranks
+  /// (what the estimates stood for).
+  std::optional<double> compiledWeightBytes, compiledActivationBytes,
+      compiledOutputBytes;
 
   /// The chosen plan; null when none is feasible.
   const PlanCandidate *best() const;
