@@ -83,7 +83,7 @@ bool ModelShape::Op::operator==(const Op &other) const {
          collective == other.collective &&
          collectiveBytes == other.collectiveBytes &&
          keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes &&
-         gathered == other.gathered;
+         gathered == other.gathered && keyValueSplit == other.keyValueSplit;
 }
 
 ModelShape ModelShape::folded() const {
@@ -107,6 +107,9 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
     if (auto ret = dyn_cast<func::ReturnOp>(block.getTerminator()))
       returned.insert(ret.getOperands().begin(), ret.getOperands().end());
   llvm::DenseSet<Value> cached, gathered;
+  // The key and value projections' results until attention reads them:
+  // split over at most kvHeads tp ranks.
+  llvm::DenseSet<Value> keyValuePath;
   // Values computed on each tp rank's slice: the column-parallel
   // projections' results and what follows from them until a row-parallel
   // projection sums the slices.
@@ -160,9 +163,23 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
                                    [&](Value v) { return split.contains(v); });
     bool splitResult = false;
     double splitHere = 0;
+    bool onKeyValuePath = !isa<nn::AttentionOp>(op) &&
+                          ((role && (*role == ModelRole::AttentionKey ||
+                                     *role == ModelRole::AttentionValue)) ||
+                           llvm::any_of(op->getOperands(), [&](Value v) {
+                             return keyValuePath.contains(v);
+                           }));
+    if (onKeyValuePath) {
+      entry.keyValueSplit = true;
+      for (Value v : op->getResults())
+        keyValuePath.insert(v);
+    }
     if (role && isColumnParallel(*role)) {
       entry.tensorSplit = splitResult = true;
       splitHere = weightBytesOf(op, countedWeights);
+      if (*role == ModelRole::AttentionKey ||
+          *role == ModelRole::AttentionValue)
+        shape.keyValueWeightBytes += splitHere;
     } else if (role && (*role == ModelRole::AttentionOutput ||
                         *role == ModelRole::MlpDown)) {
       entry.tensorSplit = true;
@@ -320,9 +337,16 @@ std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
   if (shape.heads % c.tp != 0)
     return refuse(std::to_string(shape.heads) +
                   " heads over tp=" + std::to_string(c.tp));
-  if (shape.kvHeads % c.tp != 0)
+  // Fewer key/value heads than tp ranks: each group of tp / kvHeads ranks
+  // holds one key/value head (GQA replication), under plain Megatron tp.
+  bool replicated = shape.kvHeads > 0 && shape.kvHeads < c.tp;
+  if (replicated ? c.tp % shape.kvHeads != 0 : shape.kvHeads % c.tp != 0)
     return refuse(std::to_string(shape.kvHeads) +
                   " key/value heads over tp=" + std::to_string(c.tp));
+  if (replicated && c.spMode != SequenceMode::None)
+    return refuse(std::to_string(shape.kvHeads) +
+                  " key/value heads replicated over tp=" +
+                  std::to_string(c.tp) + " with sequence parallelism");
   if (shape.batch % (c.dp * c.microbatches) != 0)
     return refuse("batch " + std::to_string(shape.batch) +
                   " over dp=" + std::to_string(c.dp) +
@@ -394,10 +418,14 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   double a2aBytes = 0, ringBytes = 0;
   double peakLive = 0;
   bool megatronSp = c.spMode == SequenceMode::Megatron;
+  // The tp ranks a key/value head is split over (fewer when replicated).
+  double kvShare = shape.kvHeads > 0
+                       ? double(std::min<int64_t>(c.tp, shape.kvHeads))
+                       : double(c.tp);
   for (const ModelShape::Op &op : shape.ops) {
     double factor = double(c.dp) * c.sp;
     if (op.tensorSplit || megatronSp)
-      factor *= c.tp;
+      factor *= op.keyValueSplit ? kvShare : c.tp;
     OpCost cost{op.flops / factor, op.bytes / factor};
     double seconds = op.count * estimateSeconds(cost, device);
     compute += seconds;
@@ -407,8 +435,8 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
       attention += seconds;
       double local = op.collectiveBytes / (double(c.dp) * c.tp * c.sp);
       a2aBytes += op.count * local;
-      ringBytes += op.count * op.keyValueBytes / (double(c.dp) * c.tp * c.sp) *
-                   (c.sp - 1);
+      ringBytes += op.count * op.keyValueBytes /
+                   (double(c.dp) * kvShare * c.sp) * (c.sp - 1);
     }
     double rowBytes = op.count * op.collectiveBytes / (double(c.dp) * c.sp);
     if (op.collective == ModelShape::Op::Collective::AllReduce) {
@@ -489,16 +517,19 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   // worst stage.
   double outside =
       shape.splitOutsideWeightBytes / c.tp + shape.replicatedOutsideWeightBytes;
-  double layers =
-      (shape.splitWeightBytes - shape.splitOutsideWeightBytes) / c.tp +
-      shape.replicatedWeightBytes - shape.replicatedOutsideWeightBytes;
+  double layers = (shape.splitWeightBytes - shape.splitOutsideWeightBytes -
+                   shape.keyValueWeightBytes) /
+                      c.tp +
+                  shape.keyValueWeightBytes / kvShare +
+                  shape.replicatedWeightBytes -
+                  shape.replicatedOutsideWeightBytes;
   c.weightBytes = layers / c.pp + outside;
   double residual = shape.tokenBytes * shape.batch * shape.sequence /
                     (double(c.dp) * c.sp * (megatronSp ? c.tp : 1));
   c.activationBytes = (peakLive + residual) / c.microbatches;
   c.outputBytes = shape.outputBytes / c.dp;
   c.keyValueCacheBytes =
-      shape.keyValueCacheBytes / (double(c.dp) * c.tp * c.pp * c.sp);
+      shape.keyValueCacheBytes / (double(c.dp) * kvShare * c.pp * c.sp);
   c.memoryBytes =
       c.weightBytes + c.activationBytes + c.outputBytes + c.keyValueCacheBytes;
   double budget = request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);

@@ -66,33 +66,45 @@ def test_planned_mesh_runs_equal_to_onnxruntime(tmp_path, name, devices,
         np.testing.assert_allclose(outputs[key], value, rtol=1e-4, atol=1e-5)
 
 
-def test_every_schedule_the_planner_proposes_runs(tmp_path):
+@pytest.mark.parametrize("source", ["gpt4", "llama"])
+def test_every_schedule_the_planner_proposes_runs(tmp_path, source):
     """Each family of the search space the planner costs is one the
-    compiler builds: for a 4-layer GPT (batch 4) on 4 devices, the best
-    feasible candidate of every (sequence mode, microbatches, virtual
-    stages, collective matmul) compiles with its flags and runs equal to
-    onnxruntime."""
+    compiler builds: the best feasible candidate of every (mesh axes,
+    sequence mode, microbatches, virtual stages, collective matmul) on 4
+    devices compiles with its flags and runs equal to onnxruntime. gpt4 is
+    a 4-layer GPT (batch 4: interleaved pipelines); llama has 2 key/value
+    heads for 4 query heads (tp=4 replicates them)."""
     import onnxruntime as ort
-    model = tmp_path / "gpt4.onnx"
-    subprocess.run([sys.executable, str(GEN_GPT), "4", str(model), "--hidden",
-                    "64", "--heads", "4", "--seq", "16", "--vocab", "128",
-                    "--batch", "4"], check=True, capture_output=True)
-    ids = np.random.default_rng(0).integers(0, 128, (4, 16), dtype=np.int64)
-    expected = ort.InferenceSession(str(model)).run(None, {"input_ids": ids})[0]
+    if source == "gpt4":
+        model = tmp_path / "gpt4.onnx"
+        subprocess.run([sys.executable, str(GEN_GPT), "4", str(model),
+                        "--hidden", "64", "--heads", "4", "--seq", "16",
+                        "--vocab", "128", "--batch", "4"], check=True,
+                       capture_output=True)
+        inputs = {"input_ids": np.random.default_rng(0).integers(
+            0, 128, (4, 16), dtype=np.int64)}
+        expected = ort.InferenceSession(str(model)).run(None, inputs)[0]
+    else:
+        model = MODELS / "llama.onnx"
+        inputs = dict(np.load(MODELS / "llama.inputs.npz"))
+        expected = np.load(MODELS / "llama.outputs.npz")["logits"]
     plan = partita.plan(model, devices=4)
     chosen = {}
     for c in plan:
-        key = (c["sp_mode"], c["microbatches"] > 1, c["virtual_stages"] > 1,
-               c["collective_matmul"])
+        key = (tuple(sorted(c["mesh"])), c["sp_mode"], c["microbatches"] > 1,
+               c["virtual_stages"] > 1, c["collective_matmul"])
         if c["feasible"] and key not in chosen:
             chosen[key] = c
-    assert any(key[2] for key in chosen)  # interleaved pipelines among them
-    assert any(key[3] for key in chosen)  # and collective matmul
-    for c in chosen.values():
-        art = tmp_path / f"art{len(list(tmp_path.iterdir()))}"
+    if source == "gpt4":
+        assert any(key[3] for key in chosen)  # interleaved pipelines
+        assert any(key[4] for key in chosen)  # collective matmul
+    else:
+        assert any(c["mesh"] == {"tp": 4} for c in chosen.values())
+    for index, c in enumerate(chosen.values()):
+        art = tmp_path / f"art{index}"
         subprocess.run([str(COMPILER), str(model), *c["flags"].split(), "-o",
                         str(art)], check=True)
-        out = partita.load(str(art)).run({"input_ids": ids})["logits"]
+        out = partita.load(str(art)).run(inputs)["logits"]
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5,
                                    err_msg=c["flags"])
 

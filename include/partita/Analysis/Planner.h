@@ -68,6 +68,9 @@ struct ModelShape {
     /// The op is the LM head or computes from its logits, which tp gathers
     /// whole onto every rank: its live set is not split over tp.
     bool gathered = false;
+    /// A key or value projection, or what computes from it before
+    /// attention: split over at most kvHeads tp ranks (GQA replication).
+    bool keyValueSplit = false;
     /// How many times the op occurs (folded() merges equal ops: a
     /// transformer's layers repeat).
     int64_t count = 1;
@@ -91,6 +94,9 @@ struct ModelShape {
   /// final norm, the LM head): a pipeline stage holds them whole.
   double splitOutsideWeightBytes = 0;
   double replicatedOutsideWeightBytes = 0;
+  /// Of the split weights, the key and value projections': split over at
+  /// most kvHeads tp ranks.
+  double keyValueWeightBytes = 0;
   /// A decoder export's present keys and values (results of the function
   /// that attention reads as its keys and values): the KV cache, live
   /// until the end of the step and split like the key/value heads.
