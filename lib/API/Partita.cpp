@@ -225,6 +225,23 @@ CompileResult compile(mlir::partita::DriverOptions driver,
   return result;
 }
 
+/// The driver's options for a model file, or for one held in memory
+/// (`name` stands for its file in diagnostics).
+mlir::partita::DriverOptions fileInput(const std::string &path) {
+  mlir::partita::DriverOptions driver;
+  driver.input = path;
+  return driver;
+}
+
+mlir::partita::DriverOptions bufferInput(const void *data, size_t size,
+                                         const std::string &name) {
+  mlir::partita::DriverOptions driver;
+  driver.input = name;
+  driver.inputBuffer =
+      std::string(static_cast<const char *>(data), data ? size : 0);
+  return driver;
+}
+
 PlanCandidate toApi(const mlir::partita::PlanCandidate &c) {
   PlanCandidate out;
   for (auto [name, size] : {std::pair{"dp", c.dp}, std::pair{"pp", c.pp},
@@ -402,36 +419,24 @@ Status Artifact::load(const std::string &path,
 
 CompileResult partita::compileFile(const std::string &path,
                                    const CompileOptions &options) {
-  mlir::partita::DriverOptions driver;
-  driver.input = path;
-  return compile(std::move(driver), options);
+  return compile(fileInput(path), options);
 }
 
 PlanResult partita::planFile(const std::string &path,
                              const CompileOptions &options) {
-  mlir::partita::DriverOptions driver;
-  driver.input = path;
-  return plan(std::move(driver), options);
+  return plan(fileInput(path), options);
 }
 
 PlanResult partita::planBuffer(const void *data, size_t size,
                                const CompileOptions &options,
                                const std::string &name) {
-  mlir::partita::DriverOptions driver;
-  driver.input = name;
-  driver.inputBuffer =
-      std::string(static_cast<const char *>(data), data ? size : 0);
-  return plan(std::move(driver), options);
+  return plan(bufferInput(data, size, name), options);
 }
 
 CompileResult partita::compileBuffer(const void *data, size_t size,
                                      const CompileOptions &options,
                                      const std::string &name) {
-  mlir::partita::DriverOptions driver;
-  driver.input = name;
-  driver.inputBuffer =
-      std::string(static_cast<const char *>(data), data ? size : 0);
-  return compile(std::move(driver), options);
+  return compile(bufferInput(data, size, name), options);
 }
 
 const char *partita::dtypeName(DType dtype) {
