@@ -83,7 +83,9 @@ bool ModelShape::Op::operator==(const Op &other) const {
          collective == other.collective &&
          collectiveBytes == other.collectiveBytes &&
          keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes &&
-         gathered == other.gathered && keyValueSplit == other.keyValueSplit;
+         gathered == other.gathered && keyValueSplit == other.keyValueSplit &&
+         decomposable == other.decomposable && nextFlops == other.nextFlops &&
+         nextBytes == other.nextBytes;
 }
 
 ModelShape ModelShape::folded() const {
@@ -121,7 +123,7 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
     double split, replicated;
   };
   std::vector<Placement> placements;
-  int64_t firstLayerOp = -1, lastLayerOp = -1;
+  int64_t firstLayerOp = -1, lastLayerOp = -1, lastReduce = -1;
   WalkResult walked = main.walk([&](Operation *op) {
     if (isa<nn::ConstantOp>(op)) {
       weightBytes += valueBytes(op->getResult(0));
@@ -183,6 +185,7 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
     } else if (role && (*role == ModelRole::AttentionOutput ||
                         *role == ModelRole::MlpDown)) {
       entry.tensorSplit = true;
+      entry.decomposable = true;
       entry.collective = ModelShape::Op::Collective::AllReduce;
       entry.collectiveBytes = valueBytes(op->getResult(0));
       splitHere = weightBytesOf(op, countedWeights);
@@ -232,6 +235,14 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
     placements.push_back({index, splitHere, std::max(0.0, here - splitHere)});
     if (role && isColumnParallel(*role) && firstLayerOp < 0)
       firstLayerOp = index;
+    // A column-parallel projection is fed by the all-gather of the last
+    // all-reduce before it (under Megatron-SP).
+    if (role && isColumnParallel(*role) && lastReduce >= 0) {
+      shape.ops[size_t(lastReduce)].nextFlops += entry.flops;
+      shape.ops[size_t(lastReduce)].nextBytes += entry.bytes;
+    }
+    if (entry.collective == ModelShape::Op::Collective::AllReduce)
+      lastReduce = index;
     if (role &&
         (*role == ModelRole::AttentionOutput || *role == ModelRole::MlpDown))
       lastLayerOp = index;
@@ -314,16 +325,9 @@ const LinkModel &linkOf(const ClusterModel &cluster, int64_t stride,
                                                  : cluster.interNode;
 }
 
-/// The ring algorithm over `n` devices: seconds for an all-reduce (or a
-/// reduce-scatter plus an all-gather, the same bytes and steps) of `bytes`
-/// per rank.
-double allReduceSeconds(const LinkModel &link, int64_t n, double bytes) {
-  if (n <= 1)
-    return 0;
-  return 2 * (n - 1) * link.latencySeconds +
-         2.0 * (n - 1) / n * bytes / link.bytesPerSecond;
-}
-
+/// The ring algorithm over `n` devices: seconds for an all-gather (or a
+/// reduce-scatter, the same bytes and steps) of `bytes` per rank; an
+/// all-reduce is one of each.
 double gatherSeconds(const LinkModel &link, int64_t n, double bytes) {
   if (n <= 1)
     return 0;
@@ -412,9 +416,7 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   // then runs 1/pp of it). The nn IR's types are already the storage type
   // (--dtype converts them in the nn stage).
   const DeviceModel &device = cluster.device;
-  double compute = 0, splitMatmul = 0, attention = 0;
-  double commBytesTp = 0, gatherBytesTp = 0;
-  int64_t reduces = 0, gathers = 0;
+  double compute = 0, attention = 0;
   double a2aBytes = 0, ringBytes = 0;
   double peakLive = 0;
   bool megatronSp = c.spMode == SequenceMode::Megatron;
@@ -429,22 +431,12 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     OpCost cost{op.flops / factor, op.bytes / factor};
     double seconds = op.count * estimateSeconds(cost, device);
     compute += seconds;
-    if (op.tensorSplit && !op.attention)
-      splitMatmul += seconds;
     if (op.attention) {
       attention += seconds;
       double local = op.collectiveBytes / (double(c.dp) * c.tp * c.sp);
       a2aBytes += op.count * local;
       ringBytes += op.count * op.keyValueBytes /
                    (double(c.dp) * kvShare * c.sp) * (c.sp - 1);
-    }
-    double rowBytes = op.count * op.collectiveBytes / (double(c.dp) * c.sp);
-    if (op.collective == ModelShape::Op::Collective::AllReduce) {
-      commBytesTp += rowBytes;
-      reduces += op.count;
-    } else if (op.collective == ModelShape::Op::Collective::AllGather) {
-      gatherBytesTp += rowBytes;
-      gathers += op.count;
     }
     double split = op.gathered ? double(c.dp) * c.sp : factor;
     peakLive = std::max(peakLive, op.liveBytes / split);
@@ -466,8 +458,49 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     return double(count) / c.pp *
            seconds(link, n, bytes / (double(count) * c.microbatches));
   };
-  double tpComm = scaled(commBytesTp, reduces, allReduceSeconds, tpLink, c.tp) +
-                  scaled(gatherBytesTp, gathers, gatherSeconds, tpLink, c.tp);
+  // Tensor parallelism's collectives, per microbatch and stage: an
+  // all-reduce (a reduce-scatter and an all-gather under Megatron-SP) after
+  // each row-parallel op and the embedding, an all-gather of the logits.
+  // Collective matmul decomposes a reduce-scatter into tp - 1 sends of a
+  // block, each beside a block of the matmul before it and chained by the
+  // add of the running sum; an all-gather into tp - 1 sends beside blocks
+  // of the column-parallel matmuls it feeds. A collective is hidden only
+  // behind its own matmul: what it moves beyond that is exposed.
+  double tpComm = 0, tpExposed = 0, decomposition = 0;
+  for (const ModelShape::Op &op : shape.ops) {
+    if (op.collective == ModelShape::Op::Collective::None || c.tp <= 1)
+      continue;
+    double calls = double(op.count) / c.pp;
+    double perCall =
+        op.collectiveBytes / (double(c.dp) * c.sp * c.microbatches);
+    double half = gatherSeconds(tpLink, c.tp, perCall);
+    if (op.collective == ModelShape::Op::Collective::AllGather) {
+      tpComm += calls * half;
+      tpExposed += calls * half;
+      continue;
+    }
+    tpComm += calls * 2 * half;
+    if (!c.collectiveMatmul) {
+      tpExposed += calls * 2 * half;
+      continue;
+    }
+    double shard = double(c.dp) * c.sp * c.tp * c.microbatches;
+    double block = perCall / c.tp;
+    double send = tpLink.latencySeconds + block / tpLink.bytesPerSecond;
+    double add = estimateSeconds({0, 3 * block}, device);
+    double own = estimateSeconds({op.flops / shard, op.bytes / shard}, device);
+    double next =
+        estimateSeconds({op.nextFlops / shard, op.nextBytes / shard}, device);
+    double scatter = op.decomposable
+                         ? (c.tp - 1) * std::max(0.0, send + add - own / c.tp)
+                         : half;
+    double gather = op.nextFlops > 0
+                        ? (c.tp - 1) * std::max(0.0, send - next / c.tp)
+                        : half;
+    tpExposed += calls * (scatter + gather);
+    if (op.decomposable)
+      decomposition += calls * (c.tp - 1) * add;
+  }
   double spComm = 0, spHidden = 0;
   if (c.spMode == SequenceMode::Ulysses)
     spComm = scaled(a2aBytes, 4 * shape.layers, gatherSeconds, spLink, c.sp);
@@ -478,12 +511,7 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
               ringBytes * perStage / spLink.bytesPerSecond);
     spHidden = attention * perStage;
   }
-  double stageCompute = compute * perStage;
-  // Collective matmul pipelines Megatron-SP's all-gathers and
-  // reduce-scatters with the tensor-parallel matmuls beside them.
-  double tpExposed = c.collectiveMatmul
-                         ? std::max(0.0, tpComm - splitMatmul * perStage)
-                         : tpComm;
+  double stageCompute = compute * perStage + decomposition;
   double spExposed = std::max(0.0, spComm - spHidden);
   double transfer = 0;
   if (c.pp > 1)

@@ -71,6 +71,12 @@ struct ModelShape {
     /// A key or value projection, or what computes from it before
     /// attention: split over at most kvHeads tp ranks (GQA replication).
     bool keyValueSplit = false;
+    /// A row-parallel projection: collective matmul can decompose its
+    /// reduce-scatter against it (the embedding's cannot be).
+    bool decomposable = false;
+    /// For an all-reduce op: the work of the column-parallel projections
+    /// its all-gather feeds under Megatron-SP (up to the next all-reduce).
+    double nextFlops = 0, nextBytes = 0;
     /// How many times the op occurs (folded() merges equal ops: a
     /// transformer's layers repeat).
     int64_t count = 1;
