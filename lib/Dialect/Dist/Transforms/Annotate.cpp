@@ -405,7 +405,9 @@ LogicalResult Megatron::annotateSequence(func::FuncOp func) {
   // left to propagation.
   SmallVector<std::pair<Operation *, int64_t>> norms;
   Operation *otherNorm = nullptr;
-  for (auto [op, role] : ModelRoles(func).getEntries()) {
+  // The analysis outlives the loop: its entries are a view of it.
+  ModelRoles roles(func);
+  for (auto [op, role] : roles.getEntries()) {
     if (role != ModelRole::Norm)
       continue;
     if (std::optional<int64_t> dim = ModelRoles::getResidualSequenceDim(op))
