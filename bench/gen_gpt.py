@@ -145,39 +145,39 @@ def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None,
             up = node("MatMul", [ln2, weight(p + "up.w", [hidden, ffn])])
             act = node("Mul", [node("Mul", [gate, node("Sigmoid", [gate])]), up])
             x = node("Add", [x, node("MatMul", [act, weight(p + "down.w", [ffn, hidden])])])
-        layers = 0
-    for i in range(layers):
-        p = f"h{i}."
-        ln = node("LayerNormalization",
-                  [x, weight(p + "ln1.g", [hidden], 1.0), weight(p + "ln1.b", [hidden])],
-                  axis=-1, epsilon=1e-5)
-        qkv = node("Add", [node("MatMul", [ln, weight(p + "qkv.w", [hidden, 3 * hidden])]),
-                           weight(p + "qkv.b", [3 * hidden])])
-        sizes = const(p + "sizes", [hidden] * 3, np.int64)
-        q, k, v = node("Split", [qkv, sizes], [p + "q", p + "k", p + "v"], axis=2)
-        qh = node("Transpose", [node("Reshape", [q, "split_shape"])], perm=[0, 2, 1, 3])
-        kt = node("Transpose", [node("Reshape", [k, "split_shape"])], perm=[0, 2, 3, 1])
-        vh = node("Transpose", [node("Reshape", [v, "split_shape"])], perm=[0, 2, 1, 3])
-        scores = node("Div", [node("MatMul", [qh, kt]), "scale"])
-        masked = node("Where", ["causal", scores, "neg"])
-        probs = node("Softmax", [masked], axis=-1)
-        ctx = node("Transpose", [node("MatMul", [probs, vh])], perm=[0, 2, 1, 3])
-        merged = node("Reshape", [ctx, "merge_shape"])
-        attn = node("Add", [node("MatMul", [merged, weight(p + "o.w", [hidden, hidden])]),
-                            weight(p + "o.b", [hidden])])
-        x = node("Add", [x, attn])
-        ln2 = node("LayerNormalization",
-                   [x, weight(p + "ln2.g", [hidden], 1.0), weight(p + "ln2.b", [hidden])],
-                   axis=-1, epsilon=1e-5)
-        up = node("Add", [node("MatMul", [ln2, weight(p + "up.w", [hidden, ffn])]),
-                          weight(p + "up.b", [ffn])])
-        cube = node("Mul", [node("Pow", [up, "three"]), "c1"])
-        inner = node("Mul", [node("Add", [up, cube]), "c2"])
-        gelu = node("Mul", [node("Mul", [up, "half"]),
-                            node("Add", [node("Tanh", [inner]), "one"])])
-        down = node("Add", [node("MatMul", [gelu, weight(p + "down.w", [ffn, hidden])]),
-                            weight(p + "down.b", [hidden])])
-        x = node("Add", [x, down])
+    else:
+        for i in range(layers):
+            p = f"h{i}."
+            ln = node("LayerNormalization",
+                      [x, weight(p + "ln1.g", [hidden], 1.0), weight(p + "ln1.b", [hidden])],
+                      axis=-1, epsilon=1e-5)
+            qkv = node("Add", [node("MatMul", [ln, weight(p + "qkv.w", [hidden, 3 * hidden])]),
+                               weight(p + "qkv.b", [3 * hidden])])
+            sizes = const(p + "sizes", [hidden] * 3, np.int64)
+            q, k, v = node("Split", [qkv, sizes], [p + "q", p + "k", p + "v"], axis=2)
+            qh = node("Transpose", [node("Reshape", [q, "split_shape"])], perm=[0, 2, 1, 3])
+            kt = node("Transpose", [node("Reshape", [k, "split_shape"])], perm=[0, 2, 3, 1])
+            vh = node("Transpose", [node("Reshape", [v, "split_shape"])], perm=[0, 2, 1, 3])
+            scores = node("Div", [node("MatMul", [qh, kt]), "scale"])
+            masked = node("Where", ["causal", scores, "neg"])
+            probs = node("Softmax", [masked], axis=-1)
+            ctx = node("Transpose", [node("MatMul", [probs, vh])], perm=[0, 2, 1, 3])
+            merged = node("Reshape", [ctx, "merge_shape"])
+            attn = node("Add", [node("MatMul", [merged, weight(p + "o.w", [hidden, hidden])]),
+                                weight(p + "o.b", [hidden])])
+            x = node("Add", [x, attn])
+            ln2 = node("LayerNormalization",
+                       [x, weight(p + "ln2.g", [hidden], 1.0), weight(p + "ln2.b", [hidden])],
+                       axis=-1, epsilon=1e-5)
+            up = node("Add", [node("MatMul", [ln2, weight(p + "up.w", [hidden, ffn])]),
+                              weight(p + "up.b", [ffn])])
+            cube = node("Mul", [node("Pow", [up, "three"]), "c1"])
+            inner = node("Mul", [node("Add", [up, cube]), "c2"])
+            gelu = node("Mul", [node("Mul", [up, "half"]),
+                                node("Add", [node("Tanh", [inner]), "one"])])
+            down = node("Add", [node("MatMul", [gelu, weight(p + "down.w", [ffn, hidden])]),
+                                weight(p + "down.b", [hidden])])
+            x = node("Add", [x, down])
     logits = node("MatMul", [x, weight("head", [hidden, vocab])], ["logits"])
     graph = helper.make_graph(
         nodes, "gpt", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])],

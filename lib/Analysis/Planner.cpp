@@ -70,11 +70,6 @@ Value returnedSource(Value value, const llvm::DenseSet<Value> &returned) {
   return {};
 }
 
-bool isStatic(Type type) {
-  auto shaped = dyn_cast<ShapedType>(type);
-  return !shaped || shaped.hasStaticShape();
-}
-
 } // namespace
 
 bool ModelShape::Op::operator==(const Op &other) const {
@@ -101,7 +96,7 @@ ModelShape ModelShape::folded() const {
   return result;
 }
 
-FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
+ModelShape mlir::partita::readModelShape(func::FuncOp main) {
   ModelShape shape;
   ModelRoles roles(main);
   llvm::DenseSet<Value> returned;
@@ -124,21 +119,14 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
   };
   std::vector<Placement> placements;
   int64_t firstLayerOp = -1, lastLayerOp = -1, lastReduce = -1;
-  WalkResult walked = main.walk([&](Operation *op) {
+  // nn ops have static shapes (their verifier says so).
+  main.walk([&](Operation *op) {
     if (isa<nn::ConstantOp>(op)) {
       weightBytes += valueBytes(op->getResult(0));
-      return WalkResult::advance();
+      return;
     }
     if (op->getDialect() == nullptr || op->getDialect()->getNamespace() != "nn")
-      return WalkResult::advance();
-    for (Type type : llvm::concat<Type>(llvm::to_vector(op->getOperandTypes()),
-                                        llvm::to_vector(op->getResultTypes())))
-      if (!isStatic(type)) {
-        op->emitError() << "--mesh auto plans static shapes, but this op has "
-                        << type
-                        << ": give the model's symbolic dimensions with --bind";
-        return WalkResult::interrupt();
-      }
+      return;
     ModelShape::Op entry;
     OpCost cost = estimateCost(op);
     entry.flops = cost.flops;
@@ -247,10 +235,7 @@ FailureOr<ModelShape> mlir::partita::readModelShape(func::FuncOp main) {
         (*role == ModelRole::AttentionOutput || *role == ModelRole::MlpDown))
       lastLayerOp = index;
     shape.ops.push_back(entry);
-    return WalkResult::advance();
   });
-  if (walked.wasInterrupted())
-    return failure();
   for (Value result : returned)
     if (!cached.contains(result))
       shape.outputBytes += valueBytes(result);
@@ -535,14 +520,13 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
       c.microbatches * (tpExposed + spExposed) + busy * transfer;
   c.bubbleSeconds = (slots - busy) * slot;
 
-  // Memory per device: its stage's weights (tp splits the projections'),
-  // the activations of one microbatch (the largest live set around an op,
-  // plus the residual stream waiting beside it), the outputs (whole on a
-  // rank of each data-parallel replica) and its share of a decoder's KV
-  // cache (its layers, heads, batch and sequence).
-  // A pipeline spreads the layers' weights over its stages; the weights
-  // outside the layers (embeddings, the LM head) are counted whole on the
-  // worst stage.
+  // Memory per device: its stage's weights (tp splits the projections'; a
+  // pipeline spreads the layers' over its stages, and counts those outside
+  // them, embeddings and the LM head, whole on the worst stage), the
+  // activations of one microbatch (the largest live set around an op, plus
+  // the residual stream waiting beside it), the outputs (whole on a rank of
+  // each data-parallel replica) and its share of a decoder's KV cache (its
+  // layers, heads, batch and sequence).
   double outside =
       shape.splitOutsideWeightBytes / c.tp + shape.replicatedOutsideWeightBytes;
   double layers = (shape.splitWeightBytes - shape.splitOutsideWeightBytes -

@@ -138,10 +138,7 @@ LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
   cluster.growTo(request.devices);
   request.objective = options.objective;
   request.deviceMemoryBytes = options.deviceMemoryBytes;
-  FailureOr<ModelShape> shape = readModelShape(main);
-  if (failed(shape))
-    return failure();
-  plan = planParallelism(*shape, cluster, request);
+  plan = planParallelism(readModelShape(main), cluster, request);
   const PlanCandidate *best = plan->best();
   if (options.emit == EmitStage::Plan)
     return success();

@@ -116,9 +116,8 @@ struct ModelShape {
   ModelShape folded() const;
 };
 
-/// Reads the shape of `main`, an nn function before sharding. Fails (with
-/// an error at the op) where a shape the planner reads is not static.
-FailureOr<ModelShape> readModelShape(func::FuncOp main);
+/// Reads the shape of `main`, an nn function before sharding.
+ModelShape readModelShape(func::FuncOp main);
 
 /// One point of the search space, and what the cost model predicts for it.
 struct PlanCandidate {

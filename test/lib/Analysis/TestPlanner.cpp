@@ -49,18 +49,16 @@ struct TestPlannerPass
       main.emitError() << ::partita::badOptionMessage<PlanObjective>(objective);
       return signalPassFailure();
     }
-    FailureOr<ModelShape> shape = readModelShape(main);
-    if (failed(shape))
-      return signalPassFailure();
+    ModelShape shape = readModelShape(main);
     for (int64_t n : devices) {
       PlanRequest request;
       request.devices = n;
       request.objective = *goal;
       ClusterModel grown = *preset;
       grown.growTo(n);
-      Plan plan = planParallelism(*shape, grown, request);
+      Plan plan = planParallelism(shape, grown, request);
       // The brute force: every candidate on every op of every layer.
-      std::vector<PlanCandidate> all = enumeratePlans(*shape, grown, request);
+      std::vector<PlanCandidate> all = enumeratePlans(shape, grown, request);
       const PlanCandidate *fastest = nullptr;
       size_t feasible = 0;
       for (const PlanCandidate &c : all) {
@@ -89,7 +87,7 @@ struct TestPlannerPass
       }
       // The planner's choice, costed again on the unfolded shape.
       PlanCandidate again = *best;
-      evaluatePlan(again, *shape, grown, request);
+      evaluatePlan(again, shape, grown, request);
       bool agree = plannedFeasible == feasible && again.feasible &&
                    sameSeconds(again.stepSeconds, fastest->stepSeconds) &&
                    sameSeconds(best->stepSeconds, fastest->stepSeconds);

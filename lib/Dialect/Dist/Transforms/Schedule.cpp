@@ -101,22 +101,21 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
       lastComm = i;
     }
   }
-  // An op's compute time, and its bottom level: the longest path from it to
-  // the end of the block, communication included (a chain of transfers and
-  // the adds between them, as a decomposed reduce-scatter makes, is as
-  // critical as a chain of compute).
+  // An op's time (compute, or its transfer on the communication stream),
+  // and its bottom level: the longest path from it to the end of the block,
+  // communication included (a chain of transfers and the adds between them,
+  // as a decomposed reduce-scatter makes, is as critical as a chain of
+  // compute).
   SmallVector<double> cost(n), bottom(n, 0);
   for (unsigned i = 0; i < n; ++i)
     cost[i] = isCommunication(ops[i])
-                  ? 0
+                  ? communicationSeconds(ops[i], cluster)
                   : estimateSeconds(estimateCost(ops[i]), cluster.device);
   for (int i = n - 1; i >= 0; --i) {
     double most = 0;
     for (unsigned s : succs[i])
       most = std::max(most, bottom[s]);
-    bottom[i] = (isCommunication(ops[i]) ? communicationSeconds(ops[i], cluster)
-                                         : cost[i]) +
-                most;
+    bottom[i] = cost[i] + most;
   }
 
   // Simulate while scheduling. Ready ops wait in three queues: communication
@@ -172,7 +171,7 @@ void scheduleBlock(Block &block, const ClusterModel &cluster) {
     Operation *op = ops[i];
     if (isCommunication(op)) {
       double start = std::max(computeClock, commClock);
-      commClock = start + communicationSeconds(op, cluster);
+      commClock = start + cost[i];
       done[i] = commClock;
       if (!isAsyncStart(op) && !isa<SendOp>(op))
         computeClock = commClock; // Synchronous: compute waits.
