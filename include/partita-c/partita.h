@@ -177,6 +177,12 @@ partita_compile_options_set_objective(partita_compile_options *options,
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_device_memory(partita_compile_options *options,
                                           double bytes);
+/* --max-seq: a decoder export with past key values compiles to a prefill
+ * and a decode program over one KV cache of `max_seq` tokens per sequence
+ * (partita_session_generate); 0: one program. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set_max_seq(partita_compile_options *options,
+                                    int64_t max_seq);
 
 /*===----------------------------------------------------------------------===*
  * Compiling
@@ -362,6 +368,27 @@ PARTITA_C_EXPORT partita_status *
 partita_session_run(partita_session *session, const partita_tensor *inputs,
                     size_t num_inputs, const partita_tensor *outputs,
                     size_t num_outputs);
+
+/* Serving artifacts (compiled with --max-seq): greedy generation, the loop
+ * in the runtime, the KV cache resident on the ranks. `input_ids` is i64
+ * [batch, p] (p at most the compiled prompt length, the batch as compiled),
+ * `attention_mask` i64 [batch, p] or NULL (all ones); rows of different
+ * lengths are left-padded with a 0 mask. Writes batch * max_new_tokens
+ * tokens, row-major, to `tokens`, which holds `capacity` of them. */
+PARTITA_C_EXPORT partita_status *partita_session_generate(
+    partita_session *session, const partita_tensor *input_ids,
+    const partita_tensor *attention_mask, int64_t max_new_tokens,
+    int64_t *tokens, size_t capacity);
+/* The step API: prefill starts a generation and writes the last prompt
+ * position's logits (f32 [batch, vocab]); step feeds one token per row (i64
+ * [batch]) and writes its logits. A step before a prefill or with the
+ * cache full is refused. */
+PARTITA_C_EXPORT partita_status *partita_session_prefill(
+    partita_session *session, const partita_tensor *input_ids,
+    const partita_tensor *attention_mask, const partita_tensor *logits);
+PARTITA_C_EXPORT partita_status *
+partita_session_step(partita_session *session, const partita_tensor *tokens,
+                     const partita_tensor *logits);
 
 #ifdef __cplusplus
 }

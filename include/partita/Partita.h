@@ -115,6 +115,11 @@ struct CompileOptions {
   int64_t devices = 0;
   PlanObjective objective = PlanObjective::Latency;
   double deviceMemoryBytes = 0;
+  /// `--max-seq`: a decoder export with past key values compiles to a
+  /// prefill program (the bound sequence) and a decode program over one
+  /// KV cache of this many tokens per sequence (Session::generate); 0:
+  /// one program.
+  int64_t maxSeq = 0;
 };
 
 /// A compiled model: the files of the artifact directory, in memory.
@@ -267,6 +272,37 @@ public:
   /// inputs()/outputs(); the caller owns their memory. One run at a time.
   Status run(const std::vector<TensorRef> &inputs,
              const std::vector<TensorRef> &outputs);
+
+  /// Serving artifacts (compiled with maxSeq): greedy generation, the loop
+  /// in the runtime, the KV cache resident in the ranks. `inputIds` is i64
+  /// [batch, p] (p at most the compiled prompt length; batch as compiled),
+  /// `attentionMask` i64 [batch, p] or null (all ones); rows of different
+  /// lengths are left-padded with a 0 mask, as Hugging Face pads them.
+  struct Generated {
+    /// [batch, generated] greedy tokens, row-major.
+    std::vector<int64_t> tokens;
+    int64_t batch = 0, generated = 0;
+    /// With keepLogits: [generated, batch, vocab].
+    std::vector<float> logits;
+    int64_t vocab = 0;
+    /// Time to first token and each decode step's time, in seconds.
+    double prefillSeconds = 0;
+    std::vector<double> stepSeconds;
+  };
+  Status generate(const TensorRef &inputIds, const TensorRef *attentionMask,
+                  int64_t maxNewTokens, bool keepLogits, Generated &out);
+  /// The step API, for callers who sample themselves: prefill() starts a
+  /// generation and writes the last prompt position's logits (f32 [batch,
+  /// vocab]); step() feeds one token per row (i64 [batch]) and writes its
+  /// logits. step() before prefill() or with the cache full is refused.
+  Status prefill(const TensorRef &inputIds, const TensorRef *attentionMask,
+                 const TensorRef &logits);
+  Status step(const TensorRef &tokens, const TensorRef &logits);
+  /// Whether the artifact was compiled with maxSeq; its cache slots, and
+  /// those filled by the current generation.
+  bool serving() const;
+  int64_t maxSeq() const;
+  int64_t cachePosition() const;
 
 private:
   Session();

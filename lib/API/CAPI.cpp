@@ -367,6 +367,18 @@ partita_compile_options_set_auto_mesh(partita_compile_options *options,
 }
 
 partita_status *
+partita_compile_options_set_max_seq(partita_compile_options *options,
+                                    int64_t max_seq) {
+  PARTITA_CHECK_ARG(options);
+  if (max_seq < 0)
+    return makeError(std::string(__func__) +
+                     ": max_seq must be 0 or more, got " +
+                     std::to_string(max_seq));
+  options->options.maxSeq = max_seq;
+  return nullptr;
+}
+
+partita_status *
 partita_compile_options_set_objective(partita_compile_options *options,
                                       const char *objective) {
   PARTITA_CHECK_ARG(options);
@@ -685,6 +697,70 @@ partita_status *partita_session_run(partita_session *session,
             toTensorRef(__func__, "outputs", i, outputs[i], outputRefs[i]))
       return error;
   return fromStatus(session->session->run(inputRefs, outputRefs));
+}
+
+partita_status *partita_session_generate(partita_session *session,
+                                         const partita_tensor *input_ids,
+                                         const partita_tensor *attention_mask,
+                                         int64_t max_new_tokens,
+                                         int64_t *tokens, size_t capacity) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(input_ids);
+  PARTITA_CHECK_ARG(tokens);
+  partita::TensorRef ids, mask;
+  if (partita_status *error =
+          toTensorRef(__func__, "input_ids", 0, *input_ids, ids))
+    return error;
+  if (attention_mask)
+    if (partita_status *error =
+            toTensorRef(__func__, "attention_mask", 0, *attention_mask, mask))
+      return error;
+  partita::Session::Generated out;
+  if (partita_status *error = fromStatus(session->session->generate(
+          ids, attention_mask ? &mask : nullptr, max_new_tokens,
+          /*keepLogits=*/false, out)))
+    return error;
+  if (out.tokens.size() > capacity)
+    return makeError(
+        std::string(__func__) + ": " + std::to_string(out.tokens.size()) +
+        " tokens do not fit the capacity of " + std::to_string(capacity));
+  std::copy(out.tokens.begin(), out.tokens.end(), tokens);
+  return nullptr;
+}
+
+partita_status *partita_session_prefill(partita_session *session,
+                                        const partita_tensor *input_ids,
+                                        const partita_tensor *attention_mask,
+                                        const partita_tensor *logits) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(input_ids);
+  PARTITA_CHECK_ARG(logits);
+  partita::TensorRef ids, mask, out;
+  if (partita_status *error =
+          toTensorRef(__func__, "input_ids", 0, *input_ids, ids))
+    return error;
+  if (attention_mask)
+    if (partita_status *error =
+            toTensorRef(__func__, "attention_mask", 0, *attention_mask, mask))
+      return error;
+  if (partita_status *error = toTensorRef(__func__, "logits", 0, *logits, out))
+    return error;
+  return fromStatus(
+      session->session->prefill(ids, attention_mask ? &mask : nullptr, out));
+}
+
+partita_status *partita_session_step(partita_session *session,
+                                     const partita_tensor *tokens,
+                                     const partita_tensor *logits) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(tokens);
+  PARTITA_CHECK_ARG(logits);
+  partita::TensorRef in, out;
+  if (partita_status *error = toTensorRef(__func__, "tokens", 0, *tokens, in))
+    return error;
+  if (partita_status *error = toTensorRef(__func__, "logits", 0, *logits, out))
+    return error;
+  return fromStatus(session->session->step(in, out));
 }
 
 } // extern "C"

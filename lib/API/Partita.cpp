@@ -20,6 +20,7 @@
 #include "mlir/Support/Timing.h"
 #include "partita/Driver/Driver.h"
 #include "partita/runtime/Artifact.h"
+#include "partita/runtime/Generation.h"
 #include "partita/runtime/Runner.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -157,6 +158,7 @@ Status fillDriverOptions(const CompileOptions &options,
   driver.clusterJson = options.clusterJson;
   driver.clusterSource = "(CompileOptions::clusterJson)";
   driver.autoMesh = options.autoMesh;
+  driver.maxSeq = options.maxSeq;
   driver.devices = options.devices;
   driver.objective = options.objective;
   if (options.deviceMemoryBytes != 0)
@@ -470,6 +472,8 @@ struct Session::Impl {
   TemporaryDirectory owned;
   std::unique_ptr<rt::Artifact> artifact;
   std::unique_ptr<rt::Runner> runner;
+  /// Serving artifacts: the generation over `runner`.
+  std::unique_ptr<rt::Generation> generation;
   std::vector<TensorInfo> inputs, outputs;
 };
 
@@ -477,6 +481,7 @@ Session::Session() : impl(std::make_unique<Impl>()) {}
 Session::~Session() {
   // The runner reads the artifact, which reads the directory.
   if (impl) {
+    impl->generation.reset();
     impl->runner.reset();
     impl->artifact.reset();
   }
@@ -498,6 +503,10 @@ Status Session::open(const std::string &path, const SessionOptions &options) {
           rt::Runner::create(*impl.artifact, runnerOptions, impl.runner);
       !created)
     return Status::error(created.message());
+  if (impl.artifact->manifest().serving)
+    if (rt::Status made = rt::Generation::create(*impl.runner, impl.generation);
+        !made)
+      return Status::error(made.message());
   impl.inputs = infos(impl.artifact->manifest().inputs);
   impl.outputs = infos(impl.artifact->manifest().outputs);
   return Status();
@@ -557,4 +566,82 @@ Status Session::run(const std::vector<TensorRef> &inputs,
       !ran)
     return Status::error(ran.message());
   return Status();
+}
+
+namespace {
+
+rt::Tensor toTensor(const TensorRef &ref) {
+  rt::Tensor tensor;
+  tensor.data = ref.data;
+  tensor.dtype = toRuntime(ref.dtype);
+  tensor.shape = ref.shape;
+  return tensor;
+}
+
+Status notServing() {
+  return Status::error("the artifact was not compiled with --max-seq "
+                       "(CompileOptions::maxSeq): it has no decode program "
+                       "or KV cache to generate with");
+}
+
+Status fromRuntime(const rt::Status &status) {
+  return status ? Status() : Status::error(status.message());
+}
+
+} // namespace
+
+bool Session::serving() const { return impl->generation != nullptr; }
+
+int64_t Session::maxSeq() const {
+  const auto &serving = impl->artifact->manifest().serving;
+  return serving ? serving->maxSeq : 0;
+}
+
+int64_t Session::cachePosition() const {
+  return impl->generation ? impl->generation->position() : 0;
+}
+
+Status Session::generate(const TensorRef &inputIds,
+                         const TensorRef *attentionMask, int64_t maxNewTokens,
+                         bool keepLogits, Generated &out) {
+  if (!impl->generation)
+    return notServing();
+  rt::Tensor ids = toTensor(inputIds), mask;
+  if (attentionMask)
+    mask = toTensor(*attentionMask);
+  rt::GenerateOptions options;
+  options.maxNewTokens = maxNewTokens;
+  options.keepLogits = keepLogits;
+  rt::GenerateResult result;
+  if (Status status = fromRuntime(impl->generation->generate(
+          ids, attentionMask ? &mask : nullptr, options, result));
+      !status)
+    return status;
+  out.tokens = std::move(result.tokens);
+  out.batch = result.batch;
+  out.generated = result.generated;
+  out.logits = std::move(result.logits);
+  out.vocab = result.vocab;
+  out.prefillSeconds = result.prefillSeconds;
+  out.stepSeconds = std::move(result.stepSeconds);
+  return Status();
+}
+
+Status Session::prefill(const TensorRef &inputIds,
+                        const TensorRef *attentionMask,
+                        const TensorRef &logits) {
+  if (!impl->generation)
+    return notServing();
+  rt::Tensor mask;
+  if (attentionMask)
+    mask = toTensor(*attentionMask);
+  return fromRuntime(impl->generation->prefill(
+      toTensor(inputIds), attentionMask ? &mask : nullptr, toTensor(logits)));
+}
+
+Status Session::step(const TensorRef &tokens, const TensorRef &logits) {
+  if (!impl->generation)
+    return notServing();
+  return fromRuntime(
+      impl->generation->step(toTensor(tokens), toTensor(logits)));
 }

@@ -81,14 +81,27 @@ int64_t stageOf(dist::MeshOp mesh,
   return 0;
 }
 
+/// partita-kv-cache's mark of a cache argument and result.
+constexpr llvm::StringLiteral kCacheAttr = "partita.kv_cache";
+
+/// Which of the function's arguments or results to list.
+enum class Listed { All, Interface, Cache };
+
 /// The function's inputs or outputs with their global shapes and
-/// shardings (a partitioned function's types are the local ones).
-std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results) {
+/// shardings (a partitioned function's types are the local ones): all of
+/// them, the model's interface (without the KV cache), or the cache.
+std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results,
+                                        Listed listed = Listed::All) {
   std::vector<rt::TensorSpec> specs;
   dist::MeshOp mesh = meshOf(func);
   ArrayRef<Type> types = results ? func.getFunctionType().getResults()
                                  : func.getFunctionType().getInputs();
   for (auto [i, type] : llvm::enumerate(types)) {
+    bool cache = results ? static_cast<bool>(func.getResultAttr(i, kCacheAttr))
+                         : static_cast<bool>(func.getArgAttr(i, kCacheAttr));
+    if ((listed == Listed::Interface && cache) ||
+        (listed == Listed::Cache && !cache))
+      continue;
     auto tensor = cast<RankedTensorType>(type);
     StringAttr name = results
                           ? func.getResultAttrOfType<StringAttr>(i, "onnx.name")
@@ -119,12 +132,79 @@ std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results) {
   return specs;
 }
 
+/// The spec named `name`, or null.
+const rt::TensorSpec *findSpec(const std::vector<rt::TensorSpec> &specs,
+                               StringRef name) {
+  for (const rt::TensorSpec &spec : specs)
+    if (spec.name == name)
+      return &spec;
+  return nullptr;
+}
+
+bool sameSpec(const rt::TensorSpec &a, const rt::TensorSpec &b) {
+  return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
+         a.sharding.dims == b.sharding.dims &&
+         a.sharding.partial == b.sharding.partial;
+}
+
+/// A serving artifact's manifest entries: the prefill function's interface
+/// at top level, the decode function's under `serving`, and the cache,
+/// which both must hold alike.
+LogicalResult describeServing(func::FuncOp prefill,
+                              const ServingPrograms &serving,
+                              rt::Manifest &manifest) {
+  manifest.inputs = tensorSpecs(prefill, false, Listed::Interface);
+  manifest.outputs = tensorSpecs(prefill, true, Listed::Interface);
+  rt::ServingSpec spec;
+  spec.maxSeq = serving.maxSeq;
+  spec.decodeInputs = tensorSpecs(serving.decode, false, Listed::Interface);
+  spec.decodeOutputs = tensorSpecs(serving.decode, true, Listed::Interface);
+  spec.cache = tensorSpecs(prefill, false, Listed::Cache);
+  std::vector<rt::TensorSpec> decodeCache =
+      tensorSpecs(serving.decode, false, Listed::Cache);
+  auto sameCache = [&](const std::vector<rt::TensorSpec> &other) {
+    return other.size() == spec.cache.size() &&
+           llvm::all_of(other, [&](const rt::TensorSpec &s) {
+             const rt::TensorSpec *found = findSpec(spec.cache, s.name);
+             return found && sameSpec(*found, s);
+           });
+  };
+  if (!sameCache(decodeCache) ||
+      !sameCache(tensorSpecs(prefill, true, Listed::Cache)) ||
+      !sameCache(tensorSpecs(serving.decode, true, Listed::Cache)))
+    return prefill.emitError()
+           << "the prefill and decode programs hold the KV cache "
+              "differently (shapes or shardings): a compiler bug";
+  const rt::TensorSpec *ids = findSpec(manifest.inputs, "input_ids");
+  if (!ids || ids->shape.size() != 2)
+    return prefill.emitError()
+           << "--max-seq: the model has no input_ids [batch, sequence]";
+  spec.batch = ids->shape[0];
+  spec.promptLength = ids->shape[1];
+  spec.attentionMask =
+      findSpec(manifest.inputs, "attention_mask") ? "attention_mask" : "";
+  spec.positionIds =
+      findSpec(manifest.inputs, "position_ids") ? "position_ids" : "";
+  const rt::TensorSpec *logits = findSpec(manifest.outputs, "logits");
+  if (!logits || logits->shape.size() != 3)
+    return prefill.emitError()
+           << "--max-seq: the model has no logits output [batch, sequence, "
+              "vocab]";
+  manifest.serving = std::move(spec);
+  return success();
+}
+
 } // namespace
 
 LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
                                            ArrayRef<ExecProgram> programs,
                                            const ArtifactOptions &options,
-                                           StringRef path) {
+                                           StringRef path,
+                                           const ServingPrograms *serving) {
+  if (serving && serving->programs.size() != programs.size())
+    return global.emitError()
+           << "the decode step has " << serving->programs.size()
+           << " ranks and the prefill " << programs.size();
   rt::ArtifactWriter writer;
   rt::Manifest &manifest = writer.manifest();
   manifest.modelName = modelName(global);
@@ -136,8 +216,13 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
       manifest.meshAxes.push_back(
           {name.str(), size,
            dist::stringifyAxisRole(mesh.getAxisRole(index)).str()});
-  manifest.inputs = tensorSpecs(global, /*results=*/false);
-  manifest.outputs = tensorSpecs(global, /*results=*/true);
+  if (serving) {
+    if (failed(describeServing(global, *serving, manifest)))
+      return failure();
+  } else {
+    manifest.inputs = tensorSpecs(global, /*results=*/false);
+    manifest.outputs = tensorSpecs(global, /*results=*/true);
+  }
   manifest.compileOptions = options.compileOptions;
   manifest.cudaArchs = options.cudaArchs;
   if (options.target == "cuda" && options.cudaModules.size() != programs.size())
@@ -177,6 +262,19 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
         return global.emitError() << status.message();
     }
     if (rt::Status status = writer.addProgram(rank, exec.program); !status)
+      return global.emitError() << status.message();
+    if (!serving)
+      continue;
+    // The decode program reads the same weights: equal names are stored
+    // once.
+    const ExecProgram &decode = serving->programs[rank];
+    for (const ExecWeight &w : decode.weights) {
+      rt::Status status = writer.addWeight(w.name, w.view);
+      if (!status)
+        return global.emitError() << status.message();
+    }
+    if (rt::Status status = writer.addDecodeProgram(rank, decode.program);
+        !status)
       return global.emitError() << status.message();
   }
   if (rt::Status status = writer.commit(path.str()); !status)
@@ -357,12 +455,10 @@ static llvm::json::Object clusterJson(const ClusterModel &cluster) {
       {"inter_node", link(cluster.interNode)}};
 }
 
-LogicalResult mlir::partita::writeReport(const ModelSummary &model,
-                                         func::FuncOp main,
-                                         ArrayRef<ExecProgram> programs,
-                                         const ClusterModel &cluster,
-                                         const Plan *plan, StringRef path) {
-  dist::MeshOp mesh = meshOf(main);
+/// The report's `ranks`: each program's weights, memory, collectives,
+/// transfers and estimated times.
+static llvm::json::Array rankReports(dist::MeshOp mesh,
+                                     ArrayRef<ExecProgram> programs) {
   llvm::json::Array ranks;
   for (auto [rank, exec] : llvm::enumerate(programs)) {
     int64_t weightBytes = 0;
@@ -445,6 +541,39 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
                   : 0.0}}},
     });
   }
+  return ranks;
+}
+
+/// Bytes of the KV cache `exec` binds (its inputs named after the cache
+/// arguments of `func`).
+static int64_t cacheBytes(func::FuncOp func, const ExecProgram &exec) {
+  std::set<std::string> names;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (func.getArgAttr(i, kCacheAttr))
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, "onnx.name"))
+        names.insert(name.str());
+  int64_t bytes = 0;
+  for (const ::partita::program::Binding &binding : exec.program.inputs()) {
+    if (!names.count(binding.name()))
+      continue;
+    const ::partita::program::TensorType &type =
+        exec.program.buffers(binding.buffer()).type();
+    int64_t elements = 1;
+    for (int64_t dim : type.shape())
+      elements *= dim;
+    bytes += elements * ::partita::program::dtypeBytes(type.dtype());
+  }
+  return bytes;
+}
+
+LogicalResult mlir::partita::writeReport(const ModelSummary &model,
+                                         func::FuncOp main,
+                                         ArrayRef<ExecProgram> programs,
+                                         const ClusterModel &cluster,
+                                         const Plan *plan, StringRef path,
+                                         const ServingPrograms *serving) {
+  dist::MeshOp mesh = meshOf(main);
+  llvm::json::Array ranks = rankReports(mesh, programs);
   llvm::json::Array axes;
   if (mesh)
     for (auto [index, name, size] :
@@ -496,6 +625,21 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
   };
   if (plan)
     report["plan"] = planToJson(*plan);
+  if (serving) {
+    llvm::json::Array perRank;
+    double stepSeconds = 0;
+    for (const ExecProgram &exec : serving->programs) {
+      perRank.push_back(cacheBytes(serving->decode, exec));
+      stepSeconds = std::max(stepSeconds, exec.timeline.stepSeconds);
+    }
+    report["serving"] = llvm::json::Object{
+        {"max_seq", serving->maxSeq},
+        {"kv_cache_bytes", std::move(perRank)},
+        {"decode_step_seconds", stepSeconds},
+        {"decode",
+         llvm::json::Object{{"ranks", rankReports(meshOf(serving->decode),
+                                                  serving->programs)}}}};
+  }
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);
   if (ec)

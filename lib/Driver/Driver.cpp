@@ -109,6 +109,9 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
   if (options.microbatches < 1)
     return fail(context, "--microbatches must be positive, got " +
                              std::to_string(options.microbatches));
+  if (options.maxSeq < 0)
+    return fail(context, "--max-seq must be positive, got " +
+                             std::to_string(options.maxSeq));
   if (options.virtualStages < 1)
     return fail(context, "--virtual-stages must be positive, got " +
                              std::to_string(options.virtualStages));
@@ -242,6 +245,7 @@ void fillPipelineOptions(const DriverOptions &options,
                          PipelineOptions &pipeline) {
   pipeline.raise = options.raise;
   pipeline.dtype = options.dtype;
+  pipeline.maxSeq = options.maxSeq;
   pipeline.mesh = options.mesh;
   pipeline.strategy = options.strategy;
   pipeline.spMode = options.spMode;
@@ -349,6 +353,212 @@ std::string mlir::partita::formatLocation(Location loc) {
   return "";
 }
 
+namespace {
+
+/// One program of the model compiled down to its ranks' exec programs.
+struct CompiledModule {
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp main;
+  /// The report's model: the global one, before any sharding.
+  ModelSummary model;
+  std::vector<std::string> weightLines;
+  std::vector<ExecProgram> programs;
+};
+
+/// Imports the model as `form` binds it and runs the pass stages up to
+/// `options.emit` (planning the mesh with --mesh auto, which fills in
+/// `effective`), then, for the exec stage and later, lowers every rank.
+/// Sets `stopped` when the stage printed is all there is to do (--emit
+/// plan).
+LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
+                            DriverOptions &effective, ClusterModel &cluster,
+                            KvCacheForm form, DriverResult &result,
+                            TimingScope &root, CompiledModule &compiled,
+                            bool &stopped) {
+  stopped = false;
+  OnnxImportOptions import;
+  for (const auto &[name, value] : options.bindings)
+    import.bindings[name] = value;
+  import.kvCache = form;
+  import.maxSeq = options.maxSeq;
+  OwningOpRef<ModuleOp> &module = compiled.module;
+  {
+    TimingScope importTiming = root.nest("ONNX import");
+    module = options.inputBuffer
+                 ? importOnnxBuffer(&context, *options.inputBuffer,
+                                    options.input, /*modelDir=*/"", import)
+                 : importOnnxFile(&context, options.input, import);
+  }
+  if (!module)
+    return failure();
+  if (options.emit == EmitStage::Import)
+    return success();
+
+  compiled.main = module->lookupSymbol<func::FuncOp>("main");
+  func::FuncOp main = compiled.main;
+  // The passes that weigh communication read the cluster from the module.
+  if (!options.clusterJson.empty())
+    (*module)->setAttr(ClusterModel::kAttributeName,
+                       StringAttr::get(&context, options.clusterJson));
+  std::optional<Plan> &plan = result.plan;
+  PipelineOptions pipeline;
+  fillPipelineOptions(effective, pipeline);
+  for (size_t index = 0;; ++index) {
+    SmallVector<PassStage> stages = passStages(effective);
+    if (index >= stages.size())
+      break;
+    const PassStage &stage = stages[index];
+    if (failed(runStage(*module, effective, root, stage.timing,
+                        [&](PassManager &pm) { stage.build(pm, pipeline); })))
+      return failure();
+    if (stage.emit == EmitStage::NN)
+      compiled.model = summarizeModel(main);
+    // --mesh auto fills in the mesh and its options after the nn stage.
+    if (stage.emit == EmitStage::NN && effective.autoMesh) {
+      TimingScope planTiming = root.nest("Parallel planning");
+      int64_t nodes = cluster.nodes;
+      if (failed(planMesh(context, main, cluster, effective, plan)))
+        return failure();
+      if (cluster.nodes != nodes)
+        setClusterNodes(*module, cluster.nodes);
+      result.planExplanation = describePlan(*plan, cluster);
+      if (options.emit == EmitStage::Plan) {
+        *options.emitStream << result.planExplanation;
+        stopped = true;
+        return success();
+      }
+      // The mesh is chosen: a second program (decode) compiles on it.
+      effective.autoMesh = false;
+      fillPipelineOptions(effective, pipeline);
+    }
+    if (stage.emit == EmitStage::Dist && options.explain)
+      compiled.weightLines = describeWeights(main);
+  }
+  if (options.emit <= EmitStage::Local)
+    return success();
+
+  int64_t worldSize = 1;
+  for (auto mesh : module->getOps<dist::MeshOp>())
+    worldSize = mesh.getNumDevices();
+  TimingScope lowerTiming = root.nest("Exec lowering");
+  for (int64_t rank = 0; rank < worldSize; ++rank) {
+    // Each rank's program is planned on a copy of the SPMD module; the
+    // global one stays for the artifact's manifest and the report.
+    OwningOpRef<ModuleOp> planned = module->clone();
+    ExecPipelineOptions exec;
+    exec.rank = rank;
+    if (failed(runStage(*planned, options, lowerTiming,
+                        "Rank " + std::to_string(rank),
+                        [&](PassManager &pm) { buildExecPipeline(pm, exec); })))
+      return failure();
+    auto plannedMain = planned->lookupSymbol<func::FuncOp>("main");
+    FailureOr<ExecProgram> program = translateToExecProgram(plannedMain);
+    if (failed(program))
+      return failure();
+    program->timeline = estimateExecTimeline(plannedMain, cluster);
+    compiled.programs.push_back(std::move(*program));
+  }
+  return success();
+}
+
+/// Prints each rank's program as text, `# rank N` before each of several.
+void printPrograms(ArrayRef<ExecProgram> programs, llvm::raw_ostream &os) {
+  for (auto [rank, exec] : llvm::enumerate(programs)) {
+    std::string one;
+    google::protobuf::TextFormat::PrintToString(exec.program, &one);
+    if (programs.size() > 1)
+      os << "# rank " << rank << "\n";
+    os << one;
+  }
+}
+
+/// --max-seq: the prefill and the decode program of a decoder export, in
+/// one artifact over the same weights and KV cache.
+LogicalResult runServingCompiler(MLIRContext &context,
+                                 const DriverOptions &options,
+                                 DriverResult &result, TimingScope &root,
+                                 ClusterModel &cluster) {
+  if (options.target == Target::CUDA || options.emit == EmitStage::CUDA)
+    return fail(context, "--max-seq compiles for --target host only: the "
+                         "CUDA runtime does not keep a KV cache on the "
+                         "device yet");
+  if (options.spMode != SequenceMode::None ||
+      llvm::any_of(options.mesh.axes, [](const dist::MeshAxisSpec &axis) {
+        return axis.role == dist::AxisRole::Sequence && axis.size > 1;
+      }))
+    return fail(context, "--max-seq does not combine with sequence "
+                         "parallelism: a decode step has one token");
+  DriverOptions effective = options;
+  // The decode program is imported into a context of its own: a second
+  // import into this one would rename every weight's resource (`name_1`),
+  // and the artifact would store the weights twice. Its diagnostics go to
+  // this context's handlers.
+  MLIRContext decodeContext(context.isMultithreadingEnabled()
+                                ? MLIRContext::Threading::ENABLED
+                                : MLIRContext::Threading::DISABLED);
+  loadCompilerDialects(decodeContext);
+  ScopedDiagnosticHandler forward(&decodeContext, [&](Diagnostic &diag) {
+    context.getDiagEngine().emit(std::move(diag));
+    return success();
+  });
+  CompiledModule prefill, decode;
+  bool stopped = false;
+  {
+    TimingScope timing = root.nest("Prefill");
+    if (failed(compileModule(context, options, effective, cluster,
+                             KvCacheForm::Prefill, result, timing, prefill,
+                             stopped)))
+      return failure();
+  }
+  if (stopped)
+    return success();
+  {
+    TimingScope timing = root.nest("Decode");
+    DriverOptions second = effective;
+    if (failed(compileModule(decodeContext, second, effective, cluster,
+                             KvCacheForm::Decode, result, timing, decode,
+                             stopped)))
+      return failure();
+  }
+  if (options.emit <= EmitStage::Local || options.emit == EmitStage::Exec) {
+    llvm::raw_ostream &os = *options.emitStream;
+    os << "// ----- prefill -----\n";
+    if (options.emit == EmitStage::Exec)
+      printPrograms(prefill.programs, os);
+    else
+      printModule(*prefill.module, os);
+    os << "// ----- decode -----\n";
+    if (options.emit == EmitStage::Exec)
+      printPrograms(decode.programs, os);
+    else
+      printModule(*decode.module, os);
+    return success();
+  }
+  if (result.plan &&
+      failed(checkCompiledPlan(context, *result.plan, decode.programs)))
+    return failure();
+  if (options.explain)
+    result.explanation =
+        explanation(prefill.weightLines, prefill.programs.front());
+  ServingPrograms serving{decode.main, decode.programs, options.maxSeq};
+  if (!options.reportFile.empty() &&
+      failed(writeReport(prefill.model, prefill.main, prefill.programs, cluster,
+                         result.plan ? &*result.plan : nullptr,
+                         options.reportFile, &serving)))
+    return failure();
+  if (!options.traceFile.empty() &&
+      failed(writeTrace(prefill.main, prefill.programs, options.traceFile)))
+    return failure();
+  TimingScope writeTiming = root.nest("Artifact");
+  ArtifactOptions artifact;
+  artifact.compileOptions = recordedOptions(effective);
+  artifact.compileOptions["max-seq"] = std::to_string(options.maxSeq);
+  return writeArtifact(prefill.main, prefill.programs, artifact, options.output,
+                       &serving);
+}
+
+} // namespace
+
 LogicalResult mlir::partita::runCompiler(MLIRContext &context,
                                          const DriverOptions &options,
                                          DriverResult &result,
@@ -375,100 +585,32 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
                                llvm::toString(parsed.takeError()));
     cluster = std::move(*parsed);
   }
+  if (options.maxSeq > 0 && options.emit != EmitStage::Import)
+    return runServingCompiler(context, options, result, root, cluster);
 
-  OnnxImportOptions import;
-  for (const auto &[name, value] : options.bindings)
-    import.bindings[name] = value;
-  OwningOpRef<ModuleOp> module;
-  {
-    TimingScope importTiming = root.nest("ONNX import");
-    module = options.inputBuffer
-                 ? importOnnxBuffer(&context, *options.inputBuffer,
-                                    options.input, /*modelDir=*/"", import)
-                 : importOnnxFile(&context, options.input, import);
-  }
-  if (!module)
-    return failure();
-
-  if (options.emit == EmitStage::Import) {
-    printModule(*module, *options.emitStream);
-    return success();
-  }
-  auto main = module->lookupSymbol<func::FuncOp>("main");
-  // The passes that weigh communication read the cluster from the module.
-  if (!options.clusterJson.empty())
-    (*module)->setAttr(ClusterModel::kAttributeName,
-                       StringAttr::get(&context, options.clusterJson));
-  // --mesh auto fills in the mesh and its options after the nn stage.
   DriverOptions effective = options;
-  std::optional<Plan> &plan = result.plan;
-  PipelineOptions pipeline;
-  fillPipelineOptions(effective, pipeline);
-  ModelSummary model;
-  std::vector<std::string> weightLines;
-  for (size_t index = 0;; ++index) {
-    SmallVector<PassStage> stages = passStages(effective);
-    if (index >= stages.size())
-      break;
-    const PassStage &stage = stages[index];
-    if (failed(runStage(*module, effective, root, stage.timing,
-                        [&](PassManager &pm) { stage.build(pm, pipeline); })))
-      return failure();
-    // The report's model is the global one, before any sharding.
-    if (stage.emit == EmitStage::NN)
-      model = summarizeModel(main);
-    if (stage.emit == EmitStage::NN && options.autoMesh) {
-      TimingScope planTiming = root.nest("Parallel planning");
-      int64_t nodes = cluster.nodes;
-      if (failed(planMesh(context, main, cluster, effective, plan)))
-        return failure();
-      if (cluster.nodes != nodes)
-        setClusterNodes(*module, cluster.nodes);
-      result.planExplanation = describePlan(*plan, cluster);
-      if (options.emit == EmitStage::Plan) {
-        *options.emitStream << result.planExplanation;
-        return success();
-      }
-      fillPipelineOptions(effective, pipeline);
-    }
-    if (stage.emit == EmitStage::Dist && options.explain)
-      weightLines = describeWeights(main);
-  }
+  CompiledModule compiled;
+  bool stopped = false;
+  if (failed(compileModule(context, options, effective, cluster,
+                           options.maxSeq > 0 ? KvCacheForm::Prefill
+                                              : KvCacheForm::None,
+                           result, root, compiled, stopped)))
+    return failure();
+  if (stopped)
+    return success();
   if (options.emit <= EmitStage::Local) {
-    printModule(*module, *options.emitStream);
+    printModule(*compiled.module, *options.emitStream);
     return success();
   }
-  int64_t worldSize = 1;
-  for (auto mesh : module->getOps<dist::MeshOp>())
-    worldSize = mesh.getNumDevices();
-
-  std::vector<ExecProgram> programs;
-  {
-    TimingScope lowerTiming = root.nest("Exec lowering");
-    for (int64_t rank = 0; rank < worldSize; ++rank) {
-      // Each rank's program is planned on a copy of the SPMD module; the
-      // global one stays for the artifact's manifest and the report.
-      OwningOpRef<ModuleOp> planned = module->clone();
-      ExecPipelineOptions exec;
-      exec.rank = rank;
-      if (failed(runStage(
-              *planned, options, lowerTiming, "Rank " + std::to_string(rank),
-              [&](PassManager &pm) { buildExecPipeline(pm, exec); })))
-        return failure();
-      auto plannedMain = planned->lookupSymbol<func::FuncOp>("main");
-      FailureOr<ExecProgram> program = translateToExecProgram(plannedMain);
-      if (failed(program))
-        return failure();
-      program->timeline = estimateExecTimeline(plannedMain, cluster);
-      programs.push_back(std::move(*program));
-    }
-  }
+  func::FuncOp main = compiled.main;
+  std::vector<ExecProgram> &programs = compiled.programs;
+  std::optional<Plan> &plan = result.plan;
   if (plan && failed(checkCompiledPlan(context, *plan, programs)))
     return failure();
   if (options.explain)
-    result.explanation = explanation(weightLines, programs.front());
+    result.explanation = explanation(compiled.weightLines, programs.front());
   if (!options.reportFile.empty() &&
-      failed(writeReport(model, main, programs, cluster,
+      failed(writeReport(compiled.model, main, programs, cluster,
                          plan ? &*plan : nullptr, options.reportFile)))
     return failure();
   if (!options.traceFile.empty() &&
@@ -503,13 +645,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     return success();
   }
   if (options.emit == EmitStage::Exec) {
-    for (auto [rank, exec] : llvm::enumerate(programs)) {
-      std::string one;
-      google::protobuf::TextFormat::PrintToString(exec.program, &one);
-      if (programs.size() > 1)
-        *options.emitStream << "# rank " << rank << "\n";
-      *options.emitStream << one;
-    }
+    printPrograms(programs, *options.emitStream);
     return success();
   }
 

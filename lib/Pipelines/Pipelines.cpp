@@ -29,6 +29,13 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
   // constants.
   func.addPass(createCSEPass());
   func.addPass(createCanonicalizerPass());
+  // The cache's slots replace the concatenations raising matched as
+  // attention's keys and values.
+  if (options.maxSeq > 0) {
+    KvCachePassOptions cache;
+    cache.maxSeq = options.maxSeq;
+    func.addPass(createKvCachePass(cache));
+  }
   // Last: the raising patterns match the model's fp32 subgraphs, which the
   // conversion's casts would break up.
   if (options.dtype != StorageType::FP32) {

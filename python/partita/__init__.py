@@ -217,6 +217,7 @@ def compile(
     devices: Optional[int] = None,
     objective: Optional[str] = None,
     device_memory: Optional[float] = None,
+    max_seq: Optional[int] = None,
     name: Optional[str] = None,
 ) -> "Artifact":
     """Compiles an ONNX model for a device mesh.
@@ -251,6 +252,11 @@ def compile(
         of devices (``None``: the cluster's), what to minimize
         (``"latency"``, the default, or ``"throughput"``) and the memory of
         one device in bytes (``None``: the cluster's).
+      max_seq: a decoder exported with past key values (optimum's
+        ``text-generation-with-past``) compiles to a prefill program (the
+        bound sequence is the longest prompt) and a decode program over one
+        KV cache of ``max_seq`` tokens per sequence, resident on the ranks
+        (``--max-seq``); :meth:`Artifact.generate` runs them.
       name: the model's file name in diagnostics for an in-memory model.
 
     Returns:
@@ -271,7 +277,8 @@ def compile(
         _bindings(bind), strategy, sp_mode or "none",
         int(microbatches), int(virtual_stages), dtype, _cuda_archs(cuda_arch),
         bool(overlap), collective_matmul, _cluster_json(cluster), auto,
-        int(devices or 0), objective or "latency", float(device_memory or 0))
+        int(devices or 0), objective or "latency", float(device_memory or 0),
+        int(max_seq or 0))
     if native is None:
         raise CompileError(diagnostics)
     return Artifact(native=native, diagnostics=diagnostics)
@@ -411,6 +418,9 @@ class Artifact:
         self.diagnostics: List[Any] = list(diagnostics)
         self._report: Optional[Dict[str, Any]] = None
         self._session: Any = None
+        #: Time to first token and each decode step's time of the last
+        #: :meth:`generate`, in seconds (None before one).
+        self.last_timings: Optional[Dict[str, Any]] = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -505,6 +515,112 @@ class Artifact:
         """The model's outputs, global shapes (from the manifest)."""
         return [TensorSpec(t["name"], t["dtype"], t["shape"])
                 for t in self.manifest["outputs"]]
+
+    def _serving_session(self) -> Any:
+        session = self._get_session()
+        if not session.serving:
+            raise RunError(
+                "the artifact was not compiled with max_seq (--max-seq): it "
+                "has no decode program or KV cache to generate with")
+        return session
+
+    @staticmethod
+    def _ids(array: Any, what: str) -> np.ndarray:
+        ids = np.asarray(array)
+        if ids.dtype.kind not in "iu":
+            raise RunError(f"{what} must be integers, not {ids.dtype}")
+        return np.ascontiguousarray(ids, dtype=np.int64)
+
+    def _vocab(self) -> int:
+        logits = self.manifest["serving"]["logits"]
+        for spec in self.manifest["outputs"]:
+            if spec["name"] == logits:
+                return int(spec["shape"][-1])
+        raise RunError(f"the manifest has no output '{logits}'")
+
+    def generate(self, input_ids: Any, max_new_tokens: int, *,
+                 attention_mask: Any = None,
+                 return_logits: bool = False) -> Any:
+        """Greedy generation on a serving artifact (``max_seq``): a prefill
+        of the prompt, then ``max_new_tokens - 1`` decode steps, the loop in
+        the runtime and the KV cache resident on the ranks.
+
+        Args:
+          input_ids: int [batch, p] prompt ids, p at most the compiled
+            prompt length, the batch as compiled; rows of different lengths
+            left-padded, as Hugging Face pads them.
+          max_new_tokens: how many tokens to generate (the first from the
+            prompt's logits).
+          attention_mask: int [batch, p] of 0 (padding) and 1; ``None``: all
+            ones.
+          return_logits: also return every step's logits.
+
+        Returns:
+          int64 [batch, max_new_tokens] tokens; with ``return_logits``, the
+          pair (tokens, float32 [max_new_tokens, batch, vocab] logits).
+
+        Raises:
+          RunError: not a serving artifact, a prompt of the wrong batch or
+            longer than the prefill, more tokens than the cache holds.
+        """
+        ids = self._ids(input_ids, "input_ids")
+        mask = (None if attention_mask is None
+                else self._ids(attention_mask, "attention_mask"))
+        with self._lock:
+            session = self._serving_session()
+            try:
+                (tokens, batch, generated, logits, vocab, prefill_seconds,
+                 step_seconds) = session.generate(ids, mask,
+                                                  int(max_new_tokens),
+                                                  bool(return_logits))
+            except _partita.Error as error:
+                raise RunError(str(error)) from None
+        self.last_timings = {"prefill_seconds": prefill_seconds,
+                             "step_seconds": list(step_seconds)}
+        out = np.asarray(tokens, dtype=np.int64).reshape(batch, generated)
+        if not return_logits:
+            return out
+        return out, np.asarray(logits, dtype=np.float32).reshape(
+            generated, batch, vocab)
+
+    def prefill(self, input_ids: Any, *,
+                attention_mask: Any = None) -> np.ndarray:
+        """Starts a generation (the step API, for callers who sample
+        themselves): zeroes the cache, runs the prompt and returns the
+        logits of its last position, float32 [batch, vocab]."""
+        ids = self._ids(input_ids, "input_ids")
+        mask = (None if attention_mask is None
+                else self._ids(attention_mask, "attention_mask"))
+        with self._lock:
+            session = self._serving_session()
+            logits = np.empty((ids.shape[0] if ids.ndim else 0, self._vocab()),
+                              dtype=np.float32)
+            try:
+                session.prefill(ids, mask, logits)
+            except _partita.Error as error:
+                raise RunError(str(error)) from None
+        return logits
+
+    def step(self, tokens: Any) -> np.ndarray:
+        """Feeds one token per row (int [batch]) at the next position and
+        returns its logits, float32 [batch, vocab]; refused before
+        :meth:`prefill` or with the cache full."""
+        ids = self._ids(tokens, "tokens")
+        with self._lock:
+            session = self._serving_session()
+            logits = np.empty((ids.shape[0] if ids.ndim else 0, self._vocab()),
+                              dtype=np.float32)
+            try:
+                session.step(ids, logits)
+            except _partita.Error as error:
+                raise RunError(str(error)) from None
+        return logits
+
+    @property
+    def cache_position(self) -> int:
+        """Cache slots the current generation has filled (0 before one)."""
+        with self._lock:
+            return int(self._serving_session().cache_position)
 
     def run(self, inputs: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Runs the model once.

@@ -131,7 +131,8 @@ partita::CompileOptions makeCompileOptions(
     std::vector<std::string> cudaArchs, bool overlap,
     const std::string &collectiveMatmul, const std::string &clusterJson,
     bool autoMesh, int64_t devices, const std::string &objective,
-    double deviceMemory, std::vector<partita::Diagnostic> &errors) {
+    double deviceMemory, int64_t maxSeq,
+    std::vector<partita::Diagnostic> &errors) {
   partita::CompileOptions options;
   auto choose = [&](const std::string &text, auto &field) {
     using Enum = std::remove_reference_t<decltype(field)>;
@@ -159,6 +160,7 @@ partita::CompileOptions makeCompileOptions(
   options.devices = devices;
   choose(objective, options.objective);
   options.deviceMemoryBytes = deviceMemory;
+  options.maxSeq = maxSeq;
   return options;
 }
 
@@ -237,13 +239,13 @@ NB_MODULE(_partita, m) {
          std::vector<std::string> cudaArchs, bool overlap,
          const std::string &collectiveMatmul, const std::string &clusterJson,
          bool autoMesh, int64_t devices, const std::string &objective,
-         double deviceMemory) {
+         double deviceMemory, int64_t maxSeq) {
         partita::CompileResult result;
         partita::CompileOptions options = makeCompileOptions(
             std::move(mesh), target, std::move(bind), strategy, spMode,
             microbatches, virtualStages, dtype, std::move(cudaArchs), overlap,
             collectiveMatmul, clusterJson, autoMesh, devices, objective,
-            deviceMemory, result.diagnostics);
+            deviceMemory, maxSeq, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (!result.diagnostics.empty())
           return std::make_pair(std::shared_ptr<partita::Artifact>(),
@@ -264,7 +266,7 @@ NB_MODULE(_partita, m) {
       "strategy"_a, "sp_mode"_a, "microbatches"_a, "virtual_stages"_a,
       "dtype"_a, "cuda_archs"_a, "overlap"_a, "collective_matmul"_a,
       "cluster_json"_a, "auto_mesh"_a, "devices"_a, "objective"_a,
-      "device_memory"_a);
+      "device_memory"_a, "max_seq"_a);
 
   // plan(model, is_path, name, target, bind, dtype, cluster_json, devices,
   // objective, device_memory) -> (plan JSON | None, table, diagnostics).
@@ -278,7 +280,7 @@ NB_MODULE(_partita, m) {
         partita::CompileOptions options = makeCompileOptions(
             {}, target, std::move(bind), "megatron", "none", 1, 1, dtype, {},
             true, "auto", clusterJson, true, devices, objective, deviceMemory,
-            result.diagnostics);
+            0, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (result.diagnostics.empty()) {
           nb::gil_scoped_release released;
@@ -361,5 +363,70 @@ NB_MODULE(_partita, m) {
             }
             check(status);
           },
-          "inputs"_a, "outputs"_a);
+          "inputs"_a, "outputs"_a)
+      .def_prop_ro(
+          "serving",
+          [](const PySession &self) { return self.session->serving(); })
+      .def_prop_ro("max_seq",
+                   [](const PySession &self) { return self.session->maxSeq(); })
+      .def_prop_ro(
+          "cache_position",
+          [](const PySession &self) { return self.session->cachePosition(); })
+      // generate(ids, mask or None, n, keep_logits) -> (tokens, batch,
+      // generated, logits, vocab, prefill_seconds, step_seconds)
+      .def(
+          "generate",
+          [](PySession &self, InputArray ids, std::optional<InputArray> mask,
+             int64_t maxNewTokens, bool keepLogits) {
+            partita::TensorRef idsRef = toTensorRef("input_ids", "i64", ids);
+            std::optional<partita::TensorRef> maskRef;
+            if (mask)
+              maskRef = toTensorRef("attention_mask", "i64", *mask);
+            partita::Session::Generated out;
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status =
+                  self.session->generate(idsRef, maskRef ? &*maskRef : nullptr,
+                                         maxNewTokens, keepLogits, out);
+            }
+            check(status);
+            return std::make_tuple(std::move(out.tokens), out.batch,
+                                   out.generated, std::move(out.logits),
+                                   out.vocab, out.prefillSeconds,
+                                   std::move(out.stepSeconds));
+          },
+          "input_ids"_a, "attention_mask"_a.none(), "max_new_tokens"_a,
+          "keep_logits"_a)
+      .def(
+          "prefill",
+          [](PySession &self, InputArray ids, std::optional<InputArray> mask,
+             OutputArray logits) {
+            partita::TensorRef idsRef = toTensorRef("input_ids", "i64", ids);
+            std::optional<partita::TensorRef> maskRef;
+            if (mask)
+              maskRef = toTensorRef("attention_mask", "i64", *mask);
+            partita::TensorRef logitsRef = toTensorRef("logits", "f32", logits);
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = self.session->prefill(
+                  idsRef, maskRef ? &*maskRef : nullptr, logitsRef);
+            }
+            check(status);
+          },
+          "input_ids"_a, "attention_mask"_a.none(), "logits"_a)
+      .def(
+          "step",
+          [](PySession &self, InputArray tokens, OutputArray logits) {
+            partita::TensorRef tokensRef = toTensorRef("tokens", "i64", tokens);
+            partita::TensorRef logitsRef = toTensorRef("logits", "f32", logits);
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = self.session->step(tokensRef, logitsRef);
+            }
+            check(status);
+          },
+          "tokens"_a, "logits"_a);
 }

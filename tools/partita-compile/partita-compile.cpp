@@ -133,6 +133,12 @@ cl::opt<int64_t>
                  cl::desc("Microbatches each pipeline stage runs in turn "
                           "(needs a pp axis; divides the batch)"),
                  cl::init(1), cl::cat(partitaCategory));
+cl::opt<int64_t> maxSeq(
+    "max-seq",
+    cl::desc("A decoder export with past key values: compile a prefill "
+             "(--bind's sequence) and a decode program over one KV cache of "
+             "this many tokens per sequence, for partita-run --generate"),
+    cl::value_desc("L"), cl::init(0), cl::cat(partitaCategory));
 cl::opt<int64_t> virtualStages(
     "virtual-stages",
     cl::desc("Pipeline chunks per rank: the interleaved schedule (microbatches "
@@ -287,6 +293,7 @@ int compile(MLIRContext &context) {
   options.spMode = spMode;
   options.microbatches = microbatches;
   options.virtualStages = virtualStages;
+  options.maxSeq = maxSeq;
   options.dtype = dtype;
   options.cudaArch = cudaArch;
   options.overlap = !noOverlap;

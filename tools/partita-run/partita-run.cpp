@@ -7,6 +7,8 @@
 // partita-run ART --input NAME=FILE ... [--output-dir DIR] [--ranks N]
 //             [--single-gpu] [--repeat N] [--warmup N] [--timeout SECONDS]
 //             [--threads N] [--verify]
+// partita-run ART --generate N --input input_ids=FILE
+//             [--input attention_mask=FILE] [--dump-logits] [--output-dir DIR]
 //
 // Loads an artifact and runs its ranks, each reading its shard of every
 // input, assembles each output from the ranks' shards, writes it as
@@ -24,11 +26,18 @@
 // file parses the command line, reads and writes tensor files, prints and
 // starts the ranks' processes.
 //
+// --generate runs a serving artifact (partita-compile --max-seq): the
+// prefill of the prompt, then one decode step per token, greedily
+// (Generation.h), and prints the time to the first token, the latency of a
+// step and the throughput. Without it, a serving artifact's prefill runs
+// once, as any artifact's program.
+//
 //===----------------------------------------------------------------------===//
 
 #include "partita/Support/Version.h"
 #include "partita/runtime/Artifact.h"
 #include "partita/runtime/Float16.h"
+#include "partita/runtime/Generation.h"
 #include "partita/runtime/Runner.h"
 #include "partita/runtime/TensorFile.h"
 #include "partita/runtime/distributed/Launcher.h"
@@ -56,6 +65,9 @@ constexpr const char *kUsage =
     "usage: partita-run ART --input NAME=FILE ... [--output-dir DIR]\n"
     "                   [--ranks N] [--single-gpu] [--repeat N] [--warmup N]\n"
     "                   [--timeout SECONDS] [--threads N] [--verify]\n"
+    "       partita-run ART --generate N --input input_ids=FILE\n"
+    "                   [--input attention_mask=FILE] [--dump-logits]\n"
+    "                   [--output-dir DIR]\n"
     "\n"
     "Runs the artifact directory ART (written by partita-compile). A host\n"
     "artifact runs its ranks as threads of this process; a cuda artifact\n"
@@ -77,6 +89,15 @@ constexpr const char *kUsage =
     "  --verify            also hash every weight byte at load (the manifest\n"
     "                      and programs are always verified, the weights\n"
     "                      files' headers and bounds always checked)\n"
+    "  --generate N        generate N tokens greedily with a serving artifact\n"
+    "                      (partita-compile --max-seq) from the prompt\n"
+    "                      input_ids (and attention_mask, default all ones),\n"
+    "                      [batch, at most the compiled prompt length]; write\n"
+    "                      DIR/tokens.npy (i64 [batch, N]) and print the time\n"
+    "                      to the first token, the per-token latency and the\n"
+    "                      throughput\n"
+    "  --dump-logits       with --generate: also write DIR/logits.npy (f32\n"
+    "                      [N, batch, vocab])\n"
     "  --version           print the version and exit\n";
 
 struct Options {
@@ -91,6 +112,9 @@ struct Options {
   bool singleGpu = false;
   bool verifyWeights = false;
   bool version = false;
+  /// --generate N; -1 without it.
+  int64_t generate = -1;
+  bool dumpLogits = false;
 };
 
 int fail(const std::string &message) {
@@ -135,13 +159,17 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
       options.verifyWeights = true;
       continue;
     }
+    if (arg == "--dump-logits") {
+      options.dumpLogits = true;
+      continue;
+    }
     std::string value;
     size_t equals = arg.find('=');
     std::string flag = arg.substr(0, equals);
     // An unknown flag is reported as such, not as one missing its value.
     static const char *const kValueFlags[] = {
-        "--input",  "--output-dir", "--ranks",  "--repeat",
-        "--warmup", "--threads",    "--timeout"};
+        "--input",  "--output-dir", "--ranks",   "--repeat",
+        "--warmup", "--threads",    "--timeout", "--generate"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) ==
         std::end(kValueFlags))
       return Status::error("unknown option " + flag);
@@ -174,6 +202,11 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
       PARTITA_RETURN_IF_ERROR(count(options.warmup));
     } else if (flag == "--threads") {
       PARTITA_RETURN_IF_ERROR(count(options.threads));
+    } else if (flag == "--generate") {
+      if (!parseCount(value, options.generate) || options.generate < 1)
+        return Status::error("--generate takes a positive number of tokens, "
+                             "not '" +
+                             value + "'");
     } else if (flag == "--timeout") {
       char *end = nullptr;
       options.timeoutSeconds = std::strtod(value.c_str(), &end);
@@ -188,6 +221,15 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
   }
   if (options.artifact.empty())
     return Status::error("no artifact given");
+  if (options.dumpLogits && options.generate < 0)
+    return Status::error("--dump-logits writes the logits of --generate; "
+                         "give --generate N");
+  if (options.dumpLogits && options.outputDirectory.empty())
+    return Status::error("--dump-logits writes DIR/logits.npy: give "
+                         "--output-dir DIR");
+  if (options.generate >= 0 && (options.repeat > 0 || options.warmup >= 0))
+    return Status::error("--repeat and --warmup time runs of the program; "
+                         "--generate times its prefill and every step itself");
   return Status::ok();
 }
 
@@ -386,6 +428,138 @@ Status selfExecutable(std::string &path) {
   return Status::ok();
 }
 
+/// Reads the --input files of --generate: the prompt's input ids and,
+/// optionally, its attention mask, which Generation checks against the
+/// serving spec; every other input it computes.
+Status readPrompt(const ServingSpec &serving, const Options &options,
+                  HostTensor &inputIds, HostTensor &mask, bool &masked) {
+  masked = false;
+  bool haveIds = false;
+  std::string takes =
+      "'" + serving.inputIds + "'" +
+      (serving.attentionMask.empty() ? std::string(" only")
+                                     : " and '" + serving.attentionMask + "'");
+  for (const auto &[name, file] : options.inputs) {
+    bool ids = name == serving.inputIds;
+    if (!ids &&
+        (serving.attentionMask.empty() || name != serving.attentionMask))
+      return Status::error("--generate takes no input '" + name +
+                           "': it reads " + takes +
+                           " and computes the model's other inputs");
+    bool &seen = ids ? haveIds : masked;
+    if (seen)
+      return Status::error("input '" + name + "' is given twice");
+    seen = true;
+    PARTITA_RETURN_IF_ERROR(readTensorFile(file, ids ? inputIds : mask));
+  }
+  if (!haveIds)
+    return Status::error("missing input '" + serving.inputIds + "' (i64 [" +
+                         std::to_string(serving.batch) + ", at most " +
+                         std::to_string(serving.promptLength) +
+                         "]), the prompt: pass --input " + serving.inputIds +
+                         "=FILE");
+  return Status::ok();
+}
+
+/// The `fraction` quantile of `values` (nearest rank), which it sorts.
+double quantile(std::vector<double> &values, double fraction) {
+  std::sort(values.begin(), values.end());
+  size_t rank = size_t(std::ceil(fraction * double(values.size())));
+  return values[std::min(values.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+/// partita-run --generate: Generation::generate over an in-process runner.
+int runGenerate(const Artifact &artifact, const Options &options,
+                const RunnerOptions &runnerOptions) {
+  const Manifest &manifest = artifact.manifest();
+  if (!manifest.serving)
+    return fail(options.artifact +
+                " was not compiled with --max-seq: --generate needs a "
+                "serving artifact (partita-compile --max-seq L), which has "
+                "a decode program and a KV cache");
+  Status target = checkDecodeTarget(manifest);
+  if (!target)
+    return fail("--generate: " + target.message());
+  HostTensor inputIds, mask;
+  bool masked = false;
+  Status read = Status::ok();
+  {
+    Watchdog watchdog(options.timeoutSeconds, "reading the inputs");
+    read = readPrompt(*manifest.serving, options, inputIds, mask, masked);
+  }
+  if (!read)
+    return fail(read.message());
+
+  std::unique_ptr<Runner> runner;
+  std::unique_ptr<Generation> generation;
+  Status created = Runner::create(artifact, runnerOptions, runner);
+  if (created)
+    created = Generation::create(*runner, generation);
+  if (!created)
+    return fail(created.message());
+  GenerateOptions generateOptions;
+  generateOptions.maxNewTokens = options.generate;
+  generateOptions.keepLogits = options.dumpLogits;
+  GenerateResult result;
+  Status generated =
+      generation->generate(inputIds.tensor(), masked ? &mask.tensor() : nullptr,
+                           generateOptions, result);
+  if (!generated)
+    return fail(generated.message());
+
+  Watchdog watchdog(options.timeoutSeconds, "writing the outputs");
+  if (!options.outputDirectory.empty()) {
+    Status made = makeDirectories(options.outputDirectory);
+    if (!made)
+      return fail(made.message());
+  }
+  Tensor tokens{
+      result.tokens.data(), program::I64, {result.batch, result.generated}};
+  Tensor logits{result.logits.data(),
+                program::F32,
+                {result.generated, result.batch, result.vocab}};
+  std::vector<std::pair<std::string, Tensor>> written = {{"tokens", tokens}};
+  if (options.dumpLogits)
+    written.emplace_back("logits", logits);
+  for (const auto &[name, tensor] : written) {
+    std::string line = summary(name, tensor);
+    if (!options.outputDirectory.empty()) {
+      std::string path = options.outputDirectory + "/" + name + ".npy";
+      Status saved = writeNpy(path, tensor);
+      if (!saved)
+        return fail(saved.message());
+      line += " -> " + path;
+    }
+    std::printf("%s\n", line.c_str());
+  }
+
+  std::printf("time to first token: %.3f ms\n", result.prefillSeconds * 1e3);
+  std::vector<double> steps;
+  double decodeSeconds = 0;
+  for (double seconds : result.stepSeconds) {
+    steps.push_back(seconds * 1e3);
+    decodeSeconds += seconds;
+  }
+  if (steps.empty()) {
+    std::printf("per-token latency: no decode steps (--generate 1 takes its "
+                "token from the prefill)\n");
+  } else {
+    double mean = decodeSeconds * 1e3 / double(steps.size());
+    double p50 = quantile(steps, 0.5), p99 = quantile(steps, 0.99);
+    std::printf("per-token latency: mean %.3f ms, p50 %.3f ms, p99 %.3f ms "
+                "over %zu decode steps\n",
+                mean, p50, p99, steps.size());
+    std::printf("decode throughput: %.1f tokens/s (batch %lld x %zu steps in "
+                "%.3f ms)\n",
+                double(result.batch) * double(steps.size()) / decodeSeconds,
+                static_cast<long long>(result.batch), steps.size(),
+                decodeSeconds * 1e3);
+  }
+  std::printf("kv cache: %llu bytes\n",
+              static_cast<unsigned long long>(runner->cacheBytes()));
+  return 0;
+}
+
 /// Starts a cuda artifact's ranks: every rank in this process on GPU 0
 /// (`runner` from Runner::create), one process per GPU started here
 /// (`launched` once they are done), or this process as the rank its
@@ -473,6 +647,13 @@ int runMain(int argc, char **argv) {
   if (!assemblable)
     return fail(assemblable.message());
 
+  RunnerOptions runnerOptions;
+  runnerOptions.threadsPerRank = unsigned(options.threads);
+  runnerOptions.timeoutSeconds = options.timeoutSeconds;
+  runnerOptions.singleGpu = options.singleGpu;
+  if (options.generate >= 0)
+    return runGenerate(*artifact, options, runnerOptions);
+
   std::map<std::string, HostTensor> inputs;
   Status read = Status::ok();
   {
@@ -486,10 +667,6 @@ int runMain(int argc, char **argv) {
   for (const auto &[name, tensor] : inputs)
     globalInputs.push_back({name, tensor.tensor()});
 
-  RunnerOptions runnerOptions;
-  runnerOptions.threadsPerRank = unsigned(options.threads);
-  runnerOptions.timeoutSeconds = options.timeoutSeconds;
-  runnerOptions.singleGpu = options.singleGpu;
   std::unique_ptr<Runner> runner;
   if (cuda) {
     bool launched = false;

@@ -32,7 +32,7 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
                     %mask: tensor<2x1x1x4xi1>, %b: tensor<2x8x16xi1>,
                     %qkv: tensor<2x8x48xf32>, %i: tensor<4xi64>,
                     %pos: tensor<4xi64>,
-                    %cs: tensor<1x4x8xf32>) {
+                    %cs: tensor<1x4x8xf32>, %slot: tensor<1xi64>) {
   %c = nn.constant {expected = "() -> ([i, j]) {i=4, j=8}"} dense<1.0> : tensor<4x8xf32>
   %add = nn.add %a, %row {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %sub = nn.sub %a, %a {expected = "([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
@@ -76,6 +76,7 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
   %att = nn.attention %q, %kv, %kv mask %mask {causal, expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, 1, 1, m]) -> ([i, jk, l, o]) {i=2, j=2, k=4, l=4, m=4 kv_sequence, n=16 opaque, o=16}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x1x4xi1>) -> tensor<2x8x4x16xf32>
   %part:2 = nn.attention_partial %q, %kv, %kv mask %mask positions(%pos, %pos) {expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, 1, 1, m], [l], [m]) -> ([i, jk, l, o], [i, jk, l]) {i=2, j=2, k=4, l=4, m=4 kv_sequence, n=16 opaque, o=16}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
   %rope = nn.rope %q, %cs, %cs {interleaved, expected = "([i, j, k, l], [1, k, m], [1, k, m]) -> ([i, j, k, l]) {i=2, j=8, k=4, l=16 opaque, m=8 opaque}"} : (tensor<2x8x4x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> tensor<2x8x4x16xf32>
+  %kvw = nn.kv_cache_write %q, %q, %slot axis = 2 {expected = "([i, j, k, m], [i, j, l, m], [1]) -> ([i, j, k, m]) {i=2, j=8, k=4 opaque, l=4 opaque, m=16}"} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<1xi64>) -> tensor<2x8x4x16xf32>
   %emb = nn.embedding %table, %ids {expected = "([i, l], [j, k]) -> ([j, k, l]) {i=100 lookup, j=2, k=8, l=16}"} : (tensor<100x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
   %g = nn.gather %a, %ids axis = 1 {expected = "([i, j, m], [k, l]) -> ([i, k, l, m]) {i=2, j=8 lookup, k=2, l=8, m=16}"} : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<2x2x8x16xf32>
   %rs = nn.reshape %qkv {expected = "([i, j, kl]) -> ([i, j, k, l]) {i=2, j=8, k=3, l=16}"} : tensor<2x8x48xf32> -> tensor<2x8x3x16xf32>

@@ -43,14 +43,28 @@ struct ArtifactOptions {
   std::map<std::string, std::string> compileOptions;
 };
 
+/// A serving artifact's second program (partita-compile --max-seq): the
+/// decode step, compiled on the same mesh over the same weights and KV
+/// cache as the prefill program that writeArtifact and writeReport are
+/// given.
+struct ServingPrograms {
+  func::FuncOp decode;
+  ArrayRef<ExecProgram> programs;
+  int64_t maxSeq = 0;
+};
+
 /// Writes the artifact for `programs` (one per rank, in rank order) of
 /// `main`: the global function, or the one partitioned over the module's
 /// dist.mesh, whose argument and result `dist.sharding`s give the
 /// manifest's global shapes and shardings. Reports failures (a write error,
 /// an inconsistent program) as a diagnostic at `main`; on failure nothing
 /// is left at `path`.
+/// With `serving`, `main` is the prefill program and the manifest gets the
+/// decode programs and the cache (arguments and results marked
+/// `partita.kv_cache`, which are not the artifact's inputs and outputs).
 LogicalResult writeArtifact(func::FuncOp main, ArrayRef<ExecProgram> programs,
-                            const ArtifactOptions &options, StringRef path);
+                            const ArtifactOptions &options, StringRef path,
+                            const ServingPrograms *serving = nullptr);
 
 /// What the report says of the model itself, taken from the global
 /// function before partitioning.
@@ -68,7 +82,8 @@ ModelSummary summarizeModel(func::FuncOp global);
 LogicalResult writeReport(const ModelSummary &model, func::FuncOp main,
                           ArrayRef<ExecProgram> programs,
                           const ClusterModel &cluster, const Plan *plan,
-                          StringRef path);
+                          StringRef path,
+                          const ServingPrograms *serving = nullptr);
 
 /// Writes Chrome trace-event JSON (--trace; Perfetto opens it): every
 /// rank's program timeline (compute and communication tracks, as the cost

@@ -78,6 +78,10 @@ struct DriverOptions {
   /// cluster's) after the nn stage, and `mesh` and those options are
   /// ignored.
   bool autoMesh = false;
+  /// --max-seq: a decoder export with past key values compiles to a
+  /// prefill and a decode program over one KV cache of this many slots per
+  /// sequence; 0: one program, as the model is.
+  int64_t maxSeq = 0;
   int64_t devices = 0;
   PlanObjective objective = PlanObjective::Latency;
   std::optional<double> deviceMemoryBytes;

@@ -37,6 +37,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       *this, "dtype",
       llvm::cl::desc("Storage type of the model's fp32 tensors"),
       optionValues<StorageType>(), llvm::cl::init(StorageType::FP32)};
+  Option<int64_t> maxSeq{
+      *this, "max-seq",
+      llvm::cl::desc("Keep a decoder's keys and values in a cache of this "
+                     "many slots (partita-kv-cache; 0: none)"),
+      llvm::cl::init(0)};
   // plan
   Option<dist::MeshSpec> mesh{*this, "mesh",
                               llvm::cl::desc("Mesh axes, sizes and roles, "
@@ -71,7 +76,7 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
 };
 
 /// From freshly imported nn to clean transformer-level nn, stored as
-/// `dtype` (partita-compile --emit nn): reads `raise` and `dtype`.
+/// `dtype` (partita-compile --emit nn): reads `raise`, `max-seq` and `dtype`.
 void buildNNPipeline(OpPassManager &pm, const PipelineOptions &options);
 
 /// Global nn to nn with a sharding on every value: the strategy's

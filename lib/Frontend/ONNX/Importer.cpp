@@ -119,7 +119,7 @@ public:
                 const OnnxImportOptions &options)
       : context(context), model(std::move(model)), mapped(std::move(mapped)),
         modelName(modelName.str()), modelDir(modelDir.str()), options(options),
-        builder(context),
+        bindings(options.bindings), builder(context),
         fileLoc(FileLineColLoc::get(context, modelName, 0, 0)) {}
 
   OwningOpRef<ModuleOp> run();
@@ -182,6 +182,9 @@ private:
   LogicalResult checkOpsets();
   LogicalResult importInitializers();
 
+  /// For a KV-cache form, adds the cached length and sequence to
+  /// `bindings`.
+  LogicalResult bindCacheLengths();
   LogicalResult bindInputs(SmallVectorImpl<std::string> &inputNames,
                            SmallVectorImpl<Type> &inputTypes);
   LogicalResult sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order);
@@ -196,6 +199,8 @@ private:
   std::string modelName;
   std::string modelDir;
   const OnnxImportOptions &options;
+  /// `options.bindings` with what the KV-cache form binds.
+  llvm::StringMap<int64_t> bindings;
   OpBuilder builder;
   Location fileLoc;
   int64_t opset = 0;
@@ -525,8 +530,8 @@ GraphImporter::resolveDimParam(StringRef param, llvm::StringSet<> *used) {
   std::optional<DimExpr> expr = DimExpr::parse(param);
   r.isExpression = expr && !expr->isSymbol();
   // The text itself may be bound, expression or not.
-  auto direct = options.bindings.find(param);
-  if (direct != options.bindings.end()) {
+  auto direct = bindings.find(param);
+  if (direct != bindings.end()) {
     if (used)
       used->insert(param);
     r.value = direct->second;
@@ -538,8 +543,8 @@ GraphImporter::resolveDimParam(StringRef param, llvm::StringSet<> *used) {
   }
   SmallVector<int64_t> values;
   for (const std::string &symbol : expr->getSymbols()) {
-    auto it = options.bindings.find(symbol);
-    if (it == options.bindings.end()) {
+    auto it = bindings.find(symbol);
+    if (it == bindings.end()) {
       r.unbound.push_back(symbol);
       continue;
     }
@@ -569,10 +574,56 @@ GraphImporter::resolveDimParam(StringRef param, llvm::StringSet<> *used) {
   return r;
 }
 
+LogicalResult GraphImporter::bindCacheLengths() {
+  if (options.kvCache == KvCacheForm::None)
+    return success();
+  const onnx::GraphProto &graph = model->graph();
+  // The cached length: dimension 2 of the pasts ([batch, heads, length,
+  // head dim]); the sequence: input_ids' dimension 1.
+  std::string past, sequence;
+  for (const onnx::ValueInfoProto &input : graph.input()) {
+    const onnx::TensorShapeProto &shape = input.type().tensor_type().shape();
+    if (StringRef(input.name()).starts_with("past") && shape.dim_size() == 4 &&
+        !shape.dim(2).dim_param().empty()) {
+      if (!past.empty() && past != shape.dim(2).dim_param())
+        return emitError(fileLoc)
+               << "--max-seq: the past inputs' lengths are named both '" << past
+               << "' and '" << shape.dim(2).dim_param() << "'";
+      past = shape.dim(2).dim_param();
+    }
+    if (input.name() == "input_ids" && shape.dim_size() == 2)
+      sequence = shape.dim(1).dim_param();
+  }
+  if (past.empty())
+    return emitError(fileLoc)
+           << "--max-seq: the model has no past key or value inputs with a "
+              "symbolic length (past_key_values.N.key of shape [batch, "
+              "heads, past_sequence_length, head_dim]); export the decoder "
+              "with past key values";
+  if (sequence.empty())
+    return emitError(fileLoc) << "--max-seq: the model has no input_ids of "
+                                 "shape [batch, sequence] with a symbolic "
+                                 "sequence";
+  if (options.bindings.count(past))
+    return emitError(fileLoc)
+           << "--max-seq sets the cached length '" << past
+           << "' itself (0 for the prompt, max-seq - 1 for a decode step); "
+              "do not --bind it";
+  if (options.kvCache == KvCacheForm::Prefill) {
+    bindings[past] = 0;
+    return success();
+  }
+  bindings[sequence] = 1;
+  bindings[past] = options.maxSeq - 1;
+  return success();
+}
+
 LogicalResult
 GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
                           SmallVectorImpl<Type> &inputTypes) {
   const onnx::GraphProto &graph = model->graph();
+  if (failed(bindCacheLengths()))
+    return failure();
   // Every unbound symbolic dimension, with the places it appears.
   llvm::MapVector<StringRef, SmallVector<std::string>> unbound;
   llvm::StringSet<> used, names;

@@ -163,7 +163,7 @@ void setAttributes(Operation *op,
         m["limit"] = intsAttr(o.getLimit());
         m["stride"] = intsAttr(o.getStride());
       })
-      .Case<nn::ConcatOp, nn::SplitOp>(
+      .Case<nn::ConcatOp, nn::SplitOp, nn::KvCacheWriteOp>(
           [&](auto o) { m["axis"] = intAttr(o.getAxis()); });
 }
 

@@ -24,6 +24,7 @@
 #include <functional>
 #include <set>
 #include <sys/stat.h>
+#include <tuple>
 #include <unordered_map>
 
 using namespace partita::runtime;
@@ -39,6 +40,10 @@ constexpr size_t kMaxManifestBytes = 64u << 20;
 
 std::string programPath(int32_t rank) {
   return "programs/rank" + std::to_string(rank) + ".pb";
+}
+
+std::string decodeProgramPath(int32_t rank) {
+  return "programs/rank" + std::to_string(rank) + ".decode.pb";
 }
 
 std::string weightFilePath(size_t index, size_t count) {
@@ -101,6 +106,171 @@ private:
 
 } // namespace
 
+namespace {
+
+std::string coordsString(const std::vector<MeshAxis> &axes,
+                         const std::vector<int64_t> &coords) {
+  std::string text = "{";
+  for (size_t a = 0; a < axes.size(); ++a)
+    text += (a ? ", " : "") + axes[a].name + ": " + std::to_string(coords[a]);
+  return text + "}";
+}
+
+/// The shape of `rank`'s block of `spec` (whose sharding validateManifest
+/// checked): each dimension divided by the sizes of the axes that split it.
+Status blockShape(const Manifest &manifest, const TensorSpec &spec,
+                  std::vector<int64_t> &shape) {
+  shape = spec.shape;
+  for (size_t d = 0; d < spec.sharding.dims.size() && d < shape.size(); ++d) {
+    int64_t blocks = 1;
+    for (const std::string &name : spec.sharding.dims[d])
+      for (const MeshAxis &axis : manifest.meshAxes)
+        if (axis.name == name)
+          blocks *= axis.size;
+    if (shape[d] % blocks != 0)
+      return Status::error("dimension " + std::to_string(d) + " of " +
+                           shapeString(spec.shape) + " does not split into " +
+                           std::to_string(blocks) + " blocks");
+    shape[d] /= blocks;
+  }
+  return Status::ok();
+}
+
+const TensorSpec *specNamed(const std::vector<TensorSpec> &specs,
+                            const std::string &name) {
+  for (const TensorSpec &spec : specs)
+    if (spec.name == name)
+      return &spec;
+  return nullptr;
+}
+
+/// One entry's programs (`entry`: "" for the prefill's or only ones,
+/// "decode " for a serving artifact's decode programs) against the
+/// manifest: every binding an input or output of the entry, or a cache
+/// tensor bound as both an input and an output, with the dtype and shape
+/// of the rank's block; every output produced by some rank.
+Status checkEntryBindings(const Manifest &manifest,
+                          const std::vector<const program::Program *> &programs,
+                          const std::vector<TensorSpec> &inputs,
+                          const std::vector<TensorSpec> &outputs,
+                          const std::string &where, const std::string &entry) {
+  static const std::vector<TensorSpec> kNoCache;
+  const std::vector<TensorSpec> &cache =
+      manifest.serving ? manifest.serving->cache : kNoCache;
+  if (outputs.empty())
+    return Status::error(where + (entry.empty() ? "the model has no outputs"
+                                                : "the decode step has no "
+                                                  "outputs"));
+  std::vector<bool> produced(outputs.size(), false);
+  for (size_t r = 0; r < programs.size(); ++r) {
+    const program::Program &program = *programs[r];
+    std::string rank = "rank " + std::to_string(r);
+    std::string binds = rank + "'s " + entry + "program binds ";
+    std::set<std::string> cacheInputs, cacheOutputs;
+    auto check = [&](const program::Binding &binding, bool input) -> Status {
+      std::string kind = entry + (input ? "input" : "output");
+      const TensorSpec *spec =
+          specNamed(input ? inputs : outputs, binding.name());
+      if (spec && !input)
+        produced[size_t(spec - outputs.data())] = true;
+      if (!spec && (spec = specNamed(cache, binding.name()))) {
+        kind = "cache";
+        (input ? cacheInputs : cacheOutputs).insert(spec->name);
+      }
+      if (!spec)
+        return Status::error(where + binds + kind + " '" + binding.name() +
+                             "', which the manifest does not list");
+      if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
+        return Status::error(where + binds + kind + " '" + binding.name() +
+                             "' to buffer " + std::to_string(binding.buffer()) +
+                             ", which it does not have");
+      std::vector<int64_t> shape;
+      Status split = blockShape(manifest, *spec, shape);
+      if (!split)
+        return Status::error(where + kind + " '" + spec->name +
+                             "': " + split.message());
+      const program::TensorType &type =
+          program.buffers(binding.buffer()).type();
+      std::vector<int64_t> bound(type.shape().begin(), type.shape().end());
+      if (type.dtype() != spec->dtype || bound != shape)
+        return Status::error(
+            where + kind + " '" + spec->name + "' is " +
+            dtypeName(spec->dtype) + " " + shapeString(spec->shape) +
+            (spec->sharding.isReplicated()
+                 ? ""
+                 : " split over the mesh, so " + rank + "'s block is " +
+                       shapeString(shape)) +
+            ", but " + rank + "'s " + entry + "program binds " +
+            dtypeName(type.dtype()) + " " + shapeString(bound));
+      return Status::ok();
+    };
+    for (const program::Binding &binding : program.inputs())
+      PARTITA_RETURN_IF_ERROR(check(binding, true));
+    for (const program::Binding &binding : program.outputs())
+      PARTITA_RETURN_IF_ERROR(check(binding, false));
+    // The runtime binds a cache tensor's one memory as both, so that the
+    // program updates it in place.
+    for (const TensorSpec &spec : cache)
+      if (cacheInputs.count(spec.name) != cacheOutputs.count(spec.name))
+        return Status::error(
+            where + binds + "cache '" + spec.name + "' as an " +
+            (cacheInputs.count(spec.name) ? "input" : "output") +
+            " only; a cache tensor is bound as both an input and an "
+            "output, to one memory");
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (!produced[i])
+      return Status::error(where + entry + "output '" + outputs[i].name +
+                           "' is produced by no rank's " + entry + "program");
+  return Status::ok();
+}
+
+/// What the writer and the loader check of the manifest against the
+/// programs (docs/artifact.md, Loading, 4): the ranks' coordinates and
+/// stages, and each entry's bindings. `where` prefixes messages.
+Status checkManifestAgainstPrograms(
+    const Manifest &manifest,
+    const std::vector<const program::Program *> &programs,
+    const std::vector<const program::Program *> &decodePrograms,
+    const std::string &where) {
+  // Rank r sits at r written in the mixed radix of the axis sizes, first
+  // axis major (docs/artifact.md), and its stage is its coordinate on the
+  // axis of role pp: the compiler placed each program there, so a manifest
+  // that says otherwise would hand ranks the wrong shards.
+  for (const RankEntry &entry : manifest.ranks) {
+    std::vector<int64_t> expected(manifest.meshAxes.size()), actual;
+    int64_t rest = entry.rank, stage = 0;
+    for (size_t a = manifest.meshAxes.size(); a-- > 0;) {
+      expected[a] = rest % manifest.meshAxes[a].size;
+      rest /= manifest.meshAxes[a].size;
+      if (manifest.meshAxes[a].role == "pp")
+        stage = expected[a];
+    }
+    for (const auto &coord : entry.coords)
+      actual.push_back(coord.second);
+    std::string rank = "rank " + std::to_string(entry.rank);
+    if (actual != expected)
+      return Status::error(where + rank + " has coordinates " +
+                           coordsString(manifest.meshAxes, actual) +
+                           ", but rank " + std::to_string(entry.rank) +
+                           " of this mesh is at " +
+                           coordsString(manifest.meshAxes, expected));
+    if (entry.stage != stage)
+      return Status::error(
+          where + rank + " has stage " + std::to_string(entry.stage) +
+          ", but its pp coordinate is " + std::to_string(stage));
+  }
+  PARTITA_RETURN_IF_ERROR(checkEntryBindings(
+      manifest, programs, manifest.inputs, manifest.outputs, where, ""));
+  if (!manifest.serving)
+    return Status::ok();
+  return checkEntryBindings(manifest, decodePrograms,
+                            manifest.serving->decodeInputs,
+                            manifest.serving->decodeOutputs, where, "decode ");
+}
+
+} // namespace
+
 //===----------------------------------------------------------------------===//
 // ArtifactWriter
 //===----------------------------------------------------------------------===//
@@ -111,6 +281,8 @@ struct ArtifactWriter::Impl {
   std::unordered_map<std::string, size_t> weightIndex;
   /// Serialized programs by rank, with the world size each was built for.
   std::map<int32_t, std::pair<int32_t, std::string>> programs;
+  /// The same for the decode programs of a serving artifact.
+  std::map<int32_t, std::pair<int32_t, std::string>> decodePrograms;
   std::map<std::string, std::string> extraFiles;
   uint64_t maxWeightFileBytes = kDefaultMaxWeightFileBytes;
 
@@ -203,22 +375,41 @@ Status ArtifactWriter::addWeight(const std::string &name,
   return Status::ok();
 }
 
-Status ArtifactWriter::addProgram(int32_t rank,
-                                  const program::Program &program) {
+namespace {
+
+/// Serializes `program` of `rank` into `programs` (`kind`: "program" or
+/// "decode program", for messages).
+Status
+addSerialized(std::map<int32_t, std::pair<int32_t, std::string>> &programs,
+              int32_t rank, const program::Program &program,
+              const std::string &kind) {
   if (rank < 0)
-    return Status::error("program for negative rank " + std::to_string(rank));
+    return Status::error(kind + " for negative rank " + std::to_string(rank));
   if (program.rank() != rank)
-    return Status::error("the program added for rank " + std::to_string(rank) +
-                         " says it is rank " + std::to_string(program.rank()));
-  if (impl->programs.count(rank))
-    return Status::error("a program for rank " + std::to_string(rank) +
+    return Status::error("the " + kind + " added for rank " +
+                         std::to_string(rank) + " says it is rank " +
+                         std::to_string(program.rank()));
+  if (programs.count(rank))
+    return Status::error("a " + kind + " for rank " + std::to_string(rank) +
                          " was already added");
   std::string bytes;
   if (!program.SerializeToString(&bytes))
-    return Status::error("the program of rank " + std::to_string(rank) +
+    return Status::error("the " + kind + " of rank " + std::to_string(rank) +
                          " cannot be serialized (2 GiB or more?)");
-  impl->programs[rank] = {program.world_size(), std::move(bytes)};
+  programs[rank] = {program.world_size(), std::move(bytes)};
   return Status::ok();
+}
+
+} // namespace
+
+Status ArtifactWriter::addProgram(int32_t rank,
+                                  const program::Program &program) {
+  return addSerialized(impl->programs, rank, program, "program");
+}
+
+Status ArtifactWriter::addDecodeProgram(int32_t rank,
+                                        const program::Program &program) {
+  return addSerialized(impl->decodePrograms, rank, program, "decode program");
 }
 
 Status ArtifactWriter::addFile(const std::string &relativePath,
@@ -242,20 +433,42 @@ Status ArtifactWriter::Impl::validate() const {
     if (!programs.count(rank))
       return Status::error("no program was added for rank " +
                            std::to_string(rank));
-  for (const auto &[rank, program] : programs) {
-    if (rank >= manifest.worldSize)
-      return Status::error("a program was added for rank " +
-                           std::to_string(rank) + " of a world of " +
-                           std::to_string(manifest.worldSize));
-    // The loader refuses such a program; refusing it here tells the
-    // compiler which one is wrong.
-    if (program.first != manifest.worldSize)
-      return Status::error(
-          "the program of rank " + std::to_string(rank) +
-          " is for a world of " + std::to_string(program.first) +
-          ", the manifest's is " + std::to_string(manifest.worldSize));
+  if (!manifest.serving && !decodePrograms.empty())
+    return Status::error("decode programs were added, but the manifest has "
+                         "no serving spec");
+  for (int32_t rank = 0; manifest.serving && rank < manifest.worldSize; ++rank)
+    if (!decodePrograms.count(rank))
+      return Status::error("no decode program was added for rank " +
+                           std::to_string(rank) +
+                           " (a serving artifact has one per rank)");
+  std::vector<program::Program> parsed, parsedDecode;
+  for (const auto &[serialized, kind, out] :
+       {std::tuple(&programs, "program", &parsed),
+        std::tuple(&decodePrograms, "decode program", &parsedDecode)}) {
+    for (const auto &[rank, program] : *serialized) {
+      if (rank >= manifest.worldSize)
+        return Status::error(std::string("a ") + kind + " was added for rank " +
+                             std::to_string(rank) + " of a world of " +
+                             std::to_string(manifest.worldSize));
+      // The loader refuses such a program; refusing it here tells the
+      // compiler which one is wrong.
+      if (program.first != manifest.worldSize)
+        return Status::error(
+            std::string("the ") + kind + " of rank " + std::to_string(rank) +
+            " is for a world of " + std::to_string(program.first) +
+            ", the manifest's is " + std::to_string(manifest.worldSize));
+      out->emplace_back();
+      if (!out->back().ParseFromString(program.second))
+        return Status::error(std::string("the ") + kind + " of rank " +
+                             std::to_string(rank) + " does not parse back");
+    }
   }
-  return Status::ok();
+  std::vector<const program::Program *> all, allDecode;
+  for (const program::Program &program : parsed)
+    all.push_back(&program);
+  for (const program::Program &program : parsedDecode)
+    allDecode.push_back(&program);
+  return checkManifestAgainstPrograms(manifest, all, allDecode, "");
 }
 
 Status ArtifactWriter::Impl::writeInto(const std::string &directory,
@@ -275,6 +488,15 @@ Status ArtifactWriter::Impl::writeInto(const std::string &directory,
     written.files[relative] =
         "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
     written.ranks[size_t(rank)].program = relative;
+  }
+  for (const auto &[rank, program] : decodePrograms) {
+    const std::string &bytes = program.second;
+    std::string relative = decodeProgramPath(rank);
+    PARTITA_RETURN_IF_ERROR(
+        writeNewFile(directory + "/" + relative, bytes.data(), bytes.size()));
+    written.files[relative] =
+        "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
+    written.ranks[size_t(rank)].decodeProgram = relative;
   }
   PARTITA_RETURN_IF_ERROR(syncDirectory(programDirectory));
 
@@ -467,12 +689,20 @@ struct Artifact::Impl {
   Manifest manifest;
   std::vector<program::Program> programs;
   WeightStore weights;
+  /// A serving artifact's decode programs while it loads; then they move
+  /// into `decode`, the decode entry, which reads these weights.
+  std::vector<program::Program> decodePrograms;
+  std::unique_ptr<Artifact> decode;
+  /// Set in a decode entry: the weights of the artifact it belongs to.
+  const WeightStore *sharedWeights = nullptr;
 
   Status load(const ArtifactOpenOptions &options);
   Status verifyFiles(bool verifyWeights) const;
+  Status loadProgram(const RankEntry &entry, const std::string &relative,
+                     program::Program &program) const;
   Status loadPrograms();
   Status verifyPrograms() const;
-  Status checkManifestAgainstPrograms() const;
+  void makeDecodeEntry();
 };
 
 Status Artifact::Impl::verifyFiles(bool verifyWeights) const {
@@ -506,151 +736,65 @@ Status Artifact::Impl::verifyFiles(bool verifyWeights) const {
   });
 }
 
+Status Artifact::Impl::loadProgram(const RankEntry &entry,
+                                   const std::string &relative,
+                                   program::Program &program) const {
+  std::string file = path + "/" + relative;
+  std::string bytes;
+  PARTITA_RETURN_IF_ERROR(readFile(file, kMaxProgramBytes, bytes));
+  if (!program.ParseFromString(bytes))
+    return Status::error(path + ": " + relative + ": not a valid program");
+  if (program.rank() != entry.rank ||
+      program.world_size() != manifest.worldSize)
+    return Status::error(path + ": " + relative + ": the program is for rank " +
+                         std::to_string(program.rank()) + " of " +
+                         std::to_string(program.world_size()) +
+                         ", the manifest says rank " +
+                         std::to_string(entry.rank) + " of " +
+                         std::to_string(manifest.worldSize));
+  return Status::ok();
+}
+
 Status Artifact::Impl::loadPrograms() {
   for (const RankEntry &entry : manifest.ranks) {
-    std::string file = path + "/" + entry.program;
-    std::string bytes;
-    PARTITA_RETURN_IF_ERROR(readFile(file, kMaxProgramBytes, bytes));
-    program::Program program;
-    if (!program.ParseFromString(bytes))
-      return Status::error(path + ": " + entry.program +
-                           ": not a valid program");
-    if (program.rank() != entry.rank ||
-        program.world_size() != manifest.worldSize)
-      return Status::error(
-          path + ": " + entry.program + ": the program is for rank " +
-          std::to_string(program.rank()) + " of " +
-          std::to_string(program.world_size()) + ", the manifest says rank " +
-          std::to_string(entry.rank) + " of " +
-          std::to_string(manifest.worldSize));
-    programs.push_back(std::move(program));
+    PARTITA_RETURN_IF_ERROR(
+        loadProgram(entry, entry.program, programs.emplace_back()));
+    if (manifest.serving)
+      PARTITA_RETURN_IF_ERROR(loadProgram(entry, entry.decodeProgram,
+                                          decodePrograms.emplace_back()));
   }
   return Status::ok();
 }
 
 Status Artifact::Impl::verifyPrograms() const {
-  std::vector<const program::Program *> all;
+  std::vector<const program::Program *> all, allDecode;
   for (const program::Program &program : programs)
     all.push_back(&program);
   Status verified = partita::runtime::verifyPrograms(all, &weights);
   if (!verified)
     return Status::error(path + ": " + verified.message());
+  if (!manifest.serving)
+    return Status::ok();
+  // The decode programs are a world of their own: their communication
+  // matches among them, never with the prefill's.
+  for (const program::Program &program : decodePrograms)
+    allDecode.push_back(&program);
+  verified = partita::runtime::verifyPrograms(allDecode, &weights);
+  if (!verified)
+    return Status::error(path + ": the decode programs: " + verified.message());
   return Status::ok();
 }
 
-namespace {
-
-std::string coordsString(const std::vector<MeshAxis> &axes,
-                         const std::vector<int64_t> &coords) {
-  std::string text = "{";
-  for (size_t a = 0; a < axes.size(); ++a)
-    text += (a ? ", " : "") + axes[a].name + ": " + std::to_string(coords[a]);
-  return text + "}";
-}
-
-/// The shape of `rank`'s block of `spec` (whose sharding validateManifest
-/// checked): each dimension divided by the sizes of the axes that split it.
-Status blockShape(const Manifest &manifest, const TensorSpec &spec,
-                  std::vector<int64_t> &shape) {
-  shape = spec.shape;
-  for (size_t d = 0; d < spec.sharding.dims.size() && d < shape.size(); ++d) {
-    int64_t blocks = 1;
-    for (const std::string &name : spec.sharding.dims[d])
-      for (const MeshAxis &axis : manifest.meshAxes)
-        if (axis.name == name)
-          blocks *= axis.size;
-    if (shape[d] % blocks != 0)
-      return Status::error("dimension " + std::to_string(d) + " of " +
-                           shapeString(spec.shape) + " does not split into " +
-                           std::to_string(blocks) + " blocks");
-    shape[d] /= blocks;
-  }
-  return Status::ok();
-}
-
-} // namespace
-
-Status Artifact::Impl::checkManifestAgainstPrograms() const {
-  std::string where = path + ": manifest.json: ";
-  if (manifest.outputs.empty())
-    return Status::error(where + "the model has no outputs");
-  // Rank r sits at r written in the mixed radix of the axis sizes, first
-  // axis major (docs/artifact.md), and its stage is its coordinate on the
-  // axis of role pp: the
-  // compiler placed each program there, so a manifest that says otherwise
-  // would hand ranks the wrong shards.
-  for (const RankEntry &entry : manifest.ranks) {
-    std::vector<int64_t> expected(manifest.meshAxes.size()), actual;
-    int64_t rest = entry.rank, stage = 0;
-    for (size_t a = manifest.meshAxes.size(); a-- > 0;) {
-      expected[a] = rest % manifest.meshAxes[a].size;
-      rest /= manifest.meshAxes[a].size;
-      if (manifest.meshAxes[a].role == "pp")
-        stage = expected[a];
-    }
-    for (const auto &coord : entry.coords)
-      actual.push_back(coord.second);
-    std::string rank = "rank " + std::to_string(entry.rank);
-    if (actual != expected)
-      return Status::error(where + rank + " has coordinates " +
-                           coordsString(manifest.meshAxes, actual) +
-                           ", but rank " + std::to_string(entry.rank) +
-                           " of this mesh is at " +
-                           coordsString(manifest.meshAxes, expected));
-    if (entry.stage != stage)
-      return Status::error(
-          where + rank + " has stage " + std::to_string(entry.stage) +
-          ", but its pp coordinate is " + std::to_string(stage));
-  }
-  // Every binding of every program is a manifest input or output, with the
-  // dtype and shape of the rank's block; every output comes from some rank.
-  std::vector<bool> produced(manifest.outputs.size(), false);
-  for (size_t r = 0; r < programs.size(); ++r) {
-    const program::Program &program = programs[r];
-    std::string rank = "rank " + std::to_string(r);
-    auto check = [&](const program::Binding &binding,
-                     const std::vector<TensorSpec> &specs,
-                     const char *kind) -> Status {
-      auto spec = std::find_if(specs.begin(), specs.end(),
-                               [&](const TensorSpec &candidate) {
-                                 return candidate.name == binding.name();
-                               });
-      if (spec == specs.end())
-        return Status::error(where + rank + "'s program binds " + kind + " '" +
-                             binding.name() + "', which the manifest does " +
-                             "not list");
-      if (std::string(kind) == "output")
-        produced[size_t(spec - specs.begin())] = true;
-      std::vector<int64_t> shape;
-      Status split = blockShape(manifest, *spec, shape);
-      if (!split)
-        return Status::error(where + kind + " '" + spec->name +
-                             "': " + split.message());
-      const program::TensorType &type =
-          program.buffers(binding.buffer()).type();
-      std::vector<int64_t> bound(type.shape().begin(), type.shape().end());
-      if (type.dtype() != spec->dtype || bound != shape)
-        return Status::error(
-            where + kind + " '" + spec->name + "' is " +
-            dtypeName(spec->dtype) + " " + shapeString(spec->shape) +
-            (spec->sharding.isReplicated()
-                 ? ""
-                 : " split over the mesh, so " + rank + "'s block is " +
-                       shapeString(shape)) +
-            ", but " + rank + "'s program binds " + dtypeName(type.dtype()) +
-            " " + shapeString(bound));
-      return Status::ok();
-    };
-    for (const program::Binding &binding : program.inputs())
-      PARTITA_RETURN_IF_ERROR(check(binding, manifest.inputs, "input"));
-    for (const program::Binding &binding : program.outputs())
-      PARTITA_RETURN_IF_ERROR(check(binding, manifest.outputs, "output"));
-  }
-  for (size_t i = 0; i < manifest.outputs.size(); ++i)
-    if (!produced[i])
-      return Status::error(where + "output '" + manifest.outputs[i].name +
-                           "' is produced by no rank's program");
-  return Status::ok();
+void Artifact::Impl::makeDecodeEntry() {
+  decode.reset(new Artifact());
+  Impl &entry = *decode->impl;
+  entry.path = path;
+  entry.manifest = manifest;
+  entry.manifest.inputs = manifest.serving->decodeInputs;
+  entry.manifest.outputs = manifest.serving->decodeOutputs;
+  entry.programs = std::move(decodePrograms);
+  decodePrograms.clear();
+  entry.sharedWeights = &weights;
 }
 
 Status Artifact::Impl::load(const ArtifactOpenOptions &options) {
@@ -675,6 +819,8 @@ Status Artifact::Impl::load(const ArtifactOpenOptions &options) {
   };
   for (const RankEntry &entry : manifest.ranks) {
     PARTITA_RETURN_IF_ERROR(covered(entry.program));
+    if (manifest.serving)
+      PARTITA_RETURN_IF_ERROR(covered(entry.decodeProgram));
     if (manifest.target == "cuda") {
       PARTITA_RETURN_IF_ERROR(covered(entry.cudaSource));
       PARTITA_RETURN_IF_ERROR(covered(entry.cudaFatbin));
@@ -688,7 +834,16 @@ Status Artifact::Impl::load(const ArtifactOpenOptions &options) {
     PARTITA_RETURN_IF_ERROR(
         weights.addFile(path + "/" + relative, path + ": " + relative));
   PARTITA_RETURN_IF_ERROR(verifyPrograms());
-  return checkManifestAgainstPrograms();
+  std::vector<const program::Program *> all, allDecode;
+  for (const program::Program &program : programs)
+    all.push_back(&program);
+  for (const program::Program &program : decodePrograms)
+    allDecode.push_back(&program);
+  PARTITA_RETURN_IF_ERROR(checkManifestAgainstPrograms(
+      manifest, all, allDecode, path + ": manifest.json: "));
+  if (manifest.serving)
+    makeDecodeEntry();
+  return Status::ok();
 }
 
 Artifact::Artifact() : impl(std::make_unique<Impl>()) {}
@@ -719,4 +874,14 @@ const program::Program &Artifact::program(int32_t rank) const {
   return impl->programs[size_t(rank)];
 }
 
-const WeightStore &Artifact::weights() const { return impl->weights; }
+const program::Program *Artifact::decodeProgram(int32_t rank) const {
+  if (!impl->decode)
+    return nullptr;
+  return &impl->decode->impl->programs[size_t(rank)];
+}
+
+const Artifact *Artifact::decodeEntry() const { return impl->decode.get(); }
+
+const WeightStore &Artifact::weights() const {
+  return impl->sharedWeights ? *impl->sharedWeights : impl->weights;
+}

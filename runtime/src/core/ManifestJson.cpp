@@ -90,6 +90,17 @@ int32_t getInt32(const json &object, const char *key,
   return int32_t(value);
 }
 
+/// A string or null (empty) member.
+std::string getStringOrNull(const json &object, const char *key,
+                            const std::string &where) {
+  const json &value = field(object, key, where);
+  if (value.is_null())
+    return "";
+  if (!value.is_string())
+    fail(where + "." + key, "neither a string nor null");
+  return value.get<std::string>();
+}
+
 const json &getArray(const json &object, const char *key,
                      const std::string &where) {
   const json &value = field(object, key, where);
@@ -142,6 +153,63 @@ json tensorSpecToJson(const TensorSpec &spec) {
           {"dtype", dtypeName(spec.dtype)},
           {"shape", spec.shape},
           {"sharding", {{"dims", dims}, {"partial", spec.sharding.partial}}}};
+}
+
+std::vector<TensorSpec> parseTensorSpecs(const json &object, const char *key,
+                                         const std::string &where) {
+  const json &array = getArray(object, key, where);
+  std::vector<TensorSpec> specs;
+  for (size_t i = 0; i < array.size(); ++i)
+    specs.push_back(parseTensorSpec(array[i], where + "." + key + "[" +
+                                                  std::to_string(i) + "]"));
+  return specs;
+}
+
+json tensorSpecsToJson(const std::vector<TensorSpec> &specs) {
+  json array = json::array();
+  for (const TensorSpec &spec : specs)
+    array.push_back(tensorSpecToJson(spec));
+  return array;
+}
+
+ServingSpec parseServing(const json &serving, const std::string &where) {
+  if (!serving.is_object())
+    fail(where, "not a JSON object");
+  ServingSpec spec;
+  spec.maxSeq = getInt(serving, "max_seq", where);
+  spec.promptLength = getInt(serving, "prompt_length", where);
+  spec.batch = getInt(serving, "batch", where);
+  spec.inputIds = getString(serving, "input_ids", where);
+  spec.attentionMask = getStringOrNull(serving, "attention_mask", where);
+  spec.positionIds = getStringOrNull(serving, "position_ids", where);
+  spec.cachePosition = getString(serving, "cache_position", where);
+  spec.logits = getString(serving, "logits", where);
+  spec.cache = parseTensorSpecs(serving, "cache", where);
+  const json &decode = field(serving, "decode", where);
+  spec.decodeInputs = parseTensorSpecs(decode, "inputs", where + ".decode");
+  spec.decodeOutputs = parseTensorSpecs(decode, "outputs", where + ".decode");
+  return spec;
+}
+
+json servingToJson(const ServingSpec &spec) {
+  auto nullable = [](const std::string &name) {
+    return name.empty() ? json(nullptr) : json(name);
+  };
+  json decode = json::object();
+  decode["inputs"] = tensorSpecsToJson(spec.decodeInputs);
+  decode["outputs"] = tensorSpecsToJson(spec.decodeOutputs);
+  json serving = json::object();
+  serving["max_seq"] = spec.maxSeq;
+  serving["prompt_length"] = spec.promptLength;
+  serving["batch"] = spec.batch;
+  serving["input_ids"] = spec.inputIds;
+  serving["attention_mask"] = nullable(spec.attentionMask);
+  serving["position_ids"] = nullable(spec.positionIds);
+  serving["cache_position"] = spec.cachePosition;
+  serving["logits"] = spec.logits;
+  serving["cache"] = tensorSpecsToJson(spec.cache);
+  serving["decode"] = decode;
+  return serving;
 }
 
 void parseManifest(const json &root, const std::string &where,
@@ -206,6 +274,8 @@ void parseManifest(const json &root, const std::string &where,
                                 getInt(it.value(), at + ".coords." + it.key()));
     entry.stage = getInt32(ranks[i], "stage", at);
     entry.program = getString(ranks[i], "program", at);
+    if (ranks[i].contains("decode_program"))
+      entry.decodeProgram = getString(ranks[i], "decode_program", at);
     if (ranks[i].contains("cuda")) {
       const json &cuda = field(ranks[i], "cuda", at);
       entry.cudaSource = getString(cuda, "source", at + ".cuda");
@@ -216,14 +286,23 @@ void parseManifest(const json &root, const std::string &where,
 
   manifest.weightFiles =
       getStrings(getArray(root, "weights", where), where + ".weights");
-  const json &inputs = getArray(root, "inputs", where);
-  for (size_t i = 0; i < inputs.size(); ++i)
-    manifest.inputs.push_back(parseTensorSpec(
-        inputs[i], where + ".inputs[" + std::to_string(i) + "]"));
-  const json &outputs = getArray(root, "outputs", where);
-  for (size_t i = 0; i < outputs.size(); ++i)
-    manifest.outputs.push_back(parseTensorSpec(
-        outputs[i], where + ".outputs[" + std::to_string(i) + "]"));
+  manifest.inputs = parseTensorSpecs(root, "inputs", where);
+  manifest.outputs = parseTensorSpecs(root, "outputs", where);
+
+  // A serving artifact has a decode program on every rank; an ordinary one
+  // has none (the writer fills these in, so they are checked here).
+  if (root.contains("serving"))
+    manifest.serving = parseServing(root["serving"], where + ".serving");
+  for (size_t i = 0; i < manifest.ranks.size(); ++i) {
+    std::string at = where + ".ranks[" + std::to_string(i) + "]";
+    bool named = !manifest.ranks[i].decodeProgram.empty();
+    if (manifest.serving && !named)
+      fail(at, "missing 'decode_program' (a serving artifact has one per "
+               "rank)");
+    if (!manifest.serving && named)
+      fail(at + ".decode_program",
+           "a decode program in a manifest without 'serving'");
+  }
 
   if (root.contains("cuda"))
     manifest.cudaArchs = getStrings(
@@ -297,6 +376,78 @@ Status checkTensorSpecs(const std::vector<TensorSpec> &specs,
                              shapeString(spec.shape));
     PARTITA_RETURN_IF_ERROR(checkSharding(spec, where, axisNames));
   }
+  return Status::ok();
+}
+
+/// The serving spec's own sizes and names, and that each name it gives is
+/// an input or output of the entries that use it.
+Status checkServing(const Manifest &manifest,
+                    const std::set<std::string> &axisNames) {
+  const ServingSpec &serving = *manifest.serving;
+  if (serving.maxSeq < 1 || serving.promptLength < 1 || serving.batch < 1)
+    return Status::error("serving: max_seq " + std::to_string(serving.maxSeq) +
+                         ", prompt_length " +
+                         std::to_string(serving.promptLength) + " and batch " +
+                         std::to_string(serving.batch) +
+                         " must all be positive");
+  if (serving.promptLength > serving.maxSeq)
+    return Status::error("serving: the prompt length " +
+                         std::to_string(serving.promptLength) +
+                         " exceeds max_seq " + std::to_string(serving.maxSeq));
+  if (serving.cache.empty())
+    return Status::error("serving lists no cache tensors");
+  PARTITA_RETURN_IF_ERROR(checkTensorSpecs(serving.cache, "cache", axisNames));
+  PARTITA_RETURN_IF_ERROR(
+      checkTensorSpecs(serving.decodeInputs, "decode input", axisNames));
+  PARTITA_RETURN_IF_ERROR(
+      checkTensorSpecs(serving.decodeOutputs, "decode output", axisNames));
+  auto listed = [](const std::vector<TensorSpec> &specs,
+                   const std::string &name) {
+    for (const TensorSpec &spec : specs)
+      if (spec.name == name)
+        return true;
+    return false;
+  };
+  // The runtime binds the cache itself: a cache listed as an input or
+  // output would be bound twice.
+  for (const TensorSpec &cache : serving.cache)
+    for (const auto &[specs, kind] :
+         {std::pair(&manifest.inputs, "an input"),
+          std::pair(&manifest.outputs, "an output"),
+          std::pair(&serving.decodeInputs, "a decode input"),
+          std::pair(&serving.decodeOutputs, "a decode output")})
+      if (listed(*specs, cache.name))
+        return Status::error("cache '" + cache.name + "' is also " + kind +
+                             "; the runtime binds the cache, so it is "
+                             "neither");
+  auto require = [&](const char *member, const std::string &name,
+                     const std::vector<TensorSpec> &specs,
+                     const char *what) -> Status {
+    if (name.empty() || !listed(specs, name))
+      return Status::error(std::string("serving.") + member + " names '" +
+                           name + "', which the " + what + " do not list");
+    return Status::ok();
+  };
+  PARTITA_RETURN_IF_ERROR(
+      require("input_ids", serving.inputIds, manifest.inputs, "inputs"));
+  PARTITA_RETURN_IF_ERROR(require("input_ids", serving.inputIds,
+                                  serving.decodeInputs, "decode inputs"));
+  PARTITA_RETURN_IF_ERROR(
+      require("logits", serving.logits, manifest.outputs, "outputs"));
+  PARTITA_RETURN_IF_ERROR(require("logits", serving.logits,
+                                  serving.decodeOutputs, "decode outputs"));
+  // The others are optional: a model may take them in one program only
+  // (or, for the mask and positions, not at all).
+  for (const auto &[member, name] :
+       {std::pair("attention_mask", &serving.attentionMask),
+        std::pair("position_ids", &serving.positionIds),
+        std::pair("cache_position", &serving.cachePosition)})
+    if (!name->empty() && !listed(manifest.inputs, *name) &&
+        !listed(serving.decodeInputs, *name))
+      return Status::error(std::string("serving.") + member + " names '" +
+                           *name +
+                           "', which neither the inputs nor the decode "
+                           "inputs list");
   return Status::ok();
 }
 
@@ -391,7 +542,11 @@ Status partita::runtime::validateManifest(const Manifest &manifest) {
                              : "a host artifact lists CUDA architectures");
   PARTITA_RETURN_IF_ERROR(
       checkTensorSpecs(manifest.inputs, "input", axisNames));
-  return checkTensorSpecs(manifest.outputs, "output", axisNames);
+  PARTITA_RETURN_IF_ERROR(
+      checkTensorSpecs(manifest.outputs, "output", axisNames));
+  if (manifest.serving)
+    return checkServing(manifest, axisNames);
+  return Status::ok();
 }
 
 Status partita::runtime::manifestToJson(const Manifest &manifest,
@@ -413,16 +568,13 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
                    {"coords", coords},
                    {"stage", entry.stage},
                    {"program", entry.program}};
+      if (!entry.decodeProgram.empty())
+        rank["decode_program"] = entry.decodeProgram;
       if (!entry.cudaSource.empty() || !entry.cudaFatbin.empty())
         rank["cuda"] = {{"source", entry.cudaSource},
                         {"fatbin", entry.cudaFatbin}};
       ranks.push_back(std::move(rank));
     }
-    json inputs = json::array(), outputs = json::array();
-    for (const TensorSpec &spec : manifest.inputs)
-      inputs.push_back(tensorSpecToJson(spec));
-    for (const TensorSpec &spec : manifest.outputs)
-      outputs.push_back(tensorSpecToJson(spec));
     json schedule = nullptr;
     if (!manifest.scheduleJson.empty()) {
       schedule = json::parse(manifest.scheduleJson, nullptr,
@@ -438,8 +590,10 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
     root["mesh"] = {{"axes", axes}, {"world_size", manifest.worldSize}};
     root["ranks"] = ranks;
     root["weights"] = manifest.weightFiles;
-    root["inputs"] = inputs;
-    root["outputs"] = outputs;
+    root["inputs"] = tensorSpecsToJson(manifest.inputs);
+    root["outputs"] = tensorSpecsToJson(manifest.outputs);
+    if (manifest.serving)
+      root["serving"] = servingToJson(*manifest.serving);
     if (!manifest.cudaArchs.empty())
       root["cuda"] = {{"archs", manifest.cudaArchs}};
     root["schedule"] = schedule;

@@ -754,6 +754,37 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
       return Status::error("the input " + shapeString(input.shape) +
                            " does not broadcast to the result " +
                            shapeString(result.shape));
+  } else if (op == "kv_cache_write") {
+    PARTITA_RETURN_IF_ERROR(
+        checkAxis(intAttr("axis"), input.shape.size(), "axis"));
+    int64_t axis = intAttr("axis");
+    if (axis < 0)
+      axis += int64_t(input.shape.size());
+    const BufferInfo &update = buffers[size_t(kernel.operands(1))];
+    const BufferInfo &position = buffers[size_t(kernel.operands(2))];
+    if (result.shape != input.shape || result.dtype != input.dtype)
+      return Status::error(
+          "the result " + typeString(result.dtype, result.shape) +
+          " differs from the cache " + typeString(input.dtype, input.shape));
+    if (update.dtype != input.dtype)
+      return Status::error("the update is " + dtypeName(update.dtype) +
+                           ", the cache " + dtypeName(input.dtype));
+    bool fits = update.shape.size() == input.shape.size();
+    for (size_t d = 0; fits && d < input.shape.size(); ++d)
+      fits = int64_t(d) == axis ? update.shape[d] <= input.shape[d]
+                                : update.shape[d] == input.shape[d];
+    if (!fits)
+      return Status::error("the update " + shapeString(update.shape) +
+                           " does not fit the cache " +
+                           shapeString(input.shape) + " along axis " +
+                           std::to_string(axis));
+    if (position.dtype != program::I64 || position.bytes != 8)
+      return Status::error("the position is " +
+                           typeString(position.dtype, position.shape) +
+                           ", expected i64 with one element");
+    if (kernel.epilogue_size() != 0)
+      return Status::error("kv_cache_write takes no epilogue (it writes one "
+                           "slice of its result)");
   } else if (op == "embedding" || op == "gather") {
     DType indices = buffers[size_t(kernel.operands(1))].dtype;
     if (indices != program::I64 && indices != program::I32 &&

@@ -8,6 +8,7 @@
 
 #include "partita/runtime/CudaDevice.h"
 #include "partita/runtime/CudaMultiRankCommunicator.h"
+#include "partita/runtime/Device.h"
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/HostKernels.h"
 #include "partita/runtime/NcclCommunicator.h"
@@ -63,6 +64,43 @@ Status matchTensors(const std::vector<TensorSpec> &specs,
 
 std::chrono::milliseconds timeoutOf(double seconds) {
   return std::chrono::milliseconds(int64_t(std::ceil(seconds * 1000)));
+}
+
+/// Whether `name` is one of a serving artifact's cache tensors.
+bool isCache(const Manifest &manifest, const std::string &name) {
+  return manifest.serving && findSpec(manifest.serving->cache, name);
+}
+
+/// The memory `run` holds for cache tensor `name` (allocateRankCache), or
+/// null.
+const Tensor *stateOf(const RankRun &run, const std::string &name) {
+  for (const NamedTensor &state : run.states)
+    if (state.name == name)
+      return &state.tensor;
+  return nullptr;
+}
+
+/// Checks that `run` holds memory for the cache tensor `binding` binds,
+/// of the buffer's type.
+Status checkState(const program::Program &program,
+                  const program::Binding &binding, const std::string &where,
+                  const RankRun &run, const Tensor *&state) {
+  state = stateOf(run, binding.name());
+  if (!state)
+    return Status::error(where + " binds cache '" + binding.name() +
+                         "', which it holds no memory for");
+  if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
+    return Status::error(where + ": cache '" + binding.name() +
+                         "' has no buffer");
+  const program::TensorType &type = program.buffers(binding.buffer()).type();
+  std::vector<int64_t> shape(type.shape().begin(), type.shape().end());
+  if (type.dtype() != state->dtype || shape != state->shape)
+    return Status::error(where + ": cache '" + binding.name() + "' is " +
+                         dtypeName(state->dtype) + " " +
+                         shapeString(state->shape) +
+                         ", but its program binds " + dtypeName(type.dtype()) +
+                         " " + shapeString(shape));
+  return Status::ok();
 }
 
 } // namespace
@@ -136,6 +174,11 @@ Status partita::runtime::prepareRank(const Artifact &artifact, int32_t rank,
         program, artifact.weights(), communicator, *run.pool, run.executor));
   }
   for (const program::Binding &binding : program.inputs()) {
+    if (isCache(manifest, binding.name())) {
+      const Tensor *state = nullptr;
+      PARTITA_RETURN_IF_ERROR(checkState(program, binding, where, run, state));
+      continue;
+    }
     const TensorSpec *spec = findSpec(manifest.inputs, binding.name());
     if (!spec)
       return Status::error(where + " reads input '" + binding.name() +
@@ -162,6 +205,14 @@ Status partita::runtime::prepareRank(const Artifact &artifact, int32_t rank,
   run.outputMemory.resize(size_t(program.outputs_size()));
   for (int i = 0; i < program.outputs_size(); ++i) {
     const program::Binding &binding = program.outputs(i);
+    // A cache tensor's output is its input's memory: the program updates
+    // the cache in place.
+    if (isCache(manifest, binding.name())) {
+      const Tensor *state = nullptr;
+      PARTITA_RETURN_IF_ERROR(checkState(program, binding, where, run, state));
+      run.outputs.push_back({binding.name(), *state});
+      continue;
+    }
     if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
       return Status::error(where + ": output '" + binding.name() +
                            "' has no buffer");
@@ -186,6 +237,15 @@ Status partita::runtime::bindRankInputs(const Artifact &artifact, int32_t rank,
   run.inputMemory.clear();
   run.inputMemory.reserve(size_t(program.inputs_size()));
   for (const program::Binding &binding : program.inputs()) {
+    if (isCache(manifest, binding.name())) {
+      const Tensor *state = stateOf(run, binding.name());
+      if (!state)
+        return Status::error("rank " + std::to_string(rank) + " binds cache '" +
+                             binding.name() +
+                             "', which it holds no memory for");
+      run.inputs.push_back({binding.name(), *state});
+      continue;
+    }
     const TensorSpec *spec = findSpec(manifest.inputs, binding.name());
     auto given = std::find_if(
         inputs.begin(), inputs.end(),
@@ -205,6 +265,38 @@ Status partita::runtime::bindRankInputs(const Artifact &artifact, int32_t rank,
                            "': " + extracted.message());
     run.inputs.push_back({binding.name(), shard.tensor()});
     run.inputMemory.push_back(std::move(shard));
+  }
+  return Status::ok();
+}
+
+Status partita::runtime::allocateRankCache(const Artifact &artifact,
+                                           int32_t rank,
+                                           std::vector<HostTensor> &memory,
+                                           std::vector<NamedTensor> &states) {
+  const Manifest &manifest = artifact.manifest();
+  memory.clear();
+  states.clear();
+  if (!manifest.serving)
+    return Status::ok();
+  // Only what the rank's programs bind: a pipeline stage holds the cache
+  // of its own layers.
+  std::set<std::string> bound;
+  for (const program::Program *program :
+       {&artifact.program(rank), artifact.decodeProgram(rank)})
+    for (int i = 0; program && i < program->inputs_size(); ++i)
+      bound.insert(program->inputs(i).name());
+  memory.reserve(manifest.serving->cache.size());
+  for (const TensorSpec &spec : manifest.serving->cache) {
+    if (!bound.count(spec.name))
+      continue;
+    std::vector<int64_t> shape;
+    Status located = localShape(spec, manifest, rank, shape);
+    if (located)
+      located = memory.emplace_back().allocate(spec.dtype, shape);
+    if (!located)
+      return Status::error("rank " + std::to_string(rank) + ": cache '" +
+                           spec.name + "': " + located.message());
+    states.push_back({spec.name, memory.back().tensor()});
   }
   return Status::ok();
 }
@@ -323,29 +415,59 @@ Status partita::runtime::countGpus(const Artifact &artifact, int32_t &gpus) {
 }
 
 struct Runner::Impl {
-  explicit Impl(const Artifact &artifact) : artifact(artifact) {}
+  explicit Impl(const Artifact &artifact) : artifact(artifact) {
+    prefill.artifact = &artifact;
+    decode.artifact = artifact.decodeEntry();
+  }
   /// Executors first, then the communicators, then the devices they use,
   /// then the store the communicators bootstrapped through.
   ~Impl() {
-    for (RankRun &run : runs)
-      run.executor.reset();
+    for (Entry *entry : {&decode, &prefill})
+      for (RankRun &run : entry->runs)
+        run.executor.reset();
+    decodeDevices.clear();
     nccl.reset();
     cudaRanks.reset();
     host.reset();
-    for (RankRun &run : runs)
+    for (RankRun &run : prefill.runs)
       run.device.reset();
     store.reset();
   }
+
+  /// One program per rank and what runs them: the artifact's programs (a
+  /// serving artifact's prefill), or a serving artifact's decode programs.
+  struct Entry {
+    /// The artifact, or its decode entry (Artifact::decodeEntry).
+    const Artifact *artifact = nullptr;
+    std::vector<RankRun> runs;
+    /// One per output of the entry, in its order (every rank in this
+    /// process).
+    std::vector<OutputPlan> plans;
+    /// For each replicated output (null for a sharded one), the tensor its
+    /// source rank writes, rebound to the caller's memory by a run, and the
+    /// rank's own memory it writes otherwise.
+    std::vector<Tensor *> replicatedSources;
+    std::vector<void *> replicatedMemory;
+
+    const Manifest &manifest() const { return artifact->manifest(); }
+  };
 
   Status setUpHost(const RunnerOptions &options);
   Status setUpCuda(const RunnerOptions &options);
   Status setUpJoined(const RunnerOptions &options,
                      const RankEnvironment &environment);
-  /// Plans the outputs from the ranks' bound outputs (all in this process).
-  Status planOutputs();
-  /// Binds `inputs`, already matched against the manifest, and runs the
-  /// ranks this process holds.
-  Status bindAndRun(const std::vector<NamedTensor> &inputs);
+  /// Gives `run` of `rank` its KV cache (serving artifacts; a no-op
+  /// otherwise): allocated here, once.
+  Status allocateCache(int32_t rank, RankRun &run);
+  /// Plans the entry's outputs from the ranks' bound outputs (all in this
+  /// process).
+  Status planOutputs(Entry &entry);
+  /// Binds `inputs`, already matched against the entry's manifest, and runs
+  /// the ranks this process holds.
+  Status bindAndRun(Entry &entry, const std::vector<NamedTensor> &inputs);
+  /// Runs every rank of `entry` in this process on the global tensors.
+  Status runInProcess(Entry &entry, const std::vector<NamedTensor> &inputs,
+                      const std::vector<NamedTensor> &outputs);
   Status gatherOutputs(const std::vector<NamedTensor> &outputs);
   /// A joined rank's part of gatherOutputs: rank 0 receives every other
   /// rank's outputs into its runs, the others send theirs.
@@ -361,25 +483,44 @@ struct Runner::Impl {
   /// gatherOutputs calls so far, so a joined rank 0 never reads an earlier
   /// call's outputs from the store.
   int64_t gathers = 0;
-  std::vector<RankRun> runs;
-  /// One per manifest output, in its order (every rank in this process).
-  std::vector<OutputPlan> plans;
-  /// For each replicated output (null for a sharded one), the tensor its
-  /// source rank writes, rebound to the caller's memory by run(), and the
-  /// rank's own memory it writes otherwise.
-  std::vector<Tensor *> replicatedSources;
-  std::vector<void *> replicatedMemory;
+  Entry prefill;
+  /// A serving artifact's decode programs on a host target (empty
+  /// otherwise), run on the prefill's communicators and thread pools
+  /// (through `decodeDevices`): the two never run at once.
+  Entry decode;
+  std::vector<std::unique_ptr<HostDevice>> decodeDevices;
+  /// Each rank's KV cache (serving artifacts), bound by both entries.
+  std::vector<std::vector<HostTensor>> cacheMemory;
   std::mutex running;
 };
+
+Status Runner::Impl::allocateCache(int32_t rank, RankRun &run) {
+  return allocateRankCache(artifact, rank, cacheMemory[size_t(rank)],
+                           run.states);
+}
 
 Status Runner::Impl::setUpHost(const RunnerOptions &options) {
   int32_t worldSize = artifact.manifest().worldSize;
   host =
       std::make_unique<HostWorld>(worldSize, timeoutOf(options.timeoutSeconds));
-  for (int32_t rank = 0; rank < worldSize; ++rank)
-    PARTITA_RETURN_IF_ERROR(
-        prepareRank(artifact, rank, host->communicator(rank),
-                    options.threadsPerRank, runs[size_t(rank)]));
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    RankRun &run = prefill.runs[size_t(rank)];
+    PARTITA_RETURN_IF_ERROR(allocateCache(rank, run));
+    PARTITA_RETURN_IF_ERROR(prepareRank(
+        artifact, rank, host->communicator(rank), options.threadsPerRank, run));
+  }
+  if (!decode.artifact)
+    return Status::ok();
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    RankRun &first = prefill.runs[size_t(rank)];
+    RankRun &run = decode.runs[size_t(rank)];
+    decodeDevices.push_back(std::make_unique<HostDevice>(*first.pool));
+    run.externalDevice = decodeDevices.back().get();
+    run.states = first.states;
+    PARTITA_RETURN_IF_ERROR(prepareRank(*decode.artifact, rank,
+                                        host->communicator(rank),
+                                        options.threadsPerRank, run));
+  }
   return Status::ok();
 }
 
@@ -401,7 +542,7 @@ Status Runner::Impl::setUpCuda(const RunnerOptions &options) {
   // Every rank as a thread with a device (streams) of its own on GPU 0.
   std::vector<CudaDevice *> devices;
   for (int32_t rank = 0; rank < worldSize; ++rank) {
-    RankRun &run = runs[size_t(rank)];
+    RankRun &run = prefill.runs[size_t(rank)];
     Status created = CudaDevice::create(0, deviceOptions, run.device);
     if (!created)
       return Status::error("rank " + std::to_string(rank) + ": " +
@@ -409,10 +550,16 @@ Status Runner::Impl::setUpCuda(const RunnerOptions &options) {
     devices.push_back(run.device.get());
   }
   PARTITA_RETURN_IF_ERROR(CudaRankWorld::create(devices, timeout, cudaRanks));
-  for (int32_t rank = 0; rank < worldSize; ++rank)
-    PARTITA_RETURN_IF_ERROR(
-        prepareRank(artifact, rank, cudaRanks->communicator(rank),
-                    options.threadsPerRank, runs[size_t(rank)]));
+  // The prefill binds the cache as on the host (the executor stages it
+  // through the device around each run); the decode programs do not run
+  // here (runDecode says why).
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    RankRun &run = prefill.runs[size_t(rank)];
+    PARTITA_RETURN_IF_ERROR(allocateCache(rank, run));
+    PARTITA_RETURN_IF_ERROR(prepareRank(artifact, rank,
+                                        cudaRanks->communicator(rank),
+                                        options.threadsPerRank, run));
+  }
   return Status::ok();
 }
 
@@ -440,7 +587,7 @@ Status Runner::Impl::setUpJoined(const RunnerOptions &options,
   std::chrono::milliseconds timeout = timeoutOf(options.timeoutSeconds);
   CudaDeviceOptions deviceOptions;
   deviceOptions.timeout = timeout;
-  RankRun &run = runs[size_t(rank)];
+  RankRun &run = prefill.runs[size_t(rank)];
   std::string where = "rank " + std::to_string(rank) + ": ";
   Status created =
       CudaDevice::create(environment.localRank, deviceOptions, run.device);
@@ -461,23 +608,23 @@ Status Runner::Impl::setUpJoined(const RunnerOptions &options,
   return prepareRank(artifact, rank, *nccl, options.threadsPerRank, run);
 }
 
-Status Runner::Impl::planOutputs() {
-  const Manifest &manifest = artifact.manifest();
+Status Runner::Impl::planOutputs(Entry &entry) {
+  const Manifest &manifest = entry.manifest();
   // The ranks' output memory lives as long as the runner, so each output's
   // sources (and the coverage of a sharded one) are checked once, here.
-  plans.resize(manifest.outputs.size());
-  replicatedSources.assign(manifest.outputs.size(), nullptr);
-  replicatedMemory.assign(manifest.outputs.size(), nullptr);
+  entry.plans.resize(manifest.outputs.size());
+  entry.replicatedSources.assign(manifest.outputs.size(), nullptr);
+  entry.replicatedMemory.assign(manifest.outputs.size(), nullptr);
   for (size_t i = 0; i < manifest.outputs.size(); ++i) {
-    OutputPlan &plan = plans[i];
+    OutputPlan &plan = entry.plans[i];
     PARTITA_RETURN_IF_ERROR(
-        planOutput(manifest, manifest.outputs[i], runs, plan));
+        planOutput(manifest, manifest.outputs[i], entry.runs, plan));
     if (plan.sharded)
       continue;
-    for (NamedTensor &named : runs[size_t(plan.shards[0].first)].outputs)
+    for (NamedTensor &named : entry.runs[size_t(plan.shards[0].first)].outputs)
       if (&named.tensor == plan.shards[0].second) {
-        replicatedSources[i] = &named.tensor;
-        replicatedMemory[i] = named.tensor.data;
+        entry.replicatedSources[i] = &named.tensor;
+        entry.replicatedMemory[i] = named.tensor.data;
       }
   }
   return Status::ok();
@@ -494,6 +641,7 @@ std::string outputKey(int64_t gather, int32_t rank, const std::string &name) {
 
 Status Runner::Impl::exchangeOutputs() {
   int64_t gather = gathers++;
+  std::vector<RankRun> &runs = prefill.runs;
   if (joinedRank > 0) {
     for (const NamedTensor &output : runs[size_t(joinedRank)].outputs)
       PARTITA_RETURN_IF_ERROR(
@@ -536,12 +684,34 @@ Status Runner::Impl::exchangeOutputs() {
   return Status::ok();
 }
 
-Status Runner::Impl::bindAndRun(const std::vector<NamedTensor> &inputs) {
-  for (size_t rank = 0; rank < runs.size(); ++rank)
-    if (runs[rank].executor)
-      PARTITA_RETURN_IF_ERROR(
-          bindRankInputs(artifact, int32_t(rank), inputs, runs[rank]));
-  return runRanks(runs);
+Status Runner::Impl::bindAndRun(Entry &entry,
+                                const std::vector<NamedTensor> &inputs) {
+  for (size_t rank = 0; rank < entry.runs.size(); ++rank)
+    if (entry.runs[rank].executor)
+      PARTITA_RETURN_IF_ERROR(bindRankInputs(*entry.artifact, int32_t(rank),
+                                             inputs, entry.runs[rank]));
+  return runRanks(entry.runs);
+}
+
+Status Runner::Impl::runInProcess(Entry &entry,
+                                  const std::vector<NamedTensor> &inputs,
+                                  const std::vector<NamedTensor> &outputs) {
+  const Manifest &manifest = entry.manifest();
+  std::vector<const Tensor *> globalInputs, globalOutputs;
+  PARTITA_RETURN_IF_ERROR(
+      matchTensors(manifest.inputs, inputs, "input", globalInputs));
+  PARTITA_RETURN_IF_ERROR(
+      matchTensors(manifest.outputs, outputs, "output", globalOutputs));
+  // A replicated output is written straight into the caller's memory by the
+  // rank it comes from; the rank's own memory is used otherwise.
+  for (size_t i = 0; i < entry.replicatedSources.size(); ++i)
+    if (Tensor *source = entry.replicatedSources[i])
+      source->data = globalOutputs[i]->data;
+  PARTITA_RETURN_IF_ERROR(bindAndRun(entry, inputs));
+  for (size_t i = 0; i < entry.plans.size(); ++i)
+    PARTITA_RETURN_IF_ERROR(
+        assembleOutput(manifest, entry.plans[i], *globalOutputs[i]));
+  return Status::ok();
 }
 
 Status Runner::Impl::gatherOutputs(const std::vector<NamedTensor> &outputs) {
@@ -555,11 +725,12 @@ Status Runner::Impl::gatherOutputs(const std::vector<NamedTensor> &outputs) {
     if (joinedRank > 0)
       return Status::ok();
     // Only now does rank 0 hold every rank's outputs to plan from.
-    if (plans.empty())
-      PARTITA_RETURN_IF_ERROR(planOutputs());
+    if (prefill.plans.empty())
+      PARTITA_RETURN_IF_ERROR(planOutputs(prefill));
   }
-  for (size_t i = 0; i < plans.size(); ++i)
-    PARTITA_RETURN_IF_ERROR(assembleOutput(manifest, plans[i], *ordered[i]));
+  for (size_t i = 0; i < prefill.plans.size(); ++i)
+    PARTITA_RETURN_IF_ERROR(
+        assembleOutput(manifest, prefill.plans[i], *ordered[i]));
   return Status::ok();
 }
 
@@ -577,7 +748,13 @@ Status checkRunnable(const Artifact &artifact, const RunnerOptions &options) {
                          std::to_string(options.timeoutSeconds));
   if (manifest.worldSize < 1)
     return Status::error(artifact.path() + " has no ranks");
-  return checkOutputsAssemblable(manifest);
+  PARTITA_RETURN_IF_ERROR(checkOutputsAssemblable(manifest));
+  if (const Artifact *decode = artifact.decodeEntry()) {
+    Status assemblable = checkOutputsAssemblable(decode->manifest());
+    if (!assemblable)
+      return Status::error("decode " + assemblable.message());
+  }
+  return Status::ok();
 }
 
 } // namespace
@@ -589,20 +766,28 @@ Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
   std::unique_ptr<Runner> created(new Runner());
   created->impl = std::make_unique<Impl>(artifact);
   Impl &impl = *created->impl;
-  impl.runs.resize(size_t(manifest.worldSize));
+  size_t worldSize = size_t(manifest.worldSize);
+  impl.prefill.runs.resize(worldSize);
+  impl.cacheMemory.resize(worldSize);
   if (manifest.target == "host") {
     if (options.singleGpu)
       return Status::error("singleGpu runs cuda artifacts; " + artifact.path() +
                            " was compiled for --target host");
+    if (impl.decode.artifact)
+      impl.decode.runs.resize(worldSize);
     PARTITA_RETURN_IF_ERROR(impl.setUpHost(options));
   } else if (manifest.target == "cuda") {
+    // Decoding runs on the host only: see runDecode.
+    impl.decode.artifact = nullptr;
     PARTITA_RETURN_IF_ERROR(impl.setUpCuda(options));
   } else {
     return Status::error(artifact.path() +
                          " was compiled for an unknown target '" +
                          manifest.target + "'");
   }
-  PARTITA_RETURN_IF_ERROR(impl.planOutputs());
+  PARTITA_RETURN_IF_ERROR(impl.planOutputs(impl.prefill));
+  if (impl.decode.artifact)
+    PARTITA_RETURN_IF_ERROR(impl.planOutputs(impl.decode));
   runner = std::move(created);
   return Status::ok();
 }
@@ -616,6 +801,11 @@ Status Runner::join(const Artifact &artifact, const RunnerOptions &options,
     return Status::error("a multi-process run needs a cuda artifact; " +
                          artifact.path() + " was compiled for --target " +
                          manifest.target);
+  if (manifest.serving)
+    return Status::error(artifact.path() +
+                         " is a serving artifact (--max-seq), whose KV cache "
+                         "stays in the ranks of one process: a multi-process "
+                         "run does not hold it");
   if (options.singleGpu)
     return Status::error("singleGpu runs every rank in this process, but "
                          "the environment (" +
@@ -624,7 +814,8 @@ Status Runner::join(const Artifact &artifact, const RunnerOptions &options,
                          std::to_string(environment.worldSize));
   std::unique_ptr<Runner> created(new Runner());
   created->impl = std::make_unique<Impl>(artifact);
-  created->impl->runs.resize(size_t(manifest.worldSize));
+  created->impl->prefill.runs.resize(size_t(manifest.worldSize));
+  created->impl->cacheMemory.resize(size_t(manifest.worldSize));
   PARTITA_RETURN_IF_ERROR(created->impl->setUpJoined(options, environment));
   runner = std::move(created);
   return Status::ok();
@@ -636,14 +827,15 @@ bool Runner::holdsOutputs() const { return impl->joinedRank <= 0; }
 
 Status Runner::execute(const std::vector<NamedTensor> &inputs) {
   std::lock_guard<std::mutex> lock(impl->running);
+  Impl::Entry &entry = impl->prefill;
   std::vector<const Tensor *> ordered;
   PARTITA_RETURN_IF_ERROR(
       matchTensors(manifest().inputs, inputs, "input", ordered));
   // Outputs land in the ranks' own memory, whatever an earlier run() bound.
-  for (size_t i = 0; i < impl->replicatedSources.size(); ++i)
-    if (Tensor *source = impl->replicatedSources[i])
-      source->data = impl->replicatedMemory[i];
-  return impl->bindAndRun(inputs);
+  for (size_t i = 0; i < entry.replicatedSources.size(); ++i)
+    if (Tensor *source = entry.replicatedSources[i])
+      source->data = entry.replicatedMemory[i];
+  return impl->bindAndRun(entry, inputs);
 }
 
 Status Runner::gatherOutputs(const std::vector<NamedTensor> &outputs) {
@@ -658,20 +850,45 @@ Status Runner::run(const std::vector<NamedTensor> &inputs,
     return gatherOutputs(outputs);
   }
   std::lock_guard<std::mutex> lock(impl->running);
-  const Manifest &manifest = impl->artifact.manifest();
-  std::vector<const Tensor *> globalInputs, globalOutputs;
-  PARTITA_RETURN_IF_ERROR(
-      matchTensors(manifest.inputs, inputs, "input", globalInputs));
-  PARTITA_RETURN_IF_ERROR(
-      matchTensors(manifest.outputs, outputs, "output", globalOutputs));
-  // A replicated output is written straight into the caller's memory by the
-  // rank it comes from; the rank's own memory is used otherwise.
-  for (size_t i = 0; i < impl->replicatedSources.size(); ++i)
-    if (Tensor *source = impl->replicatedSources[i])
-      source->data = globalOutputs[i]->data;
-  PARTITA_RETURN_IF_ERROR(impl->bindAndRun(inputs));
-  for (size_t i = 0; i < impl->plans.size(); ++i)
-    PARTITA_RETURN_IF_ERROR(
-        assembleOutput(manifest, impl->plans[i], *globalOutputs[i]));
+  return impl->runInProcess(impl->prefill, inputs, outputs);
+}
+
+Status Runner::runDecode(const std::vector<NamedTensor> &inputs,
+                         const std::vector<NamedTensor> &outputs) {
+  const Artifact &artifact = impl->artifact;
+  if (!artifact.manifest().serving)
+    return Status::error(artifact.path() +
+                         " was not compiled with --max-seq: it has no decode "
+                         "program");
+  PARTITA_RETURN_IF_ERROR(checkDecodeTarget(artifact.manifest()));
+  std::lock_guard<std::mutex> lock(impl->running);
+  return impl->runInProcess(impl->decode, inputs, outputs);
+}
+
+Status Runner::resetCache() {
+  std::lock_guard<std::mutex> lock(impl->running);
+  for (std::vector<HostTensor> &cache : impl->cacheMemory)
+    for (HostTensor &tensor : cache)
+      if (tensor.byteSize() > 0)
+        std::memset(tensor.data(), 0, tensor.byteSize());
   return Status::ok();
+}
+
+uint64_t Runner::cacheBytes() const {
+  uint64_t bytes = 0;
+  for (const std::vector<HostTensor> &cache : impl->cacheMemory)
+    for (const HostTensor &tensor : cache)
+      bytes += tensor.byteSize();
+  return bytes;
+}
+
+Status partita::runtime::checkDecodeTarget(const Manifest &manifest) {
+  if (manifest.target == "host")
+    return Status::ok();
+  return Status::error(
+      "decoding runs serving artifacts of --target host only for now: the " +
+      manifest.target +
+      " executor stages every input and output through device copies around "
+      "each run, so the KV cache would not stay on the device between "
+      "tokens (the prefill runs)");
 }

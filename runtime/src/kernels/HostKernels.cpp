@@ -198,7 +198,8 @@ KernelFn hostKernel(const OpInfo &op) {
       {"slice", runSlice},
       {"concat", runConcat},
       {"split", runSplit},
-      {"copy", runCopy}};
+      {"copy", runCopy},
+      {"kv_cache_write", runKvCacheWrite}};
   auto it = kernels.find(op.name);
   return it == kernels.end() ? nullptr : it->second;
 }

@@ -346,6 +346,9 @@ Status runSlice(KernelContext &ctx);
 Status runConcat(KernelContext &ctx);
 Status runSplit(KernelContext &ctx);
 Status runCopy(KernelContext &ctx);
+/// Writes operand 1 into operand 0 at slot operand 2 along `axis`, in place
+/// when the result is operand 0's memory (KvCache.cpp).
+Status runKvCacheWrite(KernelContext &ctx);
 
 } // namespace partita::runtime::kernels
 

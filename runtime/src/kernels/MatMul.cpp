@@ -4,12 +4,13 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// cblas_sgemm does the arithmetic, one call per block of the output, the
-// blocks spread over the kernel's ThreadPool. OpenBLAS is kept at one
-// thread: its own idle workers spin in sched_yield for a while after every
-// call, and in perf profiles of the host kernels that spinning took 7% to
-// 35% of all cycles, competing with the pool threads running the next
-// kernels. One set of threads, the pool's, does all the work instead.
+// cblas_sgemm does the arithmetic (cblas_sgemv for a single row), one call
+// per block of the output, the blocks spread over the kernel's ThreadPool.
+// OpenBLAS is kept at one thread: its own idle workers spin in sched_yield for
+// a while after every call, and in perf profiles of the host kernels that
+// spinning took 7% to 35% of all cycles, competing with the pool threads
+// running the next kernels. One set of threads, the pool's, does all the work
+// instead.
 //
 // A weight without batch dimensions folds the activation's batch into the
 // rows (one [b*s, k] x [k, n] product). Each product is split along n or m,
@@ -75,6 +76,14 @@ template <typename T> struct Fp32 {
 /// C's `ldb` apart too (a column block of a wider product).
 void gemm(int64_t rows, int64_t cols, int64_t k, const float *a, int64_t ldb,
           const float *b, float *c) {
+  // One row (a decode step's token): sgemm would pack the block of B, a
+  // second pass over the weight; sgemv streams it once.
+  if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(k),
+                static_cast<int>(cols), 1.0f, b, static_cast<int>(ldb), a, 1,
+                0.0f, c, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
               static_cast<int>(cols), static_cast<int>(k), 1.0f, a,
               static_cast<int>(k), b, static_cast<int>(ldb), 0.0f, c,

@@ -427,6 +427,72 @@ TEST(ProgramVerifier, CumsumAxisFlagsAndShape) {
   EXPECT_OK(OneKernel("cos", {{3}}, {3}).verify());
 }
 
+/// kv_cache_write of an update into a cache f32 [2, 8, 4] along axis 1.
+struct CacheWrite {
+  ProgramBuilder b;
+  program::Kernel *kernel;
+  CacheWrite(std::vector<int64_t> update = {2, 1, 4},
+             DType updateType = program::F32,
+             std::vector<int64_t> position = {1},
+             DType positionType = program::I64,
+             std::vector<int64_t> result = {2, 8, 4},
+             DType resultType = program::F32) {
+    int32_t cache = b.input("cache", program::F32, {2, 8, 4});
+    int32_t u = b.input("update", updateType, std::move(update));
+    int32_t p = b.input("position", positionType, std::move(position));
+    int32_t out = b.output("cache", resultType, std::move(result));
+    kernel = b.kernel("kv_cache_write", {cache, u, p}, {out}, "/write");
+    setInt(kernel, "axis", 1);
+  }
+  Status verify() const { return verifyProgram(b.p); }
+};
+
+TEST(ProgramVerifier, KvCacheWriteTypesAndShapes) {
+  EXPECT_OK(CacheWrite().verify());
+  EXPECT_OK(CacheWrite({2, 8, 4}).verify());
+  CacheWrite negative;
+  setInt(negative.kernel, "axis", -2);
+  EXPECT_OK(negative.verify());
+  CacheWrite noAxis;
+  noAxis.kernel->mutable_attributes()->clear();
+  EXPECT_ERROR_CONTAINS(noAxis.verify(),
+                        "rank 0, instruction 0 (kv_cache_write at /write): "
+                        "missing attribute 'axis'");
+  CacheWrite farAxis;
+  setInt(farAxis.kernel, "axis", 3);
+  EXPECT_ERROR_CONTAINS(farAxis.verify(), "axis 3 is out of range for rank 3");
+
+  EXPECT_ERROR_CONTAINS(
+      CacheWrite({2, 1, 4}, program::F32, {1}, program::I64, {2, 7, 4})
+          .verify(),
+      "the result f32 [2, 7, 4] differs from the cache f32 [2, 8, 4]");
+  EXPECT_ERROR_CONTAINS(CacheWrite({2, 1, 4}, program::F32, {1}, program::I64,
+                                   {2, 8, 4}, program::F16)
+                            .verify(),
+                        "the result f16 [2, 8, 4] differs from the cache f32 "
+                        "[2, 8, 4]");
+  EXPECT_ERROR_CONTAINS(CacheWrite({2, 1, 4}, program::BF16).verify(),
+                        "the update is bf16, the cache f32");
+  for (std::vector<int64_t> update :
+       {std::vector<int64_t>{2, 9, 4}, {2, 1, 5}, {2, 4}, {2, 1, 4, 1}})
+    EXPECT_ERROR_CONTAINS(CacheWrite(update).verify(),
+                          "the update " + shapeString(update) +
+                              " does not fit the cache [2, 8, 4] along axis 1");
+  EXPECT_ERROR_CONTAINS(
+      CacheWrite({2, 1, 4}, program::F32, {1}, program::I32).verify(),
+      "the position is i32 [1], expected i64 with one element");
+  EXPECT_ERROR_CONTAINS(CacheWrite({2, 1, 4}, program::F32, {2}).verify(),
+                        "the position is i64 [2], expected i64 with one "
+                        "element");
+  CacheWrite epilogue;
+  program::ElementwiseStep *step = epilogue.kernel->add_epilogue();
+  step->set_op("neg");
+  step->set_operand(-1);
+  EXPECT_ERROR_CONTAINS(epilogue.verify(),
+                        "kv_cache_write takes no epilogue (it writes one slice "
+                        "of its result)");
+}
+
 TEST(ProgramVerifier, ElementwiseOperandsBroadcastToTheResult) {
   EXPECT_OK(OneKernel("add", {{4}, {3, 1}}, {3, 4}).verify());
   EXPECT_ERROR_CONTAINS(OneKernel("add", {{4}, {3, 2}}, {3, 4}).verify(),

@@ -1002,3 +1002,39 @@ func.func @view_whole() -> tensor<2xf32> {
   %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<4xf32>, [*]> : tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+// kv_cache_write_c1
+func.func @kv_cache_write_c1(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x1x4xf32>, %p: tensor<1xi64>) {
+  // expected-error @+1 {{kv_cache_write_c1}}
+  %0 = nn.kv_cache_write %c, %k, %p axis = 4 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xf32>
+  return
+}
+
+// -----
+
+// kv_cache_write_c2
+func.func @kv_cache_write_c2(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x9x4xf32>, %p: tensor<1xi64>) {
+  // expected-error @+1 {{kv_cache_write_c2: update 'tensor<1x2x9x4xf32>' does not fit cache 'tensor<1x2x8x4xf32>' along axis 2}}
+  %0 = nn.kv_cache_write %c, %k, %p axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x9x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xf32>
+  return
+}
+
+// -----
+
+// kv_cache_write_c3
+func.func @kv_cache_write_c3(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x1x4xf32>, %p: tensor<2xi64>) {
+  // expected-error @+1 {{kv_cache_write_c3: position must be i64 with one element, got 'tensor<2xi64>'}}
+  %0 = nn.kv_cache_write %c, %k, %p axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<2xi64>) -> tensor<1x2x8x4xf32>
+  return
+}
+
+// -----
+
+// kv_cache_write_c4
+func.func @kv_cache_write_c4(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x1x4xf32>, %p: tensor<1xi64>) {
+  // expected-error @+1 {{kv_cache_write_c4: result type 'tensor<1x2x8x4xbf16>' differs from the cache's 'tensor<1x2x8x4xf32>'}}
+  %0 = nn.kv_cache_write %c, %k, %p axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xbf16>
+  return
+}

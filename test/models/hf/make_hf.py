@@ -107,6 +107,9 @@ MODELS = {
     "llama_kv": (lambda: tf.LlamaConfig(**common(num_key_value_heads=2,
                                                  use_cache=True)),
                  tf.LlamaForCausalLM, "kv"),
+    "qwen2_kv": (lambda: tf.Qwen2Config(**common(num_key_value_heads=2,
+                                                 use_cache=True)),
+                 tf.Qwen2ForCausalLM, "kv"),
 }
 
 OPTIMUM_TASK = {"lm": "text-generation", "encoder": "feature-extraction",

@@ -23,9 +23,26 @@
 
 namespace mlir::partita {
 
+/// Which program of a decoder export with past key values to import
+/// (partita-compile --max-seq).
+enum class KvCacheForm {
+  /// As bound.
+  None,
+  /// The prompt: the pasts' length is 0.
+  Prefill,
+  /// One token after `maxSeq - 1` cached ones: the sequence is 1.
+  Decode,
+};
+
 struct OnnxImportOptions {
   /// Values of symbolic dimensions (`dim_param`), from `--bind`.
   llvm::StringMap<int64_t> bindings;
+  /// With Prefill or Decode, the importer binds the cached length (the
+  /// symbol of dimension 2 of the inputs whose names start with `past`)
+  /// and, for Decode, the sequence (the symbol of `input_ids` dimension 1)
+  /// itself; `bindings` must not give the cached length.
+  KvCacheForm kvCache = KvCacheForm::None;
+  int64_t maxSeq = 0;
 };
 
 /// Imports the model at `path`. External data files are looked up next to

@@ -29,6 +29,12 @@ using namespace mlir::partita;
 using namespace mlir::partita::dist;
 
 namespace {
+/// partita-kv-cache's mark of a cache argument and result.
+constexpr StringLiteral kCacheAttr = "partita.kv_cache";
+constexpr StringLiteral kPositionAttr = "partita.cache_position";
+} // namespace
+
+namespace {
 
 constexpr llvm::StringLiteral kMeshName = "mesh";
 
@@ -355,6 +361,22 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
       auto type = dyn_cast<RankedTensorType>(arg.getType());
       if (!type || arg.use_empty())
         continue;
+      // A KV cache takes the sharding of the keys and values written to it
+      // (heads over tp, the batch over dp): it never moves.
+      if (func.getArgAttr(arg.getArgNumber(), kCacheAttr))
+        continue;
+      // The cache slot is one for the batch: every rank reads it whole.
+      if (func.getArgAttr(arg.getArgNumber(), kPositionAttr)) {
+        auto whole = AnnotateOp::create(
+            b, arg.getLoc(), arg,
+            ShardingAttr::get(
+                context, mesh.getSymName(),
+                SmallVector<SmallVector<StringRef>>(type.getRank())));
+        whole->setAttr(kStrategyAttr, b.getUnitAttr());
+        whole->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
+        arg.replaceAllUsesExcept(whole, whole);
+        continue;
+      }
       if (failed(
               checkBatch(type, nameOf(func.getArgAttrDict(arg.getArgNumber()),
                                       "input", arg.getArgNumber()))))
@@ -374,6 +396,8 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
     if (!type)
       continue;
     unsigned i = operand.getOperandNumber();
+    if (func.getResultAttr(i, kCacheAttr))
+      continue;
     if (failed(
             checkBatch(type, nameOf(func.getResultAttrDict(i), "output", i))))
       return failure();

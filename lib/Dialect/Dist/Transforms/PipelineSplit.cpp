@@ -127,9 +127,11 @@ SmallVector<int64_t, 2> resizedDims(Operation *op) {
 LogicalResult
 Splitter::findBatchDims(func::FuncOp func,
                         llvm::DenseMap<Value, int64_t> &batchDim) {
+  // The cache slot (partita-kv-cache) is one for the whole batch.
   for (BlockArgument arg : func.getArguments())
     if (auto type = dyn_cast<RankedTensorType>(arg.getType());
-        type && type.getRank() > 0)
+        type && type.getRank() > 0 &&
+        !func.getArgAttr(arg.getArgNumber(), "partita.cache_position"))
       batchDim[arg] = 0;
   // Through every op, forward and backward, until nothing changes: a
   // dimension whose major factor is the batch's is a batch dimension.
@@ -213,8 +215,8 @@ Splitter::findBatchDims(func::FuncOp func,
 SmallVector<unsigned>
 findCutPoints(ArrayRef<Operation *> work,
               const llvm::DenseMap<Operation *, unsigned> &index,
-              const llvm::DenseSet<Operation *> &replicable,
-              func::ReturnOp ret) {
+              const llvm::DenseSet<Operation *> &replicable, func::ReturnOp ret,
+              const llvm::DenseSet<Value> &resident) {
   unsigned n = work.size();
   // live[j]: work values defined before work op j that a work op at or
   // after it uses; carried[j]: those only the function returns from there
@@ -226,7 +228,8 @@ findCutPoints(ArrayRef<Operation *> work,
       bool returned = false;
       for (Operation *user : result.getUsers()) {
         if (user == ret) {
-          returned = true;
+          // A KV cache is returned by the stage that writes it.
+          returned |= !resident.contains(result);
           continue;
         }
         // A replicable user makes every stage that uses it need the value;
@@ -328,8 +331,19 @@ LogicalResult Splitter::run(func::FuncOp func) {
   SmallVector<double> prefix(n + 1, 0);
   for (unsigned i = 0; i < n; ++i)
     prefix[i + 1] = prefix[i] + estimateSeconds(estimateCost(work[i]));
+  // The KV caches (partita.kv_cache results) stay on the stage that writes
+  // them: that stage returns them, nothing carries them to the last.
+  llvm::DenseSet<Value> resident;
+  SmallVector<unsigned> residentChunk(ret.getNumOperands(), 0);
+  for (OpOperand &operand : ret->getOpOperands())
+    if (func.getResultAttr(operand.getOperandNumber(), "partita.kv_cache") &&
+        index.contains(operand.get().getDefiningOp()))
+      resident.insert(operand.get());
+  if (!resident.empty() && virtualStages > 1)
+    return func.emitError() << "--virtual-stages does not combine with a KV "
+                               "cache (--max-seq) yet";
   SmallVector<unsigned> candidates =
-      findCutPoints(work, index, replicable, ret);
+      findCutPoints(work, index, replicable, ret, resident);
   if (candidates.size() < static_cast<size_t>(chunks - 1))
     return func.emitError()
            << "cannot cut the program into " << chunks
@@ -342,6 +356,14 @@ LogicalResult Splitter::run(func::FuncOp func) {
   SmallVector<unsigned> bounds = {0};
   bounds.append(cuts.begin(), cuts.end());
   bounds.push_back(n);
+  // The chunk that returns each result: the last, or a cache's writer.
+  auto chunkOf = [&](Value v) -> int64_t {
+    if (!resident.contains(v))
+      return chunks - 1;
+    unsigned at = index.lookup(v.getDefiningOp());
+    return std::upper_bound(bounds.begin(), bounds.end(), at) - bounds.begin() -
+           1;
+  };
   // Which crossing values travel split over tp: those every tp rank holds
   // whole, along their last dimension tp divides.
   int64_t tp = mesh.getRoleSize(AxisRole::Tensor);
@@ -388,7 +410,7 @@ LogicalResult Splitter::run(func::FuncOp func) {
     for (unsigned i = 0; i < at; ++i)
       for (Value v : work[i]->getResults())
         if (llvm::any_of(v.getUsers(), [&](Operation *u) {
-              return u == ret || index.lookup(u) >= at;
+              return u == ret ? !resident.contains(v) : index.lookup(u) >= at;
             }))
           values.push_back(v);
     return values;
@@ -406,13 +428,19 @@ LogicalResult Splitter::run(func::FuncOp func) {
         items.push_back({v * stages + r, g});
   // The last chunk's result per group, to put together at the end.
   SmallVector<SmallVector<Value>> groupResults;
+  // Each function result, from the stage that returns it.
+  SmallVector<Value> returnedBy(ret.getNumOperands());
   for (auto [s, g] : items) {
     SmallVector<Type> resultTypes;
     bool lastChunk = s == chunks - 1;
-    if (lastChunk)
-      for (Value v : ret.getOperands())
+    // The function results this chunk returns, in order.
+    SmallVector<unsigned> returned;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+      if (chunkOf(v) == s) {
+        returned.push_back(i);
         resultTypes.push_back(groups == 1 ? v.getType()
                                           : Type(groupType(v, groupSize)));
+      }
     auto stage = StageOp::create(b, ret.getLoc(), resultTypes,
                                  b.getI64IntegerAttr(s % stages), meshRef,
                                  b.getStringAttr(stageAxis));
@@ -434,9 +462,8 @@ LogicalResult Splitter::run(func::FuncOp func) {
     for (unsigned i = begin; i < end; ++i)
       for (Value operand : work[i]->getOperands())
         need(operand);
-    if (lastChunk)
-      for (Value v : ret.getOperands())
-        need(v);
+    for (unsigned i : returned)
+      need(ret.getOperand(i));
     for (Operation *op : ops)
       if (needed.contains(op))
         inner.clone(*op, whole);
@@ -547,32 +574,34 @@ LogicalResult Splitter::run(func::FuncOp func) {
                        inner.getI64IntegerAttr(tag));
       }
     }
-    // The last chunk puts its microbatches' results back together.
+    // The chunk puts its microbatches' results back together.
     SmallVector<Value> yielded;
-    if (lastChunk)
-      for (Value v : ret.getOperands()) {
-        auto it = batchDim.find(v);
-        if (microbatches == 1 || it == batchDim.end()) {
-          Value only = perMicrobatch[g * groupSize].lookupOrNull(v);
-          yielded.push_back(only ? only : whole.lookupOrDefault(v));
-          continue;
-        }
-        SmallVector<Value> pieces;
-        for (int64_t m = g * groupSize; m < (g + 1) * groupSize; ++m)
-          pieces.push_back(perMicrobatch[m].lookup(v));
-        yielded.push_back(nn::ConcatOp::create(
-            inner, v.getLoc(),
-            groups == 1 ? v.getType() : groupType(v, groupSize), pieces,
-            it->second));
+    for (unsigned i : returned) {
+      Value v = ret.getOperand(i);
+      auto it = batchDim.find(v);
+      if (microbatches == 1 || it == batchDim.end()) {
+        Value only = perMicrobatch[g * groupSize].lookupOrNull(v);
+        yielded.push_back(only ? only : whole.lookupOrDefault(v));
+        continue;
       }
+      SmallVector<Value> pieces;
+      for (int64_t m = g * groupSize; m < (g + 1) * groupSize; ++m)
+        pieces.push_back(perMicrobatch[m].lookup(v));
+      yielded.push_back(nn::ConcatOp::create(
+          inner, v.getLoc(),
+          groups == 1 ? v.getType() : groupType(v, groupSize), pieces,
+          it->second));
+    }
     YieldOp::create(inner, ret.getLoc(), yielded);
     stageOps.push_back(stage);
+    for (auto [i, result] : llvm::zip(returned, stage.getResults()))
+      returnedBy[i] = result;
     if (lastChunk)
       groupResults.push_back(SmallVector<Value>(stage.getResults()));
     b.setInsertionPoint(ret);
   }
   if (groups == 1) {
-    ret->setOperands(stageOps.back().getResults());
+    ret->setOperands(returnedBy);
   } else {
     // The last rank concatenates the groups.
     auto final = StageOp::create(b, ret.getLoc(), ret.getOperandTypes(),

@@ -32,6 +32,11 @@ using namespace mlir;
 using namespace mlir::partita;
 
 namespace {
+/// partita-kv-cache's mark of a cache argument.
+constexpr StringLiteral kCacheAttr = "partita.kv_cache";
+} // namespace
+
+namespace {
 
 /// Where a rank sits in the mesh of a partitioned function.
 class RankPlace {
@@ -267,6 +272,14 @@ LogicalResult Specializer::run() {
            << "the exec lowering needs a single-block function";
   recordBindings();
   if (failed(selectStages()))
+    return failure();
+  // A KV cache stays with the stage that writes it: the other stages' ranks
+  // do not bind it.
+  llvm::BitVector otherCaches(func.getNumArguments());
+  for (BlockArgument arg : func.getArguments())
+    if (arg.use_empty() && func.getArgAttr(arg.getArgNumber(), kCacheAttr))
+      otherCaches.set(arg.getArgNumber());
+  if (failed(func.eraseArguments(otherCaches)))
     return failure();
   foldRankDependent();
   func.walk([&](Operation *op) {

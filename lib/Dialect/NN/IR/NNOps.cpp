@@ -498,6 +498,34 @@ LogicalResult EmbeddingOp::verify() {
   return success();
 }
 
+LogicalResult KvCacheWriteOp::verify() {
+  RankedTensorType cache = getCache().getType();
+  RankedTensorType update = getUpdate().getType();
+  int64_t axis = getAxis();
+  if (failed(
+          verifyAxisInRange(*this, "kv_cache_write_c1", axis, cache.getRank())))
+    return failure();
+  bool fits = update.getElementType() == cache.getElementType() &&
+              update.getRank() == cache.getRank();
+  for (int64_t d = 0; fits && d < cache.getRank(); ++d)
+    fits = d == axis ? update.getDimSize(d) <= cache.getDimSize(d)
+                     : update.getDimSize(d) == cache.getDimSize(d);
+  if (!fits)
+    return emitOpError() << "kv_cache_write_c2: update " << update
+                         << " does not fit cache " << cache << " along axis "
+                         << axis;
+  RankedTensorType position = getPosition().getType();
+  if (!position.getElementType().isInteger(64) ||
+      position.getNumElements() != 1)
+    return emitOpError() << "kv_cache_write_c3: position must be i64 with "
+                            "one element, got "
+                         << position;
+  if (getType() != cache)
+    return emitOpError() << "kv_cache_write_c4: result type " << getType()
+                         << " differs from the cache's " << cache;
+  return success();
+}
+
 LogicalResult GatherOp::verify() {
   RankedTensorType data = getData().getType();
   int64_t axis = getAxis();

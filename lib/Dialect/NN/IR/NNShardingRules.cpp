@@ -452,6 +452,31 @@ ShardingRule ConcatOp::getShardingRule() {
   return rule;
 }
 
+/// Every dimension but `axis` is shared by the cache, the update and the
+/// result (heads split over tp, the batch over dp); the slots along `axis`
+/// and the position stay whole.
+ShardingRule KvCacheWriteOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> cache = getCache().getType().getShape();
+  ArrayRef<int64_t> update = getUpdate().getType().getShape();
+  auto axis = static_cast<unsigned>(getAxis());
+  for (auto [d, size] : llvm::enumerate(cache)) {
+    unsigned dim = d;
+    if (dim == axis) {
+      rule.addShared(size, FactorKind::Opaque,
+                     {{operand(0), dim}, {result(0), dim}});
+      rule.addShared(update[dim], FactorKind::Opaque, {{operand(1), dim}});
+      continue;
+    }
+    rule.addShared(size, FactorKind::Parallel,
+                   {{operand(0), dim}, {operand(1), dim}, {result(0), dim}});
+  }
+  for (auto [d, size] : llvm::enumerate(shapeOf(getPosition())))
+    rule.addShared(size, FactorKind::Opaque,
+                   {{operand(2), static_cast<unsigned>(d)}});
+  return rule;
+}
+
 ShardingRule SplitOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
   SmallVector<TensorRef> tensors = {operand(0)};

@@ -24,6 +24,9 @@ using namespace mlir::partita;
 
 namespace {
 
+/// partita-kv-cache's mark of a cache argument and result.
+constexpr StringLiteral kCacheAttr = "partita.kv_cache";
+
 bool isF32Tensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.getElementType().isF32();
@@ -127,10 +130,24 @@ struct ConvertFloatPass
     }
 
     // The signature stays the model's: f32 arguments are cast on entry and
-    // f32 results cast back before the return.
+    // f32 results cast back before the return. A KV cache (partita-kv-cache)
+    // is the runtime's state, not the model's interface: it is stored as
+    // `to`, argument and result, so the kernel writes it in place.
     if (func.isExternal())
       return;
     Block &entry = func.front();
+    SmallVector<Type> argumentTypes(func.getArgumentTypes());
+    SmallVector<Type> resultTypes(func.getResultTypes());
+    for (BlockArgument argument : entry.getArguments())
+      if (func.getArgAttr(argument.getArgNumber(), kCacheAttr)) {
+        argument.setType(convert(argument.getType()));
+        argumentTypes[argument.getArgNumber()] = argument.getType();
+      }
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      if (func.getResultAttr(i, kCacheAttr))
+        resultTypes[i] = convert(resultTypes[i]);
+    func.setType(
+        FunctionType::get(func.getContext(), argumentTypes, resultTypes));
     OpBuilder b = OpBuilder::atBlockBegin(&entry);
     for (BlockArgument argument : entry.getArguments()) {
       Type type = convert(argument.getType());

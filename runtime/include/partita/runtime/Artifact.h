@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,9 @@ struct RankEntry {
   /// share both). Empty for target `host`.
   std::string cudaSource;
   std::string cudaFatbin;
+  /// Serving artifacts: `programs/rank<N>.decode.pb`, the rank's decode
+  /// program (ArtifactWriter::commit fills it in); empty otherwise.
+  std::string decodeProgram;
 };
 
 /// How a global input or output is laid out over the mesh.
@@ -81,6 +85,37 @@ struct TensorSpec {
   TensorSharding sharding;
 };
 
+/// A serving artifact (partita-compile --max-seq): two programs per rank
+/// over the same weights and the same KV cache. The manifest's top-level
+/// inputs and outputs are the prefill program's (the prompt); `decode` is
+/// the program of one generated token. The cache tensors are neither
+/// inputs nor outputs: each rank holds its block of each, allocated once
+/// and zeroed, and both programs bind it by name as an input and an output
+/// of the same memory, which the `kv_cache_write` kernel updates in place.
+struct ServingSpec {
+  /// L: the cache's slots per sequence (prompt and generated tokens).
+  int64_t maxSeq = 0;
+  /// P: the prefill program's sequence length; shorter prompts are
+  /// left-padded to it.
+  int64_t promptLength = 0;
+  int64_t batch = 0;
+  /// The names of the model's token inputs and logits output, shared by
+  /// both programs; `attentionMask` and `positionIds` are empty when the
+  /// model does not take them. `cachePosition` (i64 [1], replicated) is the
+  /// slot the program writes its first token's keys and values to.
+  std::string inputIds = "input_ids";
+  std::string attentionMask;
+  std::string positionIds;
+  std::string cachePosition = "cache_position";
+  std::string logits = "logits";
+  /// The cache tensors with their global shapes ([batch, heads, L, head
+  /// dim] for the usual exports) and shardings.
+  std::vector<TensorSpec> cache;
+  /// The decode program's inputs and outputs (without the cache).
+  std::vector<TensorSpec> decodeInputs;
+  std::vector<TensorSpec> decodeOutputs;
+};
+
 struct Manifest {
   std::string modelName;
   /// `host` or `cuda`.
@@ -98,6 +133,8 @@ struct Manifest {
   /// For target `cuda`: the architectures the fatbins hold code for
   /// (`sm_80`, `sm_90a`, ...).
   std::vector<std::string> cudaArchs;
+  /// Set for a serving artifact; then every rank has a decode program.
+  std::optional<ServingSpec> serving;
   /// Filled by ArtifactWriter::commit and by the loader: the weights files
   /// (paths relative to the artifact), and every file's `sha256:<hex>`.
   std::vector<std::string> weightFiles;
@@ -130,6 +167,10 @@ public:
   /// Records the program of `rank` (serialized now, so `program` may be
   /// released afterwards). Its `rank` field must equal `rank`.
   Status addProgram(int32_t rank, const program::Program &program);
+  /// Records the decode program of `rank` of a serving artifact, as
+  /// addProgram does; commit() then needs the manifest's `serving` and one
+  /// decode program per rank.
+  Status addDecodeProgram(int32_t rank, const program::Program &program);
   /// Records another file of the artifact (generated CUDA source, a
   /// fatbin), at a relative path outside manifest.json, programs/, weights/.
   Status addFile(const std::string &relativePath, std::string contents);
@@ -137,7 +178,9 @@ public:
   /// many bytes of data (default 2 GiB); a larger tensor gets its own file.
   void setMaxWeightFileBytes(uint64_t bytes);
 
-  /// Validates the manifest against the programs, writes every file into a
+  /// Validates the manifest against the programs (docs/artifact.md: the
+  /// ranks' coordinates and every binding, a serving artifact's cache
+  /// bound as both an input and an output), writes every file into a
   /// fresh temporary directory next to `path`, manifest.json last, fsyncs,
   /// and renames it to `path`. The weights files are written in parallel,
   /// one thread per file (at most one per core), each through a buffer of
@@ -200,6 +243,16 @@ public:
   const Manifest &manifest() const;
   /// The program of `rank`, 0 <= rank < manifest().worldSize.
   const program::Program &program(int32_t rank) const;
+  /// A serving artifact's decode program of `rank`; null otherwise.
+  const program::Program *decodeProgram(int32_t rank) const;
+  /// A serving artifact's decode entry seen as an artifact of its own: its
+  /// manifest's inputs and outputs are `serving->decodeInputs` and
+  /// `decodeOutputs` (the rest as this one's), its programs the decode
+  /// programs, its weights this artifact's (not copied), its path this
+  /// one's. Null for an artifact without `serving`, and for a decode entry
+  /// itself (whose manifest keeps `serving`). Lives as long as this
+  /// artifact.
+  const Artifact *decodeEntry() const;
   const WeightStore &weights() const;
 
 private:

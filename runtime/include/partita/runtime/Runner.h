@@ -11,6 +11,9 @@
 // run on GPU 0 (CudaRankWorld). It is what partita-run does in process and
 // what an embedding API calls.
 //
+// A serving artifact's KV cache stays in the ranks between runs: run()
+// is its prefill, runDecode() its decode step (Generation.h drives both).
+//
 // The building blocks below it (RankRun, prepareRank, bindRankInputs,
 // runRanks, planOutput, assembleOutput) serve runs that hold only some
 // ranks, such as partita-run joined as one NCCL rank of a multi-process run.
@@ -102,6 +105,23 @@ public:
   bool holdsOutputs() const;
   const Manifest &manifest() const;
 
+  /// Serving artifacts (Manifest::serving): run() and execute() run the
+  /// prefill programs; runDecode runs the decode programs once on the
+  /// decode entry's inputs and outputs (as run() takes them, from
+  /// `serving->decodeInputs` and `decodeOutputs`). Both bind each rank's KV
+  /// cache, which the runner allocates at create (the rank's block of
+  /// every cache tensor its programs bind), zeroed, and which never leaves
+  /// the rank: each program updates it in place, run after run. An error
+  /// for an artifact without `serving`, and for one of target cuda (see
+  /// checkDecodeTarget); joined runs refuse serving artifacts.
+  Status runDecode(const std::vector<NamedTensor> &inputs,
+                   const std::vector<NamedTensor> &outputs);
+  /// Zeroes every rank's KV cache (a new generation).
+  Status resetCache();
+  /// Bytes of KV cache this process holds, summed over its ranks (0
+  /// without `serving`).
+  uint64_t cacheBytes() const;
+
 private:
   Runner();
   struct Impl;
@@ -134,6 +154,10 @@ struct RankRun {
   std::vector<NamedTensor> outputs;
   std::vector<HostTensor> inputMemory;
   std::vector<HostTensor> outputMemory;
+  /// Serving artifacts: the rank's block of each KV cache tensor, in memory
+  /// the holder owns (allocateRankCache), set before prepareRank. A cache
+  /// binding is bound to it as both the input and the output of its name.
+  std::vector<NamedTensor> states;
   /// The last run's outcome.
   Status status;
 };
@@ -155,19 +179,34 @@ Status countGpus(const Artifact &artifact, int32_t &gpus);
 /// them).
 Status checkOutputsAssemblable(const Manifest &manifest);
 
+/// Refuses decoding a serving artifact whose target is not the host: the
+/// executor of a device with memory of its own stages every input and
+/// output through device copies around each run, so the KV cache would not
+/// stay on the device between tokens.
+Status checkDecodeTarget(const Manifest &manifest);
+
+/// Allocates `rank`'s KV cache of a serving artifact (nothing otherwise):
+/// its block of each cache tensor its programs bind, zeroed, in `memory`,
+/// and a view of each, by name, in `states` (RankRun::states).
+Status allocateRankCache(const Artifact &artifact, int32_t rank,
+                         std::vector<HostTensor> &memory,
+                         std::vector<NamedTensor> &states);
+
 /// Creates `rank`'s executor over `communicator`: on `run.externalDevice`
 /// when set (as is), else on `run.device` when set (after loading the
 /// rank's CUDA module into it), else on a fresh pool of
 /// `threads` workers (0: hardware_concurrency / world size, at least 1).
 /// Checks every input the program binds against the manifest's dtype and
-/// sharding, and allocates the outputs' memory.
+/// sharding, and allocates the outputs' memory; the cache tensors of a
+/// serving artifact are bound to `run.states` instead. `artifact` may be a
+/// decode entry (Artifact::decodeEntry).
 Status prepareRank(const Artifact &artifact, int32_t rank,
                    Communicator &communicator, unsigned threads, RankRun &run);
 
 /// Binds the inputs of a prepared `rank` from the GLOBAL `inputs` (which
 /// must match the manifest's): a replicated one is read in place, a
-/// sharded one copied, the rank getting its block. A pipeline stage binds
-/// only the inputs it uses.
+/// sharded one copied, the rank getting its block; a cache tensor is bound
+/// to `run.states`. A pipeline stage binds only the inputs it uses.
 Status bindRankInputs(const Artifact &artifact, int32_t rank,
                       const std::vector<NamedTensor> &inputs, RankRun &run);
 

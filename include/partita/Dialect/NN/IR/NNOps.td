@@ -787,6 +787,39 @@ def NN_ConcatOp : NN_Op<"concat"> {
   let hasFolder = 1;
 }
 
+def NN_KvCacheWriteOp : NN_Op<"kv_cache_write"> {
+  let summary = "write new keys or values into a preallocated KV cache";
+  let description = [{
+    The cache with `update` written at slots `[p, p + s)` along `axis`,
+    where `p = position[0]` and `s` is the update's size along `axis`:
+    what `--max-seq` makes of a decoder's `concat(past, new)`. The cache is
+    a function argument the runtime keeps between runs (`partita.kv_cache`)
+    and binds to the result as well, so the kernel writes the slots in
+    place. A write past the cache's end is a run-time error of the kernel.
+
+    ```mlir
+    %c = nn.kv_cache_write %cache, %k, %pos axis = 2 : (tensor<1x12x256x64xf32>, tensor<1x12x1x64xf32>, tensor<1xi64>) -> tensor<1x12x256x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `kv_cache_write_c1`: `axis` is within `[0, rank)`.
+    2. `kv_cache_write_c2`: `update` has the cache's element type and rank
+       and its size in every dimension but `axis`, where it is at most the
+       cache's.
+    3. `kv_cache_write_c3`: `position` is i64 with one element.
+    4. `kv_cache_write_c4`: the result type is the cache's.
+  }];
+  let arguments = (ins NN_Tensor:$cache, NN_Tensor:$update,
+                       NN_IndexTensor:$position, I64Attr:$axis);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = [{
+    $cache `,` $update `,` $position `axis` `=` $axis attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def NN_SplitOp : NN_Op<"split"> {
   let summary = "split along one axis into consecutive pieces";
   let description = [{

@@ -81,6 +81,51 @@ def RaisePass : Pass<"partita-raise"> {
   ];
 }
 
+def KvCachePass : Pass<"partita-kv-cache", "::mlir::func::FuncOp"> {
+  let summary = "Keep a decoder's keys and values in a preallocated cache (--max-seq)";
+  let description = [{
+    A decoder exported with past key values returns each layer's keys and
+    values as `present = nn.concat(past, new)` along the sequence axis, the
+    caller feeding `present` back as the next step's `past`. This pass
+    makes the cache state instead: each such `past` argument is replaced by
+    a cache argument of `max-seq` slots, and the concatenation by an
+    `nn.kv_cache_write` of the new keys or values at slot `cache_position`
+    (a new i64 [1] argument). The cache argument and the result that
+    returns the written cache are both named after `present` and marked
+    `partita.kv_cache`: the runtime binds both to the same memory, which it
+    keeps on its rank between runs, and the artifact lists them as its
+    cache, not as inputs or outputs.
+
+    Two forms, told apart by the length of `past`:
+    - prefill (`past` of length 0): attention reads the new keys, as the
+      concatenation did; the cache is written at `[p, p + s)` for the
+      result.
+    - decode (`past` of length `max-seq - s`): attention reads the written
+      cache, all `max-seq` slots, the attention mask marking which are
+      filled, as the concatenation's `past + s` slots.
+
+    ```mlir
+    func.func @main(%past: tensor<1x2x7x8xf32> {onnx.name = "past_key_values.0.key"}, ...)
+        -> (..., tensor<1x2x8x8xf32> {onnx.name = "present.0.key"}) {
+      %kv = nn.concat %past, %k axis = 2 : (tensor<1x2x7x8xf32>, tensor<1x2x1x8xf32>) -> tensor<1x2x8x8xf32>
+      ...
+    // becomes, with max-seq=8
+    func.func @main(..., %cache: tensor<1x2x8x8xf32> {onnx.name = "present.0.key", partita.kv_cache},
+                    %pos: tensor<1xi64> {onnx.name = "cache_position"})
+        -> (..., tensor<1x2x8x8xf32> {onnx.name = "present.0.key", partita.kv_cache}) {
+      %kv = nn.kv_cache_write %cache, %k, %pos axis = 2 : (tensor<1x2x8x8xf32>, tensor<1x2x1x8xf32>, tensor<1xi64>) -> tensor<1x2x8x8xf32>
+    ```
+
+    A function with no such pair, or with a `past` of another length, is an
+    error.
+  }];
+  let options = [
+    Option<"maxSeq", "max-seq", "int64_t", /*default=*/"0",
+           "Slots of the cache: the prompt and every generated token">
+  ];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+}
+
 def ConvertFloatPass : Pass<"partita-convert-float", "::mlir::func::FuncOp"> {
   let summary = "Store fp32 tensors as bf16 or fp16 (--dtype)";
   let description = [{
