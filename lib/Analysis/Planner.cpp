@@ -74,13 +74,13 @@ Value returnedSource(Value value, const llvm::DenseSet<Value> &returned) {
 
 bool ModelShape::Op::operator==(const Op &other) const {
   return flops == other.flops && bytes == other.bytes &&
-         tensorSplit == other.tensorSplit && attention == other.attention &&
-         collective == other.collective &&
+         weightBytes == other.weightBytes && tensorSplit == other.tensorSplit &&
+         attention == other.attention && collective == other.collective &&
          collectiveBytes == other.collectiveBytes &&
          keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes &&
          gathered == other.gathered && keyValueSplit == other.keyValueSplit &&
-         decomposable == other.decomposable && nextFlops == other.nextFlops &&
-         nextBytes == other.nextBytes;
+         decomposable == other.decomposable && outside == other.outside &&
+         nextFlops == other.nextFlops && nextBytes == other.nextBytes;
 }
 
 ModelShape ModelShape::folded() const {
@@ -133,9 +133,14 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
     entry.bytes = cost.bytes;
     // Weights are counted apart; the tensors computed around the op are
     // its live set.
-    for (Value v : op->getOperands())
+    for (Value v : op->getOperands()) {
       if (!v.getDefiningOp<nn::ConstantOp>())
         entry.liveBytes += valueBytes(v);
+      else
+        entry.weightBytes += valueBytes(v);
+    }
+    // A lookup reads rows of its table, not all of it.
+    entry.weightBytes = std::min(entry.weightBytes, entry.bytes);
     for (Value v : op->getResults())
       entry.liveBytes += valueBytes(v);
     std::optional<ModelRole> role = roles.getRole(op);
@@ -236,9 +241,19 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
       lastLayerOp = index;
     shape.ops.push_back(entry);
   });
+  // A resident cache (partita-kv-cache) is the cache at --max-seq, whether
+  // attention reads it (decode) or the new keys (prefill).
+  auto ret = cast<func::ReturnOp>(main.getBody().front().getTerminator());
+  for (OpOperand &operand : ret->getOpOperands())
+    if (main.getResultAttr(operand.getOperandNumber(), "partita.kv_cache") &&
+        cached.insert(operand.get()).second)
+      shape.keyValueCacheBytes += valueBytes(operand.get());
   for (Value result : returned)
     if (!cached.contains(result))
       shape.outputBytes += valueBytes(result);
+  for (auto [index, entry] : llvm::enumerate(shape.ops))
+    entry.outside = firstLayerOp >= 0 && (int64_t(index) < firstLayerOp ||
+                                          int64_t(index) > lastLayerOp);
   shape.splitWeightBytes = splitWeights;
   shape.replicatedWeightBytes = std::max(0.0, weightBytes - splitWeights);
   for (const Placement &p : placements)
@@ -397,8 +412,8 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   }
   c.reason.clear();
 
-  // Work per rank: every op on its shard, over all layers (a pipeline stage
-  // then runs 1/pp of it). The nn IR's types are already the storage type
+  // Work per rank, per microbatch and stage: every op on its shard, 1/pp of
+  // the layers. The nn IR's types are already the storage type
   // (--dtype converts them in the nn stage).
   const DeviceModel &device = cluster.device;
   double compute = 0, attention = 0;
@@ -411,10 +426,17 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
                        : double(c.tp);
   for (const ModelShape::Op &op : shape.ops) {
     double factor = double(c.dp) * c.sp;
+    double tpShare = op.keyValueSplit ? kvShare : c.tp;
     if (op.tensorSplit || megatronSp)
-      factor *= op.keyValueSplit ? kvShare : c.tp;
-    OpCost cost{op.flops / factor, op.bytes / factor};
-    double seconds = op.count * estimateSeconds(cost, device);
+      factor *= tpShare;
+    // One microbatch's share of the tensors, and the weights whole (split
+    // by tp where the op is): each microbatch reads them again.
+    double weights = op.weightBytes / (op.tensorSplit ? tpShare : 1.0);
+    OpCost cost{op.flops / (factor * c.microbatches),
+                (op.bytes - op.weightBytes) / (factor * c.microbatches) +
+                    weights};
+    double seconds =
+        op.count * estimateSeconds(cost, device) / (op.outside ? 1 : c.pp);
     compute += seconds;
     if (op.attention) {
       attention += seconds;
@@ -494,9 +516,9 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     double steps = double(shape.layers) * (c.sp - 1);
     spComm = (steps * spLink.latencySeconds / c.pp +
               ringBytes * perStage / spLink.bytesPerSecond);
-    spHidden = attention * perStage;
+    spHidden = attention;
   }
-  double stageCompute = compute * perStage + decomposition;
+  double stageCompute = compute + decomposition;
   double spExposed = std::max(0.0, spComm - spHidden);
   double transfer = 0;
   if (c.pp > 1)
@@ -511,14 +533,25 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   int64_t v = c.virtualStages;
   double slot = (stageCompute + tpExposed + spExposed) / v + transfer;
   int64_t busy = c.microbatches * v;
-  int64_t slots =
-      request.objective == PlanObjective::Latency ? busy + c.pp - 1 : busy;
+  // Decode steps of one batch depend on each other (a token feeds the
+  // next step): a microbatch's next step waits for it to leave the last
+  // stage, so a stream of steps keeps the pipeline full only with as many
+  // microbatches as stages.
+  int64_t slots = busy;
+  if (request.objective == PlanObjective::Latency ||
+      request.objective == PlanObjective::DecodeLatency)
+    slots = busy + c.pp - 1;
+  else if (request.objective == PlanObjective::DecodeThroughput)
+    slots = std::max<int64_t>(busy, c.pp * v);
   c.stepSeconds = slots * slot;
   c.computeSeconds = c.microbatches * stageCompute;
   c.communicationSeconds = c.microbatches * (tpComm + spComm) + busy * transfer;
   c.exposedCommunicationSeconds =
       c.microbatches * (tpExposed + spExposed) + busy * transfer;
   c.bubbleSeconds = (slots - busy) * slot;
+  c.tokensPerSecond = c.stepSeconds > 0
+                          ? double(shape.batch) * shape.sequence / c.stepSeconds
+                          : 0;
 
   // Memory per device: its stage's weights (tp splits the projections'; a
   // pipeline spreads the layers' over its stages, and counts those outside
@@ -760,7 +793,8 @@ llvm::json::Object candidateJson(const PlanCandidate &c) {
         std::pair{"activation_bytes", c.activationBytes},
         std::pair{"output_bytes", c.outputBytes},
         std::pair{"kv_cache_bytes", c.keyValueCacheBytes},
-        std::pair{"memory_bytes", c.memoryBytes}})
+        std::pair{"memory_bytes", c.memoryBytes},
+        std::pair{"tokens_per_second", c.tokensPerSecond}})
     object[key] = value;
   return object;
 }

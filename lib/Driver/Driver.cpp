@@ -109,6 +109,11 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
   if (options.microbatches < 1)
     return fail(context, "--microbatches must be positive, got " +
                              std::to_string(options.microbatches));
+  if (isDecodeObjective(options.objective) && options.maxSeq == 0)
+    return fail(context, "--objective " +
+                             std::string(::partita::optionName(
+                                 options.objective)) +
+                             " plans the decode step: it needs --max-seq");
   if (options.maxSeq < 0)
     return fail(context, "--max-seq must be positive, got " +
                              std::to_string(options.maxSeq));
@@ -132,7 +137,7 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
 /// collective matmul to the best plan. Fails, naming what each family
 /// lacked, when none fits, unless `options.emit` is Plan (which prints the
 /// plan, feasible or not).
-LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
+LogicalResult planMesh(MLIRContext &context, const ModelShape &shape,
                        ClusterModel &cluster, DriverOptions &options,
                        std::optional<Plan> &plan) {
   PlanRequest request;
@@ -141,7 +146,7 @@ LogicalResult planMesh(MLIRContext &context, func::FuncOp main,
   cluster.growTo(request.devices);
   request.objective = options.objective;
   request.deviceMemoryBytes = options.deviceMemoryBytes;
-  plan = planParallelism(readModelShape(main), cluster, request);
+  plan = planParallelism(shape, cluster, request);
   const PlanCandidate *best = plan->best();
   if (options.emit == EmitStage::Plan)
     return success();
@@ -355,6 +360,38 @@ std::string mlir::partita::formatLocation(Location loc) {
 
 namespace {
 
+/// The shape of the model's decode step (--max-seq): its nn stage,
+/// imported into a context of its own whose diagnostics go to `context`'s.
+FailureOr<ModelShape> readDecodeShape(MLIRContext &context,
+                                      const DriverOptions &options,
+                                      const PipelineOptions &pipeline) {
+  MLIRContext decodeContext(context.isMultithreadingEnabled()
+                                ? MLIRContext::Threading::ENABLED
+                                : MLIRContext::Threading::DISABLED);
+  loadCompilerDialects(decodeContext);
+  ScopedDiagnosticHandler forward(&decodeContext, [&](Diagnostic &diag) {
+    context.getDiagEngine().emit(std::move(diag));
+    return success();
+  });
+  OnnxImportOptions import;
+  for (const auto &[name, value] : options.bindings)
+    import.bindings[name] = value;
+  import.kvCache = KvCacheForm::Decode;
+  import.maxSeq = options.maxSeq;
+  OwningOpRef<ModuleOp> module =
+      options.inputBuffer
+          ? importOnnxBuffer(&decodeContext, *options.inputBuffer,
+                             options.input, /*modelDir=*/"", import)
+          : importOnnxFile(&decodeContext, options.input, import);
+  if (!module)
+    return failure();
+  PassManager pm(&decodeContext, ModuleOp::getOperationName());
+  buildNNPipeline(pm, pipeline);
+  if (failed(pm.run(*module)))
+    return failure();
+  return readModelShape(module->lookupSymbol<func::FuncOp>("main"));
+}
+
 /// One program of the model compiled down to its ranks' exec programs.
 struct CompiledModule {
   OwningOpRef<ModuleOp> module;
@@ -417,7 +454,13 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
     if (stage.emit == EmitStage::NN && effective.autoMesh) {
       TimingScope planTiming = root.nest("Parallel planning");
       int64_t nodes = cluster.nodes;
-      if (failed(planMesh(context, main, cluster, effective, plan)))
+      // The decode objectives plan the decode step: its nn stage, in a
+      // context of its own (as the serving compile imports it).
+      FailureOr<ModelShape> shape = readModelShape(main);
+      if (isDecodeObjective(effective.objective) && form != KvCacheForm::Decode)
+        shape = readDecodeShape(context, effective, pipeline);
+      if (failed(shape) ||
+          failed(planMesh(context, *shape, cluster, effective, plan)))
         return failure();
       if (cluster.nodes != nodes)
         setClusterNodes(*module, cluster.nodes);

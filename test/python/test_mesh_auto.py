@@ -259,7 +259,7 @@ def test_compiled_plan_over_budget_is_refused(tmp_path):
 
 def test_plan_api_errors():
     model = MODELS / "gpt2.onnx"
-    with pytest.raises(partita.CompileError, match="--objective expects latency or throughput, got 'fast'"):
+    with pytest.raises(partita.CompileError, match="--objective expects latency, throughput, decode-latency or decode-throughput, got 'fast'"):
         partita.plan(model, devices=2, objective="fast")
     with pytest.raises(partita.CompileError, match="--devices must be positive"):
         partita.plan(model, devices=-1)

@@ -41,6 +41,10 @@ struct ModelShape {
   struct Op {
     double flops = 0;
     double bytes = 0;
+    /// Of `bytes`, the weights the op reads: every data-parallel replica
+    /// and microbatch reads them whole (tp splits a split op's), which is
+    /// what bounds a decode step.
+    double weightBytes = 0;
     /// Tensor parallelism splits its work (Megatron's projections,
     /// attention, what lies between them, the vocabulary-parallel
     /// embedding and LM head); otherwise every tp rank repeats it, unless
@@ -77,6 +81,10 @@ struct ModelShape {
     /// For an all-reduce op: the work of the column-parallel projections
     /// its all-gather feeds under Megatron-SP (up to the next all-reduce).
     double nextFlops = 0, nextBytes = 0;
+    /// Outside the transformer layers (the embedding, the final norm, the
+    /// LM head): a pipeline's first or last stage runs it whole, so it
+    /// weighs on the slowest stage undivided.
+    bool outside = false;
     /// How many times the op occurs (folded() merges equal ops: a
     /// transformer's layers repeat).
     int64_t count = 1;
@@ -145,6 +153,9 @@ struct PlanCandidate {
   double outputBytes = 0;
   double keyValueCacheBytes = 0;
   double memoryBytes = 0;
+  /// Tokens a step processes per second (batch x sequence / step time):
+  /// with a decode objective, the tokens generated per second.
+  double tokensPerSecond = 0;
 
   /// `--mesh` spelling (`dp=2,tp=4`; `1` for one device).
   std::string meshString() const;

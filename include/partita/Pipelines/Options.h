@@ -40,7 +40,15 @@ enum class CollectiveMatmulMode { Auto, Always, Never };
 /// What `--mesh auto` minimizes (--objective): one batch's forward time, or
 /// the time per batch when batches follow each other (a pipeline's bubble
 /// is then filled by the next batch).
-enum class PlanObjective { Latency, Throughput };
+/// What --mesh auto minimizes. The decode objectives (with --max-seq) plan
+/// on the decode program: one token per sequence against the KV cache.
+enum class PlanObjective { Latency, Throughput, DecodeLatency, DecodeThroughput };
+
+/// Whether `objective` plans on the decode program.
+inline bool isDecodeObjective(PlanObjective objective) {
+  return objective == PlanObjective::DecodeLatency ||
+         objective == PlanObjective::DecodeThroughput;
+}
 
 /// One accepted spelling of an enum option.
 template <typename Enum> struct OptionCase {
@@ -105,6 +113,11 @@ template <> struct OptionSpelling<PlanObjective> {
       {PlanObjective::Latency, "latency", "one batch's forward time"},
       {PlanObjective::Throughput, "throughput",
        "the time per batch, batches following each other"},
+      {PlanObjective::DecodeLatency, "decode-latency",
+       "one decode step's time (--max-seq)"},
+      {PlanObjective::DecodeThroughput, "decode-throughput",
+       "tokens per second of decode steps following each other "
+       "(--max-seq)"},
   };
 };
 
@@ -159,6 +172,7 @@ template <typename Enum> std::string badOptionMessage(std::string_view text) {
 
 namespace mlir::partita {
 using ::partita::CollectiveMatmulMode;
+using ::partita::isDecodeObjective;
 using ::partita::PlanObjective;
 using ::partita::SequenceMode;
 using ::partita::StorageType;
