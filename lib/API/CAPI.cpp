@@ -699,6 +699,22 @@ partita_status *partita_session_run(partita_session *session,
   return fromStatus(session->session->run(inputRefs, outputRefs));
 }
 
+namespace {
+
+/// A prompt's ids and optional mask as the C++ API takes them.
+partita_status *toPrompt(const char *function, const partita_tensor &ids,
+                         const partita_tensor *mask, partita::TensorRef &idsRef,
+                         partita::TensorRef &maskRef) {
+  if (partita_status *error =
+          toTensorRef(function, "input_ids", 0, ids, idsRef))
+    return error;
+  if (mask)
+    return toTensorRef(function, "attention_mask", 0, *mask, maskRef);
+  return nullptr;
+}
+
+} // namespace
+
 partita_status *partita_session_generate(partita_session *session,
                                          const partita_tensor *input_ids,
                                          const partita_tensor *attention_mask,
@@ -709,12 +725,8 @@ partita_status *partita_session_generate(partita_session *session,
   PARTITA_CHECK_ARG(tokens);
   partita::TensorRef ids, mask;
   if (partita_status *error =
-          toTensorRef(__func__, "input_ids", 0, *input_ids, ids))
+          toPrompt(__func__, *input_ids, attention_mask, ids, mask))
     return error;
-  if (attention_mask)
-    if (partita_status *error =
-            toTensorRef(__func__, "attention_mask", 0, *attention_mask, mask))
-      return error;
   partita::Session::Generated out;
   if (partita_status *error = fromStatus(session->session->generate(
           ids, attention_mask ? &mask : nullptr, max_new_tokens,
@@ -737,12 +749,8 @@ partita_status *partita_session_prefill(partita_session *session,
   PARTITA_CHECK_ARG(logits);
   partita::TensorRef ids, mask, out;
   if (partita_status *error =
-          toTensorRef(__func__, "input_ids", 0, *input_ids, ids))
+          toPrompt(__func__, *input_ids, attention_mask, ids, mask))
     return error;
-  if (attention_mask)
-    if (partita_status *error =
-            toTensorRef(__func__, "attention_mask", 0, *attention_mask, mask))
-      return error;
   if (partita_status *error = toTensorRef(__func__, "logits", 0, *logits, out))
     return error;
   return fromStatus(
