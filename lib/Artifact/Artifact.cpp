@@ -229,29 +229,44 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
     return global.emitError()
            << "the cuda artifact has " << options.cudaModules.size()
            << " CUDA modules for " << programs.size() << " ranks";
+  if (options.target == "cuda" && serving &&
+      options.decodeCudaModules.size() != programs.size())
+    return global.emitError()
+           << "the cuda serving artifact has "
+           << options.decodeCudaModules.size() << " decode CUDA modules for "
+           << programs.size() << " ranks";
   std::set<std::string> storedModules;
+  // Code is specialised to shapes, not ranks, so many ranks have equal
+  // sources: name the files by the source's hash and store them once.
+  auto storeModule = [&](const CudaModule &module, std::string &source,
+                         std::string &fatbin) -> LogicalResult {
+    std::string hash =
+        rt::Sha256::hexDigest(module.source.data(), module.source.size())
+            .substr(0, 16);
+    std::string stem = "cuda/" + hash;
+    source = stem + ".cu";
+    fatbin = stem + ".fatbin";
+    if (storedModules.insert(hash).second)
+      for (auto [suffix, contents] :
+           {std::pair<const char *, const std::string *>{".cu", &module.source},
+            {".fatbin", &module.fatbin},
+            {".ptxas.txt", &module.ptxasLog}})
+        if (rt::Status status = writer.addFile(stem + suffix, *contents);
+            !status)
+          return global.emitError() << status.message();
+    return success();
+  };
   for (auto [rank, exec] : llvm::enumerate(programs)) {
     rt::RankEntry entry;
     entry.rank = rank;
     if (options.target == "cuda") {
-      // Code is specialised to shapes, not ranks, so many ranks have equal
-      // sources: name the files by the source's hash and store them once.
-      const CudaModule &module = options.cudaModules[rank];
-      std::string hash =
-          rt::Sha256::hexDigest(module.source.data(), module.source.size())
-              .substr(0, 16);
-      std::string stem = "cuda/" + hash;
-      entry.cudaSource = stem + ".cu";
-      entry.cudaFatbin = stem + ".fatbin";
-      if (storedModules.insert(hash).second)
-        for (auto [suffix, contents] :
-             {std::pair<const char *, const std::string *>{".cu",
-                                                           &module.source},
-              {".fatbin", &module.fatbin},
-              {".ptxas.txt", &module.ptxasLog}})
-          if (rt::Status status = writer.addFile(stem + suffix, *contents);
-              !status)
-            return global.emitError() << status.message();
+      if (failed(storeModule(options.cudaModules[rank], entry.cudaSource,
+                             entry.cudaFatbin)))
+        return failure();
+      if (serving &&
+          failed(storeModule(options.decodeCudaModules[rank],
+                             entry.decodeCudaSource, entry.decodeCudaFatbin)))
+        return failure();
     }
     entry.coords = coordsOf(meshOf(global), rank);
     entry.stage = static_cast<int32_t>(stageOf(meshOf(global), entry.coords));

@@ -110,10 +110,10 @@ LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
     return fail(context, "--microbatches must be positive, got " +
                              std::to_string(options.microbatches));
   if (isDecodeObjective(options.objective) && options.maxSeq == 0)
-    return fail(context, "--objective " +
-                             std::string(::partita::optionName(
-                                 options.objective)) +
-                             " plans the decode step: it needs --max-seq");
+    return fail(context,
+                "--objective " +
+                    std::string(::partita::optionName(options.objective)) +
+                    " plans the decode step: it needs --max-seq");
   if (options.maxSeq < 0)
     return fail(context, "--max-seq must be positive, got " +
                              std::to_string(options.maxSeq));
@@ -360,19 +360,32 @@ std::string mlir::partita::formatLocation(Location loc) {
 
 namespace {
 
-/// The shape of the model's decode step (--max-seq): its nn stage,
-/// imported into a context of its own whose diagnostics go to `context`'s.
+/// A context for a model's second import (its decode program), whose
+/// diagnostics go to `parent`'s handlers. A second import into the parent
+/// would rename every weight's resource (`name_1`), and the artifact would
+/// store the weights twice.
+struct ChildContext {
+  explicit ChildContext(MLIRContext &parent)
+      : context(parent.isMultithreadingEnabled()
+                    ? MLIRContext::Threading::ENABLED
+                    : MLIRContext::Threading::DISABLED),
+        forward(&context, [&parent](Diagnostic &diag) {
+          parent.getDiagEngine().emit(std::move(diag));
+          return success();
+        }) {
+    loadCompilerDialects(context);
+  }
+  MLIRContext context;
+  ScopedDiagnosticHandler forward;
+};
+
+/// The shape of the model's decode step (--max-seq): its nn stage, in a
+/// context of its own.
 FailureOr<ModelShape> readDecodeShape(MLIRContext &context,
                                       const DriverOptions &options,
                                       const PipelineOptions &pipeline) {
-  MLIRContext decodeContext(context.isMultithreadingEnabled()
-                                ? MLIRContext::Threading::ENABLED
-                                : MLIRContext::Threading::DISABLED);
-  loadCompilerDialects(decodeContext);
-  ScopedDiagnosticHandler forward(&decodeContext, [&](Diagnostic &diag) {
-    context.getDiagEngine().emit(std::move(diag));
-    return success();
-  });
+  ChildContext child(context);
+  MLIRContext &decodeContext = child.context;
   OnnxImportOptions import;
   for (const auto &[name, value] : options.bindings)
     import.bindings[name] = value;
@@ -515,16 +528,49 @@ void printPrograms(ArrayRef<ExecProgram> programs, llvm::raw_ostream &os) {
   }
 }
 
+/// Prints each rank's CUDA module, `// ===== rank N =====` before each of
+/// several, a rank whose module equals an earlier one's naming it instead.
+void printCudaSources(ArrayRef<std::string> sources, llvm::raw_ostream &os) {
+  for (auto [rank, source] : llvm::enumerate(sources)) {
+    const std::string *same = llvm::find(sources, source);
+    if (sources.size() > 1)
+      os << "// ===== rank " << rank << " =====\n";
+    if (same != sources.begin() + rank)
+      os << "// the module of rank " << (same - sources.begin()) << "\n";
+    else
+      os << source;
+  }
+}
+
+/// Builds each distinct source once (`built` keeps what was built) and
+/// appends every rank's module to `modules`.
+LogicalResult buildCudaModules(MLIRContext &context,
+                               ArrayRef<std::string> sources,
+                               const cudatarget::NvccOptions &nvcc,
+                               std::map<std::string, CudaModule> &built,
+                               std::vector<CudaModule> &modules) {
+  for (const std::string &source : sources) {
+    auto [it, fresh] = built.try_emplace(source);
+    if (fresh) {
+      llvm::Expected<cudatarget::Fatbin> fatbin =
+          cudatarget::buildFatbin(source, nvcc);
+      if (!fatbin)
+        return fail(context, llvm::toString(fatbin.takeError()));
+      it->second = {source, std::move(fatbin->bytes),
+                    std::move(fatbin->ptxasLog)};
+    }
+    modules.push_back(it->second);
+  }
+  return success();
+}
+
 /// --max-seq: the prefill and the decode program of a decoder export, in
 /// one artifact over the same weights and KV cache.
 LogicalResult runServingCompiler(MLIRContext &context,
                                  const DriverOptions &options,
                                  DriverResult &result, TimingScope &root,
                                  ClusterModel &cluster) {
-  if (options.target == Target::CUDA || options.emit == EmitStage::CUDA)
-    return fail(context, "--max-seq compiles for --target host only: the "
-                         "CUDA runtime does not keep a KV cache on the "
-                         "device yet");
+  bool cuda = options.target == Target::CUDA || options.emit == EmitStage::CUDA;
   if (options.spMode != SequenceMode::None ||
       llvm::any_of(options.mesh.axes, [](const dist::MeshAxisSpec &axis) {
         return axis.role == dist::AxisRole::Sequence && axis.size > 1;
@@ -532,18 +578,9 @@ LogicalResult runServingCompiler(MLIRContext &context,
     return fail(context, "--max-seq does not combine with sequence "
                          "parallelism: a decode step has one token");
   DriverOptions effective = options;
-  // The decode program is imported into a context of its own: a second
-  // import into this one would rename every weight's resource (`name_1`),
-  // and the artifact would store the weights twice. Its diagnostics go to
-  // this context's handlers.
-  MLIRContext decodeContext(context.isMultithreadingEnabled()
-                                ? MLIRContext::Threading::ENABLED
-                                : MLIRContext::Threading::DISABLED);
-  loadCompilerDialects(decodeContext);
-  ScopedDiagnosticHandler forward(&decodeContext, [&](Diagnostic &diag) {
-    context.getDiagEngine().emit(std::move(diag));
-    return success();
-  });
+  // The decode program in a context of its own (ChildContext).
+  ChildContext child(context);
+  MLIRContext &decodeContext = child.context;
   CompiledModule prefill, decode;
   bool stopped = false;
   {
@@ -562,6 +599,38 @@ LogicalResult runServingCompiler(MLIRContext &context,
                              KvCacheForm::Decode, result, timing, decode,
                              stopped)))
       return failure();
+  }
+  // CUDA: kernels for both programs of every rank. The decode module's
+  // functions are named apart (partita_decode_*), so that both modules
+  // load into the rank's one device.
+  std::vector<std::string> prefillSources, decodeSources;
+  if (cuda && options.emit >= EmitStage::Exec) {
+    TimingScope cudaTiming = root.nest("CUDA code generation");
+    for (auto [programs, sources, prefix] :
+         {std::tuple(&prefill.programs, &prefillSources, "partita_"),
+          std::tuple(&decode.programs, &decodeSources, "partita_decode_")}) {
+      cudatarget::CodeGenOptions codegen;
+      codegen.functionPrefix = prefix;
+      for (auto [rank, exec] : llvm::enumerate(*programs)) {
+        llvm::Expected<std::string> source =
+            cudatarget::generateCudaSource(exec.program, codegen);
+        if (!source)
+          return fail(context,
+                      "rank " + std::to_string(rank) + " (" +
+                          (sources == &prefillSources ? "prefill" : "decode") +
+                          "): " + llvm::toString(source.takeError()));
+        sources->push_back(std::move(*source));
+      }
+    }
+  }
+  if (options.emit == EmitStage::CUDA) {
+    llvm::raw_ostream &os = *options.emitStream;
+    for (auto [title, sources] : {std::pair("prefill", &prefillSources),
+                                  std::pair("decode", &decodeSources)}) {
+      os << "// ----- " << title << " -----\n";
+      printCudaSources(*sources, os);
+    }
+    return success();
   }
   if (options.emit <= EmitStage::Local || options.emit == EmitStage::Exec) {
     llvm::raw_ostream &os = *options.emitStream;
@@ -594,8 +663,24 @@ LogicalResult runServingCompiler(MLIRContext &context,
     return failure();
   TimingScope writeTiming = root.nest("Artifact");
   ArtifactOptions artifact;
+  artifact.target = cuda ? "cuda" : "host";
   artifact.compileOptions = recordedOptions(effective);
   artifact.compileOptions["max-seq"] = std::to_string(options.maxSeq);
+  if (cuda) {
+    cudatarget::NvccOptions nvcc;
+    if (llvm::Error error =
+            cudatarget::parseCudaArchs(options.cudaArch, nvcc.archs))
+      return fail(context, "--cuda-arch " + options.cudaArch + ": " +
+                               llvm::toString(std::move(error)));
+    artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
+    artifact.cudaArchs = nvcc.archs;
+    std::map<std::string, CudaModule> built;
+    if (failed(buildCudaModules(context, prefillSources, nvcc, built,
+                                artifact.cudaModules)) ||
+        failed(buildCudaModules(context, decodeSources, nvcc, built,
+                                artifact.decodeCudaModules)))
+      return failure();
+  }
   return writeArtifact(prefill.main, prefill.programs, artifact, options.output,
                        &serving);
 }
@@ -675,16 +760,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     }
   }
   if (options.emit == EmitStage::CUDA) {
-    for (auto [rank, source] : llvm::enumerate(cudaSources)) {
-      auto same = llvm::find(cudaSources, source);
-      if (cudaSources.size() > 1)
-        *options.emitStream << "// ===== rank " << rank << " =====\n";
-      if (same != cudaSources.begin() + rank)
-        *options.emitStream << "// the module of rank "
-                            << (same - cudaSources.begin()) << "\n";
-      else
-        *options.emitStream << source;
-    }
+    printCudaSources(cudaSources, *options.emitStream);
     return success();
   }
   if (options.emit == EmitStage::Exec) {
@@ -700,18 +776,9 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
     artifact.cudaArchs = nvcc.archs;
     std::map<std::string, CudaModule> built;
-    for (const std::string &source : cudaSources) {
-      auto [it, fresh] = built.try_emplace(source);
-      if (fresh) {
-        llvm::Expected<cudatarget::Fatbin> fatbin =
-            cudatarget::buildFatbin(source, nvcc);
-        if (!fatbin)
-          return fail(context, llvm::toString(fatbin.takeError()));
-        it->second = {source, std::move(fatbin->bytes),
-                      std::move(fatbin->ptxasLog)};
-      }
-      artifact.cudaModules.push_back(it->second);
-    }
+    if (failed(buildCudaModules(context, cudaSources, nvcc, built,
+                                artifact.cudaModules)))
+      return failure();
   }
   return writeArtifact(main, programs, artifact, options.output);
 }

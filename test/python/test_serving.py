@@ -248,10 +248,9 @@ def test_python_serving_errors(tmp_path):
 
 @pytest.mark.parametrize("flags,message", [
     (["--max-seq", "16"], "no past key or value inputs"),
-    (["--max-seq", "16", "--target", "cuda"], "--target host only"),
     (["--max-seq", "16", "--mesh", "sp=2"], "sequence parallelism"),
     (["--max-seq", "-1"], "--max-seq must be positive"),
-], ids=["no-cache", "cuda", "sp", "negative"])
+], ids=["no-cache", "sp", "negative"])
 def test_compile_errors(tmp_path, flags, message):
     model = HF / ("gpt2.optimum.onnx" if "past key" in message
                   else "gpt2_kv.optimum.onnx")

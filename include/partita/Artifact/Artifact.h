@@ -38,6 +38,9 @@ struct ArtifactOptions {
   /// are stored once, under `cuda/<hash>.*`) and the architectures the
   /// fatbins hold code for.
   std::vector<CudaModule> cudaModules;
+  /// For `cuda` serving artifacts: each rank's module of its decode program
+  /// (index = rank), stored like cudaModules.
+  std::vector<CudaModule> decodeCudaModules;
   std::vector<std::string> cudaArchs;
   /// The flags the artifact was compiled with, recorded in its manifest.
   std::map<std::string, std::string> compileOptions;

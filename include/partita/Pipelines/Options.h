@@ -42,7 +42,12 @@ enum class CollectiveMatmulMode { Auto, Always, Never };
 /// is then filled by the next batch).
 /// What --mesh auto minimizes. The decode objectives (with --max-seq) plan
 /// on the decode program: one token per sequence against the KV cache.
-enum class PlanObjective { Latency, Throughput, DecodeLatency, DecodeThroughput };
+enum class PlanObjective {
+  Latency,
+  Throughput,
+  DecodeLatency,
+  DecodeThroughput
+};
 
 /// Whether `objective` plans on the decode program.
 inline bool isDecodeObjective(PlanObjective objective) {

@@ -11,6 +11,12 @@
 // and shared memory under 48 KiB), key/value tiles of 32 in shared memory.
 // The mask's broadcast to [b, hq, sq, skv] becomes four element strides.
 //
+// A decode step's attention (one query row: sq = 1, attention only) is
+// flash-decoding instead (pt::attention_decode): the keys split into
+// ranges of CodeGenOptions::decodeKeySplit (256) keys, one block of 4 warps
+// per range and (batch, head), the last block of a (batch, head) merging
+// the ranges' partial max, sum and weighted values.
+//
 // rope is one thread per output element: each reads its rotation pair.
 //
 //===----------------------------------------------------------------------===//
@@ -29,7 +35,8 @@ constexpr int64_t kMaxHeadDim = 128;
 
 } // namespace
 
-llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx) {
+llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
+                                              int64_t decodeKeySplit) {
   bool partial = ctx.op() == "attention_partial";
   auto hasMask = ctx.getBool("has_mask");
   if (!hasMask)
@@ -156,6 +163,48 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx) {
                        dtypeName(lse->dtype) + " " + shapeString(lse->shape));
     lseArg = sig.addOutput(*lse, "r1");
   }
+  // A decode step (one query row, no positions): flash-decoding, the keys
+  // split over blocks (Prelude: pt::attention_decode). The scratch of the
+  // blocks' partials and the per-(b, h) counters are statics of the
+  // function, sized by its static shapes.
+  if (sq == 1 && !partial) {
+    int64_t splits = (skv + decodeKeySplit - 1) / decodeKeySplit;
+    int64_t decodeBlocks = batch * hq * splits;
+    if (decodeBlocks >= (int64_t(1) << 31) ||
+        batch * hq * splits * (dv + 2) >= (int64_t(1) << 31))
+      return ctx.error("tensors above 2^31 elements are not supported");
+    std::string call =
+        "pt::attention_decode<" + std::string(cudaType(q.dtype)) + ", " +
+        maskType + ", " + literal(batch) + ", " + literal(hq) + ", " +
+        literal(hkv) + ", " + literal(skv) + ", " + literal(d) + ", " +
+        literal(dv) + ", " + literal(decodeKeySplit) + ", " +
+        std::to_string(maskMode) + ", " + std::to_string(maskStrides[0]) +
+        "LL, " + std::to_string(maskStrides[1]) + "LL, " +
+        std::to_string(maskStrides[3]) + "LL>(a0, a1, a2, " + maskArg + ", " +
+        floatLiteral(scale) + ", " +
+        (splits > 1 ? "@NAME@_part, @NAME@_done"
+                    : "(float *)nullptr, (unsigned *)nullptr") +
+        ", " + init + ")";
+    GeneratedKernel kernel;
+    kernel.label = ctx.op();
+    kernel.summary = ctx.summary() + " (decode: " + std::to_string(splits) +
+                     " split" + (splits == 1 ? "" : "s") + " of " +
+                     std::to_string(decodeKeySplit) + " keys)";
+    kernel.grid = {static_cast<uint32_t>(decodeBlocks), 1, 1};
+    kernel.block = {static_cast<uint32_t>(kWarps * 32), 1, 1};
+    kernel.arguments = sig.arguments();
+    kernel.text = *sink;
+    if (splits > 1)
+      kernel.text += "__device__ float @NAME@_part[" +
+                     std::to_string(batch * hq * splits * (dv + 2)) +
+                     "];\n__device__ unsigned @NAME@_done[" +
+                     std::to_string(batch * hq) + "];\n";
+    kernel.text += "extern \"C\" __global__ void __launch_bounds__(" +
+                   literal(kWarps * 32) + ") @NAME@(" + sig.parameters() +
+                   ") {\n  " + call + ";\n}\n";
+    return kernel;
+  }
+
   int64_t width = 16 / static_cast<int64_t>(dtypeSize(q.dtype));
   bool vecLoad = d % width == 0 && q.aligned16 && k.aligned16;
 

@@ -268,7 +268,8 @@ llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx) {
 
 namespace {
 
-llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx) {
+llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx,
+                                          const CodeGenOptions &options) {
   const std::string &op = ctx.op();
   if (op == "matmul")
     return emitMatmul(ctx);
@@ -284,11 +285,11 @@ llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx) {
     if (op == "cumsum")
       return emitCumsum(ctx);
     if (op == "attention" || op == "attention_partial")
-      return emitAttention(ctx);
+      return emitAttention(ctx, options.decodeKeySplit);
     if (op == "rope")
       return emitRope(ctx);
     if (llvm::is_contained({"transpose", "broadcast_to", "slice", "concat",
-                            "split", "gather", "embedding"},
+                            "split", "gather", "embedding", "kv_cache_write"},
                            llvm::StringRef(op)))
       return emitDataMovement(ctx);
     return ctx.error("no CUDA kernel for this op");
@@ -336,11 +337,12 @@ llvm::Error checkBufferSizes(const program::Program &program) {
 
 } // namespace
 
-llvm::Expected<std::string>
-generateCudaSource(program::Program &program,
-                   const CodeGenOptions & /*options*/) {
+llvm::Expected<std::string> generateCudaSource(program::Program &program,
+                                               const CodeGenOptions &options) {
   if (llvm::Error error = checkBufferSizes(program))
     return std::move(error);
+  if (options.decodeKeySplit < 1 || options.decodeKeySplit >= (1 << 30))
+    return llvm::createStringError("the decode key split must be positive");
   std::vector<Function> functions;
   std::map<std::string, size_t> byText;
   std::map<std::string, int> counters;
@@ -351,7 +353,7 @@ generateCudaSource(program::Program &program,
     if (!inst.has_kernel())
       continue;
     KernelContext ctx(program, inst.kernel(), inst.location());
-    auto lowered = lowerKernel(ctx);
+    auto lowered = lowerKernel(ctx, options);
     if (!lowered)
       return lowered.takeError();
     std::vector<program::CudaStep> kernelSteps;
@@ -365,7 +367,8 @@ generateCudaSource(program::Program &program,
             label.begin(), label.end(),
             [](char c) { return !llvm::isAlnum(c) && c != '_'; }, '_');
         Function f;
-        f.name = "partita_" + label + "_" + std::to_string(counters[label]++);
+        f.name = options.functionPrefix + label + "_" +
+                 std::to_string(counters[label]++);
         f.text = g.text;
         functions.push_back(std::move(f));
       }

@@ -515,8 +515,93 @@ llvm::Expected<GeneratedKernel> emitGatherLike(const KernelContext &ctx,
 
 } // namespace
 
+/// kv_cache_write: the update's slice of the cache, in place, at the slot
+/// the position buffer holds on the device (Prelude: pt::kv_cache_write).
+static llvm::Expected<GeneratedKernel>
+emitKvCacheWrite(const KernelContext &ctx) {
+  if (auto err = ctx.expectCounts(3, 1))
+    return std::move(err);
+  if (ctx.getKernel().epilogue_size() != 0)
+    return ctx.error("takes no epilogue (it writes one slice of its result)");
+  auto cache = ctx.operand(0), update = ctx.operand(1),
+       position = ctx.operand(2);
+  auto out = ctx.result(0);
+  for (auto *view : {&cache, &update, &position, &out})
+    if (!*view)
+      return view->takeError();
+  auto axis = ctx.getInt("axis");
+  if (!axis)
+    return axis.takeError();
+  int64_t rank = cache->rank(), a = *axis < 0 ? *axis + rank : *axis;
+  if (a < 0 || a >= rank)
+    return ctx.error("axis " + llvm::Twine(*axis) + " is out of range for " +
+                     "rank " + llvm::Twine(rank));
+  if (out->dtype != cache->dtype || out->shape != cache->shape ||
+      update->dtype != cache->dtype)
+    return ctx.error("the result and the update must have the cache's "
+                     "element type (and the result its shape)");
+  bool fits = update->rank() == rank;
+  for (int64_t d = 0; fits && d < rank; ++d)
+    fits = d == a ? update->shape[d] <= cache->shape[d]
+                  : update->shape[d] == cache->shape[d];
+  if (!fits)
+    return ctx.error("the update " + shapeString(update->shape) +
+                     " does not fit the cache " + shapeString(cache->shape) +
+                     " along axis " + llvm::Twine(a));
+  if (position->dtype != program::I64 || position->numElements() != 1)
+    return ctx.error("the position must be i64 with one element");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < a; ++d)
+    outer *= cache->shape[d];
+  for (int64_t d = a + 1; d < rank; ++d)
+    inner *= cache->shape[d];
+  int64_t slots = cache->shape[a], tokens = update->shape[a];
+  const char *element = nullptr;
+  switch (dtypeSize(cache->dtype)) {
+  case 1:
+    element = "unsigned char";
+    break;
+  case 2:
+    element = "unsigned short";
+    break;
+  case 4:
+    element = "unsigned";
+    break;
+  case 8:
+    element = "unsigned long long";
+    break;
+  default:
+    return ctx.error("element type " + dtypeName(cache->dtype) +
+                     " is not supported");
+  }
+  Signature sig;
+  sig.addInput(*cache, "a0");
+  sig.addInput(*update, "a1");
+  sig.addInput(*position, "a2");
+  sig.addOutput(*out, "r0");
+  std::string e = element;
+  GeneratedKernel g;
+  g.label = "kv_cache_write";
+  g.summary = ctx.summary() + " (in place, slot read on the device)";
+  int64_t total = update->numElements();
+  g.grid = {
+      static_cast<uint32_t>(std::clamp<int64_t>((total + 255) / 256, 1, 65535)),
+      1, 1};
+  g.block = {256, 1, 1};
+  g.arguments = sig.arguments();
+  g.text = "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+           sig.parameters() + ") {\n  pt::kv_cache_write<" + e + ", " +
+           std::to_string(outer) + "LL, " + std::to_string(slots) + "LL, " +
+           std::to_string(tokens) + "LL, " + std::to_string(inner) +
+           "LL>((const " + e + " *)a0, (const " + e + " *)a1, a2, (" + e +
+           " *)r0);\n}\n";
+  return g;
+}
+
 llvm::Expected<GeneratedKernel> emitDataMovement(const KernelContext &ctx) {
   const std::string &op = ctx.op();
+  if (op == "kv_cache_write")
+    return emitKvCacheWrite(ctx);
   if (op == "transpose")
     return emitTranspose(ctx);
   if (op == "broadcast_to")

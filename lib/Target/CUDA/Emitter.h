@@ -213,7 +213,9 @@ llvm::Expected<GeneratedKernel> emitNormalization(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitSoftmax(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitReduce(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx);
-llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx);
+/// `decodeKeySplit`: keys per block of the decode form (one query row).
+llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
+                                              int64_t decodeKeySplit);
 llvm::Expected<GeneratedKernel> emitRope(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitDataMovement(const KernelContext &ctx);
 llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx);

@@ -8,9 +8,33 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+// Run-time errors of the generated kernels (kv_cache_write's slot): the
+// first failing thread stores a code and three values; the runtime reads
+// and clears it after a run (CudaDevice::synchronize, the emulator after
+// each launch). One per module. PT_EXPORT makes it visible to dlsym under
+// the emulator.
+#ifndef PT_EXPORT
+#define PT_EXPORT
+#endif
+extern "C" {
+PT_EXPORT __device__ unsigned long long partita_status[4];
+}
+
 namespace pt {
 
 typedef unsigned long long u64;
+
+/// Error codes of partita_status[0] (the runtime's messages know them).
+enum : u64 { kStatusKvCacheOverflow = 1 };
+
+__device__ __forceinline__ void report_error(u64 code, long long a,
+                                             long long b, long long c) {
+  if (atomicCAS(&partita_status[0], 0ULL, code) == 0ULL) {
+    partita_status[1] = (u64)a;
+    partita_status[2] = (u64)b;
+    partita_status[3] = (u64)c;
+  }
+}
 
 //===----------------------------------------------------------------------===//
 // Loads and stores
@@ -608,6 +632,201 @@ __device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
         lse[(u64)(b * HQ + h) * SQ + i] =
             sum > 0.0f ? m[r] + logf(sum) : kNegInf;
     }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Decode attention (Attention.cpp): flash-decoding
+//===----------------------------------------------------------------------===//
+//
+// One query row per (batch, head) and a long key range: SPLIT keys per
+// block of 4 warps, so a (b, h) spreads over SPLITS = ceil(SKV / SPLIT)
+// blocks. In a block, warp w takes keys j0 + w, j0 + w + 4, ...: the lanes
+// split the head dimension, a shuffle sum gives the score, and each warp
+// keeps an online max m, sum l and weighted values o (lane + 32 c). The
+// warps merge in shared memory into the block's (m, l, o), which goes to
+// `part`; the last block of a (b, h) to finish (a counter in `done`, reset
+// by it) merges the SPLITS partials and stores o / l. With one split the
+// block stores directly. Masked keys (bool false, or a score of -inf) are
+// skipped; a block or row that sees no key contributes nothing (zeros).
+
+template <typename T, typename M, int B, int HQ, int HKV, int SKV, int D,
+          int DV, int SPLIT, int MASK, long long MS0, long long MS1,
+          long long MS3, typename Sink>
+__device__ __forceinline__ void
+attention_decode(const T *q, const T *k, const T *v, const M *mask,
+                 float scale, float *part, unsigned *done, const Sink &sink) {
+  constexpr int WARPS = 4, THREADS = WARPS * 32;
+  constexpr int SPLITS = (SKV + SPLIT - 1) / SPLIT;
+  constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
+  static_assert(HQ % HKV == 0, "GQA needs hq to be a multiple of hkv");
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  __shared__ float wm[WARPS], wl[WARPS];
+  __shared__ float wo[WARPS][DVL * 32];
+  __shared__ int isLast;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int split = blockIdx.x % SPLITS;
+  const int bh = blockIdx.x / SPLITS, h = bh % HQ, b = bh / HQ;
+  const int hk = h / (HQ / HKV);
+  const T *qRow = q + (u64)bh * D;
+  const T *kBase = k + (u64)(b * HKV + hk) * SKV * D;
+  const T *vBase = v + (u64)(b * HKV + hk) * SKV * DV;
+
+  float qv[DL];
+#pragma unroll
+  for (int c = 0; c < DL; ++c)
+    qv[c] = lane + 32 * c < D ? ldf(qRow + lane + 32 * c) * scale : 0.0f;
+  float m = kNegInf, l = 0.0f, o[DVL];
+#pragma unroll
+  for (int c = 0; c < DVL; ++c)
+    o[c] = 0.0f;
+
+  const int j0 = split * SPLIT, j1 = min(SKV, j0 + SPLIT);
+  for (int j = j0 + warp; j < j1; j += WARPS) {
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < DL; ++c)
+      if (lane + 32 * c < D)
+        s += qv[c] * ldf(kBase + (u64)j * D + lane + 32 * c);
+    s = warp_sum(s);
+    bool keep = true;
+    if constexpr (MASK != 0) {
+      const M *mp =
+          mask + (long long)b * MS0 + (long long)h * MS1 + (long long)j * MS3;
+      if constexpr (MASK == 1)
+        keep = *mp != 0;
+      else
+        s += ldf(mp);
+    }
+    if (!keep || s == kNegInf) // Uniform over the warp.
+      continue;
+    const float mNew = fmax_nan(m, s);
+    const float corr = expf(m - mNew); // 0 while m is -inf.
+    const float p = expf(s - mNew);
+    l = l * corr + p;
+#pragma unroll
+    for (int c = 0; c < DVL; ++c)
+      o[c] = o[c] * corr +
+             (lane + 32 * c < DV ? p * ldf(vBase + (u64)j * DV + lane + 32 * c)
+                                 : 0.0f);
+    m = mNew;
+  }
+
+  // The block's partial: the warps' merged.
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
+#pragma unroll
+  for (int c = 0; c < DVL; ++c)
+    wo[warp][lane + 32 * c] = o[c];
+  __syncthreads();
+  float bm = kNegInf;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w)
+    bm = fmax_nan(bm, wm[w]);
+  float weight[WARPS], bl = 0.0f;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    weight[w] = wm[w] == kNegInf ? 0.0f : expf(wm[w] - bm);
+    bl += wl[w] * weight[w];
+  }
+  if constexpr (SPLITS == 1) {
+    const float inv = bl > 0.0f ? 1.0f / bl : 0.0f;
+    for (int c = threadIdx.x; c < DV; c += THREADS) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w)
+        acc += wo[w][c] * weight[w];
+      sink((u64)bh * DV + c, acc * inv);
+    }
+    return;
+  } else {
+    float *mine = part + ((u64)bh * SPLITS + split) * (DV + 2);
+    if (threadIdx.x == 0) {
+      mine[0] = bm;
+      mine[1] = bl;
+    }
+    for (int c = threadIdx.x; c < DV; c += THREADS) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w)
+        acc += wo[w][c] * weight[w];
+      mine[2 + c] = acc;
+    }
+    // Publish the partial, then count it: the last block merges.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+      isLast = atomicAdd(&done[bh], 1u) == SPLITS - 1;
+    __syncthreads();
+    if (!isLast)
+      return;
+    __threadfence();
+    const volatile float *all = part + (u64)bh * SPLITS * (DV + 2);
+    float gm = kNegInf;
+    for (int s = 0; s < SPLITS; ++s)
+      gm = fmax_nan(gm, all[s * (DV + 2)]);
+    float gl = 0.0f;
+    for (int s = 0; s < SPLITS; ++s) {
+      const float sm = all[s * (DV + 2)];
+      if (sm != kNegInf)
+        gl += all[s * (DV + 2) + 1] * expf(sm - gm);
+    }
+    const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+    for (int c = threadIdx.x; c < DV; c += THREADS) {
+      float acc = 0.0f;
+      for (int s = 0; s < SPLITS; ++s) {
+        const float sm = all[s * (DV + 2)];
+        if (sm != kNegInf)
+          acc += all[s * (DV + 2) + 2 + c] * expf(sm - gm);
+      }
+      sink((u64)bh * DV + c, acc * inv);
+    }
+    if (threadIdx.x == 0)
+      done[bh] = 0; // For the next launch.
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// KV cache write (DataMovement.cpp)
+//===----------------------------------------------------------------------===//
+//
+// The update [OUTER, TOKENS, INNER] goes to slots [slot, slot + TOKENS) of
+// the cache [OUTER, SLOTS, INNER], one thread per update element; the slot
+// is read on the device. The runtime binds a cache's input and output to
+// one memory, so only the slice moves; into another result the rest of the
+// cache is copied too (disjoint elements, so one launch suffices). A slot
+// that does not fit refuses the write and reports kStatusKvCacheOverflow.
+// E is an unsigned type of the element's size (the bytes are copied).
+
+template <typename E, long long OUTER, long long SLOTS, long long TOKENS,
+          long long INNER>
+__device__ __forceinline__ void kv_cache_write(const E *cache, const E *update,
+                                               const long long *position,
+                                               E *out) {
+  const long long slot = *position;
+  if (slot < 0 || slot > SLOTS - TOKENS) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      report_error(kStatusKvCacheOverflow, TOKENS, slot, SLOTS);
+    return;
+  }
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+       i < (u64)(OUTER * TOKENS * INNER); i += stride) {
+    const u64 outer = i / (TOKENS * INNER), t = i / INNER % TOKENS,
+              in = i % INNER;
+    out[(outer * SLOTS + slot + t) * INNER + in] = update[i];
+  }
+  if (out == cache)
+    return;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+       i < (u64)(OUTER * SLOTS * INNER); i += stride) {
+    const long long t = (long long)(i / INNER % SLOTS);
+    if (t < slot || t >= slot + TOKENS)
+      out[i] = cache[i];
   }
 }
 

@@ -543,7 +543,9 @@ Status ArtifactWriter::Impl::writeInto(const std::string &directory,
   }
 
   for (const RankEntry &entry : written.ranks)
-    for (const std::string *file : {&entry.cudaSource, &entry.cudaFatbin})
+    for (const std::string *file :
+         {&entry.cudaSource, &entry.cudaFatbin, &entry.decodeCudaSource,
+          &entry.decodeCudaFatbin})
       if (!file->empty() && !written.files.count(*file))
         return Status::error("rank " + std::to_string(entry.rank) + " names '" +
                              *file + "', which was not added to the artifact");
@@ -824,6 +826,10 @@ Status Artifact::Impl::load(const ArtifactOpenOptions &options) {
     if (manifest.target == "cuda") {
       PARTITA_RETURN_IF_ERROR(covered(entry.cudaSource));
       PARTITA_RETURN_IF_ERROR(covered(entry.cudaFatbin));
+      if (manifest.serving) {
+        PARTITA_RETURN_IF_ERROR(covered(entry.decodeCudaSource));
+        PARTITA_RETURN_IF_ERROR(covered(entry.decodeCudaFatbin));
+      }
     }
   }
   for (const std::string &relative : manifest.weightFiles)

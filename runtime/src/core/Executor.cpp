@@ -103,11 +103,18 @@ struct BufferSlot {
   uint64_t bytes = 0;
   /// The buffer whose memory this one uses (itself unless an alias).
   int32_t root = 0;
-  /// Memory fixed at load: arena bytes, a weight, a constant.
+  /// Memory fixed at load: arena bytes, a weight, a constant, a resident
+  /// binding.
   void *memory = nullptr;
+  /// An INPUT or OUTPUT buffer bound to resident memory (never staged).
+  bool resident = false;
 };
 
 std::string bufferName(int32_t id) { return "buffer " + std::to_string(id); }
+
+const char *kindName(Buffer::Kind kind) {
+  return kind == Buffer::INPUT ? "input" : "output";
+}
 
 std::string typeString(DType dtype, const std::vector<int64_t> &shape) {
   return dtypeName(dtype) + " " + shapeString(shape);
@@ -138,8 +145,12 @@ struct Executor::Impl {
   std::vector<void *> deviceMemory;
   std::map<const void *, void *> uploadedWeights;
   std::unique_ptr<CommunicationThread> communication;
+  /// Resident bindings (Executor::create), by name.
+  std::map<std::string, Tensor> resident;
 
   ~Impl();
+  /// The resident tensor bound to buffer `id`, or null.
+  const Tensor *residentOf(int32_t id) const;
   Status upload(const void *host, uint64_t bytes, void *&memory);
   Status allocateOnDevice(uint64_t bytes, void *&memory);
 
@@ -179,6 +190,16 @@ Executor::Impl::~Impl() {
     for (void *memory : deviceMemory)
       device->deallocate(memory);
   }
+}
+
+const Tensor *Executor::Impl::residentOf(int32_t id) const {
+  for (const auto *bindings : {&program->inputs(), &program->outputs()})
+    for (const program::Binding &binding : *bindings)
+      if (binding.buffer() == id) {
+        auto it = resident.find(binding.name());
+        return it == resident.end() ? nullptr : &it->second;
+      }
+  return nullptr;
 }
 
 Status Executor::Impl::allocateOnDevice(uint64_t bytes, void *&memory) {
@@ -238,6 +259,19 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
   }
   case Buffer::INPUT:
   case Buffer::OUTPUT:
+    if (const Tensor *fixed = residentOf(id)) {
+      if (fixed->dtype != slot.dtype || fixed->shape != slot.shape)
+        return Status::error(name + " (" + kindName(buffer.kind()) +
+                             "): its resident memory is " +
+                             typeString(fixed->dtype, fixed->shape) +
+                             ", the buffer " +
+                             typeString(slot.dtype, slot.shape));
+      if (!fixed->data && slot.bytes > 0)
+        return Status::error(name + ": resident memory is missing");
+      slot.memory = fixed->data;
+      slot.resident = true;
+      return Status::ok();
+    }
     // Caller memory on a host device; staged through device memory of the
     // executor's on others.
     if (!device->sharesHostMemory()) {
@@ -499,8 +533,13 @@ Status Executor::Impl::bind(
                            "' is given twice");
   std::string expected;
   for (const program::Binding &binding : bindings)
-    expected += (expected.empty() ? "" : ", ") + binding.name();
+    if (!slots[size_t(binding.buffer())].resident)
+      expected += (expected.empty() ? "" : ", ") + binding.name();
   for (const auto &[name, tensor] : given) {
+    if (resident.count(name))
+      return Status::error(std::string(kind) + " '" + name +
+                           "' is resident in the executor: a run does not "
+                           "bind it");
     bool known = false;
     for (const program::Binding &binding : bindings)
       known |= binding.name() == name;
@@ -510,6 +549,8 @@ Status Executor::Impl::bind(
   }
   for (const program::Binding &binding : bindings) {
     const BufferSlot &slot = slots[size_t(binding.buffer())];
+    if (slot.resident)
+      continue;
     std::string what = std::string(kind) + " '" + binding.name() + "'";
     auto it = given.find(binding.name());
     if (it == given.end())
@@ -661,7 +702,7 @@ Status Executor::Impl::executeStaged() {
   };
   for (const program::Binding &binding : program->inputs()) {
     const BufferSlot &slot = slots[size_t(binding.buffer())];
-    if (slot.bytes > 0)
+    if (slot.bytes > 0 && !slot.resident)
       PARTITA_RETURN_IF_ERROR(staged(
           device->copyToDevice(slot.memory, bound[size_t(binding.buffer())],
                                size_t(slot.bytes)),
@@ -670,7 +711,7 @@ Status Executor::Impl::executeStaged() {
   PARTITA_RETURN_IF_ERROR(execute());
   for (const program::Binding &binding : program->outputs()) {
     const BufferSlot &slot = slots[size_t(binding.buffer())];
-    if (slot.bytes > 0)
+    if (slot.bytes > 0 && !slot.resident)
       PARTITA_RETURN_IF_ERROR(
           staged(device->copyToHost(bound[size_t(binding.buffer())],
                                     slot.memory, size_t(slot.bytes)),
@@ -684,19 +725,25 @@ Executor::~Executor() = default;
 
 Status Executor::create(const program::Program &program,
                         const WeightStore &weights, Communicator &communicator,
-                        ThreadPool &pool, std::unique_ptr<Executor> &executor) {
+                        ThreadPool &pool, std::unique_ptr<Executor> &executor,
+                        const std::vector<NamedTensor> &resident) {
   auto device = std::make_unique<HostDevice>(pool);
   Device &ref = *device;
   PARTITA_RETURN_IF_ERROR(
-      create(program, weights, communicator, ref, executor));
+      create(program, weights, communicator, ref, executor, resident));
   executor->impl->ownedDevice = std::move(device);
   return Status::ok();
 }
 
 Status Executor::create(const program::Program &program,
                         const WeightStore &weights, Communicator &communicator,
-                        Device &device, std::unique_ptr<Executor> &executor) {
+                        Device &device, std::unique_ptr<Executor> &executor,
+                        const std::vector<NamedTensor> &resident) {
   std::unique_ptr<Executor> created(new Executor());
+  for (const NamedTensor &named : resident)
+    if (!created->impl->resident.emplace(named.name, named.tensor).second)
+      return Status::error("rank " + std::to_string(program.rank()) +
+                           ": resident '" + named.name + "' is given twice");
   created->impl->program = &program;
   created->impl->communicator = &communicator;
   created->impl->device = &device;

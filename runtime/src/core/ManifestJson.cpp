@@ -280,6 +280,10 @@ void parseManifest(const json &root, const std::string &where,
       const json &cuda = field(ranks[i], "cuda", at);
       entry.cudaSource = getString(cuda, "source", at + ".cuda");
       entry.cudaFatbin = getString(cuda, "fatbin", at + ".cuda");
+      if (cuda.contains("decode_source"))
+        entry.decodeCudaSource = getString(cuda, "decode_source", at + ".cuda");
+      if (cuda.contains("decode_fatbin"))
+        entry.decodeCudaFatbin = getString(cuda, "decode_fatbin", at + ".cuda");
     }
     manifest.ranks.push_back(std::move(entry));
   }
@@ -533,8 +537,19 @@ Status partita::runtime::validateManifest(const Manifest &manifest) {
     if (cuda && (entry.cudaSource.empty() || entry.cudaFatbin.empty()))
       return Status::error(where + " of a cuda artifact names no CUDA "
                                    "source and fatbin");
-    if (!cuda && (!entry.cudaSource.empty() || !entry.cudaFatbin.empty()))
+    if (!cuda &&
+        (!entry.cudaSource.empty() || !entry.cudaFatbin.empty() ||
+         !entry.decodeCudaSource.empty() || !entry.decodeCudaFatbin.empty()))
       return Status::error(where + " of a host artifact names CUDA files");
+    bool decodeNamed =
+        !entry.decodeCudaSource.empty() || !entry.decodeCudaFatbin.empty();
+    if (cuda && manifest.serving &&
+        (entry.decodeCudaSource.empty() || entry.decodeCudaFatbin.empty()))
+      return Status::error(where + " of a cuda serving artifact names no "
+                                   "decode CUDA source and fatbin");
+    if (!manifest.serving && decodeNamed)
+      return Status::error(where + " names decode CUDA files, but the "
+                                   "artifact is not a serving one");
   }
   if ((manifest.target == "cuda") == manifest.cudaArchs.empty())
     return Status::error(manifest.target == "cuda"
@@ -573,6 +588,10 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
       if (!entry.cudaSource.empty() || !entry.cudaFatbin.empty())
         rank["cuda"] = {{"source", entry.cudaSource},
                         {"fatbin", entry.cudaFatbin}};
+      if (!entry.decodeCudaSource.empty() || !entry.decodeCudaFatbin.empty()) {
+        rank["cuda"]["decode_source"] = entry.decodeCudaSource;
+        rank["cuda"]["decode_fatbin"] = entry.decodeCudaFatbin;
+      }
       ranks.push_back(std::move(rank));
     }
     json schedule = nullptr;

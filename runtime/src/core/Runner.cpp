@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -71,13 +72,19 @@ bool isCache(const Manifest &manifest, const std::string &name) {
   return manifest.serving && findSpec(manifest.serving->cache, name);
 }
 
-/// The memory `run` holds for cache tensor `name` (allocateRankCache), or
-/// null.
-const Tensor *stateOf(const RankRun &run, const std::string &name) {
-  for (const NamedTensor &state : run.states)
+/// The tensor named `name` in `states`, or null.
+const Tensor *stateOf(const std::vector<NamedTensor> &states,
+                      const std::string &name) {
+  for (const NamedTensor &state : states)
     if (state.name == name)
       return &state.tensor;
   return nullptr;
+}
+
+/// The memory `run` holds for cache tensor `name` (allocateRankCache), or
+/// null.
+const Tensor *stateOf(const RankRun &run, const std::string &name) {
+  return stateOf(run.states, name);
 }
 
 /// Checks that `run` holds memory for the cache tensor `binding` binds,
@@ -152,10 +159,23 @@ Status partita::runtime::prepareRank(const Artifact &artifact, int32_t rank,
   const Manifest &manifest = artifact.manifest();
   const program::Program &program = artifact.program(rank);
   std::string where = "rank " + std::to_string(rank);
+  // The cache is resident in the executors: bound once, to the memory the
+  // holder allocated (on the rank's device when it has memory of its own),
+  // never staged around a run.
+  std::vector<NamedTensor> resident;
+  for (const auto *bindings : {&program.inputs(), &program.outputs()})
+    for (const program::Binding &binding : *bindings) {
+      if (!isCache(manifest, binding.name()))
+        continue;
+      const Tensor *state = nullptr;
+      PARTITA_RETURN_IF_ERROR(checkState(program, binding, where, run, state));
+      if (!stateOf(resident, binding.name()))
+        resident.push_back({binding.name(), *state});
+    }
   if (run.externalDevice) {
     PARTITA_RETURN_IF_ERROR(Executor::create(program, artifact.weights(),
                                              communicator, *run.externalDevice,
-                                             run.executor));
+                                             run.executor, resident));
   } else if (run.device) {
     std::string image;
     Status loaded = readCudaModule(artifact, rank, image);
@@ -163,22 +183,21 @@ Status partita::runtime::prepareRank(const Artifact &artifact, int32_t rank,
       loaded = run.device->loadModule(image);
     if (!loaded)
       return Status::error(where + ": " + loaded.message());
-    PARTITA_RETURN_IF_ERROR(Executor::create(
-        program, artifact.weights(), communicator, *run.device, run.executor));
+    PARTITA_RETURN_IF_ERROR(Executor::create(program, artifact.weights(),
+                                             communicator, *run.device,
+                                             run.executor, resident));
   } else {
     if (threads == 0)
       threads = std::max(1u, std::thread::hardware_concurrency() /
                                  unsigned(std::max(manifest.worldSize, 1)));
     run.pool = std::make_unique<ThreadPool>(threads);
-    PARTITA_RETURN_IF_ERROR(Executor::create(
-        program, artifact.weights(), communicator, *run.pool, run.executor));
+    PARTITA_RETURN_IF_ERROR(Executor::create(program, artifact.weights(),
+                                             communicator, *run.pool,
+                                             run.executor, resident));
   }
   for (const program::Binding &binding : program.inputs()) {
-    if (isCache(manifest, binding.name())) {
-      const Tensor *state = nullptr;
-      PARTITA_RETURN_IF_ERROR(checkState(program, binding, where, run, state));
+    if (isCache(manifest, binding.name()))
       continue;
-    }
     const TensorSpec *spec = findSpec(manifest.inputs, binding.name());
     if (!spec)
       return Status::error(where + " reads input '" + binding.name() +
@@ -205,14 +224,10 @@ Status partita::runtime::prepareRank(const Artifact &artifact, int32_t rank,
   run.outputMemory.resize(size_t(program.outputs_size()));
   for (int i = 0; i < program.outputs_size(); ++i) {
     const program::Binding &binding = program.outputs(i);
-    // A cache tensor's output is its input's memory: the program updates
-    // the cache in place.
-    if (isCache(manifest, binding.name())) {
-      const Tensor *state = nullptr;
-      PARTITA_RETURN_IF_ERROR(checkState(program, binding, where, run, state));
-      run.outputs.push_back({binding.name(), *state});
+    // A cache tensor's output is its input's memory, resident in the
+    // executor: the program updates the cache in place.
+    if (isCache(manifest, binding.name()))
       continue;
-    }
     if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
       return Status::error(where + ": output '" + binding.name() +
                            "' has no buffer");
@@ -237,15 +252,8 @@ Status partita::runtime::bindRankInputs(const Artifact &artifact, int32_t rank,
   run.inputMemory.clear();
   run.inputMemory.reserve(size_t(program.inputs_size()));
   for (const program::Binding &binding : program.inputs()) {
-    if (isCache(manifest, binding.name())) {
-      const Tensor *state = stateOf(run, binding.name());
-      if (!state)
-        return Status::error("rank " + std::to_string(rank) + " binds cache '" +
-                             binding.name() +
-                             "', which it holds no memory for");
-      run.inputs.push_back({binding.name(), *state});
-      continue;
-    }
+    if (isCache(manifest, binding.name()))
+      continue; // Resident in the executor (prepareRank).
     const TensorSpec *spec = findSpec(manifest.inputs, binding.name());
     auto given = std::find_if(
         inputs.begin(), inputs.end(),
@@ -269,34 +277,90 @@ Status partita::runtime::bindRankInputs(const Artifact &artifact, int32_t rank,
   return Status::ok();
 }
 
-Status partita::runtime::allocateRankCache(const Artifact &artifact,
-                                           int32_t rank,
-                                           std::vector<HostTensor> &memory,
-                                           std::vector<NamedTensor> &states) {
+namespace {
+
+/// The cache tensors `rank`'s programs bind, each with the rank's block
+/// shape: a pipeline stage holds the cache of its own layers.
+Status rankCacheBlocks(
+    const Artifact &artifact, int32_t rank,
+    std::vector<std::pair<const TensorSpec *, std::vector<int64_t>>> &blocks) {
   const Manifest &manifest = artifact.manifest();
-  memory.clear();
-  states.clear();
+  blocks.clear();
   if (!manifest.serving)
     return Status::ok();
-  // Only what the rank's programs bind: a pipeline stage holds the cache
-  // of its own layers.
   std::set<std::string> bound;
   for (const program::Program *program :
        {&artifact.program(rank), artifact.decodeProgram(rank)})
     for (int i = 0; program && i < program->inputs_size(); ++i)
       bound.insert(program->inputs(i).name());
-  memory.reserve(manifest.serving->cache.size());
   for (const TensorSpec &spec : manifest.serving->cache) {
     if (!bound.count(spec.name))
       continue;
     std::vector<int64_t> shape;
     Status located = localShape(spec, manifest, rank, shape);
-    if (located)
-      located = memory.emplace_back().allocate(spec.dtype, shape);
     if (!located)
       return Status::error("rank " + std::to_string(rank) + ": cache '" +
                            spec.name + "': " + located.message());
-    states.push_back({spec.name, memory.back().tensor()});
+    blocks.emplace_back(&spec, std::move(shape));
+  }
+  return Status::ok();
+}
+
+/// Zeroes `bytes` of `device`'s memory at `memory` (through copies of a
+/// zero block: the Device interface has no fill) and waits for it.
+Status zeroOnDevice(Device &device, void *memory, size_t bytes) {
+  static const std::vector<char> zeros(size_t(1) << 20, 0);
+  for (size_t done = 0; done < bytes; done += zeros.size())
+    PARTITA_RETURN_IF_ERROR(
+        device.copyToDevice(static_cast<char *>(memory) + done, zeros.data(),
+                            std::min(zeros.size(), bytes - done)));
+  return device.synchronize();
+}
+
+} // namespace
+
+Status partita::runtime::allocateRankCache(const Artifact &artifact,
+                                           int32_t rank,
+                                           std::vector<HostTensor> &memory,
+                                           std::vector<NamedTensor> &states) {
+  memory.clear();
+  states.clear();
+  std::vector<std::pair<const TensorSpec *, std::vector<int64_t>>> blocks;
+  PARTITA_RETURN_IF_ERROR(rankCacheBlocks(artifact, rank, blocks));
+  memory.reserve(blocks.size());
+  for (const auto &[spec, shape] : blocks) {
+    Status allocated = memory.emplace_back().allocate(spec->dtype, shape);
+    if (!allocated)
+      return Status::error("rank " + std::to_string(rank) + ": cache '" +
+                           spec->name + "': " + allocated.message());
+    states.push_back({spec->name, memory.back().tensor()});
+  }
+  return Status::ok();
+}
+
+Status partita::runtime::allocateRankDeviceCache(
+    const Artifact &artifact, int32_t rank, Device &device,
+    std::vector<void *> &memory, std::vector<NamedTensor> &states) {
+  states.clear();
+  std::vector<std::pair<const TensorSpec *, std::vector<int64_t>>> blocks;
+  PARTITA_RETURN_IF_ERROR(rankCacheBlocks(artifact, rank, blocks));
+  for (const auto &[spec, shape] : blocks) {
+    Tensor tensor{nullptr, spec->dtype, shape};
+    size_t bytes = tensor.byteSize();
+    void *block = nullptr;
+    Status allocated =
+        bytes == 0 ? Status::ok()
+                   : device.allocate((bytes + 255) / 256 * 256, 256, &block);
+    if (allocated && block)
+      memory.push_back(block);
+    if (allocated && block)
+      allocated = zeroOnDevice(device, block, bytes);
+    if (!allocated)
+      return Status::error("rank " + std::to_string(rank) + ": cache '" +
+                           spec->name + "' on " + device.name() + ": " +
+                           allocated.message());
+    tensor.data = block;
+    states.push_back({spec->name, tensor});
   }
   return Status::ok();
 }
@@ -425,6 +489,9 @@ struct Runner::Impl {
     for (Entry *entry : {&decode, &prefill})
       for (RankRun &run : entry->runs)
         run.executor.reset();
+    for (size_t rank = 0; rank < deviceCache.size(); ++rank)
+      for (void *block : deviceCache[rank])
+        cacheDevices[rank]->deallocate(block);
     decodeDevices.clear();
     nccl.reset();
     cudaRanks.reset();
@@ -454,11 +521,21 @@ struct Runner::Impl {
 
   Status setUpHost(const RunnerOptions &options);
   Status setUpCuda(const RunnerOptions &options);
+  /// A cuda artifact on the caller's devices (RunnerOptions::devices) over
+  /// a HostWorld.
+  Status setUpDevices(const RunnerOptions &options);
+  /// The decode entry of a cuda artifact, on the prefill's devices and
+  /// communicators (`communicator(rank)`), after the prefill's set-up.
+  Status
+  setUpCudaDecode(const RunnerOptions &options,
+                  const std::function<Communicator &(int32_t)> &communicator);
   Status setUpJoined(const RunnerOptions &options,
                      const RankEnvironment &environment);
   /// Gives `run` of `rank` its KV cache (serving artifacts; a no-op
-  /// otherwise): allocated here, once.
-  Status allocateCache(int32_t rank, RankRun &run);
+  /// otherwise): allocated here, once, in host memory, or in the memory
+  /// of `device` when it has memory of its own (zeroed there, and never
+  /// staged).
+  Status allocateCache(int32_t rank, RankRun &run, Device *device = nullptr);
   /// Plans the entry's outputs from the ranks' bound outputs (all in this
   /// process).
   Status planOutputs(Entry &entry);
@@ -489,14 +566,89 @@ struct Runner::Impl {
   /// (through `decodeDevices`): the two never run at once.
   Entry decode;
   std::vector<std::unique_ptr<HostDevice>> decodeDevices;
-  /// Each rank's KV cache (serving artifacts), bound by both entries.
+  /// Each rank's KV cache (serving artifacts), bound by both entries: in
+  /// host memory, or in device memory of `cacheDevices[rank]`.
   std::vector<std::vector<HostTensor>> cacheMemory;
+  std::vector<std::vector<void *>> deviceCache;
+  std::vector<Device *> cacheDevices;
+  /// The views of each rank's cache (RankRun::states of both entries).
+  std::vector<std::vector<NamedTensor>> cacheViews;
   std::mutex running;
 };
 
-Status Runner::Impl::allocateCache(int32_t rank, RankRun &run) {
-  return allocateRankCache(artifact, rank, cacheMemory[size_t(rank)],
-                           run.states);
+Status Runner::Impl::allocateCache(int32_t rank, RankRun &run, Device *device) {
+  size_t r = size_t(rank);
+  if (deviceCache.size() < cacheMemory.size()) {
+    deviceCache.resize(cacheMemory.size());
+    cacheDevices.resize(cacheMemory.size(), nullptr);
+    cacheViews.resize(cacheMemory.size());
+  }
+  if (device && !device->sharesHostMemory()) {
+    cacheDevices[r] = device;
+    PARTITA_RETURN_IF_ERROR(allocateRankDeviceCache(
+        artifact, rank, *device, deviceCache[r], run.states));
+  } else {
+    PARTITA_RETURN_IF_ERROR(
+        allocateRankCache(artifact, rank, cacheMemory[r], run.states));
+  }
+  cacheViews[r] = run.states;
+  return Status::ok();
+}
+
+Status Runner::Impl::setUpCudaDecode(
+    const RunnerOptions &options,
+    const std::function<Communicator &(int32_t)> &communicator) {
+  if (!decode.artifact)
+    return Status::ok();
+  int32_t worldSize = artifact.manifest().worldSize;
+  decode.runs.resize(size_t(worldSize));
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    RankRun &first = prefill.runs[size_t(rank)];
+    RankRun &run = decode.runs[size_t(rank)];
+    if (first.device) {
+      // The decode module beside the prefill's (its functions are named
+      // apart): both programs run on the rank's one device and cache.
+      std::string image;
+      Status loaded = readCudaModule(artifact, rank, image, /*decode=*/true);
+      if (loaded)
+        loaded = first.device->loadModule(image);
+      if (!loaded)
+        return Status::error("rank " + std::to_string(rank) +
+                             ": decode: " + loaded.message());
+      run.externalDevice = first.device.get();
+    } else {
+      run.externalDevice = first.externalDevice;
+    }
+    run.states = first.states;
+    PARTITA_RETURN_IF_ERROR(prepareRank(*decode.artifact, rank,
+                                        communicator(rank),
+                                        options.threadsPerRank, run));
+  }
+  return Status::ok();
+}
+
+Status Runner::Impl::setUpDevices(const RunnerOptions &options) {
+  int32_t worldSize = artifact.manifest().worldSize;
+  if (options.devices.size() != size_t(worldSize))
+    return Status::error("RunnerOptions::devices has " +
+                         std::to_string(options.devices.size()) +
+                         " devices for the " + std::to_string(worldSize) +
+                         " ranks of " + artifact.path());
+  host =
+      std::make_unique<HostWorld>(worldSize, timeoutOf(options.timeoutSeconds));
+  for (int32_t rank = 0; rank < worldSize; ++rank) {
+    RankRun &run = prefill.runs[size_t(rank)];
+    run.externalDevice = options.devices[size_t(rank)];
+    if (!run.externalDevice)
+      return Status::error("RunnerOptions::devices: rank " +
+                           std::to_string(rank) + " has no device");
+    PARTITA_RETURN_IF_ERROR(allocateCache(rank, run, run.externalDevice));
+    PARTITA_RETURN_IF_ERROR(prepareRank(
+        artifact, rank, host->communicator(rank), options.threadsPerRank, run));
+  }
+  return setUpCudaDecode(options, [&](int32_t rank) -> Communicator & {
+    return host->communicator(rank);
+  });
 }
 
 Status Runner::Impl::setUpHost(const RunnerOptions &options) {
@@ -550,17 +702,18 @@ Status Runner::Impl::setUpCuda(const RunnerOptions &options) {
     devices.push_back(run.device.get());
   }
   PARTITA_RETURN_IF_ERROR(CudaRankWorld::create(devices, timeout, cudaRanks));
-  // The prefill binds the cache as on the host (the executor stages it
-  // through the device around each run); the decode programs do not run
-  // here (runDecode says why).
+  // The cache lives in each rank's GPU memory, shared by its prefill and
+  // decode executors and never staged.
   for (int32_t rank = 0; rank < worldSize; ++rank) {
     RankRun &run = prefill.runs[size_t(rank)];
-    PARTITA_RETURN_IF_ERROR(allocateCache(rank, run));
+    PARTITA_RETURN_IF_ERROR(allocateCache(rank, run, run.device.get()));
     PARTITA_RETURN_IF_ERROR(prepareRank(artifact, rank,
                                         cudaRanks->communicator(rank),
                                         options.threadsPerRank, run));
   }
-  return Status::ok();
+  return setUpCudaDecode(options, [&](int32_t rank) -> Communicator & {
+    return cudaRanks->communicator(rank);
+  });
 }
 
 Status Runner::Impl::setUpJoined(const RunnerOptions &options,
@@ -770,6 +923,9 @@ Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
   impl.prefill.runs.resize(worldSize);
   impl.cacheMemory.resize(worldSize);
   if (manifest.target == "host") {
+    if (!options.devices.empty())
+      return Status::error("RunnerOptions::devices runs cuda artifacts; " +
+                           artifact.path() + " was compiled for --target host");
     if (options.singleGpu)
       return Status::error("singleGpu runs cuda artifacts; " + artifact.path() +
                            " was compiled for --target host");
@@ -777,9 +933,9 @@ Status Runner::create(const Artifact &artifact, const RunnerOptions &options,
       impl.decode.runs.resize(worldSize);
     PARTITA_RETURN_IF_ERROR(impl.setUpHost(options));
   } else if (manifest.target == "cuda") {
-    // Decoding runs on the host only: see runDecode.
-    impl.decode.artifact = nullptr;
-    PARTITA_RETURN_IF_ERROR(impl.setUpCuda(options));
+    PARTITA_RETURN_IF_ERROR(options.devices.empty()
+                                ? impl.setUpCuda(options)
+                                : impl.setUpDevices(options));
   } else {
     return Status::error(artifact.path() +
                          " was compiled for an unknown target '" +
@@ -871,24 +1027,29 @@ Status Runner::resetCache() {
     for (HostTensor &tensor : cache)
       if (tensor.byteSize() > 0)
         std::memset(tensor.data(), 0, tensor.byteSize());
+  for (size_t rank = 0; rank < impl->cacheDevices.size(); ++rank)
+    if (Device *device = impl->cacheDevices[rank])
+      for (const NamedTensor &state : impl->cacheViews[rank])
+        if (state.tensor.byteSize() > 0)
+          PARTITA_RETURN_IF_ERROR(zeroOnDevice(*device, state.tensor.data,
+                                               state.tensor.byteSize()));
   return Status::ok();
 }
 
 uint64_t Runner::cacheBytes() const {
   uint64_t bytes = 0;
-  for (const std::vector<HostTensor> &cache : impl->cacheMemory)
-    for (const HostTensor &tensor : cache)
-      bytes += tensor.byteSize();
+  for (const std::vector<NamedTensor> &cache : impl->cacheViews)
+    for (const NamedTensor &state : cache)
+      bytes += state.tensor.byteSize();
   return bytes;
 }
 
 Status partita::runtime::checkDecodeTarget(const Manifest &manifest) {
-  if (manifest.target == "host")
+  // The cuda executors hold the cache resident in device memory (the
+  // Runner allocates it there), so it never moves between tokens.
+  if (manifest.target == "host" || manifest.target == "cuda")
     return Status::ok();
-  return Status::error(
-      "decoding runs serving artifacts of --target host only for now: the " +
-      manifest.target +
-      " executor stages every input and output through device copies around "
-      "each run, so the KV cache would not stay on the device between "
-      "tokens (the prefill runs)");
+  return Status::error("decoding runs serving artifacts of --target host or "
+                       "cuda, not '" +
+                       manifest.target + "'");
 }

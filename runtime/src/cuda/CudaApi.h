@@ -43,6 +43,7 @@ namespace partita::runtime::cuda {
   X(cuModuleLoadData)                                                          \
   X(cuModuleUnload)                                                            \
   X(cuModuleGetFunction)                                                       \
+  X(cuModuleGetGlobal)                                                         \
   X(cuFuncSetAttribute)                                                        \
   X(cuLaunchKernel)                                                            \
   X(cuMemAlloc)                                                                \

@@ -298,8 +298,12 @@ private:
   CUstream computeStream = nullptr, communicationStream = nullptr;
   std::shared_ptr<EventPool> events = std::make_shared<EventPool>();
   std::unique_ptr<CachingAllocator> allocator;
-  CUmodule module = nullptr;
+  /// The loaded modules, in load order, and each one's run-time error
+  /// record (`partita_status`, 4 x u64; 0 where a module has none).
+  std::vector<CUmodule> modules;
+  std::vector<CUdeviceptr> statuses;
   std::map<std::string, CUfunction> functions;
+  Status checkStatuses();
   const CublasLtApi *lt = nullptr;
   cublasLtHandle_t ltHandle = nullptr;
   CUdeviceptr workspace = 0;
@@ -344,7 +348,7 @@ CudaDeviceOnGpu::~CudaDeviceOnGpu() {
       lt->cublasLtDestroy(ltHandle);
     if (workspace)
       allocator->deallocate(workspace);
-    if (module)
+    for (CUmodule module : modules)
       api.cuModuleUnload(module);
     for (CUstream stream : {computeStream, communicationStream})
       if (stream)
@@ -512,18 +516,52 @@ Status CudaDeviceOnGpu::copyBlocks(DeviceQueue queue, void *destination,
 Status CudaDeviceOnGpu::synchronize() {
   PARTITA_RETURN_IF_ERROR(
       finish(DeviceQueue::Communication, "the communication stream", nullptr));
-  return finish(DeviceQueue::Compute, "the compute stream", nullptr);
+  PARTITA_RETURN_IF_ERROR(
+      finish(DeviceQueue::Compute, "the compute stream", nullptr));
+  return checkStatuses();
+}
+
+Status CudaDeviceOnGpu::checkStatuses() {
+  for (CUdeviceptr status : statuses) {
+    if (!status)
+      continue;
+    unsigned long long record[4] = {0, 0, 0, 0};
+    PARTITA_RETURN_IF_ERROR(check(
+        api,
+        api.cuMemcpyDtoHAsync(record, status, sizeof(record), computeStream),
+        name() + ": reading the kernels' error record"));
+    PARTITA_RETURN_IF_ERROR(
+        finish(DeviceQueue::Compute, "the compute stream", nullptr));
+    if (record[0] == 0)
+      continue;
+    PARTITA_RETURN_IF_ERROR(check(
+        api, api.cuMemsetD8Async(status, 0, sizeof(record), computeStream),
+        name() + ": clearing the kernels' error record"));
+    PARTITA_RETURN_IF_ERROR(
+        finish(DeviceQueue::Compute, "the compute stream", nullptr));
+    return Status::error(name() + ": " + kernelStatusMessage(record));
+  }
+  return Status::ok();
 }
 
 Status CudaDeviceOnGpu::loadModule(const std::string &image) {
-  if (module)
-    return Status::error(name() + ": a CUDA module is loaded already");
   PARTITA_RETURN_IF_ERROR(makeCurrent());
-  return check(api, api.cuModuleLoadData(&module, image.c_str()),
-               name() +
-                   ": loading the rank's CUDA module (built for "
-                   "another architecture than " +
-                   (gpuName.empty() ? "this GPU" : gpuName) + "?)");
+  CUmodule module = nullptr;
+  PARTITA_RETURN_IF_ERROR(
+      check(api, api.cuModuleLoadData(&module, image.c_str()),
+            name() +
+                ": loading the rank's CUDA module (built for "
+                "another architecture than " +
+                (gpuName.empty() ? "this GPU" : gpuName) + "?)"));
+  modules.push_back(module);
+  CUdeviceptr status = 0;
+  size_t bytes = 0;
+  if (api.cuModuleGetGlobal(&status, &bytes, module, "partita_status") !=
+          CUDA_SUCCESS ||
+      bytes < 4 * sizeof(unsigned long long))
+    status = 0; // A module of an older generator: nothing to check.
+  statuses.push_back(status);
+  return Status::ok();
 }
 
 Status CudaDeviceOnGpu::runKernel(const program::Kernel &kernel,
@@ -550,15 +588,19 @@ Status CudaDeviceOnGpu::runKernel(const program::Kernel &kernel,
 Status CudaDeviceOnGpu::launch(const program::CudaLaunch &launch,
                                const BufferResolver &buffers) {
   std::string what = "kernel " + launch.function();
-  if (!module)
+  if (modules.empty())
     return Status::error(what + ": no CUDA module is loaded for this rank");
   auto found = functions.find(launch.function());
   if (found == functions.end()) {
     CUfunction function = nullptr;
-    PARTITA_RETURN_IF_ERROR(check(
-        api,
-        api.cuModuleGetFunction(&function, module, launch.function().c_str()),
-        what + ": cuModuleGetFunction"));
+    CUresult result = CUDA_ERROR_NOT_FOUND;
+    for (CUmodule module : modules) {
+      result =
+          api.cuModuleGetFunction(&function, module, launch.function().c_str());
+      if (result == CUDA_SUCCESS)
+        break;
+    }
+    PARTITA_RETURN_IF_ERROR(check(api, result, what + ": cuModuleGetFunction"));
     // Above 48 KiB, dynamic shared memory must be asked for.
     if (launch.shared_bytes() > 48 * 1024)
       PARTITA_RETURN_IF_ERROR(

@@ -195,6 +195,10 @@ inline Manifest servingManifest(const ServingModelOptions &options) {
     if (options.target == "cuda") {
       entry.cudaSource = "cuda/rank" + std::to_string(rank) + ".cu";
       entry.cudaFatbin = "cuda/rank" + std::to_string(rank) + ".fatbin";
+      entry.decodeCudaSource =
+          "cuda/rank" + std::to_string(rank) + ".decode.cu";
+      entry.decodeCudaFatbin =
+          "cuda/rank" + std::to_string(rank) + ".decode.fatbin";
     }
     manifest.ranks.push_back(entry);
   }
@@ -249,6 +253,9 @@ inline Status fillServingModel(ArtifactWriter &writer,
     if (options.target == "cuda") {
       PARTITA_RETURN_IF_ERROR(writer.addFile(entry.cudaSource, "// none"));
       PARTITA_RETURN_IF_ERROR(writer.addFile(entry.cudaFatbin, "none"));
+      PARTITA_RETURN_IF_ERROR(
+          writer.addFile(entry.decodeCudaSource, "// none"));
+      PARTITA_RETURN_IF_ERROR(writer.addFile(entry.decodeCudaFatbin, "none"));
     }
     std::vector<float> &scale = scales[size_t(rank)];
     int64_t first = options.unsplitCache ? 0 : rank * heads;

@@ -533,16 +533,25 @@ TEST(ServingRunner, BuildingBlocksBindTheRanksCache) {
   ASSERT_EQ(run.states.size(), 1u);
   EXPECT_EQ(run.states[0].tensor.shape, (std::vector<int64_t>{kB, 2, kL, 2}));
   ASSERT_OK(prepareRank(*artifact, 0, world.communicator(0), 1, run));
-  // The cache's output is its input's memory, not memory of its own.
-  ASSERT_EQ(run.outputs[0].name, "past");
-  EXPECT_EQ(run.outputs[0].tensor.data, run.states[0].tensor.data);
+  // The cache is resident in the executor: neither an output of the run
+  // nor an input it binds.
+  for (const NamedTensor &output : run.outputs)
+    EXPECT_NE(output.name, "past");
   Feed prompt(kP, kP);
+  std::fill(prompt.ids.begin(), prompt.ids.end(), 3);
+  std::fill(prompt.mask.begin(), prompt.mask.end(), 1);
   std::vector<NamedTensor> inputs = prompt.inputs();
   ASSERT_OK(bindRankInputs(*artifact, 0, inputs, run));
-  run.states.clear();
-  EXPECT_ERROR_CONTAINS(bindRankInputs(*artifact, 0, inputs, run),
-                        "rank 0 binds cache 'past', which it holds no memory "
-                        "for");
+  for (const NamedTensor &input : run.inputs)
+    EXPECT_NE(input.name, "past");
+  // The prefill writes its tokens into the rank's cache memory in place.
+  std::vector<RankRun> runs;
+  runs.push_back(std::move(run));
+  ASSERT_OK(runRanks(runs));
+  const float *cache = static_cast<const float *>(memory[0].data());
+  EXPECT_TRUE(std::any_of(cache, cache + memory[0].tensor().numElements(),
+                          [](float v) { return v != 0.0f; }));
+  runs[0].executor.reset();
 }
 
 TEST(ServingRunner, OrdinaryArtifactsHaveNoDecodeOrCache) {
@@ -565,9 +574,9 @@ TEST(ServingRunner, OrdinaryArtifactsHaveNoDecodeOrCache) {
   EXPECT_FALSE(generation);
 }
 
-/// Decoding stays on the host for now, and a multi-process run does not
-/// hold a cache.
-TEST(ServingRunner, CudaAndJoinedRunsRefuseDecoding) {
+/// cuda decodes (its executors keep the cache on the device), but a
+/// multi-process run does not hold a cache.
+TEST(ServingRunner, JoinedRunsRefuseDecoding) {
   TemporaryDirectory directory;
   ServingModelOptions options;
   options.tp = 2;
@@ -576,12 +585,7 @@ TEST(ServingRunner, CudaAndJoinedRunsRefuseDecoding) {
   ASSERT_OK(writeServingModel(path, options));
   std::unique_ptr<Artifact> artifact;
   ASSERT_OK(Artifact::open(path, artifact));
-  EXPECT_ERROR_CONTAINS(
-      checkDecodeTarget(artifact->manifest()),
-      "decoding runs serving artifacts of --target host only for now: the "
-      "cuda executor stages every input and output through device copies "
-      "around each run, so the KV cache would not stay on the device between "
-      "tokens");
+  EXPECT_OK(checkDecodeTarget(artifact->manifest()));
   EXPECT_OK(checkDecodeTarget(servingManifest({})));
 
   RankEnvironment environment;

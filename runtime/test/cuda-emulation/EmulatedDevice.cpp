@@ -6,6 +6,7 @@
 
 #include "EmulatedDevice.h"
 
+#include "partita/runtime/CudaDevice.h"
 #include "partita/runtime/Float16.h"
 
 #include <array>
@@ -99,19 +100,30 @@ Status partita::runtime::buildEmulatedModule(const std::string &compiler,
 Status EmulatedCudaDevice::create(const std::string &library,
                                   std::unique_ptr<EmulatedCudaDevice> &device) {
   std::unique_ptr<EmulatedCudaDevice> created(new EmulatedCudaDevice());
-  created->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!created->handle)
-    return Status::error("cannot load " + library + ": " + dlerror());
-  created->launchEntry = dlsym(created->handle, "partita_emu_launch");
-  if (!created->launchEntry)
-    return Status::error(library + " was not built with Emulation.h");
+  PARTITA_RETURN_IF_ERROR(created->addModule(library));
   device = std::move(created);
   return Status::ok();
 }
 
+Status EmulatedCudaDevice::addModule(const std::string &library) {
+  Module module;
+  module.handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!module.handle)
+    return Status::error("cannot load " + library + ": " + dlerror());
+  module.launchEntry = dlsym(module.handle, "partita_emu_launch");
+  if (!module.launchEntry) {
+    dlclose(module.handle);
+    return Status::error(library + " was not built with Emulation.h");
+  }
+  module.status =
+      static_cast<unsigned long long *>(dlsym(module.handle, "partita_status"));
+  modules.push_back(module);
+  return Status::ok();
+}
+
 EmulatedCudaDevice::~EmulatedCudaDevice() {
-  if (handle)
-    dlclose(handle);
+  for (const Module &module : modules)
+    dlclose(module.handle);
 }
 
 Status EmulatedCudaDevice::allocate(size_t bytes, size_t alignment,
@@ -133,12 +145,16 @@ void EmulatedCudaDevice::deallocate(void *memory) { std::free(memory); }
 Status EmulatedCudaDevice::copyToDevice(void *device, const void *host,
                                         size_t bytes) {
   std::memcpy(device, host, bytes);
+  ++copyCount;
+  copyBytes += int64_t(bytes);
   return Status::ok();
 }
 
 Status EmulatedCudaDevice::copyToHost(void *host, const void *device,
                                       size_t bytes) {
   std::memcpy(host, device, bytes);
+  ++copyCount;
+  copyBytes += int64_t(bytes);
   return Status::ok();
 }
 
@@ -166,11 +182,13 @@ Status EmulatedCudaDevice::launch(const program::CudaLaunch &launch,
   const std::string &name = launch.function();
   auto found = functions.find(name);
   if (found == functions.end()) {
-    void *symbol = dlsym(handle, name.c_str());
-    if (!symbol)
-      return Status::error("the module has no kernel '" + name + "'");
-    found = functions.emplace(name, symbol).first;
+    for (size_t m = 0; m < modules.size() && found == functions.end(); ++m)
+      if (void *symbol = dlsym(modules[m].handle, name.c_str()))
+        found = functions.emplace(name, std::pair(m, symbol)).first;
+    if (found == functions.end())
+      return Status::error("no module has a kernel '" + name + "'");
   }
+  const Module &module = modules[found->second.first];
   if (launch.shared_bytes() != 0)
     return Status::error(name + ": dynamic shared memory is not emulated");
   if (launch.grid_size() > 3 || launch.block_size() > 3)
@@ -185,12 +203,19 @@ Status EmulatedCudaDevice::launch(const program::CudaLaunch &launch,
     args.push_back(buffers(id).data);
   std::array<char, 1024> error{};
   std::lock_guard<std::mutex> lock(launchMutex());
-  int failed = reinterpret_cast<LaunchEntry>(launchEntry)(
-      name.c_str(), found->second, unsigned(args.size()), args.data(), grid,
-      block, error.data(), error.size());
+  int failed = reinterpret_cast<LaunchEntry>(module.launchEntry)(
+      name.c_str(), found->second.second, unsigned(args.size()), args.data(),
+      grid, block, error.data(), error.size());
   ++launchCount;
   if (failed)
     return Status::error(std::string("emulated launch: ") + error.data());
+  // A kernel that refused its work (CudaDevice reads this after a run).
+  if (module.status && module.status[0] != 0) {
+    std::string message =
+        "cuda-emulated: " + kernelStatusMessage(module.status);
+    std::memset(module.status, 0, 4 * sizeof(unsigned long long));
+    return Status::error(message);
+  }
   return Status::ok();
 }
 

@@ -22,6 +22,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace partita::runtime {
 
@@ -39,11 +41,19 @@ public:
   static Status create(const std::string &library,
                        std::unique_ptr<EmulatedCudaDevice> &device);
   ~EmulatedCudaDevice() override;
+  /// Loads another module (a serving artifact's decode module): a launch
+  /// finds its function in the modules in load order, as on a GPU.
+  Status addModule(const std::string &library);
+  /// Makes the device claim memory of its own (sharesHostMemory false, as
+  /// a GPU), so that the executor stages inputs and outputs through
+  /// copies, which copies() and copiedBytes() count. Its memory stays host
+  /// memory, which host communicators can address.
+  void setSeparateMemory(bool separate) { separateMemory = separate; }
 
   std::string name() const override { return "cuda-emulated"; }
   Status allocate(size_t bytes, size_t alignment, void **memory) override;
   void deallocate(void *memory) override;
-  bool sharesHostMemory() const override { return true; }
+  bool sharesHostMemory() const override { return !separateMemory; }
   Status copyToDevice(void *device, const void *host, size_t bytes) override;
   Status copyToHost(void *host, const void *device, size_t bytes) override;
   Status runKernel(const program::Kernel &kernel,
@@ -53,17 +63,30 @@ public:
   /// Launches and GEMMs run so far.
   int64_t launches() const { return launchCount; }
   int64_t matmuls() const { return matmulCount; }
+  /// Copies between host and device so far, and their bytes.
+  int64_t copies() const { return copyCount; }
+  int64_t copiedBytes() const { return copyBytes; }
 
 private:
   EmulatedCudaDevice() = default;
   Status launch(const program::CudaLaunch &launch,
                 const BufferResolver &buffers);
 
-  void *handle = nullptr;
-  void *launchEntry = nullptr;
-  std::map<std::string, void *> functions;
+  /// A loaded module: its library, its launch entry and its run-time
+  /// error record (partita_status, or null).
+  struct Module {
+    void *handle = nullptr;
+    void *launchEntry = nullptr;
+    unsigned long long *status = nullptr;
+  };
+  std::vector<Module> modules;
+  /// Function name -> (module index, symbol).
+  std::map<std::string, std::pair<size_t, void *>> functions;
+  bool separateMemory = false;
   int64_t launchCount = 0;
   int64_t matmulCount = 0;
+  int64_t copyCount = 0;
+  int64_t copyBytes = 0;
 };
 
 /// The reference of one cuBLASLt call (exposed for tests).

@@ -52,6 +52,8 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
+// The run-time error record of a module (Prelude.cuh) is read with dlsym.
+#define PT_EXPORT __attribute__((visibility("default")))
 // One block runs at a time, so a static is the block's shared memory. (It
 // keeps the previous block's contents: GCC ignores section attributes on
 // the statics of template instances, so there is no cheap way to poison.)
@@ -174,6 +176,20 @@ inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+// One thread runs at a time: atomics are plain reads and writes, fences
+// nothing.
+inline void __threadfence() {}
+template <typename T> inline T atomicAdd(T *p, T v) {
+  T old = *p;
+  *p = old + v;
+  return old;
+}
+template <typename T> inline T atomicCAS(T *p, T compare, T v) {
+  T old = *p;
+  if (old == compare)
+    *p = v;
+  return old;
+}
 
 // CUDA's integer and float min/max overloads (mixed types promote).
 template <typename A, typename B>

@@ -117,7 +117,8 @@ int main(int argc, char **argv) {
    * model that cannot be read is an error with the result set, and a good
    * one gives the plan's JSON and table. */
   expectError(partita_compile_options_set_objective(options, "fast"),
-              "--objective expects latency, throughput, decode-latency or decode-throughput, got 'fast'",
+              "--objective expects latency, throughput, decode-latency or "
+              "decode-throughput, got 'fast'",
               "set_objective(fast)");
   expectError(partita_compile_options_set_objective(options, NULL), "objective",
               "set_objective(NULL)");

@@ -107,9 +107,9 @@ int main(int argc, char **argv) {
   int64_t next[BATCH];
   partita_tensor nextTensor = {"tokens", PARTITA_DTYPE_I64, 1, tokenShape,
                                next};
-  check(partita_session_prefill(session, &idsTensor, &maskTensor,
-                                &logitsTensor),
-        "prefill");
+  check(
+      partita_session_prefill(session, &idsTensor, &maskTensor, &logitsTensor),
+      "prefill");
   int same = 1;
   for (int step = 0; step < NEW; ++step) {
     argmax(logits, next);
@@ -126,11 +126,11 @@ int main(int argc, char **argv) {
   expectError(partita_session_generate(session, &idsTensor, &maskTensor, 40,
                                        tokens, BATCH * NEW),
               "cache", "generate(40 tokens)");
-  expectError(partita_session_generate(session, NULL, NULL, NEW, tokens,
-                                       BATCH * NEW),
-              "input_ids", "generate(NULL ids)");
-  expectError(partita_session_step(NULL, &nextTensor, &logitsTensor),
-              "session", "step(NULL)");
+  expectError(
+      partita_session_generate(session, NULL, NULL, NEW, tokens, BATCH * NEW),
+      "input_ids", "generate(NULL ids)");
+  expectError(partita_session_step(NULL, &nextTensor, &logitsTensor), "session",
+              "step(NULL)");
   partita_session_destroy(session);
 
   partita_session *plain = load(argv[1], 0);

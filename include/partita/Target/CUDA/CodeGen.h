@@ -26,16 +26,25 @@
 
 namespace partita::target::cuda {
 
-/// Knobs of the generator (none yet: the output depends only on the
-/// program).
-struct CodeGenOptions {};
+/// Knobs of the generator: the output depends only on the program and
+/// these.
+struct CodeGenOptions {
+  /// The start of every generated function's name (`<prefix><op>_<n>`): a
+  /// serving artifact's decode module uses `partita_decode_`, so that it
+  /// loads beside the prefill module into one device.
+  std::string functionPrefix = "partita_";
+  /// Decode attention (one query row): keys per block of the split key
+  /// range (flash-decoding, docs/cuda.md). Positive.
+  int64_t decodeKeySplit = 256;
+};
 
 /// Fills Kernel.cuda (the CudaStep list) of every Kernel instruction of
 /// `program` and returns the CUDA C++ source of one translation unit that
 /// defines every extern "C" __global__ function those launches name.
 ///
 /// Kernels with identical generated bodies share one function (the layers
-/// of a model repeat), named `partita_<op>_<n>` in order of first use; a
+/// of a model repeat), named `partita_<op>_<n>` (the options' prefix) in
+/// order of first use; a
 /// comment above each lists what it computes and the locations of the
 /// instructions that launch it. Equal programs give byte-equal source.
 ///

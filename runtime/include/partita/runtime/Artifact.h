@@ -63,6 +63,11 @@ struct RankEntry {
   /// Serving artifacts: `programs/rank<N>.decode.pb`, the rank's decode
   /// program (ArtifactWriter::commit fills it in); empty otherwise.
   std::string decodeProgram;
+  /// Serving artifacts of target `cuda`: the decode program's CUDA source
+  /// and fatbin (functions named `partita_decode_*`, so the module loads
+  /// beside the prefill's); empty otherwise.
+  std::string decodeCudaSource;
+  std::string decodeCudaFatbin;
 };
 
 /// How a global input or output is laid out over the mesh.

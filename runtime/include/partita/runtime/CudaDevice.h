@@ -50,8 +50,13 @@ public:
                        std::unique_ptr<CudaDevice> &device);
 
   virtual int32_t ordinal() const = 0;
-  /// Loads the rank's CUDA module (a fatbin, cubin or PTX image), whose
-  /// extern "C" kernels the program's CudaLaunch steps name. Once.
+  /// Loads a CUDA module of the rank (a fatbin, cubin or PTX image), whose
+  /// extern "C" kernels the program's CudaLaunch steps name: a launch finds
+  /// its function in the modules in load order (a serving artifact's
+  /// decode module names its functions apart from the prefill's). After
+  /// each synchronize the modules' run-time error records
+  /// (`partita_status`, written by generated kernels) are read and cleared:
+  /// a kernel that refused its work fails the run.
   virtual Status loadModule(const std::string &image) = 0;
   /// Bytes the allocator holds from the driver (in use and cached).
   virtual size_t reservedBytes() const = 0;
@@ -59,10 +64,17 @@ public:
 
 class Artifact;
 
+/// The message of a generated module's run-time error record
+/// (`partita_status`: a code and three values; lib/Target/CUDA's
+/// Prelude.cuh): `kv_cache_write: writing 1 tokens at slot 16 overflows
+/// the cache of 16 slots`, as the host kernel says it.
+std::string kernelStatusMessage(const unsigned long long record[4]);
+
 /// The CUDA module (fatbin) of `rank` of `artifact`, as its manifest names
-/// it (`ranks[].cuda.fatbin`), whose hash the loader has verified.
+/// it (`ranks[].cuda.fatbin`; with `decode`, a serving artifact's
+/// `ranks[].cuda.decode_fatbin`), whose hash the loader has verified.
 Status readCudaModule(const Artifact &artifact, int32_t rank,
-                      std::string &image);
+                      std::string &image, bool decode = false);
 
 } // namespace partita::runtime
 

@@ -51,19 +51,29 @@ public:
   /// size, every buffer's type, bounds and kind, every instruction's buffer
   /// ids and async tokens) and allocates its arena. The program, weights,
   /// communicator and pool must outlive the executor.
+  ///
+  /// `resident` names bindings whose memory is fixed for the executor's
+  /// life, in `device`'s memory (a serving artifact's KV cache): the input
+  /// and the output binding of such a name both use the tensor's memory
+  /// (checked against each buffer's type here), run() takes neither, and a
+  /// device with memory of its own never stages them. The memory must
+  /// outlive the executor.
   static Status create(const program::Program &program,
                        const WeightStore &weights, Communicator &communicator,
-                       Device &device, std::unique_ptr<Executor> &executor);
+                       Device &device, std::unique_ptr<Executor> &executor,
+                       const std::vector<NamedTensor> &resident = {});
   /// The same on the host device, with kernels on `pool`.
   static Status create(const program::Program &program,
                        const WeightStore &weights, Communicator &communicator,
-                       ThreadPool &pool, std::unique_ptr<Executor> &executor);
+                       ThreadPool &pool, std::unique_ptr<Executor> &executor,
+                       const std::vector<NamedTensor> &resident = {});
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
   /// Runs the program once. `inputs` and `outputs` name every binding of
-  /// the program exactly once, with its dtype and shape; the caller owns
+  /// the program but the resident ones exactly once, with its dtype and
+  /// shape; the caller owns
   /// their memory. An error in an instruction is prefixed with the rank and
   /// the instruction's location, and aborts the communicator so peers fail
   /// fast instead of waiting for this rank. One run at a time.

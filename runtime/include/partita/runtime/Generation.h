@@ -54,7 +54,7 @@ struct GenerateResult {
 /// One generation at a time over a runner of a serving artifact.
 class Generation {
 public:
-  /// Checks that the runner's artifact is a serving one of target host
+  /// Checks that the runner's artifact is a serving one (host or cuda)
   /// whose programs take only what generation feeds (the serving spec's
   /// input_ids, attention_mask, position_ids and cache_position: i64
   /// [batch, sequence], [batch, sequence] for the prefill and [batch,

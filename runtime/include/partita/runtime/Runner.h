@@ -54,6 +54,12 @@ struct RunnerOptions {
   /// cuda artifacts: run every rank as threads sharing GPU 0 (a one-rank
   /// cuda artifact runs on GPU 0 regardless).
   bool singleGpu = false;
+  /// cuda artifacts: run rank r on devices[r] (one per rank) instead of
+  /// GPUs, over a HostWorld: devices the caller owns, has loaded the
+  /// rank's modules into (prefill and decode), and whose memory host
+  /// threads can address (an emulator in tests). They must outlive the
+  /// runner.
+  std::vector<Device *> devices;
 };
 
 class Runner {
@@ -110,10 +116,10 @@ public:
   /// decode entry's inputs and outputs (as run() takes them, from
   /// `serving->decodeInputs` and `decodeOutputs`). Both bind each rank's KV
   /// cache, which the runner allocates at create (the rank's block of
-  /// every cache tensor its programs bind), zeroed, and which never leaves
-  /// the rank: each program updates it in place, run after run. An error
-  /// for an artifact without `serving`, and for one of target cuda (see
-  /// checkDecodeTarget); joined runs refuse serving artifacts.
+  /// every cache tensor its programs bind; on a cuda rank in its device's
+  /// memory), zeroed, and which never leaves the rank: each program updates
+  /// it in place, run after run, and no run stages it. An error for an
+  /// artifact without `serving`; joined runs refuse serving artifacts.
   Status runDecode(const std::vector<NamedTensor> &inputs,
                    const std::vector<NamedTensor> &outputs);
   /// Zeroes every rank's KV cache (a new generation).
@@ -179,10 +185,8 @@ Status countGpus(const Artifact &artifact, int32_t &gpus);
 /// them).
 Status checkOutputsAssemblable(const Manifest &manifest);
 
-/// Refuses decoding a serving artifact whose target is not the host: the
-/// executor of a device with memory of its own stages every input and
-/// output through device copies around each run, so the KV cache would not
-/// stay on the device between tokens.
+/// Refuses decoding a serving artifact of a target other than host and
+/// cuda (whose executors keep the cache resident on the device).
 Status checkDecodeTarget(const Manifest &manifest);
 
 /// Allocates `rank`'s KV cache of a serving artifact (nothing otherwise):
@@ -192,21 +196,29 @@ Status allocateRankCache(const Artifact &artifact, int32_t rank,
                          std::vector<HostTensor> &memory,
                          std::vector<NamedTensor> &states);
 
+/// The same in the memory of `device` (one with memory of its own): each
+/// block allocated there and zeroed, its address in `memory` (the caller
+/// deallocates them, before the device goes), a view of each in `states`.
+Status allocateRankDeviceCache(const Artifact &artifact, int32_t rank,
+                               Device &device, std::vector<void *> &memory,
+                               std::vector<NamedTensor> &states);
+
 /// Creates `rank`'s executor over `communicator`: on `run.externalDevice`
 /// when set (as is), else on `run.device` when set (after loading the
 /// rank's CUDA module into it), else on a fresh pool of
 /// `threads` workers (0: hardware_concurrency / world size, at least 1).
 /// Checks every input the program binds against the manifest's dtype and
 /// sharding, and allocates the outputs' memory; the cache tensors of a
-/// serving artifact are bound to `run.states` instead. `artifact` may be a
-/// decode entry (Artifact::decodeEntry).
+/// serving artifact are resident in the executor, in `run.states`' memory
+/// (neither bound per run nor staged). `artifact` may be a decode entry
+/// (Artifact::decodeEntry).
 Status prepareRank(const Artifact &artifact, int32_t rank,
                    Communicator &communicator, unsigned threads, RankRun &run);
 
 /// Binds the inputs of a prepared `rank` from the GLOBAL `inputs` (which
 /// must match the manifest's): a replicated one is read in place, a
-/// sharded one copied, the rank getting its block; a cache tensor is bound
-/// to `run.states`. A pipeline stage binds only the inputs it uses.
+/// sharded one copied, the rank getting its block (cache tensors are
+/// resident, prepareRank). A pipeline stage binds only the inputs it uses.
 Status bindRankInputs(const Artifact &artifact, int32_t rank,
                       const std::vector<NamedTensor> &inputs, RankRun &run);
 
