@@ -646,8 +646,11 @@ LogicalResult runServingCompiler(MLIRContext &context,
       printModule(*decode.module, os);
     return success();
   }
+  // Both programs must fit; the report keeps the prefill's figures (its
+  // activations are the larger).
   if (result.plan &&
-      failed(checkCompiledPlan(context, *result.plan, decode.programs)))
+      (failed(checkCompiledPlan(context, *result.plan, decode.programs)) ||
+       failed(checkCompiledPlan(context, *result.plan, prefill.programs))))
     return failure();
   if (options.explain)
     result.explanation =

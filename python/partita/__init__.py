@@ -356,6 +356,7 @@ def plan(
     device_memory: Optional[float] = None,
     bind: Optional[Mapping[str, int]] = None,
     target: str = "host",
+    max_seq: Optional[int] = None,
     name: Optional[str] = None,
 ) -> Plan:
     """Plans `model` as ``compile(model, mesh="auto", ...)`` would, without
@@ -366,7 +367,10 @@ def plan(
       devices: how many devices (``None``: the cluster's).
       cluster, dtype, bind, target, name: as for :func:`compile`.
       objective: ``"latency"`` (one batch's time) or ``"throughput"``
-        (the time per batch of a stream of batches).
+        (the time per batch of a stream of batches); with ``max_seq``,
+        ``"decode-latency"`` or ``"decode-throughput"`` plan the decode
+        step of a KV-cache export (docs/serving.md).
+      max_seq: as for :func:`compile`.
       device_memory: the memory of one device in bytes (``None``: the
         cluster's).
 
@@ -383,7 +387,7 @@ def plan(
     report, table, diagnostics = _partita.plan(
         source, is_path, name, target, _bindings(bind), dtype,
         _cluster_json(cluster), int(devices or 0), objective,
-        float(device_memory or 0))
+        float(device_memory or 0), int(max_seq or 0))
     if report is None:
         raise CompileError(diagnostics)
     return Plan(json.loads(report), table)

@@ -269,18 +269,20 @@ NB_MODULE(_partita, m) {
       "device_memory"_a, "max_seq"_a);
 
   // plan(model, is_path, name, target, bind, dtype, cluster_json, devices,
-  // objective, device_memory) -> (plan JSON | None, table, diagnostics).
+  // objective, device_memory, max_seq) -> (plan JSON | None, table,
+  // diagnostics).
   m.def(
       "plan",
       [](nb::bytes model, bool isPath, const std::string &name,
          const std::string &target, std::map<std::string, int64_t> bind,
          const std::string &dtype, const std::string &clusterJson,
-         int64_t devices, const std::string &objective, double deviceMemory) {
+         int64_t devices, const std::string &objective, double deviceMemory,
+         int64_t maxSeq) {
         partita::PlanResult result;
         partita::CompileOptions options = makeCompileOptions(
             {}, target, std::move(bind), "megatron", "none", 1, 1, dtype, {},
             true, "auto", clusterJson, true, devices, objective, deviceMemory,
-            0, result.diagnostics);
+            maxSeq, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (result.diagnostics.empty()) {
           nb::gil_scoped_release released;
@@ -294,7 +296,8 @@ NB_MODULE(_partita, m) {
         return std::make_tuple(json, result.table, result.diagnostics);
       },
       "model"_a, "is_path"_a, "name"_a, "target"_a, "bind"_a, "dtype"_a,
-      "cluster_json"_a, "devices"_a, "objective"_a, "device_memory"_a);
+      "cluster_json"_a, "devices"_a, "objective"_a, "device_memory"_a,
+      "max_seq"_a);
 
   nb::class_<PySession>(m, "Session", "A loaded artifact, ready to run.")
       .def_static(

@@ -299,3 +299,20 @@ def test_run_errors(tmp_path):
                                 text=True)
         assert result.returncode != 0
         assert message in result.stderr, result.stderr
+
+
+def test_decode_objectives_plan_the_decode_step():
+    import partita
+    bind = {"batch_size": 2, "sequence_length": PROMPT}
+    plan = partita.plan(HF / "llama_kv.optimum.onnx", 2, bind=bind,
+                        max_seq=MAX_SEQ, objective="decode-latency")
+    # One token per sequence, the cache at max-seq.
+    assert plan.shape["sequence"] == 1
+    assert plan.best is not None and plan.best["tokens_per_second"] > 0
+    prefill = partita.plan(HF / "llama_kv.optimum.onnx", 2, bind=bind,
+                           max_seq=MAX_SEQ)
+    assert prefill.shape["sequence"] == PROMPT
+    assert prefill.shape["kv_cache_bytes"] == plan.shape["kv_cache_bytes"]
+    with pytest.raises(partita.CompileError, match="needs --max-seq"):
+        partita.plan(HF / "llama_kv.optimum.onnx", 2, bind=bind,
+                     objective="decode-throughput")
