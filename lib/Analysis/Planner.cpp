@@ -245,7 +245,8 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
   // attention reads it (decode) or the new keys (prefill).
   auto ret = cast<func::ReturnOp>(main.getBody().front().getTerminator());
   for (OpOperand &operand : ret->getOpOperands())
-    if (main.getResultAttr(operand.getOperandNumber(), "partita.kv_cache") &&
+    if (main.getResultAttr(operand.getOperandNumber(),
+                           nn::NNDialect::kKvCacheAttrName) &&
         cached.insert(operand.get()).second)
       shape.keyValueCacheBytes += valueBytes(operand.get());
   for (Value result : returned)

@@ -81,9 +81,6 @@ int64_t stageOf(dist::MeshOp mesh,
   return 0;
 }
 
-/// partita-kv-cache's mark of a cache argument and result.
-constexpr llvm::StringLiteral kCacheAttr = "partita.kv_cache";
-
 /// Which of the function's arguments or results to list.
 enum class Listed { All, Interface, Cache };
 
@@ -97,8 +94,11 @@ std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results,
   ArrayRef<Type> types = results ? func.getFunctionType().getResults()
                                  : func.getFunctionType().getInputs();
   for (auto [i, type] : llvm::enumerate(types)) {
-    bool cache = results ? static_cast<bool>(func.getResultAttr(i, kCacheAttr))
-                         : static_cast<bool>(func.getArgAttr(i, kCacheAttr));
+    bool cache =
+        results ? static_cast<bool>(
+                      func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName))
+                : static_cast<bool>(
+                      func.getArgAttr(i, nn::NNDialect::kKvCacheAttrName));
     if ((listed == Listed::Interface && cache) ||
         (listed == Listed::Cache && !cache))
       continue;
@@ -564,7 +564,7 @@ static llvm::json::Array rankReports(dist::MeshOp mesh,
 static int64_t cacheBytes(func::FuncOp func, const ExecProgram &exec) {
   std::set<std::string> names;
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (func.getArgAttr(i, kCacheAttr))
+    if (func.getArgAttr(i, nn::NNDialect::kKvCacheAttrName))
       if (auto name = func.getArgAttrOfType<StringAttr>(i, "onnx.name"))
         names.insert(name.str());
   int64_t bytes = 0;

@@ -29,12 +29,6 @@ using namespace mlir::partita;
 using namespace mlir::partita::dist;
 
 namespace {
-/// partita-kv-cache's mark of a cache argument and result.
-constexpr StringLiteral kCacheAttr = "partita.kv_cache";
-constexpr StringLiteral kPositionAttr = "partita.cache_position";
-} // namespace
-
-namespace {
 
 constexpr llvm::StringLiteral kMeshName = "mesh";
 
@@ -363,10 +357,11 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
         continue;
       // A KV cache takes the sharding of the keys and values written to it
       // (heads over tp, the batch over dp): it never moves.
-      if (func.getArgAttr(arg.getArgNumber(), kCacheAttr))
+      if (func.getArgAttr(arg.getArgNumber(), nn::NNDialect::kKvCacheAttrName))
         continue;
       // The cache slot is one for the batch: every rank reads it whole.
-      if (func.getArgAttr(arg.getArgNumber(), kPositionAttr)) {
+      if (func.getArgAttr(arg.getArgNumber(),
+                          nn::NNDialect::kCachePositionAttrName)) {
         auto whole = AnnotateOp::create(
             b, arg.getLoc(), arg,
             ShardingAttr::get(
@@ -396,7 +391,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
     if (!type)
       continue;
     unsigned i = operand.getOperandNumber();
-    if (func.getResultAttr(i, kCacheAttr))
+    if (func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName))
       continue;
     if (failed(
             checkBatch(type, nameOf(func.getResultAttrDict(i), "output", i))))

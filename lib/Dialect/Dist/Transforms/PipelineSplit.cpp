@@ -131,7 +131,8 @@ Splitter::findBatchDims(func::FuncOp func,
   for (BlockArgument arg : func.getArguments())
     if (auto type = dyn_cast<RankedTensorType>(arg.getType());
         type && type.getRank() > 0 &&
-        !func.getArgAttr(arg.getArgNumber(), "partita.cache_position"))
+        !func.getArgAttr(arg.getArgNumber(),
+                         nn::NNDialect::kCachePositionAttrName))
       batchDim[arg] = 0;
   // Through every op, forward and backward, until nothing changes: a
   // dimension whose major factor is the batch's is a batch dimension.
@@ -334,9 +335,9 @@ LogicalResult Splitter::run(func::FuncOp func) {
   // The KV caches (partita.kv_cache results) stay on the stage that writes
   // them: that stage returns them, nothing carries them to the last.
   llvm::DenseSet<Value> resident;
-  SmallVector<unsigned> residentChunk(ret.getNumOperands(), 0);
   for (OpOperand &operand : ret->getOpOperands())
-    if (func.getResultAttr(operand.getOperandNumber(), "partita.kv_cache") &&
+    if (func.getResultAttr(operand.getOperandNumber(),
+                           nn::NNDialect::kKvCacheAttrName) &&
         index.contains(operand.get().getDefiningOp()))
       resident.insert(operand.get());
   if (!resident.empty() && virtualStages > 1)

@@ -32,11 +32,6 @@ using namespace mlir;
 using namespace mlir::partita;
 
 namespace {
-/// partita-kv-cache's mark of a cache argument.
-constexpr StringLiteral kCacheAttr = "partita.kv_cache";
-} // namespace
-
-namespace {
 
 /// Where a rank sits in the mesh of a partitioned function.
 class RankPlace {
@@ -277,7 +272,8 @@ LogicalResult Specializer::run() {
   // do not bind it.
   llvm::BitVector otherCaches(func.getNumArguments());
   for (BlockArgument arg : func.getArguments())
-    if (arg.use_empty() && func.getArgAttr(arg.getArgNumber(), kCacheAttr))
+    if (arg.use_empty() &&
+        func.getArgAttr(arg.getArgNumber(), nn::NNDialect::kKvCacheAttrName))
       otherCaches.set(arg.getArgNumber());
   if (failed(func.eraseArguments(otherCaches)))
     return failure();

@@ -24,9 +24,6 @@ using namespace mlir::partita;
 
 namespace {
 
-/// partita-kv-cache's mark of a cache argument and result.
-constexpr StringLiteral kCacheAttr = "partita.kv_cache";
-
 bool isF32Tensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.getElementType().isF32();
@@ -139,12 +136,13 @@ struct ConvertFloatPass
     SmallVector<Type> argumentTypes(func.getArgumentTypes());
     SmallVector<Type> resultTypes(func.getResultTypes());
     for (BlockArgument argument : entry.getArguments())
-      if (func.getArgAttr(argument.getArgNumber(), kCacheAttr)) {
+      if (func.getArgAttr(argument.getArgNumber(),
+                          nn::NNDialect::kKvCacheAttrName)) {
         argument.setType(convert(argument.getType()));
         argumentTypes[argument.getArgNumber()] = argument.getType();
       }
     for (unsigned i = 0; i < func.getNumResults(); ++i)
-      if (func.getResultAttr(i, kCacheAttr))
+      if (func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName))
         resultTypes[i] = convert(resultTypes[i]);
     func.setType(
         FunctionType::get(func.getContext(), argumentTypes, resultTypes));

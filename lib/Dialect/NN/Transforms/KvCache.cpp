@@ -21,10 +21,7 @@ using namespace mlir::partita;
 
 namespace {
 
-constexpr StringLiteral kCacheAttr = "partita.kv_cache";
 constexpr StringLiteral kNameAttr = "onnx.name";
-/// The cache slot argument: one value for the whole batch.
-constexpr StringLiteral kPositionAttr = "partita.cache_position";
 
 /// A returned `concat(past, new)` whose `past` is an argument read by
 /// nothing else.
@@ -81,7 +78,8 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
             positionIndex, positionType,
             b.getDictionaryAttr(
                 {b.getNamedAttr(kNameAttr, b.getStringAttr("cache_position")),
-                 b.getNamedAttr(kPositionAttr, b.getUnitAttr())}),
+                 b.getNamedAttr(nn::NNDialect::kCachePositionAttrName,
+                                b.getUnitAttr())}),
             loc)))
       return signalPassFailure();
     Value position = body.getArgument(positionIndex);
@@ -119,7 +117,8 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
               cacheIndex, cacheType,
               b.getDictionaryAttr(
                   {b.getNamedAttr(kNameAttr, b.getStringAttr(name)),
-                   b.getNamedAttr(kCacheAttr, b.getUnitAttr())}),
+                   b.getNamedAttr(nn::NNDialect::kKvCacheAttrName,
+                                  b.getUnitAttr())}),
               concat.getLoc())))
         return signalPassFailure();
       erase.resize(func.getNumArguments());
@@ -135,7 +134,8 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
           [&](OpOperand &use) { return use.getOwner() != ret; });
       ret->setOperand(pair.result, write.getResult());
       resultTypes[pair.result] = cacheType;
-      func.setResultAttr(pair.result, kCacheAttr, b.getUnitAttr());
+      func.setResultAttr(pair.result, nn::NNDialect::kKvCacheAttrName,
+                         b.getUnitAttr());
       concat.erase();
       erase.set(pair.past.getArgNumber());
     }

@@ -63,6 +63,14 @@ def NN_Dialect : Dialect {
   let extraClassDeclaration = [{
     void registerOps();
     void registerAttributes();
+
+    /// partita-kv-cache's marks on a function's arguments and results: a KV
+    /// cache the runtime keeps on its rank between runs (an argument and
+    /// the result that returns it written), and the cache slot argument.
+    static constexpr ::llvm::StringLiteral kKvCacheAttrName =
+        "partita.kv_cache";
+    static constexpr ::llvm::StringLiteral kCachePositionAttrName =
+        "partita.cache_position";
   }];
 }
 
