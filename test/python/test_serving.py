@@ -234,7 +234,12 @@ def test_python_serving_errors(tmp_path):
         artifact.generate(np.ones((2, PROMPT + 1), np.int64), 2)
     with pytest.raises(partita.RunError):
         artifact.generate(np.ones((3, 4), np.int64), 2)
+    # Token ids outside the vocabulary: refused alike on every mesh.
+    with pytest.raises(partita.RunError, match="outside the vocabulary"):
+        artifact.generate(np.full((2, 4), 128, np.int64), 2)
     artifact.prefill(ids, attention_mask=mask)
+    with pytest.raises(partita.RunError, match="token id -1"):
+        artifact.step(np.array([1, -1]))
     for _ in range(16 - PROMPT):
         artifact.step(np.array([1, 2]))
     with pytest.raises(partita.RunError, match="cache"):

@@ -203,6 +203,20 @@ int64_t Generation::position() const { return impl->filled; }
 
 int64_t Generation::remaining() const { return impl->maxSeq - impl->filled; }
 
+/// Refuses a token id outside the vocabulary of the logits: one rank's
+/// embedding would refuse it and a vocabulary split over tp would look it
+/// up as zeros, so every mesh refuses it here alike.
+static Status checkTokenIds(const Tensor &ids, int64_t vocab,
+                            const std::string &what) {
+  const int64_t *values = ids.as<int64_t>();
+  for (int64_t i = 0, n = ids.numElements(); i < n; ++i)
+    if (values[i] < 0 || values[i] >= vocab)
+      return Status::error(
+          what + " holds token id " + std::to_string(values[i]) +
+          ", outside the vocabulary of " + std::to_string(vocab));
+  return Status::ok();
+}
+
 Status Generation::prefill(const Tensor &inputIds, const Tensor *attentionMask,
                            const Tensor &logits) {
   Impl &g = *impl;
@@ -222,6 +236,7 @@ Status Generation::prefill(const Tensor &inputIds, const Tensor *attentionMask,
                          " tokens; the prefill takes 1 to " +
                          std::to_string(prompt) +
                          " (the prompt length compiled into the artifact)");
+  PARTITA_RETURN_IF_ERROR(checkTokenIds(inputIds, g.vocab, "the prompt"));
   if (attentionMask) {
     PARTITA_RETURN_IF_ERROR(expectType(
         *attentionMask, program::I64, inputIds.shape, "the attention mask is"));
@@ -293,6 +308,7 @@ Status Generation::step(const Tensor &tokens, const Tensor &logits) {
         " generated), all of them filled: no slot is left for another");
   PARTITA_RETURN_IF_ERROR(
       expectType(tokens, program::I64, {g.batch}, "the tokens are"));
+  PARTITA_RETURN_IF_ERROR(checkTokenIds(tokens, g.vocab, "the tokens"));
   PARTITA_RETURN_IF_ERROR(
       expectType(logits, program::F32, {g.batch, g.vocab}, "the logits are"));
   for (int64_t b = 0; b < g.batch; ++b)
