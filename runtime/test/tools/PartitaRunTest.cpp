@@ -39,7 +39,7 @@ protected:
     ServingModelOptions options;
     options.tp = 2;
     ASSERT_OK(writeServingModel(art, options));
-    prompt = {3, 1, 2, 0, 0, 5};
+    prompt = {3, 1, 2, 0, 0, 3};
     mask = {1, 1, 1, 0, 1, 1};
     ASSERT_OK(save("prompt.npy", prompt, {kServingBatch, 3}));
     ASSERT_OK(save("mask.npy", mask, {kServingBatch, 3}));
