@@ -132,15 +132,6 @@ std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results,
   return specs;
 }
 
-/// The spec named `name`, or null.
-const rt::TensorSpec *findSpec(const std::vector<rt::TensorSpec> &specs,
-                               StringRef name) {
-  for (const rt::TensorSpec &spec : specs)
-    if (spec.name == name)
-      return &spec;
-  return nullptr;
-}
-
 bool sameSpec(const rt::TensorSpec &a, const rt::TensorSpec &b) {
   return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
          a.sharding.dims == b.sharding.dims &&
@@ -165,7 +156,7 @@ LogicalResult describeServing(func::FuncOp prefill,
   auto sameCache = [&](const std::vector<rt::TensorSpec> &other) {
     return other.size() == spec.cache.size() &&
            llvm::all_of(other, [&](const rt::TensorSpec &s) {
-             const rt::TensorSpec *found = findSpec(spec.cache, s.name);
+             const rt::TensorSpec *found = rt::findSpec(spec.cache, s.name);
              return found && sameSpec(*found, s);
            });
   };
@@ -175,17 +166,17 @@ LogicalResult describeServing(func::FuncOp prefill,
     return prefill.emitError()
            << "the prefill and decode programs hold the KV cache "
               "differently (shapes or shardings): a compiler bug";
-  const rt::TensorSpec *ids = findSpec(manifest.inputs, "input_ids");
+  const rt::TensorSpec *ids = rt::findSpec(manifest.inputs, "input_ids");
   if (!ids || ids->shape.size() != 2)
     return prefill.emitError()
            << "--max-seq: the model has no input_ids [batch, sequence]";
   spec.batch = ids->shape[0];
   spec.promptLength = ids->shape[1];
   spec.attentionMask =
-      findSpec(manifest.inputs, "attention_mask") ? "attention_mask" : "";
+      rt::findSpec(manifest.inputs, "attention_mask") ? "attention_mask" : "";
   spec.positionIds =
-      findSpec(manifest.inputs, "position_ids") ? "position_ids" : "";
-  const rt::TensorSpec *logits = findSpec(manifest.outputs, "logits");
+      rt::findSpec(manifest.inputs, "position_ids") ? "position_ids" : "";
+  const rt::TensorSpec *logits = rt::findSpec(manifest.outputs, "logits");
   if (!logits || logits->shape.size() != 3)
     return prefill.emitError()
            << "--max-seq: the model has no logits output [batch, sequence, "

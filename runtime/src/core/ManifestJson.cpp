@@ -464,6 +464,15 @@ bool TensorSharding::isReplicated() const {
   return partial.empty();
 }
 
+const TensorSpec *
+partita::runtime::findSpec(const std::vector<TensorSpec> &specs,
+                           const std::string &name) {
+  for (const TensorSpec &spec : specs)
+    if (spec.name == name)
+      return &spec;
+  return nullptr;
+}
+
 bool partita::runtime::isSafeRelativePath(const std::string &path) {
   if (path.empty() || path.front() == '/')
     return false;

@@ -128,15 +128,6 @@ std::string partita::runtime::specList(const std::vector<TensorSpec> &specs) {
   return list;
 }
 
-const TensorSpec *
-partita::runtime::findSpec(const std::vector<TensorSpec> &specs,
-                           const std::string &name) {
-  auto it = std::find_if(
-      specs.begin(), specs.end(),
-      [&](const TensorSpec &candidate) { return candidate.name == name; });
-  return it == specs.end() ? nullptr : &*it;
-}
-
 RankRun::RankRun() = default;
 RankRun::~RankRun() = default;
 RankRun::RankRun(RankRun &&) = default;

@@ -606,7 +606,10 @@ TEST(ServingRunner, JoinedRunsRefuseDecoding) {
 //===----------------------------------------------------------------------===//
 
 /// What Hugging Face's generate() feeds the model, worked out here from its
-/// rules, and the model's logits (ServingModel.h) for it.
+/// rules, and the model's logits (ServingModel.h) for it. Every logit is a
+/// small integer (a mask, a position, a slot, ten times a sum of ids), exact
+/// in f32 whatever the order of its sums, so the tests compare them
+/// exactly.
 class Reference {
 public:
   explicit Reference(const ServingModelOptions &options) : options(options) {}

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "EmulatedDevice.h"
+#include "TestSupport.h"
 
 #include "partita/runtime/Artifact.h"
 #include "partita/runtime/HostCommunicator.h"
@@ -36,27 +37,6 @@
 using namespace partita::runtime;
 
 namespace {
-
-std::string envOr(const char *name, const std::string &fallback) {
-  const char *value = std::getenv(name);
-  return value && *value ? value : fallback;
-}
-
-bool exists(const std::string &path) { return access(path.c_str(), F_OK) == 0; }
-
-/// Runs `command`; returns its exit status and puts stdout and stderr in
-/// `output`.
-int runCommand(const std::string &command, std::string &output) {
-  output.clear();
-  FILE *pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe)
-    return -1;
-  char chunk[4096];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof(chunk), pipe)) > 0)
-    output.append(chunk, got);
-  return pclose(pipe);
-}
 
 /// Everything the cases share within one run of the test binary: the work
 /// directory, the models' tensors as .npy, the emulator builds of the

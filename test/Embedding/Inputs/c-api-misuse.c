@@ -1,28 +1,11 @@
 /* Every C API entry point given NULL handles, NULL out-parameters or bad
  * values returns an error status (or a neutral value), never crashes. */
 
+#include "expect-error.h"
 #include "partita-c/partita.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static int failures = 0;
-
-/* Expects an error status whose message contains `needle`. */
-static void expectError(partita_status *status, const char *needle,
-                        const char *what) {
-  if (partita_status_ok(status)) {
-    printf("FAIL %s: succeeded\n", what);
-    ++failures;
-    return;
-  }
-  if (!strstr(partita_status_message(status), needle)) {
-    printf("FAIL %s: '%s' lacks '%s'\n", what, partita_status_message(status),
-           needle);
-    ++failures;
-  }
-  partita_status_destroy(status);
-}
 
 int main(int argc, char **argv) {
   (void)argc;

@@ -2,6 +2,7 @@
  * tp=2, greedy tokens from partita_session_generate, the same tokens from
  * the step API (the caller's argmax), and the serving errors. */
 
+#include "expect-error.h"
 #include "partita-c/partita.h"
 
 #include <stdio.h>
@@ -12,8 +13,6 @@
 #define VOCAB 128
 #define NEW 6
 
-static int failures = 0;
-
 static int check(partita_status *status, const char *what) {
   if (partita_status_ok(status))
     return 1;
@@ -21,21 +20,6 @@ static int check(partita_status *status, const char *what) {
   partita_status_destroy(status);
   ++failures;
   return 0;
-}
-
-static void expectError(partita_status *status, const char *needle,
-                        const char *what) {
-  if (partita_status_ok(status)) {
-    printf("FAIL %s: succeeded\n", what);
-    ++failures;
-    return;
-  }
-  if (!strstr(partita_status_message(status), needle)) {
-    printf("FAIL %s: '%s' lacks '%s'\n", what, partita_status_message(status),
-           needle);
-    ++failures;
-  }
-  partita_status_destroy(status);
 }
 
 static void argmax(const float *logits, int64_t *tokens) {

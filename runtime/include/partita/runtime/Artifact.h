@@ -121,6 +121,10 @@ struct ServingSpec {
   std::vector<TensorSpec> decodeOutputs;
 };
 
+/// The spec named `name`, or null.
+const TensorSpec *findSpec(const std::vector<TensorSpec> &specs,
+                           const std::string &name);
+
 struct Manifest {
   std::string modelName;
   /// `host` or `cuda`.

@@ -172,9 +172,6 @@ struct RankRun {
 std::string specString(const TensorSpec &spec);
 /// `a (i64 [2, 16]), b (f32 [4])`: every spec with its type, for messages.
 std::string specList(const std::vector<TensorSpec> &specs);
-/// The spec named `name`, or null.
-const TensorSpec *findSpec(const std::vector<TensorSpec> &specs,
-                           const std::string &name);
 
 /// The GPUs this machine has for the cuda artifact `artifact`; an error
 /// naming it when this build has no CUDA device or the driver finds none.
