@@ -38,26 +38,35 @@ def positions(mask):
     return p
 
 
-def ort_greedy(path, ids, mask, steps):
+def ort_greedy(path, ids, mask, steps, step_path=None):
     """Greedy generation with onnxruntime over the export, the cache fed
     back as the next step's past: (tokens [batch, steps], logits [steps,
-    batch, vocab])."""
+    batch, vocab]). With `step_path`, `path` computes the prompt and
+    `step_path` the steps (optimum's pair); a merged decoder is fed
+    use_cache_branch."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), options,
-                                   providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    pasts = [i for i in session.get_inputs() if i.name.startswith("past")]
-    outputs = [o.name for o in session.get_outputs()]
+    sessions = [ort.InferenceSession(str(p), options,
+                                     providers=["CPUExecutionProvider"])
+                for p in (path, step_path or path)]
     batch = ids.shape[0]
     feeds = {"input_ids": ids, "attention_mask": mask}
-    if "position_ids" in names:
-        feeds["position_ids"] = positions(mask)
-    for past in pasts:
-        feeds[past.name] = np.zeros((batch, past.shape[1], 0, past.shape[3]),
-                                    np.float32)
+    results = {}
     tokens, logits = [], []
-    for _ in range(steps):
+    for step in range(steps):
+        session = sessions[min(step, 1)]
+        names = [i.name for i in session.get_inputs()]
+        if "position_ids" in names:
+            feeds["position_ids"] = positions(mask)[:, -feeds[
+                "input_ids"].shape[1]:]
+        if "use_cache_branch" in names:
+            feeds["use_cache_branch"] = np.array([step > 0])
+        for past in session.get_inputs():
+            if past.name.startswith("past"):
+                present = past.name.replace("past_key_values", "present")
+                feeds[past.name] = results.get(present, np.zeros(
+                    (batch, past.shape[1], 0, past.shape[3]), np.float32))
+        outputs = [o.name for o in session.get_outputs()]
         results = dict(zip(outputs, session.run(None, feeds)))
         last = results["logits"][:, -1]
         token = last.argmax(-1).astype(np.int64)
@@ -65,11 +74,6 @@ def ort_greedy(path, ids, mask, steps):
         logits.append(last)
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
         feeds = {"input_ids": token[:, None], "attention_mask": mask}
-        if "position_ids" in names:
-            feeds["position_ids"] = positions(mask)[:, -1:]
-        for past in pasts:
-            feeds[past.name] = results[past.name.replace("past_key_values",
-                                                         "present")]
     return np.stack(tokens, 1), np.stack(logits)
 
 
@@ -84,11 +88,11 @@ def reference(name):
     return _REFERENCE[name]
 
 
-def compile_serving(directory, name, *flags, max_seq=MAX_SEQ):
+def compile_serving(directory, name, *flags, max_seq=MAX_SEQ, model=None):
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / "art"
     subprocess.run(
-        [COMPILE, HF / f"{name}.optimum.onnx", "-o", out, "--bind",
+        [COMPILE, model or HF / f"{name}.optimum.onnx", "-o", out, "--bind",
          f"batch_size=2,sequence_length={PROMPT}", "--max-seq", str(max_seq),
          *flags], check=True, capture_output=True, text=True)
     return out
@@ -128,6 +132,147 @@ def test_generation_matches_onnxruntime(tmp_path, name, mesh):
     for line in ("time to first token", "per-token latency", "tokens/s",
                  "kv cache"):
         assert line in stdout
+
+
+def legacy_export(tmp_path, name, form):
+    """What partita-compile reads of optimum's legacy export
+    (test/models/hf/<name>.optimum-legacy): its directory, which holds the
+    pair and the merged decoder; a directory of the pair alone; or the
+    merged file."""
+    source = HF / f"{name}.optimum-legacy"
+    if form == "directory":
+        return source
+    if form == "merged":
+        return source / "decoder_model_merged.onnx"
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    for file in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
+        (pair / file).write_bytes((source / file).read_bytes())
+    return pair
+
+
+@pytest.mark.parametrize("mesh", [[], ["--mesh", "tp=2"]],
+                         ids=lambda m: " ".join(m) or "1")
+@pytest.mark.parametrize("form", ["directory", "merged", "pair"])
+@pytest.mark.parametrize("name", ["gpt2_kv", "llama_kv"])
+def test_legacy_optimum_exports_generate_like_onnxruntime(tmp_path, name,
+                                                          form, mesh):
+    """optimum's pair (the prompt through decoder_model.onnx, the steps
+    through decoder_with_past_model.onnx) and its merged decoder, run in
+    onnxruntime as optimum runs them, against one artifact compiled from
+    the with-past graph."""
+    ids, mask = prompt()
+    source = HF / f"{name}.optimum-legacy"
+    if form == "merged":
+        want_tokens, want_logits = ort_greedy(
+            source / "decoder_model_merged.onnx", ids, mask, NEW_TOKENS)
+    else:
+        want_tokens, want_logits = ort_greedy(
+            source / "decoder_model.onnx", ids, mask, NEW_TOKENS,
+            step_path=source / "decoder_with_past_model.onnx")
+    artifact = compile_serving(tmp_path, name, *mesh,
+                               model=legacy_export(tmp_path, name, form))
+    tokens, logits, _ = generate(tmp_path, artifact)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert "use_cache_branch" not in {t["name"] for t in manifest["inputs"]}
+
+
+@pytest.mark.parametrize("form", ["directory", "merged"])
+def test_legacy_optimum_forward_pass_is_the_no_past_graph(tmp_path, form):
+    """Without --max-seq the merged decoder (and an export directory) is
+    its no-past branch: the prompt's logits and cache as decoder_model.onnx
+    computes them, with neither pasts nor use_cache_branch as inputs."""
+    import partita
+    ids, mask = prompt()
+    feeds = {"input_ids": ids, "attention_mask": mask,
+             "position_ids": positions(mask)}
+    session = ort.InferenceSession(
+        str(HF / "llama_kv.optimum-legacy" / "decoder_model.onnx"),
+        providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in session.get_outputs()],
+                    session.run(None, feeds)))
+    artifact = partita.compile(legacy_export(tmp_path, "llama_kv", form),
+                               {"tp": 2}, bind={"batch_size": 2,
+                                                "sequence_length": 6})
+    assert {t["name"] for t in artifact.manifest["inputs"]} == set(feeds)
+    got = artifact.run(feeds)
+    assert set(got) == set(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5,
+                                   err_msg=key)
+
+
+def merged_decoder(then_outputs=1, branches=("then_branch", "else_branch"),
+                   ifs=1):
+    """A small merged decoder: If(use_cache_branch) choosing between two
+    Identity branches."""
+    from onnx import TensorProto, helper
+    def branch(outputs):
+        return helper.make_graph(
+            [helper.make_node("Identity", ["x"], [f"b{i}"])
+             for i in range(outputs)], "branch", [],
+            [helper.make_tensor_value_info(f"b{i}", TensorProto.FLOAT, [2])
+             for i in range(outputs)])
+    nodes = []
+    for n in range(ifs):
+        graphs = {"then_branch": branch(then_outputs),
+                  "else_branch": branch(1)}
+        nodes.append(helper.make_node(
+            "If", ["use_cache_branch"], [f"y{n}"], name=f"if{n}",
+            **{k: v for k, v in graphs.items() if k in branches}))
+    graph = helper.make_graph(
+        nodes, "merged",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL,
+                                       [1])],
+        [helper.make_tensor_value_info(f"y{n}", TensorProto.FLOAT, [2])
+         for n in range(ifs)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_merged_decoder_branches_without_past():
+    """The branch a merged decoder's If selects is imported in its place."""
+    import partita
+    artifact = partita.compile(merged_decoder())
+    assert [t["name"] for t in artifact.manifest["inputs"]] == ["x"]
+    x = np.array([1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(artifact.run({"x": x})["y0"], x)
+
+
+@pytest.mark.parametrize("model,flags,message", [
+    (dict(ifs=2), [], "has one If on 'use_cache_branch'; this graph has "
+                      "more"),
+    (dict(branches=("else_branch",)), ["--max-seq", "8"],
+     "the If on 'use_cache_branch' has no then_branch"),
+    (dict(then_outputs=2), ["--max-seq", "8"],
+     "has 1 outputs but its then_branch 2"),
+], ids=["two-ifs", "no-then", "outputs"])
+def test_merged_decoder_errors(tmp_path, model, flags, message):
+    path = tmp_path / "merged.onnx"
+    path.write_bytes(merged_decoder(**model).SerializeToString())
+    result = subprocess.run([COMPILE, path, "-o", tmp_path / "art", *flags],
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_directory_without_a_model(tmp_path):
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    for flags, listed in (([], "model.onnx or decoder_model.onnx or "
+                               "decoder_model_merged.onnx"),
+                          (["--max-seq", "8"],
+                           "model.onnx or decoder_model_merged.onnx or "
+                           "decoder_with_past_model.onnx")):
+        result = subprocess.run([COMPILE, tmp_path / "export", "-o",
+                                 tmp_path / "art", *flags],
+                                capture_output=True, text=True)
+        assert result.returncode != 0
+        assert "is a directory without a model Partita reads" in \
+            result.stderr, result.stderr
+        assert listed in result.stderr
 
 
 @pytest.mark.parametrize("mesh", [None, {"tp": 2}], ids=["1", "tp=2"])

@@ -18,6 +18,7 @@
 #include "DimExpr.h"
 #include "ImportContext.h"
 #include "OpSchema.h"
+#include "OptimumDecoders.h"
 #include "Reader/ModelReader.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -30,6 +31,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
 #include <cstring>
@@ -939,6 +941,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
 
 OwningOpRef<ModuleOp> GraphImporter::run() {
   if (failed(checkModel()) || failed(checkOpsets()) ||
+      failed(selectMergedBranch(*model->mutable_graph(), options.kvCache,
+                                fileLoc)) ||
       failed(importInitializers()))
     return nullptr;
   SmallVector<std::string> inputNames;
@@ -1189,11 +1193,20 @@ importModel(MLIRContext *context, std::unique_ptr<onnx::ModelProto> model,
 OwningOpRef<ModuleOp>
 mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
                               const OnnxImportOptions &options) {
+  // A directory: an optimum export's.
+  std::string file = path.str();
+  if (llvm::sys::fs::is_directory(path)) {
+    FailureOr<std::string> found = findDirectoryModel(
+        path, options.kvCache, FileLineColLoc::get(context, path, 0, 0));
+    if (failed(found))
+      return nullptr;
+    file = std::move(*found);
+  }
+  path = file;
   auto model = std::make_unique<onnx::ModelProto>();
   ::partita::onnx_reader::MappedInitializers mapped;
   std::string error;
-  if (!::partita::onnx_reader::readModelFile(path.str(), *model, mapped,
-                                             error)) {
+  if (!::partita::onnx_reader::readModelFile(file, *model, mapped, error)) {
     emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
     return nullptr;
   }

@@ -112,6 +112,9 @@ MODELS = {
                  tf.Qwen2ForCausalLM, "kv"),
 }
 
+# The KV-cache models also exported in optimum's legacy form.
+LEGACY_MODELS = ("gpt2_kv", "llama_kv")
+
 OPTIMUM_TASK = {"lm": "text-generation", "encoder": "feature-extraction",
                 "pooled": "feature-extraction",
                 "kv": "text-generation-with-past"}
@@ -223,6 +226,94 @@ def export_optimum(model, name, kind, outdir, optimum_python, skipped):
         out = outdir / f"{name}.optimum.onnx"
         onnx.save(m, str(out), save_as_external_data=False)
         return out
+
+
+# optimum's earlier form of a decoder with past key values, still the most
+# common on the Hugging Face Hub: a pair of graphs exported with its own
+# ONNX configs (use_past without, then with, the pasts as inputs), and
+# their merge into one If on use_cache_branch by optimum.onnx.merge_decoders.
+LEGACY_FILES = ("decoder_model.onnx", "decoder_with_past_model.onnx",
+                "decoder_model_merged.onnx")
+LEGACY_EXPORT = """
+import pathlib, sys, tempfile
+import onnx
+import transformers
+from optimum.exporters.onnx import main_export
+from optimum.exporters.tasks import TasksManager
+from optimum.onnx import merge_decoders
+saved, target = sys.argv[1], pathlib.Path(sys.argv[2])
+target.mkdir(parents=True, exist_ok=True)
+config = transformers.AutoConfig.from_pretrained(saved)
+constructor = TasksManager.get_exporter_config_constructor(
+    exporter="onnx", model_type=config.model_type,
+    task="text-generation-with-past", library_name="transformers")
+for name, with_past in (("decoder_model", False),
+                        ("decoder_with_past_model", True)):
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_config = constructor(config, task="text-generation",
+                                  use_past=True, use_past_in_inputs=with_past)
+        main_export(saved, tmp, task="text-generation-with-past",
+                    do_validation=False, no_post_process=True,
+                    custom_onnx_configs={"model": onnx_config})
+        model = onnx.load(str(pathlib.Path(tmp) / "model.onnx"))
+        onnx.save(model, str(target / (name + ".onnx")),
+                  save_as_external_data=False)
+merge_decoders(target / "decoder_model.onnx",
+               target / "decoder_with_past_model.onnx",
+               save_path=str(target / "decoder_model_merged.onnx"))
+"""
+
+
+def export_optimum_legacy(model, name, outdir, optimum_python, feeds, want):
+    """optimum's pair and merged decoder in `<name>.optimum-legacy/`, each
+    checked against torch: the with-past graphs on the KV-cache step
+    (`feeds`, `want`), the no-past graphs on the prompt."""
+    target = outdir / f"{name}.optimum-legacy"
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = pathlib.Path(tmp) / "model"
+        model.config.use_cache = True
+        model.save_pretrained(saved, safe_serialization=True)
+        model.config.use_cache = False
+        shutil.rmtree(target, ignore_errors=True)
+        subprocess.run([optimum_python, "-c", LEGACY_EXPORT, str(saved),
+                        str(target)], check=True, capture_output=True,
+                       text=True)
+    # The prompt whose cache `feeds` holds, drawn as kv_inputs draws it.
+    rng = np.random.default_rng(sum(map(ord, name)))
+    ids = rng.integers(0, VOCAB, (BATCH, PAST + NEW), dtype=np.int64)
+    mask = feeds["attention_mask"][:, :PAST]
+    pos = np.cumsum(mask, axis=1) - 1
+    pos[mask == 0] = 1
+    prompt = {"input_ids": ids[:, :PAST], "attention_mask": mask,
+              "position_ids": pos}
+    with torch.no_grad():
+        model.config.use_cache = True
+        prefill = model(**{k: torch.from_numpy(v) for k, v in prompt.items()},
+                        use_cache=True).logits.numpy()
+        model.config.use_cache = False
+    err = 0.0
+    for file in LEGACY_FILES:
+        path = target / file
+        cases = []
+        if file != "decoder_with_past_model.onnx":
+            no_past = dict(prompt)
+            if file.endswith("merged.onnx"):
+                no_past["use_cache_branch"] = np.array([False])
+                for k, v in feeds.items():
+                    if k.startswith("past"):
+                        no_past[k] = np.zeros(v.shape[:2] + (0,) + v.shape[3:],
+                                              v.dtype)
+            cases.append((no_past, prefill))
+        if file != "decoder_model.onnx":
+            with_past = dict(feeds, use_cache_branch=np.array([True]))
+            cases.append((with_past, want))
+        for inputs, expected in cases:
+            err = max(err, check_close(f"{target.name}/{file}",
+                                       run_ort(path, inputs)["logits"],
+                                       expected))
+    sizes = sum((target / f).stat().st_size for f in LEGACY_FILES)
+    print(f"  {target.name}: {sizes // 1024} KiB, |ort - torch| {err}",
+          file=sys.stderr)
 
 
 def kv_inputs(model, name, path):
@@ -337,6 +428,9 @@ def main():
             outs = run_ort(path, feeds)
             err = check_close(path.name, outs["logits"], want)
             files.append((path, "optimum", True, err, outs))
+            if name in LEGACY_MODELS:
+                export_optimum_legacy(model, name, outdir,
+                                      args.optimum_python, feeds, want)
         else:
             inputs = make_inputs(name, kind)
             np.savez(outdir / f"{name}.inputs.npz", **inputs)

@@ -1,0 +1,172 @@
+//===- OptimumDecoders.cpp - optimum's legacy decoder exports -------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OptimumDecoders.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::onnx_import;
+
+namespace {
+
+constexpr llvm::StringLiteral kCondition = "use_cache_branch";
+
+/// Removes the graph inputs `drop` selects.
+template <typename Predicate>
+void removeInputs(onnx::GraphProto &graph, Predicate drop) {
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> kept;
+  for (onnx::ValueInfoProto &input : *graph.mutable_input())
+    if (!drop(input))
+      *kept.Add() = std::move(input);
+  graph.mutable_input()->Swap(&kept);
+}
+
+/// The then branch reads `attention_mask` over the cached positions and the
+/// new ones; the merged graph declares it [batch, sequence], as the else
+/// branch reads it. Declares it [batch, past + sequence].
+void declareMaskOverCache(onnx::GraphProto &graph) {
+  std::string past, sequence;
+  for (const onnx::ValueInfoProto &input : graph.input()) {
+    const onnx::TensorShapeProto &shape = input.type().tensor_type().shape();
+    if (StringRef(input.name()).starts_with("past") && shape.dim_size() == 4 &&
+        past.empty())
+      past = shape.dim(2).dim_param();
+    if (input.name() == "input_ids" && shape.dim_size() == 2)
+      sequence = shape.dim(1).dim_param();
+  }
+  if (past.empty() || sequence.empty())
+    return;
+  for (onnx::ValueInfoProto &input : *graph.mutable_input()) {
+    if (input.name() != "attention_mask")
+      continue;
+    onnx::TensorShapeProto *shape =
+        input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (shape->dim_size() == 2 && shape->dim(1).dim_param() == sequence)
+      shape->mutable_dim(1)->set_dim_param(past + " + " + sequence);
+  }
+}
+
+} // namespace
+
+FailureOr<std::string>
+mlir::partita::onnx_import::findDirectoryModel(StringRef directory,
+                                               KvCacheForm form, Location loc) {
+  bool serving = form != KvCacheForm::None;
+  SmallVector<StringRef, 3> candidates = {"model.onnx"};
+  if (serving)
+    candidates.append(
+        {"decoder_model_merged.onnx", "decoder_with_past_model.onnx"});
+  else
+    candidates.append({"decoder_model.onnx", "decoder_model_merged.onnx"});
+  for (StringRef name : candidates) {
+    SmallString<256> path(directory);
+    llvm::sys::path::append(path, name);
+    if (llvm::sys::fs::is_regular_file(path))
+      return std::string(path);
+  }
+  InFlightDiagnostic diag = emitError(loc)
+                            << "'" << directory
+                            << "' is a directory without a model Partita "
+                               "reads: an optimum export directory holds ";
+  llvm::interleave(
+      candidates, diag, [&](StringRef name) { diag << name; }, " or ");
+  if (!serving)
+    diag << " (with --max-seq: model.onnx, decoder_model_merged.onnx or "
+            "decoder_with_past_model.onnx)";
+  return diag;
+}
+
+LogicalResult
+mlir::partita::onnx_import::selectMergedBranch(onnx::GraphProto &graph,
+                                               KvCacheForm form, Location loc) {
+  bool conditionIsInput =
+      llvm::any_of(graph.input(), [](const onnx::ValueInfoProto &input) {
+        return input.name() == kCondition;
+      });
+  if (!conditionIsInput)
+    return success();
+  int ifIndex = -1;
+  for (auto [i, node] : llvm::enumerate(graph.node())) {
+    if (node.op_type() != "If" || node.input_size() != 1 ||
+        node.input(0) != kCondition)
+      continue;
+    if (ifIndex >= 0)
+      return emitError(loc) << "a merged decoder has one If on '" << kCondition
+                            << "'; this graph has more";
+    ifIndex = static_cast<int>(i);
+  }
+  if (ifIndex < 0)
+    return success();
+
+  bool withPast = form != KvCacheForm::None;
+  StringRef branchName = withPast ? "then_branch" : "else_branch";
+  onnx::NodeProto ifNode = std::move(*graph.mutable_node(ifIndex));
+  onnx::GraphProto *branch = nullptr;
+  for (onnx::AttributeProto &attr : *ifNode.mutable_attribute())
+    if (attr.name() == branchName && attr.has_g())
+      branch = attr.mutable_g();
+  if (!branch)
+    return emitError(loc) << "the If on '" << kCondition << "' has no "
+                          << branchName;
+  if (branch->output_size() != ifNode.output_size())
+    return emitError(loc) << "the If on '" << kCondition << "' has "
+                          << ifNode.output_size() << " outputs but its "
+                          << branchName << " " << branch->output_size();
+
+  // The branch's nodes in the If's place, then an Identity for each output
+  // the branch names otherwise than the If does.
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    if (i != ifIndex) {
+      *nodes.Add() = std::move(*graph.mutable_node(i));
+      continue;
+    }
+    for (onnx::NodeProto &node : *branch->mutable_node())
+      *nodes.Add() = std::move(node);
+    for (int r = 0; r < ifNode.output_size(); ++r) {
+      const std::string &from = branch->output(r).name();
+      const std::string &to = ifNode.output(r);
+      if (to.empty() || from == to)
+        continue;
+      onnx::NodeProto *identity = nodes.Add();
+      identity->set_op_type("Identity");
+      identity->set_name(ifNode.name() + "/" + to);
+      identity->add_input(from);
+      identity->add_output(to);
+    }
+  }
+  graph.mutable_node()->Swap(&nodes);
+  for (onnx::TensorProto &initializer : *branch->mutable_initializer())
+    *graph.add_initializer() = std::move(initializer);
+  for (onnx::ValueInfoProto &info : *branch->mutable_value_info())
+    *graph.add_value_info() = std::move(info);
+
+  if (withPast) {
+    removeInputs(graph, [](const onnx::ValueInfoProto &input) {
+      return input.name() == kCondition;
+    });
+    declareMaskOverCache(graph);
+    return success();
+  }
+  // The no-past branch reads no past: those inputs go too.
+  llvm::StringSet<> read;
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &input : node.input())
+      read.insert(input);
+  removeInputs(graph, [&](const onnx::ValueInfoProto &input) {
+    return input.name() == kCondition ||
+           (StringRef(input.name()).starts_with("past") &&
+            !read.contains(input.name()));
+  });
+  return success();
+}

@@ -1,0 +1,55 @@
+//===- OptimumDecoders.h - optimum's legacy decoder exports -----*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Before its single-graph form (model.onnx, past key values as inputs of
+// any length), optimum exported a decoder with past key values as a pair,
+// decoder_model.onnx (the prompt: no past inputs) and
+// decoder_with_past_model.onnx (a step: the pasts as inputs), and merged
+// the two into decoder_model_merged.onnx: one If on the graph input
+// `use_cache_branch`, the with-past graph its then branch, the no-past graph
+// its else branch, the weights in the outer graph. Most decoder exports on
+// the Hugging Face Hub are in these forms.
+//
+// The with-past graph at past length 0 computes what the no-past graph
+// does, so the serving programs (--max-seq) are both imported from the
+// with-past form, and a plain forward pass from the no-past form.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_LIB_FRONTEND_ONNX_OPTIMUMDECODERS_H
+#define PARTITA_LIB_FRONTEND_ONNX_OPTIMUMDECODERS_H
+
+#include "partita/Frontend/ONNX/Import.h"
+
+#include "mlir/IR/Location.h"
+#include "onnx/onnx_pb.h"
+
+#include <string>
+
+namespace mlir::partita::onnx_import {
+
+/// The model file of an optimum export directory for `form`: model.onnx,
+/// else, for a KV-cache form, decoder_model_merged.onnx or
+/// decoder_with_past_model.onnx, and otherwise decoder_model.onnx or
+/// decoder_model_merged.onnx. Fails with a diagnostic at `loc` when the
+/// directory holds none of them.
+FailureOr<std::string> findDirectoryModel(StringRef directory, KvCacheForm form,
+                                          Location loc);
+
+/// Rewrites a merged decoder's graph into the branch `form` imports (the
+/// then branch for a KV-cache form, the else branch otherwise): the If on
+/// `use_cache_branch` is replaced by the branch's nodes, the branch's
+/// initializers join the graph's, and `use_cache_branch` (with, for the
+/// else branch, the past inputs it no longer reads) leaves the inputs. The
+/// merged graph declares `attention_mask` as the no-past graph does, one
+/// position per token; for the then branch it becomes the cached length
+/// plus the sequence. A graph without such an If is left as it is.
+LogicalResult selectMergedBranch(onnx::GraphProto &graph, KvCacheForm form,
+                                 Location loc);
+
+} // namespace mlir::partita::onnx_import
+
+#endif // PARTITA_LIB_FRONTEND_ONNX_OPTIMUMDECODERS_H
