@@ -169,7 +169,9 @@ partita_compile_options_set_cluster_json(partita_compile_options *options,
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_auto_mesh(partita_compile_options *options,
                                       int64_t devices);
-/* With --mesh auto: "latency" (the default) or "throughput". */
+/* With --mesh auto: "latency" (the default) or "throughput"; with max_seq,
+ * "decode-latency" or "decode-throughput" (the plan's candidates are then
+ * each at the largest batch that fits: the JSON's `batch`). */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_set_objective(partita_compile_options *options,
                                       const char *objective);

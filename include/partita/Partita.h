@@ -184,6 +184,10 @@ struct PlanCandidate {
   /// Bytes per device.
   double weightBytes = 0, activationBytes = 0, keyValueCacheBytes = 0,
          memoryBytes = 0;
+  /// Tokens per second, at `batch`: the model's, or under
+  /// decode-throughput the largest batch that fits the device.
+  double tokensPerSecond = 0;
+  int64_t batch = 0;
 };
 
 struct PlanResult {

@@ -266,6 +266,8 @@ PlanCandidate toApi(const mlir::partita::PlanCandidate &c) {
   out.activationBytes = c.activationBytes;
   out.keyValueCacheBytes = c.keyValueCacheBytes;
   out.memoryBytes = c.memoryBytes;
+  out.tokensPerSecond = c.tokensPerSecond;
+  out.batch = c.batch;
   return out;
 }
 

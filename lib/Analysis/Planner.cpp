@@ -96,6 +96,27 @@ ModelShape ModelShape::folded() const {
   return result;
 }
 
+ModelShape ModelShape::withBatch(int64_t newBatch) const {
+  ModelShape result = *this;
+  double scale = double(newBatch) / double(std::max<int64_t>(batch, 1));
+  for (Op &op : result.ops) {
+    op.flops *= scale;
+    op.bytes = op.weightBytes + (op.bytes - op.weightBytes) * scale;
+    op.collectiveBytes *= scale;
+    op.keyValueBytes *= scale;
+    op.liveBytes *= scale;
+    // The next ops' weights scale too here (a slight overestimate of what
+    // collective matmul hides; a decode step, one token per sequence, has
+    // no Megatron-SP to hide behind).
+    op.nextFlops *= scale;
+    op.nextBytes *= scale;
+  }
+  result.keyValueCacheBytes *= scale;
+  result.outputBytes *= scale;
+  result.batch = newBatch;
+  return result;
+}
+
 ModelShape mlir::partita::readModelShape(func::FuncOp main) {
   ModelShape shape;
   ModelRoles roles(main);
@@ -550,6 +571,7 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   c.exposedCommunicationSeconds =
       c.microbatches * (tpExposed + spExposed) + busy * transfer;
   c.bubbleSeconds = (slots - busy) * slot;
+  c.batch = shape.batch;
   c.tokensPerSecond = c.stepSeconds > 0
                           ? double(shape.batch) * shape.sequence / c.stepSeconds
                           : 0;
@@ -589,6 +611,34 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   }
   c.feasible = true;
 }
+
+namespace {
+
+/// decode-throughput: evaluates `c` at the largest batch its memory holds,
+/// in steps of dp x microbatches (so that its shards and microbatches stay
+/// whole) up to kMaxServingBatch; left at the model's batch when none
+/// fits. Memory grows with the batch, so the batches that fit are a
+/// prefix: a binary search finds the last.
+void servingBatch(PlanCandidate &c, const ModelShape &shape,
+                  const ClusterModel &cluster, const PlanRequest &request) {
+  if (!c.feasible && !llvm::StringRef(c.reason).starts_with("memory:"))
+    return;
+  int64_t unit = c.dp * c.microbatches;
+  auto at = [&](int64_t steps) {
+    PlanCandidate trial = c;
+    evaluatePlan(trial, shape.withBatch(steps * unit), cluster, request);
+    return trial;
+  };
+  int64_t lo = 0, hi = kMaxServingBatch / unit + 1;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (at(mid).feasible ? lo : hi) = mid;
+  }
+  if (lo > 0)
+    c = at(lo);
+}
+
+} // namespace
 
 std::vector<PlanCandidate>
 mlir::partita::enumeratePlans(const ModelShape &shape,
@@ -648,6 +698,8 @@ mlir::partita::enumeratePlans(const ModelShape &shape,
                 c.virtualStages = v;
                 c.collectiveMatmul = cmm;
                 evaluatePlan(c, shape, cluster, request);
+                if (request.objective == PlanObjective::DecodeThroughput)
+                  servingBatch(c, shape, cluster, request);
                 all.push_back(std::move(c));
               }
       }
@@ -672,12 +724,17 @@ Plan mlir::partita::planParallelism(const ModelShape &shape,
   // cost model's errors hurt least), then to the simpler plan (fewer
   // microbatches and chunks, no collective matmul), then to the
   // enumeration order.
+  // decode-throughput ranks by tokens per second (each candidate at the
+  // batch it serves).
+  bool byTokens = request.objective == PlanObjective::DecodeThroughput;
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
-                   [](const PlanCandidate &a, const PlanCandidate &b) {
+                   [&](const PlanCandidate &a, const PlanCandidate &b) {
                      if (a.feasible != b.feasible)
                        return a.feasible;
                      if (!a.feasible)
                        return false;
+                     if (byTokens && a.tokensPerSecond != b.tokensPerSecond)
+                       return a.tokensPerSecond > b.tokensPerSecond;
                      if (a.stepSeconds != b.stepSeconds)
                        return a.stepSeconds < b.stepSeconds;
                      if (a.communicationSeconds != b.communicationSeconds)
@@ -707,6 +764,17 @@ Plan mlir::partita::planParallelism(const ModelShape &shape,
                               ? "compute"
                           : comm >= bubble ? "communication"
                                            : "pipeline bubble";
+      if (byTokens) {
+        plan.rejected.push_back(llvm::formatv(
+            "{0}: best {1} at {2:f0} tokens/s (batch {3}, {4:f3} ms a step), "
+            "{5:f1}% fewer ({6}: {7:f3} ms exposed communication, {8:f3} ms "
+            "bubble)",
+            family, first->meshString(), first->tokensPerSecond, first->batch,
+            first->stepSeconds * 1e3,
+            100 * (1 - first->tokensPerSecond / best->tokensPerSecond), cause,
+            comm * 1e3, bubble * 1e3));
+        continue;
+      }
       plan.rejected.push_back(llvm::formatv(
           "{0}: best {1} at {2:f3} ms, {3:f1}% slower ({4}: {5:f3} ms "
           "exposed communication, {6:f3} ms bubble)",
@@ -738,21 +806,29 @@ std::string mlir::partita::describePlan(const Plan &plan,
       request.devices, cluster.name, cluster.nodes, cluster.devicesPerNode,
       ::partita::optionName(request.objective),
       gigabytes(plan.deviceMemoryBytes), gigabytes(plan.reserveBytes));
+  // decode-throughput: each candidate's batch and tokens per second too.
+  bool serving = request.objective == PlanObjective::DecodeThroughput;
   os << llvm::formatv("{0,-18} {1,-9} {2,3} {3,3} {4,4} {5,10} {6,10} {7,10} "
-                      "{8,10} {9,10}\n",
+                      "{8,10} {9,10}",
                       "mesh", "sp-mode", "mb", "vs", "cmm", "step ms",
                       "compute", "exposed", "bubble", "memory");
+  if (serving)
+    os << llvm::formatv(" {0,6} {1,10}", "batch", "tokens/s");
+  os << "\n";
   int shown = 0;
   for (const PlanCandidate &c : plan.candidates) {
     if (!c.feasible || shown++ == 10)
       break;
     os << llvm::formatv(
         "{0,-18} {1,-9} {2,3} {3,3} {4,4} {5,10:f3} {6,10:f3} {7,10:f3} "
-        "{8,10:f3} {9,10}\n",
+        "{8,10:f3} {9,10}",
         c.meshString(), ::partita::optionName(c.spMode), c.microbatches,
         c.virtualStages, c.collectiveMatmul ? "on" : "off", c.stepSeconds * 1e3,
         c.computeSeconds * 1e3, c.exposedCommunicationSeconds * 1e3,
         c.bubbleSeconds * 1e3, gigabytes(c.memoryBytes));
+    if (serving)
+      os << llvm::formatv(" {0,6} {1,10:f0}", c.batch, c.tokensPerSecond);
+    os << "\n";
   }
   if (shown == 0)
     os << "(no plan fits)\n";
@@ -797,6 +873,7 @@ llvm::json::Object candidateJson(const PlanCandidate &c) {
         std::pair{"memory_bytes", c.memoryBytes},
         std::pair{"tokens_per_second", c.tokensPerSecond}})
     object[key] = value;
+  object["batch"] = c.batch;
   return object;
 }
 

@@ -311,8 +311,11 @@ class Plan(List[Dict[str, Any]]):
     predictions (``step_seconds``, ``compute_seconds``,
     ``communication_seconds``, ``exposed_communication_seconds``,
     ``bubble_seconds``, ``weight_bytes``, ``activation_bytes``,
-    ``kv_cache_bytes``, ``memory_bytes``; absent for a candidate refused
-    before it was costed). ``str(plan)`` is the ``--explain-plan`` table."""
+    ``kv_cache_bytes``, ``memory_bytes``, ``tokens_per_second`` and
+    ``batch``, the batch they are for: the model's, or under
+    ``decode-throughput`` the largest that fits; absent for a candidate
+    refused before it was costed). ``str(plan)`` is the ``--explain-plan``
+    table."""
 
     def __init__(self, report: Dict[str, Any], table: str):
         super().__init__(report["candidates"])
@@ -369,7 +372,9 @@ def plan(
       objective: ``"latency"`` (one batch's time) or ``"throughput"``
         (the time per batch of a stream of batches); with ``max_seq``,
         ``"decode-latency"`` or ``"decode-throughput"`` plan the decode
-        step of a KV-cache export (docs/serving.md).
+        step of a KV-cache export (docs/serving.md); decode-throughput
+        ranks by tokens per second at the largest batch each candidate's
+        memory holds (at most 1024 sequences).
       max_seq: as for :func:`compile`.
       device_memory: the memory of one device in bytes (``None``: the
         cluster's).

@@ -466,3 +466,47 @@ def test_decode_objectives_plan_the_decode_step():
     with pytest.raises(partita.CompileError, match="needs --max-seq"):
         partita.plan(HF / "llama_kv.optimum.onnx", 2, bind=bind,
                      objective="decode-throughput")
+
+
+def test_decode_throughput_serves_the_largest_batch_that_fits():
+    """decode-throughput costs each candidate at the largest batch its
+    memory holds (cache included), in steps of dp x microbatches: one step
+    more no longer fits, as decode-latency planning that batch says."""
+    import partita
+    bind = {"batch_size": 2, "sequence_length": PROMPT}
+    budget = 2 * 2**30
+    def plan(objective, batch=2):
+        return partita.plan(HF / "llama_kv.optimum.onnx", 2,
+                            bind=dict(bind, batch_size=batch),
+                            max_seq=200000, objective=objective,
+                            device_memory=budget)
+    serving = plan("decode-throughput")
+    feasible = [c for c in serving if c["feasible"]]
+    assert len(feasible) >= 3
+    reserve = serving.report["reserve_bytes"]
+    for c in feasible:
+        unit = c["mesh"].get("dp", 1) * c["microbatches"]
+        assert c["batch"] % unit == 0 and 2 < c["batch"] < 1024
+        assert c["memory_bytes"] + reserve <= budget
+        assert c["tokens_per_second"] == pytest.approx(
+            c["batch"] / c["step_seconds"])
+    rates = [c["tokens_per_second"] for c in feasible]
+    assert rates == sorted(rates, reverse=True)
+    best = serving.best
+    unit = best["mesh"].get("dp", 1) * best["microbatches"]
+    def same(plan_):
+        return next(c for c in plan_ if c["mesh"] == best["mesh"] and
+                    c["microbatches"] == best["microbatches"] and
+                    c["virtual_stages"] == best["virtual_stages"])
+    assert same(plan("decode-latency", best["batch"]))["feasible"]
+    over = same(plan("decode-latency", best["batch"] + unit))
+    assert not over["feasible"] and over["reason"].startswith("memory:")
+    assert "batch   tokens/s" in str(serving)
+    # With room for more than the cap, every candidate serves 1024.
+    roomy = partita.plan(HF / "llama_kv.optimum.onnx", 2, bind=bind,
+                         max_seq=MAX_SEQ, objective="decode-throughput")
+    assert {c["batch"] for c in roomy if c["feasible"]} == {1024}
+    # The other objectives cost the model's batch.
+    latency = partita.plan(HF / "llama_kv.optimum.onnx", 2, bind=bind,
+                           max_seq=MAX_SEQ, objective="decode-latency")
+    assert {c["batch"] for c in latency if c["feasible"]} == {2}

@@ -28,6 +28,10 @@
 
 namespace mlir::partita {
 
+/// The largest batch decode-throughput serves: TensorRT-LLM's and vLLM's
+/// schedulers cap their batches of sequences in the same range.
+constexpr int64_t kMaxServingBatch = 1024;
+
 struct PlanRequest {
   int64_t devices = 1;
   PlanObjective objective = PlanObjective::Latency;
@@ -122,6 +126,10 @@ struct ModelShape {
   /// ops stand for all of them. Its predictions equal the unfolded
   /// shape's up to the order of floating-point sums.
   ModelShape folded() const;
+  /// The same model at another batch: what each op computes, moves and
+  /// keeps live for the batch, the cache and the outputs scale with it;
+  /// the weights do not.
+  ModelShape withBatch(int64_t newBatch) const;
 };
 
 /// Reads the shape of `main`, an nn function before sharding.
@@ -156,6 +164,11 @@ struct PlanCandidate {
   /// Tokens a step processes per second (batch x sequence / step time):
   /// with a decode objective, the tokens generated per second.
   double tokensPerSecond = 0;
+  /// The batch the predictions are for: the model's, except under
+  /// decode-throughput, which serves the largest batch that fits the
+  /// device's memory (cache included), in steps of dp x microbatches and
+  /// at most kMaxServingBatch.
+  int64_t batch = 0;
 
   /// `--mesh` spelling (`dp=2,tp=4`; `1` for one device).
   std::string meshString() const;

@@ -126,6 +126,26 @@ int main(int argc, char **argv) {
                 "max-seq", "step(not serving)");
     partita_session_destroy(plain);
   }
+  // decode-throughput plans the decode step at the largest batch that fits:
+  // the tiny model fits the cap, 1024 sequences.
+  partita_compile_options *planning = partita_compile_options_create();
+  check(partita_compile_options_set_bind(planning, "batch_size", BATCH),
+        "bind");
+  check(partita_compile_options_set_bind(planning, "sequence_length", PROMPT),
+        "bind");
+  check(partita_compile_options_set_max_seq(planning, 48), "max_seq");
+  check(partita_compile_options_set_auto_mesh(planning, 2), "auto_mesh");
+  check(partita_compile_options_set_objective(planning, "decode-throughput"),
+        "objective");
+  partita_plan_result *plan = NULL;
+  if (check(partita_plan_file(argv[1], planning, &plan), "plan")) {
+    const char *json = partita_plan_result_json(plan);
+    int serves = strstr(json, "\"objective\": \"decode-throughput\"") &&
+                 strstr(json, "\"batch\": 1024");
+    printf("decode-throughput plan serves 1024: %s\n", serves ? "yes" : "no");
+  }
+  partita_plan_result_destroy(plan);
+  partita_compile_options_destroy(planning);
   printf("%d failures\n", failures);
   return failures != 0;
 }
