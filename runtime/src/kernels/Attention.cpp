@@ -103,6 +103,34 @@ PARTITA_HOT void smallGemm(int64_t rows, int64_t cols, int64_t depth,
              c + fullCols, ldc, accumulate);
 }
 
+/// s[j] = q . k[j] for the `n` rows of k (each `d` long, contiguous): one
+/// query row's scores against a block of keys, without transposing it.
+template <typename T>
+PARTITA_HOT void scoreRow(const float *q, const T *k, int64_t d, int64_t n,
+                          float *s) {
+  int64_t vectors = d / 8 * 8;
+  for (int64_t j = 0; j < n; ++j) {
+    const T *row = k + j * d;
+    Vec8 acc = {};
+    for (int64_t t = 0; t < vectors; t += 8) {
+      Vec8 qv, kv;
+      std::memcpy(&qv, q + t, sizeof(Vec8));
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(&kv, row + t, sizeof(Vec8));
+      } else {
+        for (int lane = 0; lane < 8; ++lane)
+          kv[lane] = loadFloat(row[t + lane]);
+      }
+      acc += qv * kv;
+    }
+    float sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
+                ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (int64_t t = vectors; t < d; ++t)
+      sum += q[t] * loadFloat(row[t]);
+    s[j] = sum;
+  }
+}
+
 /// The online-softmax update of one row of scores: turns `s` into
 /// probabilities against the new running maximum, rescales the output row,
 /// and updates the running maximum `m` and sum `l`.
@@ -239,14 +267,20 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
           if (!any)
             continue;
         }
-        // Scores: (q * scale) K^T, with K transposed into [d, keys].
-        for (int64_t j = 0; j < nk; ++j) {
-          const T *kRow = kBase + (j0 + j) * d;
-          for (int64_t t = 0; t < d; ++t)
-            kt[t * kKeyBlock + j] = loadFloat(kRow[t]);
+        // Scores: (q * scale) K^T. One query row (a decode step) takes a
+        // dot product with each key row as it lies; more rows share a
+        // transposed block of K, [d, keys].
+        if (nq == 1) {
+          scoreRow(qs.data(), kBase + j0 * d, d, nk, s.data());
+        } else {
+          for (int64_t j = 0; j < nk; ++j) {
+            const T *kRow = kBase + (j0 + j) * d;
+            for (int64_t t = 0; t < d; ++t)
+              kt[t * kKeyBlock + j] = loadFloat(kRow[t]);
+          }
+          smallGemm(nq, nk, d, qs.data(), d, kt.data(), kKeyBlock, s.data(),
+                    kKeyBlock, false);
         }
-        smallGemm(nq, nk, d, qs.data(), d, kt.data(), kKeyBlock, s.data(),
-                  kKeyBlock, false);
         for (int64_t i = 0; i < nq; ++i) {
           float *sRow = s.data() + i * kKeyBlock;
           if (g.causal) {

@@ -81,6 +81,11 @@ TEST(MatMulTest, ShapesBatchesAndBias) {
       {{2, 1, 100}, {100, 200}},
       {{7, 5}, {5, 16}},
       {{1, 1, 33}, {33, 70}},
+      // Two to eight rows span several 512-column tiles of smallRowsGemm
+      // (the last one partial), blocks of 8 rows of B with the next block
+      // prefetched, and a remainder of k.
+      {{5, 24}, {24, 1100}},
+      {{2, 8, 19}, {19, 530}},
   };
   for (DType dtype : kFloatTypes)
     for (const Case &c : cases)
