@@ -107,3 +107,33 @@ func.func @grouped(%q: tensor<2x4x8x4xf32>, %k: tensor<2x2x8x4xf32>, %v: tensor<
   return %a : tensor<2x4x8x4xf32>
 }
 
+
+// -----
+
+// A decode step over KV caches of 2 key/value heads. tp=2 splits them as
+// they are. At tp=4 each cache gets one slot per rank, split over tp,
+// holding the key/value head its query heads use (slot s: head s / 2):
+// the write writes the new keys gathered into slots, and attention reads
+// the slots as its key/value heads, with no gather of the cache.
+// CHECK-LABEL: func.func @grouped_cache
+// CHECK-NOT: nn.gather
+// CHECK: nn.kv_cache_write %{{.*}} : (tensor<2x2x16x4xf32>, tensor<2x2x1x4xf32>, tensor<1xi64>) -> tensor<2x2x16x4xf32>
+// TP4: module attributes {dist.remarks = ["KV cache 'present.0.key': 2 key/value heads, fewer than tp=4; each rank holds the one its query heads use", "KV cache 'present.0.value': 2 key/value heads, fewer than tp=4; each rank holds the one its query heads use"]}
+// TP4-LABEL: func.func @grouped_cache
+// TP4-SAME: %[[KC:[a-z0-9]+]]: tensor<2x4x16x4xf32> {onnx.name = "present.0.key", partita.kv_cache}
+// TP4-SAME: %[[VC:[a-z0-9]+]]: tensor<2x4x16x4xf32> {onnx.name = "present.0.value", partita.kv_cache}
+// TP4-SAME: -> (tensor<2x4x1x4xf32>, tensor<2x4x16x4xf32> {onnx.name = "present.0.key", partita.kv_cache}, tensor<2x4x16x4xf32> {onnx.name = "present.0.value", partita.kv_cache})
+// TP4-DAG: dist.annotate %[[VC]] {{.*}}<@mesh, [{}, {tp}, {}, {}]>
+// TP4-DAG: dist.annotate %[[KC]] {{.*}}<@mesh, [{}, {tp}, {}, {}]>
+// TP4: %[[SLOT:.*]] = nn.constant dense<[0, 0, 1, 1]> : tensor<4xi64>
+// TP4: %[[KS:.*]] = nn.gather %{{.*}}, %[[SLOT]] axis = 1 : (tensor<2x2x1x4xf32>, tensor<4xi64>) -> tensor<2x4x1x4xf32>
+// TP4: %[[KW:.*]] = nn.kv_cache_write %{{.*}}, %[[KS]], %{{.*}} axis = 2 : (tensor<2x4x16x4xf32>, tensor<2x4x1x4xf32>, tensor<1xi64>) -> tensor<2x4x16x4xf32>
+// TP4: %[[VW:.*]] = nn.kv_cache_write
+// TP4-NOT: nn.gather
+// TP4: nn.attention %{{.*}}, %[[KW]], %[[VW]] : (tensor<2x4x1x4xf32>, tensor<2x4x16x4xf32>, tensor<2x4x16x4xf32>) -> tensor<2x4x1x4xf32>
+func.func @grouped_cache(%q: tensor<2x4x1x4xf32>, %kc: tensor<2x2x16x4xf32> {onnx.name = "present.0.key", partita.kv_cache}, %vc: tensor<2x2x16x4xf32> {onnx.name = "present.0.value", partita.kv_cache}, %k: tensor<2x2x1x4xf32>, %v: tensor<2x2x1x4xf32>, %pos: tensor<1xi64> {partita.cache_position}) -> (tensor<2x4x1x4xf32>, tensor<2x2x16x4xf32> {onnx.name = "present.0.key", partita.kv_cache}, tensor<2x2x16x4xf32> {onnx.name = "present.0.value", partita.kv_cache}) {
+  %kw = nn.kv_cache_write %kc, %k, %pos axis = 2 : (tensor<2x2x16x4xf32>, tensor<2x2x1x4xf32>, tensor<1xi64>) -> tensor<2x2x16x4xf32>
+  %vw = nn.kv_cache_write %vc, %v, %pos axis = 2 : (tensor<2x2x16x4xf32>, tensor<2x2x1x4xf32>, tensor<1xi64>) -> tensor<2x2x16x4xf32>
+  %a = nn.attention %q, %kw, %vw : (tensor<2x4x1x4xf32>, tensor<2x2x16x4xf32>, tensor<2x2x16x4xf32>) -> tensor<2x4x1x4xf32> loc("attn")
+  return %a, %kw, %vw : tensor<2x4x1x4xf32>, tensor<2x2x16x4xf32>, tensor<2x2x16x4xf32>
+}

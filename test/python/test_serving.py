@@ -338,6 +338,32 @@ def test_cache_is_sharded_and_weights_stored_once(tmp_path):
     assert weights(one) == weights(single)
 
 
+def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
+    """llama_kv has 2 kv heads: at tp=4 each rank holds the one its query
+    heads use (half the cache, not all of it), and generation still equals
+    onnxruntime's, also with dp=2 around it."""
+    one = compile_serving(tmp_path / "one", "llama_kv", "--report",
+                          tmp_path / "one.json")
+    four = compile_serving(tmp_path / "four", "llama_kv", "--mesh", "tp=4",
+                           "--report", tmp_path / "four.json")
+    total = json.loads((tmp_path / "one.json").read_text())
+    report = json.loads((tmp_path / "four.json").read_text())
+    assert report["serving"]["kv_cache_bytes"] == \
+        [total["serving"]["kv_cache_bytes"][0] // 2] * 4
+    cache = json.loads((four / "manifest.json").read_text())["serving"]["cache"]
+    assert {tuple(c["shape"]) for c in cache} == {(2, 4, MAX_SEQ, 8)}
+    assert all(c["sharding"]["dims"][1] == ["tp"] for c in cache)
+    remarks = [r for r in report["remarks"] if "each rank holds the one" in r]
+    assert len(remarks) == 4, report["remarks"]
+    want_tokens, want_logits = reference("llama_kv")
+    dp_tp = compile_serving(tmp_path / "dptp", "llama_kv", "--mesh",
+                            "dp=2,tp=4")
+    for artifact in (four, dp_tp):
+        tokens, logits, _ = generate(artifact.parent, artifact)
+        np.testing.assert_array_equal(tokens, want_tokens)
+        np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+
+
 def test_python_generate_and_step_api(tmp_path):
     import partita
     artifact = partita.compile(HF / "llama_kv.optimum.onnx", {"tp": 2},

@@ -104,13 +104,16 @@ cl::opt<int64_t> devices("devices",
                          cl::desc("With --mesh auto: how many devices "
                                   "(default: the cluster's)"),
                          cl::init(0), cl::cat(partitaCategory));
-cl::opt<std::string>
-    objective("objective",
-              cl::desc("With --mesh auto: minimize one batch's time "
-                       "(latency) or the time per batch of a stream of "
-                       "batches (throughput)"),
-              cl::value_desc("latency|throughput"), cl::init("latency"),
-              cl::cat(partitaCategory));
+cl::opt<std::string> objective(
+    "objective",
+    cl::desc("With --mesh auto: minimize one batch's time "
+             "(latency) or the time per batch of a stream of "
+             "batches (throughput); with --max-seq, a decode "
+             "step's time (decode-latency) or maximize tokens per "
+             "second at the largest batch that fits "
+             "(decode-throughput)"),
+    cl::value_desc("latency|throughput|decode-latency|decode-throughput"),
+    cl::init("latency"), cl::cat(partitaCategory));
 cl::opt<std::string> deviceMemory(
     "device-memory",
     cl::desc("With --mesh auto: the memory of one device in bytes, e.g. "

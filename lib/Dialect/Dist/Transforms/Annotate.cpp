@@ -117,6 +117,7 @@ private:
   LogicalResult planRing(func::FuncOp func);
 
   LogicalResult splitSegments(nn::SplitOp split);
+  void groupKeyValueCaches(func::FuncOp func);
   void repeatKeyValueHeads(nn::AttentionOp attention);
   /// Pins operand `index` of `user` to the sharding that splits dimension
   /// `dim` over `axis`; fails with an error naming the value if the split
@@ -241,6 +242,91 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
     if (c && c->use_empty())
       c.erase();
   return success();
+}
+
+/// A KV cache of fewer key/value heads than the heads are split (GQA at
+/// tp above the key/value heads), written by a cache write, becomes a cache
+/// of one slot per rank: slot s holds key/value head s / (split / kvHeads),
+/// the head of the group that rank's query heads belong to, and is split
+/// over tp on the heads. The write writes the new keys or values gathered
+/// into slots; attention that reads the written cache (a decode step) reads
+/// the slots as key/value heads, one per rank, which is the right head for
+/// each query head. Each rank holds one head of every cache instead of all
+/// of them. Applies where the split is a multiple of the key/value heads;
+/// otherwise the cache stays whole on every rank (repeatKeyValueHeads).
+void Megatron::groupKeyValueCaches(func::FuncOp func) {
+  int64_t split = headSplit();
+  SmallVector<nn::KvCacheWriteOp> writes;
+  func.walk([&](nn::KvCacheWriteOp write) { writes.push_back(write); });
+  bool changed = false;
+  for (nn::KvCacheWriteOp write : writes) {
+    auto cache = dyn_cast<BlockArgument>(write.getCache());
+    auto type = cast<RankedTensorType>(write.getCache().getType());
+    if (!cache || cache.getOwner() != &func.getBody().front() ||
+        !func.getArgAttr(cache.getArgNumber(),
+                         nn::NNDialect::kKvCacheAttrName) ||
+        type.getRank() != 4 || write.getAxis() == kAttentionHeadsDim)
+      continue;
+    int64_t kvHeads = type.getDimSize(kAttentionHeadsDim);
+    // The query heads of the attention that reads the new keys or values,
+    // or the written cache.
+    int64_t heads = 0;
+    for (Value value : {write.getUpdate(), write.getResult()})
+      for (Operation *user : value.getUsers())
+        if (auto attention = dyn_cast<nn::AttentionOp>(user))
+          heads = cast<RankedTensorType>(attention.getQuery().getType())
+                      .getDimSize(kAttentionHeadsDim);
+    if (heads == 0 || kvHeads % split == 0 || split % kvHeads != 0 ||
+        heads % split != 0)
+      continue;
+    OpBuilder b(write);
+    Location loc = write.getLoc();
+    SmallVector<int64_t> slotOf(split);
+    for (int64_t slot = 0; slot < split; ++slot)
+      slotOf[slot] = slot / (split / kvHeads);
+    auto indexType = RankedTensorType::get({split}, b.getI64Type());
+    Value indices =
+        nn::ConstantOp::create(b, loc,
+                               cast<ElementsAttr>(DenseElementsAttr::get(
+                                   indexType, ArrayRef(slotOf))));
+    auto updateType = cast<RankedTensorType>(write.getUpdate().getType());
+    SmallVector<int64_t> updateShape(updateType.getShape());
+    updateShape[kAttentionHeadsDim] = split;
+    Value slots =
+        nn::GatherOp::create(b, loc, updateType.clone(updateShape),
+                             write.getUpdate(), indices, kAttentionHeadsDim);
+    SmallVector<int64_t> cacheShape(type.getShape());
+    cacheShape[kAttentionHeadsDim] = split;
+    auto slotted = type.clone(cacheShape);
+    cache.setType(slotted);
+    write.getResult().setType(slotted);
+    write->setOperand(1, slots);
+    // The cache never moves: each rank holds its slot, batch over dp.
+    OpBuilder atStart(&func.getBody().front(), func.getBody().front().begin());
+    auto annotate =
+        AnnotateOp::create(atStart, cache.getLoc(), cache,
+                           batchAnd(slotted, kAttentionHeadsDim, {tpAxis}));
+    annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+    annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
+    write->setOperand(0, annotate);
+    changed = true;
+    std::string name = "argument " + std::to_string(cache.getArgNumber());
+    if (auto onnxName = func.getArgAttrOfType<StringAttr>(cache.getArgNumber(),
+                                                          "onnx.name"))
+      name = onnxName.getValue().str();
+    remarks.push_back(
+        StringAttr::get(func.getContext(),
+                        "KV cache '" + name + "': " + std::to_string(kvHeads) +
+                            " key/value heads, fewer than " + tpAxis.str() +
+                            "=" + std::to_string(split) +
+                            "; each rank holds the one its query heads use"));
+  }
+  if (!changed)
+    return;
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  func.setFunctionType(FunctionType::get(
+      func.getContext(), func.getBody().front().getArgumentTypes(),
+      ret.getOperandTypes()));
 }
 
 void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
@@ -653,6 +739,8 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
 }
 
 LogicalResult Megatron::run(func::FuncOp func) {
+  if (tp > 1 && headSplit() == tp)
+    groupKeyValueCaches(func);
   if (headSplit() > 1)
     func.walk([&](nn::AttentionOp a) { repeatKeyValueHeads(a); });
   if (tp > 1 && failed(annotateTensorParallel(func)))

@@ -50,14 +50,19 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
 
     The module's `dist.sequence_parallel` records the mode for the report.
 
-    Before annotating, two rewrites keep every rank's share of the model
+    Before annotating, three rewrites keep every rank's share of the model
     its own: a matmul whose result is split into equal segments (a fused
     Q/K/V or gate/up weight) gets its weight's columns permuted so that a
     contiguous `tp` block holds each rank's part of every segment, and the
-    split is rewritten to match; and when the key/value heads of grouped
+    split is rewritten to match; when the key/value heads of grouped
     attention do not divide `tp` (but the query heads do), the key/value
     heads are repeated per query head with `nn.gather`, their projections
-    stay replicated, and the module's `dist.remarks` says so.
+    stay replicated, and the module's `dist.remarks` says so; and a KV
+    cache (`partita.kv_cache`) of such heads, where `tp` is a multiple of
+    them, gets one slot per tp rank holding the key/value head that rank's
+    query heads use: the cache write writes the new keys or values
+    gathered into slots, and attention reading the cache takes the slots
+    as its key/value heads, so each rank holds one head of each cache.
 
     ```mlir
     %w = nn.constant dense_resource<mlp.up> : tensor<64x256xf32>
