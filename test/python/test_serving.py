@@ -341,7 +341,8 @@ def test_cache_is_sharded_and_weights_stored_once(tmp_path):
 def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
     """llama_kv has 2 kv heads: at tp=4 each rank holds the one its query
     heads use (half the cache, not all of it), and generation still equals
-    onnxruntime's, also with dp=2 around it."""
+    onnxruntime's, also with dp=2 or a pipeline of two microbatches around
+    it."""
     one = compile_serving(tmp_path / "one", "llama_kv", "--report",
                           tmp_path / "one.json")
     four = compile_serving(tmp_path / "four", "llama_kv", "--mesh", "tp=4",
@@ -358,7 +359,9 @@ def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
     want_tokens, want_logits = reference("llama_kv")
     dp_tp = compile_serving(tmp_path / "dptp", "llama_kv", "--mesh",
                             "dp=2,tp=4")
-    for artifact in (four, dp_tp):
+    pp_tp = compile_serving(tmp_path / "pptp", "llama_kv", "--mesh",
+                            "pp=2,tp=4", "--microbatches", "2")
+    for artifact in (four, dp_tp, pp_tp):
         tokens, logits, _ = generate(artifact.parent, artifact)
         np.testing.assert_array_equal(tokens, want_tokens)
         np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
