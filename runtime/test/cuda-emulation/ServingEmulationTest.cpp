@@ -256,11 +256,13 @@ TEST_P(ServingEmulation, DecodesLikeTheHost) {
 // fills past slot 256.
 INSTANTIATE_TEST_SUITE_P(
     Models, ServingEmulation,
-    ::testing::Values(ServingCase{"gpt2_kv", "gpt2_kv", "", 300},
-                      ServingCase{"gpt2_kv_tp2", "gpt2_kv", "--mesh tp=2", 24},
-                      ServingCase{"llama_kv", "llama_kv", "", 24},
-                      ServingCase{"llama_kv_tp2", "llama_kv", "--mesh tp=2",
-                                  300}),
+    ::testing::Values(
+        ServingCase{"gpt2_kv", "gpt2_kv", "", 300},
+        ServingCase{"gpt2_kv_tp2", "gpt2_kv", "--mesh tp=2", 24},
+        ServingCase{"llama_kv", "llama_kv", "", 24},
+        ServingCase{"llama_kv_tp2", "llama_kv", "--mesh tp=2", 300},
+        // 2 kv heads at tp=4: one cache slot per rank.
+        ServingCase{"llama_kv_tp4", "llama_kv", "--mesh tp=4", 24}),
     [](const ::testing::TestParamInfo<ServingCase> &info) {
       return info.param.name;
     });
