@@ -100,3 +100,25 @@ func.func @unspecialized() -> tensor<i64> {
   %i = dist.axis_index on @mesh axes [tp] : tensor<i64>
   return %i : tensor<i64>
 }
+
+// -----
+
+// A pipeline microbatch's rows of a KV cache: the slice copies them, the
+// cache write writes that copy in place (its result a view of it; the
+// cache it reads is then those bytes), and the concatenation reads the
+// written copies. A write into the cache argument itself keeps a buffer of
+// its own (the runtime binds the cache's input and output to one memory).
+// CHECK-LABEL: func.func @cache_rows
+// CHECK: %[[ROWS:.*]] = nn.slice {{.*}}exec.buffers = [#exec.buffer<id = [[S:[0-9]+]], kind = activation
+// CHECK: nn.kv_cache_write %[[ROWS]], {{.*}}exec.buffers = [#exec.buffer<id = {{[0-9]+}}, kind = alias, alias_of = [[S]]>]
+// CHECK: nn.kv_cache_write %arg0, {{.*}}exec.buffers = [#exec.buffer<id = {{[0-9]+}}, kind = activation
+func.func @cache_rows(%cache: tensor<2x2x8x4xf32> {exec.binding = "cache"}, %u: tensor<1x2x1x4xf32> {exec.binding = "u"}, %w: tensor<2x2x1x4xf32> {exec.binding = "w"}, %pos: tensor<1xi64> {exec.binding = "pos"}) -> (tensor<2x2x8x4xf32> {exec.binding = "rows"}, tensor<2x2x8x4xf32> {exec.binding = "whole"}) {
+  %r0 = nn.slice %cache start = [0, 0, 0, 0] limit = [1, 2, 8, 4] stride = [1, 1, 1, 1] : tensor<2x2x8x4xf32> -> tensor<1x2x8x4xf32>
+  %w0 = nn.kv_cache_write %r0, %u, %pos axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xf32>
+  %r1 = nn.slice %cache start = [1, 0, 0, 0] limit = [2, 2, 8, 4] stride = [1, 1, 1, 1] : tensor<2x2x8x4xf32> -> tensor<1x2x8x4xf32>
+  %w1 = nn.kv_cache_write %r1, %u, %pos axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xf32>
+  %all = nn.concat %w0, %w1 axis = 0 : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<2x2x8x4xf32>
+  %whole = nn.kv_cache_write %cache, %w, %pos axis = 2 : (tensor<2x2x8x4xf32>, tensor<2x2x1x4xf32>, tensor<1xi64>) -> tensor<2x2x8x4xf32>
+  %again = nn.add %whole, %whole : (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>) -> tensor<2x2x8x4xf32>
+  return %all, %again : tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>
+}

@@ -270,6 +270,9 @@ struct Region {
   bool overlaps(const Region &other) const {
     return space == other.space && begin < other.end && other.begin < end;
   }
+  bool operator==(const Region &other) const {
+    return space == other.space && begin == other.begin && end == other.end;
+  }
 };
 
 struct BufferInfo {
@@ -936,7 +939,9 @@ Status RankVerifier::checkKernel(int index, const program::Kernel &kernel) {
     return Status::ok();
 
   // Data flow: every operand holds a value, no result shares bytes with an
-  // operand or another result, and the results are written.
+  // operand or another result (but kv_cache_write's result may be its cache
+  // operand's bytes exactly: it writes the cache in place), and the results
+  // are written.
   std::vector<int32_t> reads(kernel.operands().begin(),
                              kernel.operands().end());
   for (const program::ElementwiseStep &step : kernel.epilogue())
@@ -948,11 +953,16 @@ Status RankVerifier::checkKernel(int index, const program::Kernel &kernel) {
     int32_t id = kernel.results(r);
     PARTITA_RETURN_IF_ERROR(checkWritable(id));
     const Region &region = buffers[size_t(id)].region;
-    for (int32_t operand : reads)
-      if (region.overlaps(buffers[size_t(operand)].region))
+    for (size_t i = 0; i < reads.size(); ++i) {
+      int32_t operand = reads[i];
+      const Region &read = buffers[size_t(operand)].region;
+      if (kernel.op() == "kv_cache_write" && i == 0 && region == read)
+        continue;
+      if (region.overlaps(read))
         return Status::error("result " + bufferString(id) +
                              " shares bytes with operand " +
                              bufferString(operand));
+    }
     for (int other = 0; other < r; ++other)
       if (region.overlaps(buffers[size_t(kernel.results(other))].region))
         return Status::error("results " + bufferString(kernel.results(other)) +

@@ -493,6 +493,55 @@ TEST(ProgramVerifier, KvCacheWriteTypesAndShapes) {
                         "of its result)");
 }
 
+TEST(ProgramVerifier, KvCacheWriteMayWriteItsCacheInPlace) {
+  // A copy of the cache (a pipeline microbatch's rows) written in place:
+  // the result is a view of the cache operand, the same bytes exactly.
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2, 8, 4});
+  int32_t u = b.input("update", program::F32, {2, 1, 4});
+  int32_t p = b.input("position", program::I64, {1});
+  int32_t copy = b.activation(program::F32, {2, 8, 4});
+  int32_t written = b.alias(copy, program::F32, {2, 8, 4});
+  int32_t y = b.output("y", program::F32, {2, 8, 4});
+  b.kernel("neg", {x}, {copy});
+  setInt(b.kernel("kv_cache_write", {copy, u, p}, {written}), "axis", 1);
+  b.kernel("neg", {written}, {y});
+  EXPECT_OK(verifyProgram(b.p));
+  // Only the cache operand, and only its whole bytes: a result on the
+  // update's bytes, or on part of the cache's, is refused.
+  ProgramBuilder partial;
+  x = partial.input("x", program::F32, {2, 8, 4});
+  u = partial.input("update", program::F32, {2, 1, 4});
+  p = partial.input("position", program::I64, {1});
+  copy = partial.activation(program::F32, {2, 8, 4});
+  int32_t shifted = partial.buffer(Buffer::ACTIVATION, program::F32, {2, 8, 4});
+  partial.p.mutable_buffers(shifted)->set_arena_offset(64);
+  partial.p.set_arena_bytes(partial.p.arena_bytes() + 64);
+  y = partial.output("y", program::F32, {2, 8, 4});
+  partial.kernel("neg", {x}, {copy});
+  setInt(partial.kernel("kv_cache_write", {copy, u, p}, {shifted}), "axis", 1);
+  partial.kernel("neg", {shifted}, {y});
+  EXPECT_ERROR_CONTAINS(verifyProgram(partial.p),
+                        "rank 0, instruction 1 (kv_cache_write): result "
+                        "buffer 4 shares bytes with operand buffer 3");
+  // The update's bytes (as long as the cache) are not the cache's.
+  ProgramBuilder other;
+  int32_t cache = other.input("cache", program::F32, {2, 8, 4});
+  x = other.input("x", program::F32, {2, 8, 4});
+  p = other.input("position", program::I64, {1});
+  int32_t update = other.activation(program::F32, {2, 8, 4});
+  int32_t onUpdate = other.alias(update, program::F32, {2, 8, 4});
+  y = other.output("y", program::F32, {2, 8, 4});
+  other.kernel("neg", {x}, {update});
+  setInt(other.kernel("kv_cache_write", {cache, update, p}, {onUpdate}), "axis",
+         1);
+  other.kernel("neg", {onUpdate}, {y});
+  EXPECT_ERROR_CONTAINS(verifyProgram(other.p),
+                        "rank 0, instruction 1 (kv_cache_write): result "
+                        "buffer 4 (a view of buffer 3) shares bytes with "
+                        "operand buffer 3");
+}
+
 TEST(ProgramVerifier, ElementwiseOperandsBroadcastToTheResult) {
   EXPECT_OK(OneKernel("add", {{4}, {3, 1}}, {3, 4}).verify());
   EXPECT_ERROR_CONTAINS(OneKernel("add", {{4}, {3, 2}}, {3, 4}).verify(),

@@ -327,6 +327,19 @@ LogicalResult Planner::addBuffers() {
                << "the exec lowering does not handle this op yet";
       return op.emitError() << "the exec lowering does not handle this op";
     }
+    // A KV-cache write into an activation nothing else reads (a pipeline
+    // microbatch's rows of the cache) writes it in place: the kernel, its
+    // result on its cache operand's memory, moves only the new slots.
+    if (auto write = dyn_cast<nn::KvCacheWriteOp>(op);
+        write && !outputIndex.count(write.getResult()) &&
+        write.getCache().hasOneUse()) {
+      auto cache = bufferOf.find(write.getCache());
+      if (cache != bufferOf.end() &&
+          buffers[cache->second].kind == BufferKind::Activation) {
+        addAlias(write.getResult(), write.getCache());
+        continue;
+      }
+    }
     for (Value res : op.getResults()) {
       auto type = cast<RankedTensorType>(res.getType());
       if (!isSupportedElementType(type.getElementType()))

@@ -108,6 +108,9 @@ def PlanBuffersPass : Pass<"partita-plan-buffers", "::mlir::func::FuncOp"> {
       has no buffer, its blocks are weights or constants of their own
       (named `<weight>.shard<dim>_<block>of<parts>`);
     - `nn.reshape` is an `alias` of its input;
+    - an `nn.kv_cache_write` into an activation it alone reads (a pipeline
+      microbatch's copy of the cache) is an `alias` of it: the kernel then
+      writes the new slots in place;
     - everything else is an `activation` that lives from the instruction
       that first writes it to the last that reads it (through aliases, and
       until an async collective's wait), and activations whose lives do not
