@@ -10,7 +10,7 @@
 // decoder_with_past_model.onnx (a step: the pasts as inputs), and merged
 // the two into decoder_model_merged.onnx: one If on the graph input
 // `use_cache_branch`, the with-past graph its then branch, the no-past graph
-// its else branch, the weights in the outer graph. Most decoder exports on
+// its else branch, the weights in the outer graph. Many decoder exports on
 // the Hugging Face Hub are in these forms.
 //
 // The with-past graph at past length 0 computes what the no-past graph

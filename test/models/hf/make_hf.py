@@ -228,7 +228,7 @@ def export_optimum(model, name, kind, outdir, optimum_python, skipped):
         return out
 
 
-# optimum's earlier form of a decoder with past key values, still the most
+# optimum's earlier form of a decoder with past key values, still
 # common on the Hugging Face Hub: a pair of graphs exported with its own
 # ONNX configs (use_past without, then with, the pasts as inputs), and
 # their merge into one If on use_cache_branch by optimum.onnx.merge_decoders.
