@@ -98,6 +98,13 @@ def compile_serving(directory, name, *flags, max_seq=MAX_SEQ, model=None):
     return out
 
 
+def compile_reported(directory, name, *flags):
+    """compile_serving with --report: (artifact, the report's serving)."""
+    report = directory / "report.json"
+    artifact = compile_serving(directory, name, *flags, "--report", report)
+    return artifact, json.loads(report.read_text())
+
+
 def generate(directory, artifact, steps=NEW_TOKENS):
     ids, mask = prompt()
     np.save(directory / "ids.npy", ids)
@@ -312,11 +319,9 @@ def test_bf16_generation(tmp_path, name, mesh):
 def test_cache_is_sharded_and_weights_stored_once(tmp_path):
     """At tp=2 each rank holds half the heads of every cache; the decode
     program reads the prefill's weights, which are stored once."""
-    one = compile_serving(tmp_path / "one", "gpt2_kv", "--report",
-                          tmp_path / "one.json")
-    two = compile_serving(tmp_path / "two", "gpt2_kv", "--mesh", "tp=2",
-                          "--report", tmp_path / "two.json")
-    m1 = json.loads((one / "manifest.json").read_text())
+    one, report1 = compile_reported(tmp_path / "one", "gpt2_kv")
+    two, report2 = compile_reported(tmp_path / "two", "gpt2_kv", "--mesh",
+                                    "tp=2")
     m2 = json.loads((two / "manifest.json").read_text())
     assert [c["sharding"]["dims"][1] for c in m2["serving"]["cache"]] == \
         [["tp"]] * 4
@@ -324,8 +329,7 @@ def test_cache_is_sharded_and_weights_stored_once(tmp_path):
     # Cache names are neither inputs nor outputs of the artifact.
     names = {t["name"] for t in m2["inputs"] + m2["outputs"]}
     assert not names & {c["name"] for c in m2["serving"]["cache"]}
-    r1 = json.loads((tmp_path / "one.json").read_text())["serving"]
-    r2 = json.loads((tmp_path / "two.json").read_text())["serving"]
+    r1, r2 = report1["serving"], report2["serving"]
     # [2, 4, 48, 8] f32, four tensors; half the heads on each tp rank.
     assert r1["kv_cache_bytes"] == [4 * 2 * 4 * MAX_SEQ * 8 * 4]
     assert r2["kv_cache_bytes"] == [r1["kv_cache_bytes"][0] // 2] * 2
@@ -343,12 +347,9 @@ def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
     heads use (half the cache, not all of it), and generation still equals
     onnxruntime's, also with dp=2 or a pipeline of two microbatches around
     it."""
-    one = compile_serving(tmp_path / "one", "llama_kv", "--report",
-                          tmp_path / "one.json")
-    four = compile_serving(tmp_path / "four", "llama_kv", "--mesh", "tp=4",
-                           "--report", tmp_path / "four.json")
-    total = json.loads((tmp_path / "one.json").read_text())
-    report = json.loads((tmp_path / "four.json").read_text())
+    _, total = compile_reported(tmp_path / "one", "llama_kv")
+    four, report = compile_reported(tmp_path / "four", "llama_kv", "--mesh",
+                                    "tp=4")
     assert report["serving"]["kv_cache_bytes"] == \
         [total["serving"]["kv_cache_bytes"][0] // 2] * 4
     cache = json.loads((four / "manifest.json").read_text())["serving"]["cache"]

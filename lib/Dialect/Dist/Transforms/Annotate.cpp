@@ -170,6 +170,27 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
   return success();
 }
 
+/// `value` with `count` heads along the attention heads dimension, head h
+/// being head h / group of `value` (nn.gather). The index constant is made
+/// once into `indices` and reused by later calls given it.
+Value repeatHeads(OpBuilder &b, Location loc, Value value, int64_t count,
+                  int64_t group, Value &indices) {
+  if (!indices) {
+    SmallVector<int64_t> which(count);
+    for (int64_t h = 0; h < count; ++h)
+      which[h] = h / group;
+    auto indexType = RankedTensorType::get({count}, b.getI64Type());
+    indices = nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(indexType, ArrayRef(which))));
+  }
+  auto type = cast<RankedTensorType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[kAttentionHeadsDim] = count;
+  return nn::GatherOp::create(b, loc, type.clone(shape), value, indices,
+                              kAttentionHeadsDim);
+}
+
 /// A constant like `constant` whose last dimension is permuted:
 /// column `j` of the result is column `permutation[j]` of the original.
 Value permuteColumns(OpBuilder &b, nn::ConstantOp constant,
@@ -280,21 +301,9 @@ void Megatron::groupKeyValueCaches(func::FuncOp func) {
         heads % split != 0)
       continue;
     OpBuilder b(write);
-    Location loc = write.getLoc();
-    SmallVector<int64_t> slotOf(split);
-    for (int64_t slot = 0; slot < split; ++slot)
-      slotOf[slot] = slot / (split / kvHeads);
-    auto indexType = RankedTensorType::get({split}, b.getI64Type());
-    Value indices =
-        nn::ConstantOp::create(b, loc,
-                               cast<ElementsAttr>(DenseElementsAttr::get(
-                                   indexType, ArrayRef(slotOf))));
-    auto updateType = cast<RankedTensorType>(write.getUpdate().getType());
-    SmallVector<int64_t> updateShape(updateType.getShape());
-    updateShape[kAttentionHeadsDim] = split;
-    Value slots =
-        nn::GatherOp::create(b, loc, updateType.clone(updateShape),
-                             write.getUpdate(), indices, kAttentionHeadsDim);
+    Value indices;
+    Value slots = repeatHeads(b, write.getLoc(), write.getUpdate(), split,
+                              split / kvHeads, indices);
     SmallVector<int64_t> cacheShape(type.getShape());
     cacheShape[kAttentionHeadsDim] = split;
     auto slotted = type.clone(cacheShape);
@@ -338,23 +347,12 @@ void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
   if (kvHeads == heads || kvHeads % split == 0 || heads % split != 0)
     return;
   OpBuilder b(attention);
-  Location loc = attention.getLoc();
-  SmallVector<int64_t> which(heads);
-  for (int64_t h = 0; h < heads; ++h)
-    which[h] = h / (heads / kvHeads);
-  auto indexType = RankedTensorType::get({heads}, b.getI64Type());
-  Value indices = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(indexType, ArrayRef(which))));
-  for (unsigned operand : {1u, 2u}) {
-    Value kv = attention->getOperand(operand);
-    auto type = cast<RankedTensorType>(kv.getType());
-    SmallVector<int64_t> shape(type.getShape());
-    shape[kAttentionHeadsDim] = heads;
-    Value repeated = nn::GatherOp::create(b, loc, type.clone(shape), kv,
-                                          indices, kAttentionHeadsDim);
-    attention->setOperand(operand, repeated);
-  }
+  Value indices;
+  for (unsigned operand : {1u, 2u})
+    attention->setOperand(operand,
+                          repeatHeads(b, attention.getLoc(),
+                                      attention->getOperand(operand), heads,
+                                      heads / kvHeads, indices));
   remarks.push_back(StringAttr::get(
       attention.getContext(),
       "attention " + opName(attention) + ": " + std::to_string(kvHeads) +
