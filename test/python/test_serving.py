@@ -443,6 +443,23 @@ def test_compile_errors(tmp_path, flags, message):
     assert not (tmp_path / "art").exists()
 
 
+def test_pasts_with_two_length_symbols_are_refused(tmp_path):
+    import onnx
+    model = onnx.load(str(HF / "gpt2_kv.optimum.onnx"))
+    past = next(i for i in model.graph.input
+                if i.name == "past_key_values.1.key")
+    past.type.tensor_type.shape.dim[2].dim_param = "other_length"
+    path = tmp_path / "two_lengths.onnx"
+    onnx.save(model, str(path))
+    result = subprocess.run(
+        [COMPILE, path, "-o", tmp_path / "art", "--bind",
+         "batch_size=2,sequence_length=8", "--max-seq", "16"],
+        capture_output=True, text=True)
+    assert result.returncode != 0
+    assert ("the past inputs' lengths are named both 'past_sequence_length' "
+            "and 'other_length'") in result.stderr, result.stderr
+
+
 def test_compile_errors_on_lengths(tmp_path):
     def compile_with(bind, max_seq):
         return subprocess.run(

@@ -579,23 +579,12 @@ GraphImporter::resolveDimParam(StringRef param, llvm::StringSet<> *used) {
 LogicalResult GraphImporter::bindCacheLengths() {
   if (options.kvCache == KvCacheForm::None)
     return success();
-  const onnx::GraphProto &graph = model->graph();
-  // The cached length: dimension 2 of the pasts ([batch, heads, length,
-  // head dim]); the sequence: input_ids' dimension 1.
-  std::string past, sequence;
-  for (const onnx::ValueInfoProto &input : graph.input()) {
-    const onnx::TensorShapeProto &shape = input.type().tensor_type().shape();
-    if (StringRef(input.name()).starts_with("past") && shape.dim_size() == 4 &&
-        !shape.dim(2).dim_param().empty()) {
-      if (!past.empty() && past != shape.dim(2).dim_param())
-        return emitError(fileLoc)
-               << "--max-seq: the past inputs' lengths are named both '" << past
-               << "' and '" << shape.dim(2).dim_param() << "'";
-      past = shape.dim(2).dim_param();
-    }
-    if (input.name() == "input_ids" && shape.dim_size() == 2)
-      sequence = shape.dim(1).dim_param();
-  }
+  CacheSymbols symbols = findCacheSymbols(model->graph());
+  const std::string &past = symbols.past, &sequence = symbols.sequence;
+  if (!symbols.otherPast.empty())
+    return emitError(fileLoc)
+           << "--max-seq: the past inputs' lengths are named both '" << past
+           << "' and '" << symbols.otherPast << "'";
   if (past.empty())
     return emitError(fileLoc)
            << "--max-seq: the model has no past key or value inputs with a "

@@ -35,15 +35,8 @@ void removeInputs(onnx::GraphProto &graph, Predicate drop) {
 /// new ones; the merged graph declares it [batch, sequence], as the else
 /// branch reads it. Declares it [batch, past + sequence].
 void declareMaskOverCache(onnx::GraphProto &graph) {
-  std::string past, sequence;
-  for (const onnx::ValueInfoProto &input : graph.input()) {
-    const onnx::TensorShapeProto &shape = input.type().tensor_type().shape();
-    if (StringRef(input.name()).starts_with("past") && shape.dim_size() == 4 &&
-        past.empty())
-      past = shape.dim(2).dim_param();
-    if (input.name() == "input_ids" && shape.dim_size() == 2)
-      sequence = shape.dim(1).dim_param();
-  }
+  CacheSymbols symbols = findCacheSymbols(graph);
+  const std::string &past = symbols.past, &sequence = symbols.sequence;
   if (past.empty() || sequence.empty())
     return;
   for (onnx::ValueInfoProto &input : *graph.mutable_input()) {
@@ -57,6 +50,25 @@ void declareMaskOverCache(onnx::GraphProto &graph) {
 }
 
 } // namespace
+
+CacheSymbols
+mlir::partita::onnx_import::findCacheSymbols(const onnx::GraphProto &graph) {
+  CacheSymbols symbols;
+  for (const onnx::ValueInfoProto &input : graph.input()) {
+    const onnx::TensorShapeProto &shape = input.type().tensor_type().shape();
+    if (StringRef(input.name()).starts_with("past") && shape.dim_size() == 4 &&
+        !shape.dim(2).dim_param().empty()) {
+      const std::string &param = shape.dim(2).dim_param();
+      if (symbols.past.empty())
+        symbols.past = param;
+      else if (param != symbols.past && symbols.otherPast.empty())
+        symbols.otherPast = param;
+    }
+    if (input.name() == "input_ids" && shape.dim_size() == 2)
+      symbols.sequence = shape.dim(1).dim_param();
+  }
+  return symbols;
+}
 
 FailureOr<std::string>
 mlir::partita::onnx_import::findDirectoryModel(StringRef directory,

@@ -31,6 +31,15 @@
 
 namespace mlir::partita::onnx_import {
 
+/// What names a decoder's cache lengths: the symbol of dimension 2 of the
+/// inputs whose names start with `past` ([batch, heads, length, head dim])
+/// and that of `input_ids`' dimension 1; empty where absent. `otherPast`
+/// is a second past symbol, when the pasts name two.
+struct CacheSymbols {
+  std::string past, sequence, otherPast;
+};
+CacheSymbols findCacheSymbols(const onnx::GraphProto &graph);
+
 /// The model file of an optimum export directory for `form`: model.onnx,
 /// else, for a KV-cache form, decoder_model_merged.onnx or
 /// decoder_with_past_model.onnx, and otherwise decoder_model.onnx or

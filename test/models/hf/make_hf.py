@@ -264,10 +264,12 @@ merge_decoders(target / "decoder_model.onnx",
 """
 
 
-def export_optimum_legacy(model, name, outdir, optimum_python, feeds, want):
+def export_optimum_legacy(model, name, outdir, optimum_python, feeds, want,
+                          prompt, prefill):
     """optimum's pair and merged decoder in `<name>.optimum-legacy/`, each
     checked against torch: the with-past graphs on the KV-cache step
-    (`feeds`, `want`), the no-past graphs on the prompt."""
+    (`feeds`, `want`), the no-past graphs on the prompt whose cache the
+    step holds (`prompt`, `prefill`)."""
     target = outdir / f"{name}.optimum-legacy"
     with tempfile.TemporaryDirectory() as tmp:
         saved = pathlib.Path(tmp) / "model"
@@ -278,19 +280,6 @@ def export_optimum_legacy(model, name, outdir, optimum_python, feeds, want):
         subprocess.run([optimum_python, "-c", LEGACY_EXPORT, str(saved),
                         str(target)], check=True, capture_output=True,
                        text=True)
-    # The prompt whose cache `feeds` holds, drawn as kv_inputs draws it.
-    rng = np.random.default_rng(sum(map(ord, name)))
-    ids = rng.integers(0, VOCAB, (BATCH, PAST + NEW), dtype=np.int64)
-    mask = feeds["attention_mask"][:, :PAST]
-    pos = np.cumsum(mask, axis=1) - 1
-    pos[mask == 0] = 1
-    prompt = {"input_ids": ids[:, :PAST], "attention_mask": mask,
-              "position_ids": pos}
-    with torch.no_grad():
-        model.config.use_cache = True
-        prefill = model(**{k: torch.from_numpy(v) for k, v in prompt.items()},
-                        use_cache=True).logits.numpy()
-        model.config.use_cache = False
     err = 0.0
     for file in LEGACY_FILES:
         path = target / file
@@ -318,7 +307,8 @@ def export_optimum_legacy(model, name, outdir, optimum_python, feeds, want):
 
 def kv_inputs(model, name, path):
     """Inputs of one decode step of a KV-cache export: NEW tokens after PAST
-    cached ones (the cache from torch's prefill), and the reference logits."""
+    cached ones (the cache from torch's prefill), and the reference logits;
+    then the prefill's inputs and logits."""
     m = onnx.load(str(path), load_external_data=False)
     rng = np.random.default_rng(sum(map(ord, name)))
     ids = rng.integers(0, VOCAB, (BATCH, PAST + NEW), dtype=np.int64)
@@ -358,7 +348,9 @@ def kv_inputs(model, name, path):
             feeds[n] = (k if which == "key" else v).numpy()
         else:
             raise SystemExit(f"{path}: unexpected input {n}")
-    return feeds, full.logits.numpy()
+    prompt = {"input_ids": ids[:, :PAST], "attention_mask": mask[:, :PAST],
+              "position_ids": pos[:, :PAST]}
+    return feeds, full.logits.numpy(), prompt, pre.logits.numpy()
 
 
 def run_ort(path, feeds):
@@ -423,14 +415,15 @@ def main():
                                   args.optimum_python, skipped)
             if path is None:
                 continue
-            feeds, want = kv_inputs(model, name, path)
+            feeds, want, prompt, prefill = kv_inputs(model, name, path)
             np.savez(outdir / f"{name}.inputs.npz", **feeds)
             outs = run_ort(path, feeds)
             err = check_close(path.name, outs["logits"], want)
             files.append((path, "optimum", True, err, outs))
             if name in LEGACY_MODELS:
                 export_optimum_legacy(model, name, outdir,
-                                      args.optimum_python, feeds, want)
+                                      args.optimum_python, feeds, want,
+                                      prompt, prefill)
         else:
             inputs = make_inputs(name, kind)
             np.savez(outdir / f"{name}.inputs.npz", **inputs)
