@@ -103,11 +103,55 @@ func.func @unspecialized() -> tensor<i64> {
 
 // -----
 
-// A pipeline microbatch's rows of a KV cache: the slice copies them, the
-// cache write writes that copy in place (its result a view of it; the
-// cache it reads is then those bytes), and the concatenation reads the
-// written copies. A write into the cache argument itself keeps a buffer of
-// its own (the runtime binds the cache's input and output to one memory).
+// A pipeline stage's KV cache written microbatch by microbatch: each
+// microbatch's rows are views where they lie, of the cache argument (read)
+// and of the returned cache (written, 256 bytes further for the second
+// microbatch), and the slices and the concatenation are no instructions.
+// CHECK-LABEL: func.func @cache_rows_in_place
+// CHECK-SAME: exec.buffer = #exec.buffer<id = 0, kind = input>
+// CHECK: %[[R0:.*]] = nn.slice %arg0 {{.*}}exec.buffers = [#exec.buffer<id = [[V0:[0-9]+]], kind = alias, alias_of = 0>], exec.view}
+// CHECK: %[[W0:.*]] = nn.kv_cache_write %[[R0]], {{.*}}exec.buffers = [#exec.buffer<id = {{[0-9]+}}, kind = alias, alias_of = [[OUT:[0-9]+]]>]
+// CHECK: %[[R1:.*]] = nn.slice %arg0 {{.*}}exec.buffers = [#exec.buffer<id = {{[0-9]+}}, kind = alias, offset = 256, alias_of = 0>], exec.view}
+// CHECK: %[[W1:.*]] = nn.kv_cache_write %[[R1]], {{.*}}exec.buffers = [#exec.buffer<id = {{[0-9]+}}, kind = alias, offset = 256, alias_of = [[OUT]]>]
+// CHECK: %[[ALL:.*]] = nn.concat %[[W0]], %[[W1]] {{.*}}exec.buffers = [#exec.buffer<id = [[OUT]], kind = output>], exec.view}
+// CHECK-NOT: exec.copy
+// CHECK: return %[[ALL]]
+func.func @cache_rows_in_place(%cache: tensor<2x2x8x4xf32> {exec.binding = "cache"}, %u: tensor<1x2x1x4xf32> {exec.binding = "u"}, %pos: tensor<1xi64> {exec.binding = "pos"}) -> (tensor<2x2x8x4xf32> {exec.binding = "cache"}, tensor<1x2x8x4xf32> {exec.binding = "sum"}) {
+  %r0 = nn.slice %cache start = [0, 0, 0, 0] limit = [1, 2, 8, 4] stride = [1, 1, 1, 1] : tensor<2x2x8x4xf32> -> tensor<1x2x8x4xf32>
+  %w0 = nn.kv_cache_write %r0, %u, %pos axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xf32>
+  %r1 = nn.slice %cache start = [1, 0, 0, 0] limit = [2, 2, 8, 4] stride = [1, 1, 1, 1] : tensor<2x2x8x4xf32> -> tensor<1x2x8x4xf32>
+  %w1 = nn.kv_cache_write %r1, %u, %pos axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xf32>
+  %sum = nn.add %w0, %w1 : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
+  %all = nn.concat %w0, %w1 axis = 0 : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<2x2x8x4xf32>
+  return %all, %sum : tensor<2x2x8x4xf32>, tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// Rows of a dimension after one of size 2 are not contiguous: the slices
+// copy them, as does the concatenation.
+// CHECK-LABEL: func.func @cache_heads_copied
+// CHECK: nn.slice %arg0 {{.*}}kind = activation
+// CHECK-NOT: exec.view
+// CHECK: nn.concat {{.*}}kind = output
+func.func @cache_heads_copied(%cache: tensor<2x2x8x4xf32> {exec.binding = "cache"}, %u: tensor<2x1x1x4xf32> {exec.binding = "u"}, %pos: tensor<1xi64> {exec.binding = "pos"}) -> (tensor<2x2x8x4xf32> {exec.binding = "cache"}) {
+  %r0 = nn.slice %cache start = [0, 0, 0, 0] limit = [2, 1, 8, 4] stride = [1, 1, 1, 1] : tensor<2x2x8x4xf32> -> tensor<2x1x8x4xf32>
+  %w0 = nn.kv_cache_write %r0, %u, %pos axis = 2 : (tensor<2x1x8x4xf32>, tensor<2x1x1x4xf32>, tensor<1xi64>) -> tensor<2x1x8x4xf32>
+  %r1 = nn.slice %cache start = [0, 1, 0, 0] limit = [2, 2, 8, 4] stride = [1, 1, 1, 1] : tensor<2x2x8x4xf32> -> tensor<2x1x8x4xf32>
+  %w1 = nn.kv_cache_write %r1, %u, %pos axis = 2 : (tensor<2x1x8x4xf32>, tensor<2x1x1x4xf32>, tensor<1xi64>) -> tensor<2x1x8x4xf32>
+  %all = nn.concat %w0, %w1 axis = 1 : (tensor<2x1x8x4xf32>, tensor<2x1x8x4xf32>) -> tensor<2x2x8x4xf32>
+  return %all : tensor<2x2x8x4xf32>
+}
+
+// -----
+
+// With another reader of the cache argument (here a write into the whole
+// argument), the rows are not written in place there: the slice copies
+// them, the cache write writes that copy in place (its result a view of
+// it; the cache it reads is then those bytes), and the concatenation reads
+// the written copies. A write into the cache argument itself keeps a
+// buffer of its own (the runtime binds the cache's input and output to one
+// memory).
 // CHECK-LABEL: func.func @cache_rows
 // CHECK: %[[ROWS:.*]] = nn.slice {{.*}}exec.buffers = [#exec.buffer<id = [[S:[0-9]+]], kind = activation
 // CHECK: nn.kv_cache_write %[[ROWS]], {{.*}}exec.buffers = [#exec.buffer<id = {{[0-9]+}}, kind = alias, alias_of = [[S]]>]

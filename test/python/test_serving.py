@@ -342,6 +342,81 @@ def test_cache_is_sharded_and_weights_stored_once(tmp_path):
     assert weights(one) == weights(single)
 
 
+def load_programs(tmp_path, artifact):
+    """Each rank's programs of an artifact: {path: Program}, parsed with the
+    Python module protoc writes from proto/program.proto."""
+    import importlib
+    import sys
+    subprocess.run(["protoc", f"--proto_path={ROOT / 'proto'}",
+                    f"--python_out={tmp_path}", "program.proto"], check=True)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        program_pb2 = importlib.import_module("program_pb2")
+    finally:
+        sys.path.remove(str(tmp_path))
+    programs = {}
+    for path in sorted((artifact / "programs").iterdir()):
+        program = program_pb2.Program()
+        program.ParseFromString(path.read_bytes())
+        programs[path.name] = program
+    return programs
+
+
+@pytest.mark.parametrize("mesh", ["pp=2", "pp=2,tp=2"])
+def test_pipeline_microbatches_write_the_cache_in_place(tmp_path, mesh):
+    """A pipeline stage that runs two microbatches reads and writes each
+    microbatch's rows of its KV cache where they lie (views at the rows'
+    offsets): no instruction but kv_cache_write touches a cache's bytes,
+    and that one writes its rows of the cache the runtime binds as the
+    input and the output, so no cache byte is copied in either program.
+    Generation still equals onnxruntime's."""
+    artifact = compile_serving(tmp_path, "gpt2_kv", "--mesh", mesh,
+                               "--microbatches", "2")
+    cache = {c["name"] for c in json.loads(
+        (artifact / "manifest.json").read_text())["serving"]["cache"]}
+    writes = 0
+    for name, program in load_programs(tmp_path, artifact).items():
+        buffers = program.buffers
+
+        def place(i):
+            """(root buffer, byte offset) of buffer i."""
+            offset = 0
+            while buffers[i].kind == buffers[i].ALIAS:
+                offset += buffers[i].alias_offset
+                i = buffers[i].alias_of
+            return i, offset
+
+        bound = {b.buffer for b in list(program.inputs) + list(program.outputs)
+                 if b.name in cache}
+        assert bound, name
+        for instruction in program.instructions:
+            kernel = instruction.kernel
+            if instruction.WhichOneof("op") != "kernel":
+                continue
+            touched = {place(i)[0] for i in kernel.results}
+            if kernel.op == "kv_cache_write":
+                cache_in, cache_out = place(kernel.operands[0]), \
+                    place(kernel.results[0])
+                # Its rows of the input, written at the same rows of the
+                # output (one memory when resident).
+                assert cache_in[0] in bound and cache_out[0] in bound, name
+                assert cache_in[1] == cache_out[1], name
+                writes += 1
+                continue
+            touched |= {place(i)[0] for i in kernel.operands}
+            if kernel.op in ("attention", "attention_partial"):
+                touched -= bound  # Reading the written cache is no copy.
+            assert not touched & bound, (name, kernel.op)
+    # Each rank's stage has 2 caches (a layer's key and value), written
+    # once per microbatch by its prefill and its decode program.
+    ranks = 4 if "tp" in mesh else 2
+    assert writes == 2 * 2 * 2 * ranks
+    tokens, logits, _ = generate(tmp_path, artifact)
+    want_tokens, want_logits = reference("gpt2_kv")
+    np.testing.assert_array_equal(tokens, want_tokens)
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+
+
 def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
     """llama_kv has 2 kv heads: at tp=4 each rank holds the one its query
     heads use (half the cache, not all of it), and generation still equals

@@ -111,16 +111,19 @@ llvm::Expected<BufferView> KernelContext::buffer(int32_t id) const {
   view.shape.assign(b.type().shape().begin(), b.type().shape().end());
   if (dtypeSize(view.dtype) == 0)
     return error("buffer " + llvm::Twine(id) + " has no element type");
-  // A view has its root's address: follow the aliases.
+  // A view has its root's address plus its offsets: follow the aliases.
   const program::Buffer *root = &b;
+  uint64_t offset = 0;
   for (int hops = 0; root->kind() == program::Buffer::ALIAS; ++hops) {
     if (hops > program.buffers_size() || root->alias_of() < 0 ||
         root->alias_of() >= program.buffers_size())
       return error("buffer " + llvm::Twine(id) + " aliases nothing");
+    offset += root->alias_offset();
     root = &program.buffers(root->alias_of());
   }
-  view.aligned16 = root->kind() != program::Buffer::ACTIVATION ||
-                   root->arena_offset() % 16 == 0;
+  if (root->kind() == program::Buffer::ACTIVATION)
+    offset += root->arena_offset();
+  view.aligned16 = offset % 16 == 0;
   return view;
 }
 

@@ -98,6 +98,8 @@ ExecTimeline mlir::partita::estimateExecTimeline(func::FuncOp func,
     for (auto m : module.getOps<dist::MeshOp>())
       mesh = m;
   for (Operation &op : func.getBody().front().without_terminator()) {
+    if (op.hasAttr(exec::ExecDialect::kViewAttr))
+      continue; // Moves no bytes.
     if (auto kernel = dyn_cast<exec::KernelOp>(op)) {
       timer.compute(kernel.getHead(), kernel.getSteps());
     } else if (isKernel(&op)) {

@@ -300,6 +300,7 @@ LogicalResult Translator::collectBuffers() {
       break;
     case exec::BufferKind::Alias:
       buffer->set_alias_of(static_cast<int32_t>(planned.getAliasOf()));
+      buffer->set_alias_offset(static_cast<uint64_t>(planned.getOffset()));
       break;
     case exec::BufferKind::Constant: {
       // Inline data is small (at most the plan's inline limit): copied.
@@ -551,6 +552,8 @@ LogicalResult Translator::run() {
   }
   Block &body = func.getBody().front();
   for (Operation &op : body.without_terminator()) {
+    if (op.hasAttr(exec::ExecDialect::kViewAttr))
+      continue; // The plan left its bytes where they lie.
     if (auto kernel = dyn_cast<exec::KernelOp>(op))
       emitKernel(kernel.getHead(), kernel.getSteps(), kernel.getResult());
     else if (isKernel(&op))

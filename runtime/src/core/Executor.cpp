@@ -101,8 +101,10 @@ struct BufferSlot {
   DType dtype = program::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
-  /// The buffer whose memory this one uses (itself unless an alias).
+  /// The buffer whose memory this one uses (itself unless an alias), and
+  /// where in it this one starts (a view's offsets along its chain).
   int32_t root = 0;
+  uint64_t offset = 0;
   /// Memory fixed at load: arena bytes, a weight, a constant, a resident
   /// binding.
   void *memory = nullptr;
@@ -177,6 +179,8 @@ struct Executor::Impl {
     const BufferSlot &slot = slots[size_t(id)];
     const BufferSlot &root = slots[size_t(slot.root)];
     void *memory = root.memory ? root.memory : bound[size_t(slot.root)];
+    if (memory)
+      memory = static_cast<char *>(memory) + slot.offset;
     return Tensor{memory, slot.dtype, slot.shape};
   }
 };
@@ -325,7 +329,12 @@ Status Executor::Impl::loadBuffer(int32_t id, const Buffer &buffer,
     if (target < 0 || size_t(target) >= slots.size() || target == id)
       return Status::error(name + ": aliases " + bufferName(target) +
                            ", which is not another buffer of the program");
+    if (buffer.alias_offset() % elementSize != 0)
+      return Status::error(name + ": view offset " +
+                           std::to_string(buffer.alias_offset()) +
+                           " is not aligned to its elements");
     slot.root = target;
+    slot.offset = buffer.alias_offset();
     return Status::ok();
   }
   default:
@@ -340,18 +349,24 @@ Status Executor::Impl::resolveAliases() {
     if (slot.kind != Buffer::ALIAS)
       continue;
     const BufferSlot &target = slots[size_t(slot.root)];
-    if (target.bytes != slot.bytes)
-      return Status::error(
-          bufferName(int32_t(id)) + " (" + typeString(slot.dtype, slot.shape) +
-          ") aliases " + bufferName(slot.root) + " (" +
-          typeString(target.dtype, target.shape) + "), which has another size");
-    // Follow the chain to the buffer that owns memory; a chain longer than
-    // the buffer count is a cycle.
+    uint64_t end;
+    if (__builtin_add_overflow(slot.offset, slot.bytes, &end) ||
+        end > target.bytes)
+      return Status::error(bufferName(int32_t(id)) + " (" +
+                           typeString(slot.dtype, slot.shape) + " at offset " +
+                           std::to_string(slot.offset) + ") aliases " +
+                           bufferName(slot.root) + " (" +
+                           typeString(target.dtype, target.shape) +
+                           "), which does not hold its bytes");
+    // Follow the chain to the buffer that owns memory, adding the offsets
+    // (each view lies within the next, so the sum does too); a chain longer
+    // than the buffer count is a cycle.
     int32_t root = slot.root;
     for (size_t steps = 0; slots[size_t(root)].kind == Buffer::ALIAS; ++steps) {
       if (steps > slots.size())
         return Status::error(bufferName(int32_t(id)) +
                              " is part of a cycle of aliases");
+      slot.offset += program->buffers(root).alias_offset();
       root = program->buffers(root).alias_of();
     }
     slot.root = root;

@@ -5,13 +5,15 @@
 //===----------------------------------------------------------------------===//
 //
 // verifyProgram walks a rank's instructions once, in order, keeping for
-// every buffer whether it holds a value and, for the activation arena, which
-// buffer last wrote each byte range (an interval map: a buffer written whole
-// is one interval, so checking a read is one lookup). verifyCommunication
-// lines up the ranks' transfers per ordered pair of ranks and their
-// collectives per group, then runs the ranks' communication as the runtime
-// issues it (program order; sends eager, receives and collectives blocking)
-// on counters alone, to find a deadlock before anything waits for one.
+// every byte range that instructions wrote (of the activation arena and of
+// each output) which buffer last wrote it: an interval map, where a buffer
+// written whole is one interval, so checking a read is one lookup, and a
+// view at an offset (a microbatch's rows) is an interval of its own.
+// verifyCommunication lines up the ranks' transfers per ordered pair of ranks
+// and their collectives per group, then runs the ranks' communication as the
+// runtime issues it (program order; sends eager, receives and collectives
+// blocking) on counters alone, to find a deadlock before anything waits for
+// one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -289,8 +291,8 @@ struct BufferInfo {
 struct InFlight {
   int32_t token = 0;
   int start = 0;
-  /// The operand it reads (collectives, sends) and the root buffer it
-  /// writes (collectives, receives), -1 if none.
+  /// The buffer it reads (collectives, sends) and the buffer it writes
+  /// (collectives, receives), -1 if none.
   int32_t reading = -1, writing = -1;
 };
 
@@ -335,8 +337,12 @@ private:
   const InFlight *inFlightOver(const Region &region, bool writingOnly) const;
   std::string inFlightString(const InFlight &transfer) const;
 
-  /// Arena bytes [begin, end) now hold buffer `root`, written by `index`.
-  void assignArena(uint64_t begin, uint64_t end, int32_t root, int index);
+  /// The bytes of `region` now hold buffer `root`, written by `index`.
+  void assign(const Region &region, int32_t root, int index);
+  /// Whether instructions wrote every byte of `region` with buffer `root`'s
+  /// value; otherwise why not, with `what` naming the reader's buffer.
+  Status checkHolds(const Region &region, int32_t root,
+                    const std::string &what) const;
 
   const program::Program &program;
   const WeightStore *weights;
@@ -350,7 +356,8 @@ private:
     int32_t root;
     int index;
   };
-  std::map<uint64_t, Segment> arena;
+  /// Written bytes by (space, begin).
+  std::map<std::pair<int64_t, uint64_t>, Segment> written;
   std::vector<InFlight> inFlight;
 };
 
@@ -445,6 +452,10 @@ Status RankVerifier::checkBuffers() {
         return Status::error(name + " is a view of buffer " +
                              std::to_string(buffer.alias_of()) +
                              ", which is not another buffer of the program");
+      if (buffer.alias_offset() % elementSize != 0)
+        return Status::error(name + ": view offset " +
+                             std::to_string(buffer.alias_offset()) +
+                             " is not aligned to its elements");
       info.root = buffer.alias_of();
       break;
     default:
@@ -452,28 +463,35 @@ Status RankVerifier::checkBuffers() {
                            std::to_string(int(buffer.kind())));
     }
   }
-  // Views: the same byte size as what they view, and chains that end.
+  // Views: within the bytes of what they view, and chains that end.
   for (size_t id = 0; id < buffers.size(); ++id) {
     BufferInfo &info = buffers[id];
     if (info.kind != Buffer::ALIAS)
       continue;
     const BufferInfo &target = buffers[size_t(info.root)];
-    if (target.bytes != info.bytes)
-      return Status::error(
-          "buffer " + std::to_string(id) + " (" +
-          typeString(info.dtype, info.shape) + ") is a view of buffer " +
-          std::to_string(info.root) + " (" +
-          typeString(target.dtype, target.shape) + "), which has another size");
+    uint64_t offset = program.buffers(int(id)).alias_offset(), end;
+    if (__builtin_add_overflow(offset, info.bytes, &end) || end > target.bytes)
+      return Status::error("buffer " + std::to_string(id) + " (" +
+                           typeString(info.dtype, info.shape) + " at offset " +
+                           std::to_string(offset) + ") is a view of buffer " +
+                           std::to_string(info.root) + " (" +
+                           typeString(target.dtype, target.shape) +
+                           "), which does not hold its bytes");
+    // Each view lies within the next, so the offsets add up to a place
+    // within the root.
     int32_t root = info.root;
     for (size_t steps = 0; buffers[size_t(root)].kind == Buffer::ALIAS;
          ++steps) {
       if (steps > buffers.size())
         return Status::error("buffer " + std::to_string(id) +
                              " is part of a cycle of views");
+      offset += program.buffers(root).alias_offset();
       root = program.buffers(root).alias_of();
     }
     info.root = root;
-    info.region = buffers[size_t(root)].region;
+    const Region &bytes = buffers[size_t(root)].region;
+    info.region = {bytes.space, bytes.begin + offset,
+                   bytes.begin + offset + info.bytes};
   }
   return Status::ok();
 }
@@ -547,22 +565,43 @@ Status RankVerifier::read(int32_t id) const {
   if (writtenBy[size_t(root)] < 0)
     return Status::error("reads " + bufferString(id) +
                          " before any instruction writes it");
-  if (info.region.space != 0 || info.region.begin == info.region.end)
+  return checkHolds(info.region, root, "reads " + bufferString(id));
+}
+
+Status RankVerifier::checkHolds(const Region &region, int32_t root,
+                                const std::string &what) const {
+  // Every byte, in order: written with this root's value, and not since
+  // overwritten with another buffer's (arena bytes are shared). An empty
+  // buffer holds no bytes to lose.
+  if (region.begin >= region.end)
     return Status::ok();
-  // Arena bytes: still those this buffer was written with?
-  auto it = arena.upper_bound(info.region.begin);
-  if (it != arena.begin())
+  uint64_t next = region.begin;
+  auto it = written.upper_bound({region.space, region.begin});
+  if (it != written.begin() && std::prev(it)->first.first == region.space)
     --it;
-  for (; it != arena.end() && it->first < info.region.end; ++it) {
-    if (it->second.end <= info.region.begin || it->second.root == root)
+  for (; it != written.end() && it->first.first == region.space &&
+         it->first.second < region.end;
+       ++it) {
+    const Segment &segment = it->second;
+    if (segment.end <= region.begin)
       continue;
-    return Status::error(
-        "reads " + bufferString(id) + ", written by instruction " +
-        std::to_string(writtenBy[size_t(root)]) + ", but instruction " +
-        std::to_string(it->second.index) + " has since overwritten its bytes " +
-        "with " + bufferString(it->second.root) + " (they share arena bytes)");
+    if (segment.root != root)
+      return Status::error(
+          what + ", written by instruction " +
+          std::to_string(writtenBy[size_t(root)]) + ", but instruction " +
+          std::to_string(segment.index) + " has since overwritten its bytes " +
+          "with " + bufferString(segment.root) + " (they share arena bytes)");
+    if (it->first.second > next)
+      break;
+    next = std::max(next, segment.end);
   }
-  return Status::ok();
+  if (next >= region.end)
+    return Status::ok();
+  return Status::error(what + ", but no instruction has written its bytes " +
+                       std::to_string(next - region.begin) + " to " +
+                       std::to_string(region.end - region.begin) +
+                       " (views wrote only part of " + bufferString(root) +
+                       ")");
 }
 
 Status RankVerifier::checkWritable(int32_t id) const {
@@ -578,37 +617,38 @@ Status RankVerifier::checkWritable(int32_t id) const {
   return Status::ok();
 }
 
-void RankVerifier::assignArena(uint64_t begin, uint64_t end, int32_t root,
-                               int index) {
+void RankVerifier::assign(const Region &region, int32_t root, int index) {
+  uint64_t begin = region.begin, end = region.end;
+  int64_t space = region.space;
   if (begin >= end)
     return;
-  auto it = arena.lower_bound(begin);
-  if (it != arena.begin()) {
+  auto it = written.lower_bound({space, begin});
+  if (it != written.begin()) {
     auto previous = std::prev(it);
-    if (previous->second.end > begin) {
+    if (previous->first.first == space && previous->second.end > begin) {
       Segment tail = previous->second;
       previous->second.end = begin;
       if (tail.end > end)
-        arena.emplace(end, tail);
+        written.emplace(std::make_pair(space, end), tail);
     }
   }
-  while (it != arena.end() && it->first < end) {
+  while (it != written.end() && it->first.first == space &&
+         it->first.second < end) {
     if (it->second.end > end) {
       Segment tail = it->second;
-      arena.erase(it);
-      arena.emplace(end, tail);
+      written.erase(it);
+      written.emplace(std::make_pair(space, end), tail);
       break;
     }
-    it = arena.erase(it);
+    it = written.erase(it);
   }
-  arena.emplace(begin, Segment{end, root, index});
+  written.emplace(std::make_pair(space, begin), Segment{end, root, index});
 }
 
 void RankVerifier::commit(int32_t id, int index) {
   const BufferInfo &info = buffers[size_t(id)];
   writtenBy[size_t(info.root)] = index;
-  if (info.region.space == 0)
-    assignArena(info.region.begin, info.region.end, info.root, index);
+  assign(info.region, info.root, index);
 }
 
 Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
@@ -1005,7 +1045,8 @@ Status RankVerifier::checkCollective(int index,
     commit(collective.result(), index);
     return Status::ok();
   }
-  inFlight.push_back({collective.token(), index, in.root, out.root});
+  inFlight.push_back(
+      {collective.token(), index, collective.operand(), collective.result()});
   return Status::ok();
 }
 
@@ -1027,7 +1068,6 @@ Status RankVerifier::checkPointToPoint(int index,
                          " itself");
   if (!dataFlow)
     return Status::ok();
-  const BufferInfo &buffer = buffers[size_t(p2p.buffer())];
   if (p2p.async())
     PARTITA_RETURN_IF_ERROR(checkNewToken(p2p.token()));
   if (send)
@@ -1040,7 +1080,7 @@ Status RankVerifier::checkPointToPoint(int index,
     return Status::ok();
   }
   inFlight.push_back(
-      {p2p.token(), index, send ? buffer.root : -1, send ? -1 : buffer.root});
+      {p2p.token(), index, send ? p2p.buffer() : -1, send ? -1 : p2p.buffer()});
   return Status::ok();
 }
 
@@ -1087,11 +1127,15 @@ Status RankVerifier::checkEnd() const {
   if (!inFlight.empty())
     return Status::error(inFlightString(inFlight.front()) +
                          " is never waited for");
-  for (const program::Binding &binding : program.outputs())
-    if (writtenBy[size_t(buffers[size_t(binding.buffer())].root)] < 0)
-      return Status::error("output '" + binding.name() + "' (" +
-                           bufferString(binding.buffer()) +
-                           ") is never written");
+  for (const program::Binding &binding : program.outputs()) {
+    const BufferInfo &output = buffers[size_t(binding.buffer())];
+    std::string what = "output '" + binding.name() + "' (" +
+                       bufferString(binding.buffer()) + ")";
+    if (writtenBy[size_t(output.root)] < 0)
+      return Status::error(what + " is never written");
+    PARTITA_RETURN_IF_ERROR(
+        checkHolds(output.region, output.root, "returns " + what));
+  }
   return Status::ok();
 }
 

@@ -101,6 +101,29 @@ TEST(Executor, AliasesAreReshapes) {
   EXPECT_EQ(ys, (std::vector<float>{-1, -2, -3, -4, -5, -6}));
 }
 
+/// Views at an offset: a cache's rows read from an input and written into
+/// an output where they lie, one microbatch of rows at a time, as a
+/// pipeline stage's KV cache is.
+TEST(Executor, ViewsAtAnOffsetAreRowsInPlace) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {3, 2});
+  int32_t y = b.output("y", program::F32, {3, 2});
+  for (int64_t row = 0; row < 3; ++row) {
+    uint64_t offset = uint64_t(row) * 2 * sizeof(float);
+    int32_t in = b.alias(x, program::F32, {1, 2}, offset);
+    int32_t out = b.alias(y, program::F32, {1, 2}, offset);
+    b.kernel(row == 1 ? "exp" : "neg", {in}, {out});
+  }
+
+  SingleRank rank;
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(rank.create(b.p, executor));
+  std::vector<float> xs = {1, 2, 0, 0, 5, 6}, ys(6, 7);
+  ASSERT_OK(
+      executor->run({{"x", view(xs, {3, 2})}}, {{"y", view(ys, {3, 2})}}));
+  EXPECT_EQ(ys, (std::vector<float>{-1, -2, 1, 1, -5, -6}));
+}
+
 TEST(Executor, Constants) {
   ProgramBuilder b;
   int32_t x = b.input("x", program::F32, {2, 2});
@@ -354,7 +377,21 @@ TEST(Executor, RefusesInvalidPrograms) {
          int32_t a = b.activation(program::F32, {4});
          b.alias(a, program::F32, {5});
        },
-       "which has another size"},
+       "buffer 1 (f32 [5] at offset 0) aliases buffer 0 (f32 [4]), which "
+       "does not hold its bytes"},
+      {"alias offset",
+       [](ProgramBuilder &b) {
+         int32_t a = b.activation(program::F32, {4});
+         b.alias(a, program::F32, {2}, 12);
+       },
+       "buffer 1 (f32 [2] at offset 12) aliases buffer 0 (f32 [4]), which "
+       "does not hold its bytes"},
+      {"alias alignment",
+       [](ProgramBuilder &b) {
+         int32_t a = b.activation(program::F32, {4});
+         b.alias(a, program::F32, {2}, 2);
+       },
+       "buffer 1: view offset 2 is not aligned to its elements"},
       {"alias cycle",
        [](ProgramBuilder &b) {
          int32_t first = b.alias(1, program::F32, {2});

@@ -74,9 +74,12 @@ public:
     p.mutable_buffers(id)->set_weight(name);
     return id;
   }
-  int32_t alias(int32_t of, DType dtype, std::vector<int64_t> shape) {
+  /// A view of buffer `of`'s bytes from `offset` on.
+  int32_t alias(int32_t of, DType dtype, std::vector<int64_t> shape,
+                uint64_t offset = 0) {
     int32_t id = buffer(Buffer::ALIAS, dtype, std::move(shape));
     p.mutable_buffers(id)->set_alias_of(of);
+    p.mutable_buffers(id)->set_alias_offset(offset);
     return id;
   }
   program::Kernel *kernel(const std::string &op, std::vector<int32_t> operands,

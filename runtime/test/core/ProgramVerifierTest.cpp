@@ -122,6 +122,23 @@ TEST(ProgramVerifier, ReadOfBytesAnotherBufferOverwrote) {
                         "arena bytes)");
 }
 
+/// An empty buffer (a slice of zero rows) placed inside bytes another
+/// buffer writes later holds nothing that write could destroy.
+TEST(ProgramVerifier, EmptyBuffersHoldNothingToOverwrite) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {4});
+  int32_t a = b.activation(program::F32, {4});
+  int32_t empty = b.buffer(Buffer::ACTIVATION, program::F32, {0});
+  b.p.mutable_buffers(empty)->set_arena_offset(8); // inside a's bytes
+  int32_t y = b.output("y", program::F32, {4});
+  setInts(b.kernel("slice", {x}, {empty}), "start", {0});
+  setInts(b.p.mutable_instructions(0)->mutable_kernel(), "limit", {0});
+  setInts(b.p.mutable_instructions(0)->mutable_kernel(), "stride", {1});
+  b.kernel("neg", {x}, {a});
+  setInt(b.kernel("concat", {a, empty}, {y}), "axis", 0);
+  EXPECT_OK(verify(b.p));
+}
+
 TEST(ProgramVerifier, ResultMustNotShareBytesWithAnOperand) {
   ProgramBuilder b;
   int32_t x = b.input("x", program::F32, {4});
@@ -265,14 +282,20 @@ TEST(ProgramVerifier, BuffersAreWellFormed) {
                                           "name");
 }
 
-TEST(ProgramVerifier, ViewsHaveTheSizeOfWhatTheyView) {
+TEST(ProgramVerifier, ViewsLieWithinWhatTheyView) {
   ProgramBuilder b;
   int32_t x = b.input("x", program::F32, {4});
-  int32_t view = b.alias(x, program::F32, {3});
+  int32_t view = b.alias(x, program::F32, {3}, 4);
   int32_t y = b.output("y", program::F32, {3});
   b.kernel("neg", {view}, {y});
-  EXPECT_ERROR_CONTAINS(verify(b.p), "buffer 1 (f32 [3]) is a view of buffer "
-                                     "0 (f32 [4]), which has another size");
+  EXPECT_OK(verify(b.p));
+  b.p.mutable_buffers(view)->set_alias_offset(8);
+  EXPECT_ERROR_CONTAINS(verify(b.p),
+                        "buffer 1 (f32 [3] at offset 8) is a view of buffer "
+                        "0 (f32 [4]), which does not hold its bytes");
+  b.p.mutable_buffers(view)->set_alias_offset(2);
+  EXPECT_ERROR_CONTAINS(verify(b.p), "buffer 1: view offset 2 is not aligned "
+                                     "to its elements");
 
   ProgramBuilder cycle;
   int32_t first = cycle.alias(1, program::F32, {4});
@@ -283,6 +306,46 @@ TEST(ProgramVerifier, ViewsHaveTheSizeOfWhatTheyView) {
   self.alias(0, program::F32, {4});
   EXPECT_ERROR_CONTAINS(verify(self.p), "buffer 0 is a view of buffer 0, "
                                         "which is not another buffer");
+}
+
+/// An output written a block of rows at a time through views at their
+/// offsets (a pipeline stage's KV cache, microbatch by microbatch): every
+/// block must be written before the output is returned or read whole, and
+/// a block is read only once written.
+TEST(ProgramVerifier, ViewsAtAnOffsetWriteOnlyTheirBytes) {
+  ProgramBuilder b;
+  int32_t x = b.input("x", program::F32, {2, 4});
+  int32_t y = b.output("y", program::F32, {2, 4});
+  int32_t z = b.output("z", program::F32, {1, 4});
+  int32_t rows[2];
+  for (int r = 0; r < 2; ++r) {
+    int32_t in = b.alias(x, program::F32, {1, 4}, uint64_t(r) * 16);
+    rows[r] = b.alias(y, program::F32, {1, 4}, uint64_t(r) * 16);
+    b.kernel("neg", {in}, {rows[r]});
+  }
+  b.kernel("exp", {rows[1]}, {z});
+  EXPECT_OK(verify(b.p));
+
+  // The second block never written: its read and the output are refused.
+  ProgramBuilder half = b;
+  half.p.mutable_instructions()->DeleteSubrange(1, 1);
+  EXPECT_ERROR_CONTAINS(verify(half.p),
+                        "rank 0, instruction 1 (exp): reads buffer 6 (a view "
+                        "of buffer 1), but no instruction has written its "
+                        "bytes 0 to 16 (views wrote only part of buffer 1)");
+  half.p.mutable_instructions()->DeleteSubrange(1, 1);
+  EXPECT_ERROR_CONTAINS(verify(half.p),
+                        "rank 0: returns output 'y' (buffer 1), but no "
+                        "instruction has written its bytes 16 to 32 (views "
+                        "wrote only part of buffer 1)");
+  // Reading the output whole after one block.
+  ProgramBuilder whole = b;
+  int32_t w = whole.output("w", program::F32, {2, 4});
+  whole.kernel("neg", {y}, {w});
+  whole.p.mutable_instructions()->SwapElements(1, 3);
+  EXPECT_ERROR_CONTAINS(verify(whole.p),
+                        "instruction 1 (neg): reads buffer 1, but no "
+                        "instruction has written its bytes 16 to 32");
 }
 
 TEST(ProgramVerifier, EveryInputAndOutputIsBoundOnce) {

@@ -262,7 +262,11 @@ INSTANTIATE_TEST_SUITE_P(
         ServingCase{"llama_kv", "llama_kv", "", 24},
         ServingCase{"llama_kv_tp2", "llama_kv", "--mesh tp=2", 300},
         // 2 kv heads at tp=4: one cache slot per rank.
-        ServingCase{"llama_kv_tp4", "llama_kv", "--mesh tp=4", 24}),
+        ServingCase{"llama_kv_tp4", "llama_kv", "--mesh tp=4", 24},
+        // Two microbatches per stage: each one's rows of the cache are
+        // views of it, read and written in place on the device.
+        ServingCase{"gpt2_kv_pp2_mb2", "gpt2_kv",
+                    "--mesh pp=2 --microbatches 2", 24}),
     [](const ::testing::TestParamInfo<ServingCase> &info) {
       return info.param.name;
     });

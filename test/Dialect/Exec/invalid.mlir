@@ -87,6 +87,28 @@ func.func @buffer_c3(%x: tensor<4xf32> {exec.buffer = #exec.buffer<id = 0, kind 
 
 // -----
 
+// expected-error@+1 {{buffer_c4: only an activation or an alias has an offset, and it is non-negative (got 64)}}
+func.func @buffer_c4(%x: tensor<4xf32> {exec.buffer = #exec.buffer<id = 0, kind = input, offset = 64>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{buffer_c4: only an activation or an alias has an offset, and it is non-negative (got -4)}}
+func.func @buffer_c4_negative(%x: tensor<4xf32> {exec.buffer = #exec.buffer<id = 1, kind = alias, alias_of = 0, offset = -4>}) {
+  return
+}
+
+// -----
+
+func.func @view(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'exec.view' must be a unit attribute on an nn.slice or nn.concat}}
+  %n = nn.neg %x {exec.view} : tensor<4xf32>
+  return
+}
+
+// -----
+
 func.func @group(%x: tensor<4xf32>) {
   // expected-error@+1 {{'exec.group' must be a non-empty array<i32> of global ranks}}
   %n = nn.neg %x {exec.group = array<i32>} : tensor<4xf32>

@@ -47,6 +47,11 @@ LogicalResult BufferAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       (offset % 64 != 0 || firstWrite > lastRead))
     return emitError() << "buffer_c3: an activation sits at a multiple of 64 "
                           "and is written before it is last read";
+  if (offset < 0 || (offset != 0 && kind != BufferKind::Activation &&
+                     kind != BufferKind::Alias))
+    return emitError() << "buffer_c4: only an activation or an alias has an "
+                          "offset, and it is non-negative (got "
+                       << offset << ")";
   return success();
 }
 
@@ -85,6 +90,12 @@ LogicalResult verifyExecAttribute(Operation *op, StringRef name,
     auto names = dyn_cast<ArrayAttr>(attr);
     if (!names || !llvm::all_of(names, llvm::IsaPred<StringAttr>))
       return fail("an array of output names");
+    return success();
+  }
+  if (name == ExecDialect::kViewAttr) {
+    StringRef opName = op->getName().getStringRef();
+    if (!isa<UnitAttr>(attr) || (opName != "nn.slice" && opName != "nn.concat"))
+      return fail("a unit attribute on an nn.slice or nn.concat");
     return success();
   }
   return op->emitError() << "unknown exec attribute '" << name << "'";

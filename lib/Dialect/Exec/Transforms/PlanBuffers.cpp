@@ -11,6 +11,12 @@
 // reads it (through views too), and activations whose lives do not overlap
 // share arena bytes.
 //
+// A KV cache that a pipeline stage writes microbatch by microbatch (the
+// returned concatenation of kv_cache_writes into the cache argument's rows)
+// is written where it lies: each microbatch's rows are a view of the cache
+// at their offset, read and written in place, and the concatenation is a
+// view too (exec.view): no instruction copies the cache.
+//
 //===----------------------------------------------------------------------===//
 
 #include "partita/Dialect/Exec/Transforms/Passes.h"
@@ -89,6 +95,8 @@ private:
     RankedTensorType type;
     int64_t aliasOf = -1;
     std::string weight;
+    /// The arena offset of an activation, the byte offset of a view in
+    /// the buffer it views.
     int64_t firstWrite = -1, lastRead = -1, offset = 0;
   };
   /// A weight, or a block of one, kept on the host.
@@ -99,7 +107,8 @@ private:
 
   LogicalResult checkSizes();
   int64_t add(Value value, BufferKind kind);
-  int64_t addAlias(Value value, Value of);
+  int64_t addAlias(Value value, Value of, int64_t offset = 0);
+  void planCacheRowsInPlace(func::ReturnOp ret);
   LogicalResult addConstant(nn::ConstantOp op);
   LogicalResult addHostConstant(nn::ConstantOp op);
   void addHostBlock(exec::SliceBlockOp op);
@@ -117,6 +126,11 @@ private:
   /// Where each result that a kernel writes directly is bound: result index
   /// to the value's buffer.
   llvm::DenseMap<unsigned, int64_t> boundOutputs;
+  /// Microbatch rows of a KV cache written in place: each slice and each
+  /// write, the view it becomes (the value viewed, the byte offset); and
+  /// the output index of each concatenation they form.
+  llvm::DenseMap<Operation *, std::pair<Value, int64_t>> rowViews;
+  llvm::DenseMap<Operation *, unsigned> viewConcats;
   int64_t arenaBytes = 0, activationBytes = 0;
 };
 
@@ -176,10 +190,79 @@ int64_t Planner::add(Value value, BufferKind kind) {
   return id;
 }
 
-int64_t Planner::addAlias(Value value, Value of) {
+int64_t Planner::addAlias(Value value, Value of, int64_t offset) {
   int64_t id = add(value, BufferKind::Alias);
   buffers[id].aliasOf = bufferOf.lookup(of);
+  buffers[id].offset = offset;
   return id;
+}
+
+/// The byte offset of `slice`'s result in its input where the result is a
+/// contiguous run of the input's bytes: a range of dimension `dim`, every
+/// dimension before it of size 1 and every other taken whole.
+static std::optional<int64_t> contiguousRowsOffset(nn::SliceOp slice,
+                                                   int64_t dim) {
+  auto type = cast<RankedTensorType>(slice.getInput().getType());
+  ArrayRef<int64_t> start = slice.getStart(), limit = slice.getLimit();
+  if (dim < 0 || dim >= type.getRank())
+    return std::nullopt;
+  for (int64_t d = 0; d < type.getRank(); ++d) {
+    bool whole = start[d] == 0 && limit[d] == type.getDimSize(d);
+    if (slice.getStride()[d] != 1 || (d != dim && !whole) ||
+        (d < dim && type.getDimSize(d) != 1))
+      return std::nullopt;
+  }
+  if (type.getDimSize(dim) == 0)
+    return 0;
+  return start[dim] * (tensorBytes(type) / type.getDimSize(dim));
+}
+
+void Planner::planCacheRowsInPlace(func::ReturnOp ret) {
+  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+    // Returned once, and nothing else reads it.
+    auto concat = value.getDefiningOp<nn::ConcatOp>();
+    if (!concat || !concat->hasOneUse())
+      continue;
+    // Each operand: a write that this concatenation reads once and nothing
+    // returns, into a slice only it reads of the function argument all the
+    // slices share, along the concatenation's axis; in order, the slices
+    // tile the argument's bytes.
+    BlockArgument cache;
+    int64_t next = 0;
+    SmallVector<std::pair<nn::KvCacheWriteOp, int64_t>> pieces;
+    for (Value operand : concat.getInputs()) {
+      auto write = operand.getDefiningOp<nn::KvCacheWriteOp>();
+      auto slice =
+          write ? write.getCache().getDefiningOp<nn::SliceOp>() : nn::SliceOp();
+      auto arg =
+          slice ? dyn_cast<BlockArgument>(slice.getInput()) : BlockArgument();
+      std::optional<int64_t> offset =
+          arg ? contiguousRowsOffset(slice, concat.getAxis()) : std::nullopt;
+      if (!offset || *offset != next || (cache && arg != cache) ||
+          !slice->hasOneUse() ||
+          llvm::count(concat.getInputs(), operand) != 1 ||
+          llvm::is_contained(ret.getOperands(), operand))
+        break;
+      cache = arg;
+      pieces.push_back({write, *offset});
+      next += tensorBytes(cast<RankedTensorType>(operand.getType()));
+    }
+    // The slices are all that read the cache argument: a write in place
+    // changes what any other reader would see.
+    if (pieces.size() != concat.getInputs().size() || !cache ||
+        cache.getType() != concat.getType() ||
+        !llvm::all_of(cache.getUsers(), [&](Operation *user) {
+          return llvm::any_of(pieces, [&](auto piece) {
+            return piece.first.getCache().getDefiningOp() == user;
+          });
+        }))
+      continue;
+    viewConcats[concat] = i;
+    for (auto [write, offset] : pieces) {
+      rowViews[write.getCache().getDefiningOp()] = {cache, offset};
+      rowViews[write] = {value, offset};
+    }
+  }
 }
 
 /// A weight without bytes to read: its blob (a view's source's) was never
@@ -279,6 +362,7 @@ LogicalResult Planner::addBuffers() {
     if (writes && !outputIndex.count(value))
       outputIndex[value] = i;
   }
+  planCacheRowsInPlace(ret);
   for (Operation &op : body.without_terminator()) {
     if (isCollectiveStart(&op) || isa<dist::RecvOp>(op)) {
       add(op.getResult(0), BufferKind::Activation);
@@ -317,6 +401,25 @@ LogicalResult Planner::addBuffers() {
     }
     if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
       addAlias(reshape.getResult(), reshape.getInput());
+      continue;
+    }
+    // A cache's microbatch rows, in place: the slice a view of the cache
+    // argument, the write a view of the returned cache (its buffer made
+    // here, where the first write needs it), the concatenation nothing.
+    if (auto view = rowViews.find(&op); view != rowViews.end()) {
+      auto [of, offset] = view->second;
+      if (!bufferOf.count(of)) {
+        auto concat = cast<nn::ConcatOp>(of.getDefiningOp());
+        boundOutputs[viewConcats.lookup(concat)] = add(of, BufferKind::Output);
+      }
+      if (isa<nn::SliceOp>(op))
+        op.setAttr(exec::ExecDialect::kViewAttr,
+                   UnitAttr::get(op.getContext()));
+      addAlias(op.getResult(0), of, offset);
+      continue;
+    }
+    if (viewConcats.count(&op)) {
+      op.setAttr(exec::ExecDialect::kViewAttr, UnitAttr::get(op.getContext()));
       continue;
     }
     bool instruction = isKernel(&op) || isa<exec::KernelOp>(op) ||
@@ -416,6 +519,8 @@ void Planner::computeLifetimes() {
             read(operand);
         chain = step->getResult(0);
       }
+    } else if (op.hasAttr(exec::ExecDialect::kViewAttr)) {
+      continue; // No instruction: its bytes are where they lie.
     } else if (isKernel(&op) || isa<exec::CopyOp>(op) ||
                (isa<exec::SliceBlockOp>(op) &&
                 !hostData.count(op.getResult(0)))) {
@@ -484,7 +589,8 @@ void Planner::writeAttributes() {
   auto attrOf = [&](int64_t id) {
     const Buffer &b = buffers[id];
     bool activation = b.kind == BufferKind::Activation;
-    return exec::BufferAttr::get(context, id, b.kind, activation ? b.offset : 0,
+    bool placed = activation || b.kind == BufferKind::Alias;
+    return exec::BufferAttr::get(context, id, b.kind, placed ? b.offset : 0,
                                  activation ? b.firstWrite : -1,
                                  activation ? b.lastRead : -1, b.aliasOf,
                                  b.weight);

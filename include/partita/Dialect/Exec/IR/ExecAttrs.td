@@ -21,9 +21,11 @@ def Exec_BufferAttr : Exec_Attr<"Buffer", "buffer"> {
     `#exec.buffer`: its id in `Program.buffers`, its kind (`input`,
     `output`, `weight`, `constant` for inline data, `activation` in the
     arena, `alias` for a view of buffer `alias_of`), for a weight the tensor
-    name in the rank's safetensors files, and for an activation its arena
+    name in the rank's safetensors files, for an activation its arena
     `offset` and lifetime: the instruction that first writes it and the last
-    that reads it (through views too), counted in program order. Function
+    that reads it (through views too), counted in program order, and for an
+    alias the byte `offset` where the view starts in `alias_of` (0 for a
+    reshape; a block of leading rows starts further in). Function
     arguments carry it as the argument attribute `exec.buffer`, op results
     as the op attribute `exec.buffers` (one per result).
 
@@ -39,6 +41,8 @@ def Exec_BufferAttr : Exec_Attr<"Buffer", "buffer"> {
        itself; a `weight` has a non-empty name.
     3. `buffer_c3`: an `activation`'s offset is a multiple of 64 and
        `first_write <= last_read`.
+    4. `buffer_c4`: an offset is non-negative, and only an `activation` or
+       an `alias` has one.
   }];
   let parameters = (ins
     "int64_t":$id,

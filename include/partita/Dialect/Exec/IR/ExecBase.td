@@ -36,7 +36,9 @@ def Exec_Dialect : Dialect {
     into an output. Its attributes carry the rank (`exec.rank`,
     `exec.world_size`), the global ranks of collective groups
     (`exec.group`) and point-to-point peers (`exec.peer`), and the buffer
-    plan (`#exec.buffer`, `exec.arena_bytes`); the dialect verifies them
+    plan (`#exec.buffer`, `exec.arena_bytes`, `exec.view` on a slice or a
+    concatenation whose bytes the plan left where they lie, so that the
+    translation writes no instruction for it); the dialect verifies them
     where they are attached.
   }];
   let useDefaultAttributePrinterParser = 1;
@@ -60,6 +62,10 @@ def Exec_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kArenaBytesAttr = "exec.arena_bytes";
     static constexpr ::llvm::StringLiteral kActivationBytesAttr =
         "exec.activation_bytes";
+    /// On an nn.slice or nn.concat that the buffer plan made a view: the
+    /// slice's result lies in its input's bytes, or the concatenation's
+    /// operands were written in its result's. No instruction moves bytes.
+    static constexpr ::llvm::StringLiteral kViewAttr = "exec.view";
   }];
 }
 
