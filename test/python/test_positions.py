@@ -228,8 +228,11 @@ def test_cumsum_and_cos_of_a_sharded_projection(tmp_path, mesh):
                          local.stdout), local.stdout
     want = reference(m, {"x": x})
     got = run(tmp_path / "run", m, {"x": x}, mesh)
+    # The design's fp32 tolerance: the scan along the features adds terms
+    # up to ~50 into sums near 0, whose last bits follow OpenBLAS's kernel
+    # for the projection (1.5e-5 off on 0.355 on an AMD EPYC).
     for name, expected in want.items():
-        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5,
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5,
                                    err_msg=name)
 
 
