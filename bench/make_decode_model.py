@@ -18,6 +18,13 @@ and optimum-onnx in /work/venv-opt (see test/models/hf/make_hf.py):
 
     /work/venv-hf/bin/python bench/make_decode_model.py \
         [-o /tmp/decode/gpt2s_kv.onnx] [--optimum-python /work/venv-opt/bin/python]
+
+or, with optimum 1.16 and Debian's torch 1.13, make_trained_kv.py's one
+environment for both (eager attention: that transformers has no sdpa for
+GPT-2):
+
+    /work/venv-train/bin/python bench/make_decode_model.py \
+        --optimum-python /work/venv-train/bin/python
 """
 
 import argparse
@@ -58,7 +65,14 @@ def build(seed):
                            n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
                            n_inner=FFN, use_cache=True)
     config._attn_implementation = "sdpa"
-    return tf.GPT2LMHeadModel(config).eval()
+    try:
+        return tf.GPT2LMHeadModel(config).eval()
+    except ValueError:
+        # transformers before GPT-2's sdpa (4.36, with Debian's torch 1.13
+        # and optimum 1.16: test/models/hf/make_trained_kv.py's venv).
+        torch.manual_seed(seed)
+        config._attn_implementation = "eager"
+        return tf.GPT2LMHeadModel(config).eval()
 
 
 def export(model, out, optimum_python):

@@ -23,6 +23,23 @@ func.func @matmul(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 
 // -----
 
+// f32's lowest, as exporters build an additive attention mask from it
+// (`(1 - mask) * finfo(float32).min`), saturates to the lowest finite bf16
+// (fp16) value: rounded to -inf it would make the kept positions' 0 * -inf
+// NaN. Infinities stay infinite.
+// CHECK-LABEL: func.func @mask_constant
+// CHECK: nn.constant dense<[-3.389530e+38, 0xFF80, 3.389530e+38]> : tensor<3xbf16>
+// F16-LABEL: func.func @mask_constant
+// F16: nn.constant dense<[-6.550400e+04, 0xFC00, 6.550400e+04]> : tensor<3xf16>
+func.func @mask_constant(%keep: tensor<4xf32>) -> tensor<3x4xf32> {
+  %lowest = nn.constant dense<[-3.40282347e+38, 0xFF800000, 3.40282347e+38]> : tensor<3xf32>
+  %c = nn.reshape %lowest : tensor<3xf32> -> tensor<3x1xf32>
+  %m = nn.mul %c, %keep : (tensor<3x1xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+  return %m : tensor<3x4xf32>
+}
+
+// -----
+
 // Integer and boolean tensors, and non-f32 arguments, are left alone; a
 // weight held as a resource blob is not read: it becomes a view that
 // converts it, under its name, and the blob keeps its f32 bytes (the

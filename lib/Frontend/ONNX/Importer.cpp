@@ -934,6 +934,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
                                 fileLoc)) ||
       failed(importInitializers()))
     return nullptr;
+  declareMaskOverCache(*model->mutable_graph());
   SmallVector<std::string> inputNames;
   SmallVector<Type> inputTypes;
   if (failed(bindInputs(inputNames, inputTypes)))
@@ -964,6 +965,10 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
 
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
+  // Output dimensions declared as expressions that the graph does not
+  // compute: the first, and how many.
+  std::string misdeclared;
+  unsigned misdeclaredCount = 0;
   for (const onnx::ValueInfoProto &output : graph.output()) {
     Location loc =
         NameLoc::get(StringAttr::get(context, output.name()), fileLoc);
@@ -1013,21 +1018,42 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
                             << type << " the graph computes",
              nullptr;
     // A dimension declared as an expression of bound symbols is checked
-    // against what the graph computes.
+    // against what the graph computes. ONNX makes a dim_param a name, not
+    // arithmetic, and onnxruntime runs the graph whatever an output's
+    // dim_param says; exporters' expressions are hints that can be wrong
+    // (optimum 1.16 declares every present 'past_sequence_length + 1',
+    // true for one new token only). The graph's shape is used, with a
+    // warning; a declaration no shape can have is an error.
     for (int d = 0; d < declared.dim_size(); ++d) {
       if (!declared.dim(d).has_dim_param())
         continue;
       ResolvedDim r = resolveDimParam(declared.dim(d).dim_param(), nullptr);
-      if (r.isExpression && r.value && *r.value != type.getDimSize(d))
+      if (!r.isExpression || !r.value || *r.value == type.getDimSize(d))
+        continue;
+      if (*r.value < 0)
         return emitError(loc)
                    << "graph output '" << output.name() << "' dimension " << d
                    << " is declared '" << declared.dim(d).dim_param()
-                   << "' = " << *r.value << " with the bound values, but the "
-                   << "graph computes " << type.getDimSize(d),
+                   << "' = " << *r.value
+                   << " with the bound values, which no dimension can be",
                nullptr;
+      if (misdeclaredCount++ == 0)
+        llvm::raw_string_ostream(misdeclared)
+            << "graph output '" << output.name() << "' dimension " << d
+            << " is declared '" << declared.dim(d).dim_param()
+            << "' = " << *r.value
+            << " with the bound values, but the graph computes "
+            << type.getDimSize(d);
     }
     results.push_back(value);
     resultTypes.push_back(type);
+  }
+  if (misdeclaredCount) {
+    InFlightDiagnostic warning = emitWarning(fileLoc) << misdeclared;
+    if (unsigned others = misdeclaredCount - 1)
+      warning << " (and " << others << " other output dimension"
+              << (others > 1 ? "s" : "") << ")";
+    warning << "; the graph's shapes are used, as onnxruntime uses them";
   }
   func::ReturnOp::create(builder, fileLoc, results);
   func.setFunctionType(builder.getFunctionType(inputTypes, resultTypes));

@@ -6,6 +6,8 @@
 
 #include "OptimumDecoders.h"
 
+#include "DimExpr.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -31,10 +33,9 @@ void removeInputs(onnx::GraphProto &graph, Predicate drop) {
   graph.mutable_input()->Swap(&kept);
 }
 
-/// The then branch reads `attention_mask` over the cached positions and the
-/// new ones; the merged graph declares it [batch, sequence], as the else
-/// branch reads it. Declares it [batch, past + sequence].
-void declareMaskOverCache(onnx::GraphProto &graph) {
+} // namespace
+
+void mlir::partita::onnx_import::declareMaskOverCache(onnx::GraphProto &graph) {
   CacheSymbols symbols = findCacheSymbols(graph);
   const std::string &past = symbols.past, &sequence = symbols.sequence;
   if (past.empty() || sequence.empty())
@@ -44,12 +45,18 @@ void declareMaskOverCache(onnx::GraphProto &graph) {
       continue;
     onnx::TensorShapeProto *shape =
         input.mutable_type()->mutable_tensor_type()->mutable_shape();
-    if (shape->dim_size() == 2 && shape->dim(1).dim_param() == sequence)
+    if (shape->dim_size() != 2)
+      continue;
+    // [batch, sequence] (the merged graph), or an expression of the past
+    // alone ('past_sequence_length + 1').
+    const std::string &length = shape->dim(1).dim_param();
+    std::optional<DimExpr> expr = DimExpr::parse(length);
+    bool pastOnly = expr && llvm::is_contained(expr->getSymbols(), past) &&
+                    !llvm::is_contained(expr->getSymbols(), sequence);
+    if (length == sequence || pastOnly)
       shape->mutable_dim(1)->set_dim_param(past + " + " + sequence);
   }
 }
-
-} // namespace
 
 CacheSymbols
 mlir::partita::onnx_import::findCacheSymbols(const onnx::GraphProto &graph) {
@@ -167,7 +174,6 @@ mlir::partita::onnx_import::selectMergedBranch(onnx::GraphProto &graph,
     removeInputs(graph, [](const onnx::ValueInfoProto &input) {
       return input.name() == kCondition;
     });
-    declareMaskOverCache(graph);
     return success();
   }
   // The no-past branch reads no past: those inputs go too.

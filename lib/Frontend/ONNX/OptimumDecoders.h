@@ -59,6 +59,15 @@ FailureOr<std::string> findDirectoryModel(StringRef directory, KvCacheForm form,
 LogicalResult selectMergedBranch(onnx::GraphProto &graph, KvCacheForm form,
                                  Location loc);
 
+/// A decoder's `attention_mask` covers the cached positions and the new
+/// ones, as generation feeds it: [batch, past + sequence]. Graphs with past
+/// inputs that declare it otherwise are declared so: a merged decoder's
+/// with-past branch, where the merged graph declares [batch, sequence] as
+/// its no-past branch reads it; optimum 1.16, which declares [batch,
+/// past + 1], as a step of one token reads it. A graph without past inputs
+/// is left as it is.
+void declareMaskOverCache(onnx::GraphProto &graph);
+
 } // namespace mlir::partita::onnx_import
 
 #endif // PARTITA_LIB_FRONTEND_ONNX_OPTIMUMDECODERS_H

@@ -60,10 +60,16 @@ void collectAngleOps(Operation *trig, llvm::DenseSet<Operation *> &angles) {
   angles.insert(seen.begin(), seen.end());
 }
 
-/// `value` rounded to `semantics` (nearest, ties to even), as its bits.
+/// `value` rounded to `semantics` (nearest, ties to even), as its bits. A
+/// finite value beyond the range saturates to the largest finite value of
+/// its sign instead of becoming infinite: exporters mask with f32's lowest
+/// (`(1 - mask) * finfo(float32).min`), which stands for "the most negative
+/// number" and must stay finite, or its product with 0 is NaN.
 APInt roundTo(APFloat value, const llvm::fltSemantics &semantics) {
-  bool losesInfo;
+  bool losesInfo, finite = value.isFinite();
   value.convert(semantics, APFloat::rmNearestTiesToEven, &losesInfo);
+  if (finite && value.isInfinity())
+    value = APFloat::getLargest(semantics, value.isNegative());
   return value.bitcastToAPInt();
 }
 
