@@ -21,7 +21,8 @@ and optimum-onnx in /work/venv-opt (see test/models/hf/make_hf.py):
 
 or, with optimum 1.16 and Debian's torch 1.13, make_trained_kv.py's one
 environment for both (eager attention: that transformers has no sdpa for
-GPT-2):
+GPT-2; torch 1.13 exchanges arrays with numpy 1 only, so there also
+`pip install "numpy<2" ml_dtypes==0.5.1`):
 
     /work/venv-train/bin/python bench/make_decode_model.py \
         --optimum-python /work/venv-train/bin/python

@@ -123,6 +123,8 @@ def step(model):
     return feeds, np.array(full.logits.tolist(), np.float32)
 
 
+# run_ort and describe are make_hf.py's, which this environment cannot
+# import: its table of models names classes transformers 4.36 lacks.
 def run_ort(path, feeds):
     options = ort.SessionOptions()
     options.graph_optimization_level = \
