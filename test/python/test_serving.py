@@ -316,31 +316,42 @@ def test_bf16_generation(tmp_path, name, mesh):
     assert tokens.shape == (2, 8) and tokens.min() >= 0 and tokens.max() < 128
 
 
-def trained_prompt():
-    """gpt2_trained_kv's prompts: text of the language it learned (two
+def trained_prompt(name):
+    """A trained fixture's prompts: text of the language it learned (two
     rows of 6 tokens, the second left-padded by 2)."""
-    inputs = np.load(HF / "gpt2_trained_kv.inputs.npz")
+    inputs = np.load(HF / f"{name}.inputs.npz")
     return inputs["prompt.input_ids"], inputs["prompt.attention_mask"]
 
 
-@pytest.mark.parametrize("mesh", [None, {"tp": 2}, {"pp": 2}],
-                         ids=["1", "tp=2", "pp=2"])
+TRAINED_CASES = [
+    (name, mesh) for name in ("gpt2_trained_kv", "llama_trained_kv")
+    for mesh in (None, {"tp": 2}, {"pp": 2})] + [
+    ("llama_trained_kv", {"tp": 4})]  # 2 kv heads: one per rank.
+
+
+@pytest.mark.parametrize(
+    "name,mesh", TRAINED_CASES,
+    ids=[f"{n}-{','.join(f'{k}={v}' for k, v in (m or {}).items()) or '1'}"
+         for n, m in TRAINED_CASES])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_trained_model_generates_onnxruntime_tokens(tmp_path, dtype, mesh):
-    """A trained model (gpt2_trained_kv: make_trained_kv.py), exported by
-    optimum 1.16, whose greedy choices lead by 7 to 9 logits out of a
-    scale of ~19, as a served model's do: its 32 tokens equal onnxruntime's
-    fp32 greedy loop in fp32 (logits at rtol 1e-4) and in bf16 too (logits
-    within 2e-2 of their scale), every step. optimum 1.16 declares each
-    present 'past_sequence_length + 1', wrong for the prompt: the compile
-    warns and uses the graph's shapes."""
+def test_trained_model_generates_onnxruntime_tokens(tmp_path, dtype, name,
+                                                    mesh):
+    """Trained models (make_trained_kv.py: a GPT-2, and a Llama with 2 kv
+    heads for 4 query heads), exported by optimum 1.16, whose greedy
+    choices lead by 5 to 9 logits out of a scale of 17 to 19, as a served
+    model's do: their 32 tokens equal onnxruntime's fp32 greedy loop in
+    fp32 (logits at rtol 1e-4) and in bf16 too (logits within 2e-2 of their
+    scale), every step. optimum 1.16 declares each present
+    'past_sequence_length + 1', wrong for the prompt: the compile warns and
+    uses the graph's shapes."""
     import partita
-    ids, mask = trained_prompt()
-    model = HF / "gpt2_trained_kv.optimum.onnx"
+    ids, mask = trained_prompt(name)
+    model = HF / f"{name}.optimum.onnx"
     want_tokens, want_logits = ort_greedy(model, ids, mask, NEW_TOKENS)
     top2 = np.sort(want_logits, -1)[..., -2:]
     scale = float(np.abs(want_logits).max())
-    assert (top2[..., 1] - top2[..., 0]).min() > 0.3 * scale
+    # Every choice clear by five times bf16's tolerance on each logit.
+    assert (top2[..., 1] - top2[..., 0]).min() > 0.1 * scale
     artifact = partita.compile(model, mesh,
                                bind={"batch_size": 2,
                                      "sequence_length": PROMPT},

@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""Writes gpt2_trained_kv.optimum.onnx: a small GPT-2 trained until its
-greedy choices are clear, exported with its KV cache by optimum.
+"""Writes gpt2_trained_kv.optimum.onnx and llama_trained_kv.optimum.onnx:
+a small GPT-2 and a small Llama (grouped-query attention: 4 heads, 2 kv
+heads) trained until their greedy choices are clear, exported with their
+KV caches by optimum.
 
 The other KV-cache fixtures have random weights: their top-two logits lie
 as close as 0.003, under what bf16 resolves, so no bf16 run can be asked to
 pick their tokens. A trained model, as users serve, picks with margins of
-several units. This one learns a synthetic language: every token is a
-fixed permutation of the token two before it (two interleaved chains),
-which a decoder can only continue by attending to its cache.
+several units. These learn a synthetic language: every token is a fixed
+permutation of the token two before it (two interleaved chains), which a
+decoder can only continue by attending to its cache.
 
-Written as the other KV-cache fixtures are (make_hf.py): the model,
-`gpt2_trained_kv.inputs.npz` (one decode step, 4 tokens of the language
+Written as the other KV-cache fixtures are (make_hf.py), for each NAME:
+the model, `NAME.inputs.npz` (one decode step, 4 tokens of the language
 after 6 cached, plus under `prompt.*` two prompts of the language for
-generation), `gpt2_trained_kv.optimum.outputs.npz` (onnxruntime's outputs
-of the step, graph optimizations off) and its entry in manifest.json.
+generation), `NAME.optimum.outputs.npz` (onnxruntime's outputs of the
+step, graph optimizations off) and its entry in manifest.json.
 
 Run by hand, never in CI, with Debian's torch (python3-torch, 1.13) and an
 optimum of its era from PyPI:
@@ -21,13 +23,15 @@ optimum of its era from PyPI:
     /usr/bin/python3 -m venv --system-site-packages /work/venv-train
     /work/venv-train/bin/pip install transformers==4.36.2 optimum==1.16.2 \\
         onnx onnxruntime
-    /work/venv-train/bin/python test/models/hf/make_trained_kv.py
+    /work/venv-train/bin/python test/models/hf/make_trained_kv.py \
+        [--only gpt2_trained_kv,llama_trained_kv]
 
 Deterministic on one machine (seeded, one thread); it prints the training
 loss, the exported model's error against torch on the step, and the
 top-two margins of a 32-token greedy run from the prompts in onnxruntime.
 """
 
+import argparse
 import collections
 import json
 import pathlib
@@ -42,7 +46,6 @@ import transformers as tf
 from optimum.exporters.onnx import main_export
 
 HERE = pathlib.Path(__file__).resolve().parent
-OUT = HERE / "gpt2_trained_kv.optimum.onnx"
 VOCAB = 128
 LENGTH = 48  # Training sequences: as long as the tests' cache (--max-seq 48).
 STEPS = 1000
@@ -59,13 +62,23 @@ def language(rng, batch):
     return seq
 
 
-def train():
+# name -> the model, made after torch.manual_seed(0): hidden 64, 4 heads
+# of 16, 2 layers, FFN 128, vocabulary 128, 64 positions, no dropout.
+MODELS = {
+    "gpt2_trained_kv": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(
+        vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        n_inner=128, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+    "llama_trained_kv": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=VOCAB, max_position_embeddings=64, hidden_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, tie_word_embeddings=False)),
+}
+
+
+def train(name):
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = tf.GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=64,
-                           n_layer=2, n_head=4, n_inner=128, resid_pdrop=0.0,
-                           embd_pdrop=0.0, attn_pdrop=0.0)
-    model = tf.GPT2LMHeadModel(config)
+    model = MODELS[name]()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     rng = np.random.default_rng(1)
     for step in range(STEPS):
@@ -104,21 +117,25 @@ def step(model):
     mask[1, :2] = 0
     pos = np.cumsum(mask, -1) - 1
     pos[mask == 0] = 1
+    feeds = {"input_ids": ids[:, PAST:], "attention_mask": mask,
+             "position_ids": pos[:, PAST:]}
     with torch.no_grad():
         pre = model(input_ids=tensor(ids[:, :PAST]),
                     attention_mask=tensor(mask[:, :PAST]),
                     position_ids=tensor(pos[:, :PAST]), use_cache=True)
+        # Copied before the next call: a DynamicCache (Llama's) grows in
+        # place.
+        cache = pre.past_key_values
+        for layer in range(len(cache)):
+            key, value = cache[layer]
+            feeds[f"past_key_values.{layer}.key"] = np.array(
+                key.tolist(), np.float32)
+            feeds[f"past_key_values.{layer}.value"] = np.array(
+                value.tolist(), np.float32)
         full = model(input_ids=tensor(ids[:, PAST:]),
                      attention_mask=tensor(mask),
                      position_ids=tensor(pos[:, PAST:]),
-                     past_key_values=pre.past_key_values, use_cache=True)
-    feeds = {"input_ids": ids[:, PAST:], "attention_mask": mask,
-             "position_ids": pos[:, PAST:]}
-    for layer, (key, value) in enumerate(pre.past_key_values):
-        feeds[f"past_key_values.{layer}.key"] = np.array(key.tolist(),
-                                                         np.float32)
-        feeds[f"past_key_values.{layer}.value"] = np.array(value.tolist(),
-                                                           np.float32)
+                     past_key_values=cache, use_cache=True)
     feeds["prompt.input_ids"], feeds["prompt.attention_mask"], _ = prompts()
     return feeds, np.array(full.logits.tolist(), np.float32)
 
@@ -148,9 +165,10 @@ def margins(path):
     outputs = [o.name for o in session.get_outputs()]
     feeds = {"input_ids": ids, "attention_mask": mask,
              "position_ids": positions}
-    for name in names:
-        if name.startswith("past"):
-            feeds[name] = np.zeros((2, 4, 0, 16), np.float32)
+    for i in session.get_inputs():
+        if i.name.startswith("past"):
+            feeds[i.name] = np.zeros((2, i.shape[1], 0, i.shape[3]),
+                                     np.float32)
     found = []
     for _ in range(32):
         results = dict(zip(outputs, session.run(None, feeds)))
@@ -180,36 +198,45 @@ def describe(path):
             "ops": dict(sorted(ops.items())), "bytes": path.stat().st_size}
 
 
-def main():
-    model = train()
+def make(name):
+    out = HERE / f"{name}.optimum.onnx"
+    model = train(name)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         model.save_pretrained(tmp / "model")
         main_export(str(tmp / "model"), output=tmp / "onnx",
                     task="text-generation-with-past", opset=17,
                     no_post_process=True, do_validation=False)
-        shutil.copy(tmp / "onnx" / "model.onnx", OUT)
+        shutil.copy(tmp / "onnx" / "model.onnx", out)
     feeds, want = step(model)
-    outputs = run_ort(OUT, feeds)
+    outputs = run_ort(out, feeds)
     error = float(np.abs(outputs["logits"] - want).max())
-    print(f"onnxruntime vs torch on the step: max |error| {error:.2e}")
+    print(f"{name}: onnxruntime vs torch on the step: max |error| "
+          f"{error:.2e}")
     assert error < 1e-4
-    found, scale = margins(OUT)
-    print(f"32 greedy steps: top-two margins {min(found):.2f} to "
+    found, scale = margins(out)
+    print(f"{name}: 32 greedy steps: top-two margins {min(found):.2f} to "
           f"{max(found):.2f}, logit scale {scale:.1f}")
-    np.savez(HERE / "gpt2_trained_kv.inputs.npz", **feeds)
-    np.savez(HERE / "gpt2_trained_kv.optimum.outputs.npz", **outputs)
+    np.savez(HERE / f"{name}.inputs.npz", **feeds)
+    np.savez(HERE / f"{name}.optimum.outputs.npz", **outputs)
     manifest_path = HERE / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    entry = {"model": "gpt2_trained_kv", "kind": "kv",
-             "exporter": "optimum-1.16", "dynamic": True,
-             "inputs": "gpt2_trained_kv.inputs.npz",
+    entry = {"model": name, "kind": "kv", "exporter": "optimum-1.16",
+             "dynamic": True, "inputs": f"{name}.inputs.npz",
              "max_abs_err_vs_torch": error}
-    entry.update(describe(OUT))
-    manifest[OUT.name] = entry
+    entry.update(describe(out))
+    manifest[out.name] = entry
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())),
                                         indent=1) + "\n")
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated fixture names")
+    args = parser.parse_args()
+    for name in args.only.split(",") if args.only else MODELS:
+        make(name)
 
 
 if __name__ == "__main__":
