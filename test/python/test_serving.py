@@ -324,7 +324,8 @@ def trained_prompt(name):
 
 
 TRAINED_CASES = [
-    (name, mesh) for name in ("gpt2_trained_kv", "llama_trained_kv")
+    (name, mesh)
+    for name in ("gpt2_trained_kv", "llama_trained_kv", "qwen2_trained_kv")
     for mesh in (None, {"tp": 2}, {"pp": 2})] + [
     ("llama_trained_kv", {"tp": 4})]  # 2 kv heads: one per rank.
 
@@ -336,14 +337,14 @@ TRAINED_CASES = [
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_trained_model_generates_onnxruntime_tokens(tmp_path, dtype, name,
                                                     mesh):
-    """Trained models (make_trained_kv.py: a GPT-2, and a Llama with 2 kv
-    heads for 4 query heads), exported by optimum 1.16, whose greedy
-    choices lead by 5 to 9 logits out of a scale of 17 to 19, as a served
-    model's do: their 32 tokens equal onnxruntime's fp32 greedy loop in
-    fp32 (logits at rtol 1e-4) and in bf16 too (logits within 2e-2 of their
-    scale), every step. optimum 1.16 declares each present
-    'past_sequence_length + 1', wrong for the prompt: the compile warns and
-    uses the graph's shapes."""
+    """Trained models (make_trained_kv.py: a GPT-2, and a Llama and a Qwen2
+    with 2 kv heads for 4 query heads), exported by optimum 1.16 (1.19 for
+    Qwen2), whose greedy choices lead by 4 to 9 logits out of a scale of 16
+    to 19, as a served model's do: their 32 tokens equal onnxruntime's fp32
+    greedy loop in fp32 (logits at rtol 1e-4) and in bf16 too (logits
+    within 2e-2 of their scale), every step. optimum 1.16 declares each
+    present 'past_sequence_length + 1', wrong for the prompt: the compile
+    warns and uses the graph's shapes."""
     import partita
     ids, mask = trained_prompt(name)
     model = HF / f"{name}.optimum.onnx"

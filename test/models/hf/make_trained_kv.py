@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes gpt2_trained_kv.optimum.onnx and llama_trained_kv.optimum.onnx:
-a small GPT-2 and a small Llama (grouped-query attention: 4 heads, 2 kv
-heads) trained until their greedy choices are clear, exported with their
-KV caches by optimum.
+"""Writes gpt2_trained_kv, llama_trained_kv and qwen2_trained_kv
+(.optimum.onnx): a small GPT-2, Llama and Qwen2 (the last two with
+grouped-query attention: 4 heads, 2 kv heads) trained until their greedy
+choices are clear, exported with their KV caches by optimum.
 
 The other KV-cache fixtures have random weights: their top-two logits lie
 as close as 0.003, under what bf16 resolves, so no bf16 run can be asked to
@@ -18,13 +18,20 @@ generation), `NAME.optimum.outputs.npz` (onnxruntime's outputs of the
 step, graph optimizations off) and its entry in manifest.json.
 
 Run by hand, never in CI, with Debian's torch (python3-torch, 1.13) and an
-optimum of its era from PyPI:
+optimum of its era from PyPI: 1.16.2 for the GPT-2 and the Llama, 1.19.2
+for the Qwen2 (the first of them that exports Qwen2; the manifest records
+which):
 
     /usr/bin/python3 -m venv --system-site-packages /work/venv-train
     /work/venv-train/bin/pip install transformers==4.36.2 optimum==1.16.2 \\
         onnx onnxruntime
-    /work/venv-train/bin/python test/models/hf/make_trained_kv.py \
-        [--only gpt2_trained_kv,llama_trained_kv]
+    /work/venv-train/bin/python test/models/hf/make_trained_kv.py \\
+        --only gpt2_trained_kv,llama_trained_kv
+    /usr/bin/python3 -m venv --system-site-packages /work/venv-train2
+    /work/venv-train2/bin/pip install transformers==4.40.2 optimum==1.19.2 \\
+        onnx onnxruntime "numpy<2" ml_dtypes==0.5.1
+    /work/venv-train2/bin/python test/models/hf/make_trained_kv.py \\
+        --only qwen2_trained_kv
 
 Deterministic on one machine (seeded, one thread); it prints the training
 loss, the exported model's error against torch on the step, and the
@@ -44,6 +51,7 @@ import onnxruntime as ort
 import torch
 import transformers as tf
 from optimum.exporters.onnx import main_export
+from optimum.version import __version__ as optimum_version
 
 HERE = pathlib.Path(__file__).resolve().parent
 VOCAB = 128
@@ -69,6 +77,11 @@ MODELS = {
         vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
         n_inner=128, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
     "llama_trained_kv": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=VOCAB, max_position_embeddings=64, hidden_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, tie_word_embeddings=False)),
+    # Named when called: transformers 4.36 has no Qwen2.
+    "qwen2_trained_kv": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(
         vocab_size=VOCAB, max_position_embeddings=64, hidden_size=64,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=128, tie_word_embeddings=False)),
@@ -221,7 +234,8 @@ def make(name):
     np.savez(HERE / f"{name}.optimum.outputs.npz", **outputs)
     manifest_path = HERE / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    entry = {"model": name, "kind": "kv", "exporter": "optimum-1.16",
+    exporter = "optimum-" + ".".join(optimum_version.split(".")[:2])
+    entry = {"model": name, "kind": "kv", "exporter": exporter,
              "dynamic": True, "inputs": f"{name}.inputs.npz",
              "max_abs_err_vs_torch": error}
     entry.update(describe(out))
