@@ -439,8 +439,10 @@ def test_pipeline_microbatches_write_the_cache_in_place(tmp_path, mesh):
                 i = buffers[i].alias_of
             return i, offset
 
-        bound = {b.buffer for b in list(program.inputs) + list(program.outputs)
+        named = {b.buffer: b.name
+                 for b in list(program.inputs) + list(program.outputs)
                  if b.name in cache}
+        bound = set(named)
         assert bound, name
         for instruction in program.instructions:
             kernel = instruction.kernel
@@ -450,9 +452,10 @@ def test_pipeline_microbatches_write_the_cache_in_place(tmp_path, mesh):
             if kernel.op == "kv_cache_write":
                 cache_in, cache_out = place(kernel.operands[0]), \
                     place(kernel.results[0])
-                # Its rows of the input, written at the same rows of the
-                # output (one memory when resident).
+                # Its rows of a cache's input, written at the same rows of
+                # the same cache's output (one memory when resident).
                 assert cache_in[0] in bound and cache_out[0] in bound, name
+                assert named[cache_in[0]] == named[cache_out[0]], name
                 assert cache_in[1] == cache_out[1], name
                 writes += 1
                 continue
