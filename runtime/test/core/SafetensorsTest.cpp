@@ -195,8 +195,12 @@ TEST(Safetensors, ViewsWriteWhatTheirCopiesWrite) {
     EXPECT_EQ(tensor->shape, views[i].second.shape());
     EXPECT_EQ(tensor->dtype, views[i].second.dtype());
     ASSERT_EQ(tensor->byteSize(), copies[i].size());
-    EXPECT_EQ(std::memcmp(tensor->data, copies[i].data(), copies[i].size()), 0)
-        << views[i].first;
+    // An empty tensor may have no data pointer, which memcmp must not get.
+    if (!copies[i].empty()) {
+      EXPECT_EQ(std::memcmp(tensor->data, copies[i].data(), copies[i].size()),
+                0)
+          << views[i].first;
+    }
   }
 }
 
