@@ -145,6 +145,18 @@ func.func @cache_heads_copied(%cache: tensor<2x2x8x4xf32> {exec.binding = "cache
 
 // -----
 
+// A view mark the plan did not make (here on a slice it copies) goes.
+// CHECK-LABEL: func.func @stale_view
+// CHECK: nn.slice %arg0 {{.*}}kind = activation
+// CHECK-NOT: exec.view
+func.func @stale_view(%x: tensor<2x4xf32> {exec.binding = "x"}) -> (tensor<1x4xf32> {exec.binding = "y"}) {
+  %r = nn.slice %x start = [0, 0] limit = [1, 4] stride = [1, 1] {exec.view} : tensor<2x4xf32> -> tensor<1x4xf32>
+  %y = nn.neg %r : tensor<1x4xf32>
+  return %y : tensor<1x4xf32>
+}
+
+// -----
+
 // With another reader of the cache argument (here a write into the whole
 // argument), the rows are not written in place there: the slice copies
 // them, the cache write writes that copy in place (its result a view of

@@ -335,6 +335,9 @@ void Planner::materialize(Value value) {
 
 LogicalResult Planner::addBuffers() {
   Block &body = func.getBody().front();
+  // Views are this plan's to decide: a previous plan's marks go.
+  for (Operation &op : body)
+    op.removeAttr(exec::ExecDialect::kViewAttr);
   for (BlockArgument arg : func.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!type || !isSupportedElementType(type.getElementType()))
