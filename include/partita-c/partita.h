@@ -93,6 +93,9 @@ PARTITA_C_EXPORT size_t partita_dtype_size(int dtype);
 
 /*===----------------------------------------------------------------------===*
  * Compile options: the flags of partita-compile
+ *
+ * partita_compile_options_set sets any option by its flag's name; the typed
+ * setters after it are kept for compatibility and set the same fields.
  *===----------------------------------------------------------------------===*/
 
 typedef struct partita_compile_options partita_compile_options;
@@ -102,6 +105,21 @@ typedef struct partita_compile_options partita_compile_options;
 PARTITA_C_EXPORT partita_compile_options *partita_compile_options_create(void);
 PARTITA_C_EXPORT void
 partita_compile_options_destroy(partita_compile_options *options);
+
+/* Sets the option `name` (partita-compile's flag without its dashes:
+ * "mesh", "sp-mode", "microbatches", "device-memory", ...) from `value`,
+ * spelled as the flag's value ("dp=2,tp=2", "auto", "ring", "4", "80GB",
+ * "true"). Every option of the typed setters below, and any added later,
+ * is set this way; the value is checked against the option's declaration
+ * (its kind and range), and an unknown name or a value the option does not
+ * take is an error status naming it. */
+PARTITA_C_EXPORT partita_status *
+partita_compile_options_set(partita_compile_options *options, const char *name,
+                            const char *value);
+/* How many options partita_compile_options_set takes, and the name of the
+ * `index`-th in declaration order (NULL past the end). */
+PARTITA_C_EXPORT size_t partita_compile_option_count(void);
+PARTITA_C_EXPORT const char *partita_compile_option_name(size_t index);
 
 /* Appends a mesh axis (`--mesh dp=2,tp=4` is two calls, in order). */
 PARTITA_C_EXPORT partita_status *

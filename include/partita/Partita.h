@@ -6,7 +6,7 @@
 //
 // Compile an ONNX model for a device mesh and run the result, from C++. This
 // header is the whole API: it includes only the standard library (and the
-// compiler's enum options, partita/Pipelines/Options.h, which does too),
+// compiler's declared options, partita/Options/Options.h, which does too),
 // reports errors as values (no exceptions cross it), and its types are
 // stable. The options are the flags of `partita-compile`, typed (the enums
 // spell as the flags do: partita::optionName, partita::parseOption), the
@@ -31,7 +31,7 @@
 #ifndef PARTITA_PARTITA_H
 #define PARTITA_PARTITA_H
 
-#include "partita/Pipelines/Options.h"
+#include "partita/Options/Options.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -74,53 +74,18 @@ struct Diagnostic {
   std::string str() const;
 };
 
-/// One axis of the mesh (one `name=size[:role]` of --mesh).
-struct MeshAxis {
-  std::string name;
-  int64_t size = 1;
-  /// `dp`, `tp`, `pp`, `sp` or `none`; empty: the role the name implies
-  /// (dp, tp, pp and sp imply themselves, other names none).
-  std::string role;
-};
-
-/// The flags of partita-compile (docs/sharding.md, docs/cuda.md).
-struct CompileOptions {
-  /// Mesh axes in order, e.g. {{"dp", 2}, {"tp", 4}} or
-  /// {{"model", 4, "tp"}}; empty: one device.
-  std::vector<MeshAxis> mesh;
-  Target target = Target::Host;
-  /// Values of the model's symbolic dimensions.
-  std::map<std::string, int64_t> bind;
-  Strategy strategy = Strategy::Megatron;
-  SequenceMode spMode = SequenceMode::None;
-  int64_t microbatches = 1;
-  int64_t virtualStages = 1;
-  /// The storage type of the model's fp32 tensors (--dtype).
-  StorageType dtype = StorageType::FP32;
-  /// Architectures of --target cuda's fatbin.
-  std::vector<std::string> cudaArchs = {"sm_80", "sm_90a"};
-  /// False: collectives stay synchronous (--no-overlap).
-  bool overlap = true;
-  CollectiveMatmulMode collectiveMatmul = CollectiveMatmulMode::Auto;
-  /// The cluster model as JSON text (--cluster's file contents;
-  /// `{"preset": "h100-80g:2x8"}` for a preset, docs/planning.md); empty:
-  /// the `default` preset.
-  std::string clusterJson;
-  /// `--mesh auto`: the planner chooses the mesh, the sequence mode, the
-  /// microbatches, the virtual stages and collective matmul (the fields
-  /// above that set them are ignored) for `devices` devices (0: the
-  /// cluster's), minimizing `objective`, within `deviceMemoryBytes` per
-  /// device (0: the cluster's memory).
-  bool autoMesh = false;
-  int64_t devices = 0;
-  PlanObjective objective = PlanObjective::Latency;
-  double deviceMemoryBytes = 0;
-  /// `--max-seq`: a decoder export with past key values compiles to a
-  /// prefill program (the bound sequence) and a decode program over one
-  /// KV cache of this many tokens per sequence (Session::generate); 0:
-  /// one program.
-  int64_t maxSeq = 0;
-};
+/// The flags of partita-compile, typed: one field per declared option
+/// (partita/Options/CompilerOptions.def lists each with its flag, default
+/// and help; docs/sharding.md, docs/cuda.md, docs/planning.md say what they
+/// do). `mesh` holds the axes in order, e.g. `options.mesh = {{"dp", 2},
+/// {"tp", 4}}` or `{{"model", 4, "tp"}}`; `autoMesh` is `--mesh auto`,
+/// which chooses the mesh, the sequence mode, the microbatches, the
+/// virtual stages and collective matmul (the fields that set them are then
+/// ignored). The command-line-only fields (emit, reportFile, traceFile,
+/// explain, explainPlan) are not read here: a compile always makes an
+/// artifact and its report. setOption(options, "mesh", "dp=2,tp=2") sets
+/// any field by its flag's name, as the C API and Python do.
+using CompileOptions = CompilerOptions;
 
 /// A compiled model: the files of the artifact directory, in memory.
 class Artifact {

@@ -94,7 +94,7 @@ partita_status *nullArgument(const char *function, const char *argument) {
       return nullArgument(__func__, #arg);                                     \
   } while (false)
 
-/// Sets an enum option from its spelling (partita/Pipelines/Options.h), or
+/// Sets an enum option from its spelling (partita/Options/Options.h), or
 /// returns the error naming the setter and what it accepts.
 template <typename Enum>
 partita_status *setChoice(const char *function, const char *text, Enum &field) {
@@ -230,12 +230,48 @@ void partita_compile_options_destroy(partita_compile_options *options) {
   delete options;
 }
 
+/// The options the APIs set by name (kEmbedding), in declaration order.
+const std::vector<const partita::OptionInfo *> &embeddingOptions() {
+  static const std::vector<const partita::OptionInfo *> options = [] {
+    std::vector<const partita::OptionInfo *> list;
+    for (const partita::OptionInfo &info : partita::compilerOptionTable())
+      if (info.has(partita::kEmbedding))
+        list.push_back(&info);
+    return list;
+  }();
+  return options;
+}
+
+partita_status *partita_compile_options_set(partita_compile_options *options,
+                                            const char *name,
+                                            const char *value) {
+  PARTITA_CHECK_ARG(options);
+  PARTITA_CHECK_ARG(name);
+  PARTITA_CHECK_ARG(value);
+  const partita::OptionInfo *info = partita::findCompilerOption(name);
+  if (!info || !info->has(partita::kEmbedding) ||
+      info->name != std::string(name))
+    return makeError(std::string(__func__) + ": unknown option '" + name +
+                     "' (partita_compile_option_name lists them)");
+  std::string error;
+  if (!info->set(options->options, value, error))
+    return makeError(std::string(__func__) + ": " + error);
+  return nullptr;
+}
+
+size_t partita_compile_option_count(void) { return embeddingOptions().size(); }
+
+const char *partita_compile_option_name(size_t index) {
+  const auto &options = embeddingOptions();
+  return index < options.size() ? options[index]->name : nullptr;
+}
+
 partita_status *
 partita_compile_options_add_mesh_axis(partita_compile_options *options,
                                       const char *name, int64_t size) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(name);
-  options->options.mesh.push_back({name, size, ""});
+  options->options.mesh.axes.push_back({name, size, ""});
   return nullptr;
 }
 
@@ -245,14 +281,14 @@ partita_status *partita_compile_options_add_mesh_axis_with_role(
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(name);
   PARTITA_CHECK_ARG(role);
-  options->options.mesh.push_back({name, size, role});
+  options->options.mesh.axes.push_back({name, size, role});
   return nullptr;
 }
 
 partita_status *
 partita_compile_options_clear_mesh(partita_compile_options *options) {
   PARTITA_CHECK_ARG(options);
-  options->options.mesh.clear();
+  options->options.mesh.axes.clear();
   return nullptr;
 }
 

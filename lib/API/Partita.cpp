@@ -124,46 +124,18 @@ Diagnostic::Severity severityOf(mlir::DiagnosticSeverity severity) {
   return Diagnostic::Severity::Error;
 }
 
-/// Fills `driver` from the API's options; an error for a mesh the
-/// command line would refuse.
-Status fillDriverOptions(const CompileOptions &options,
-                         mlir::partita::DriverOptions &driver) {
-  if (!options.mesh.empty() && !options.autoMesh) {
-    // Spelled as --mesh and parsed by its one parser, so an API caller gets
-    // the command line's checks and messages.
-    std::string text;
-    for (const MeshAxis &axis : options.mesh)
-      text += (text.empty() ? "" : ",") + axis.name + "=" +
-              std::to_string(axis.size) +
-              (axis.role.empty() ? "" : ":" + axis.role);
-    std::string error;
-    mlir::FailureOr<mlir::partita::dist::MeshAxes> axes =
-        mlir::partita::dist::parseMeshAxes(text, error);
-    if (mlir::failed(axes))
-      return Status::error("--mesh " + text + ": " + error);
-    driver.mesh.axes = std::move(*axes);
-  }
-  driver.target = options.target;
-  driver.bindings = options.bind;
-  driver.strategy = options.strategy;
-  driver.spMode = options.spMode;
-  driver.microbatches = options.microbatches;
-  driver.virtualStages = options.virtualStages;
-  driver.dtype = options.dtype;
-  driver.cudaArch.clear();
-  for (const std::string &arch : options.cudaArchs)
-    driver.cudaArch += (driver.cudaArch.empty() ? "" : ",") + arch;
-  driver.overlap = options.overlap;
-  driver.collectiveMatmul = options.collectiveMatmul;
-  driver.clusterJson = options.clusterJson;
-  driver.clusterSource = "(CompileOptions::clusterJson)";
-  driver.autoMesh = options.autoMesh;
-  driver.maxSeq = options.maxSeq;
-  driver.devices = options.devices;
-  driver.objective = options.objective;
-  if (options.deviceMemoryBytes != 0)
-    driver.deviceMemoryBytes = options.deviceMemoryBytes;
-  return Status();
+/// The driver's options: the API's, which the driver checks against their
+/// declarations as it would the command line's.
+void fillDriverOptions(const CompileOptions &options,
+                       mlir::partita::DriverOptions &driver) {
+  static_cast<CompilerOptions &>(driver) = options;
+  // Only partita-compile reads these.
+  const CompilerOptions defaults;
+  driver.emit = defaults.emit;
+  driver.explain = defaults.explain;
+  driver.explainPlan = defaults.explainPlan;
+  driver.traceFile = defaults.traceFile;
+  driver.reportFile = defaults.reportFile;
 }
 
 /// Runs the driver in a fresh context, collecting its diagnostics (an
@@ -204,8 +176,7 @@ CompileResult compile(mlir::partita::DriverOptions driver,
     result.diagnostics.push_back({Diagnostic::Severity::Error, "", message});
     return result;
   };
-  if (Status filled = fillDriverOptions(options, driver); !filled)
-    return failWith(filled.message());
+  fillDriverOptions(options, driver);
 
   TemporaryDirectory work;
   if (Status made = work.create("partita-compile"); !made)
@@ -276,11 +247,7 @@ PlanResult plan(mlir::partita::DriverOptions driver,
   PlanResult result;
   CompileOptions planning = options;
   planning.autoMesh = true;
-  if (Status filled = fillDriverOptions(planning, driver); !filled) {
-    result.diagnostics.push_back(
-        {Diagnostic::Severity::Error, "", filled.message()});
-    return result;
-  }
+  fillDriverOptions(planning, driver);
   driver.emit = mlir::partita::EmitStage::Plan;
   std::string table;
   llvm::raw_string_ostream tableStream(table);

@@ -98,37 +98,31 @@ std::string explanation(ArrayRef<std::string> weights,
   return text;
 }
 
-/// Checks the options that no parser has checked (the enums are checked
-/// where they are parsed).
-LogicalResult checkOptions(MLIRContext &context, const DriverOptions &options) {
-  for (const auto &[name, value] : options.bindings)
-    if (name.empty() || value <= 0)
-      return fail(context, "--bind expects name=value with a positive "
-                           "integer value, got '" +
-                               name + "=" + std::to_string(value) + "'");
-  if (options.microbatches < 1)
-    return fail(context, "--microbatches must be positive, got " +
-                             std::to_string(options.microbatches));
+/// Checks every option against its declaration (the API's fields were
+/// set without a parser), then the rules between options.
+LogicalResult checkOptions(MLIRContext &context, DriverOptions &options) {
+  std::string error;
+  if (!::partita::checkOptions(options, error))
+    return fail(context, error);
   if (isDecodeObjective(options.objective) && options.maxSeq == 0)
     return fail(context,
                 "--objective " +
                     std::string(::partita::optionName(options.objective)) +
                     " plans the decode step: it needs --max-seq");
-  if (options.maxSeq < 0)
-    return fail(context, "--max-seq must be positive, got " +
-                             std::to_string(options.maxSeq));
-  if (options.virtualStages < 1)
-    return fail(context, "--virtual-stages must be positive, got " +
-                             std::to_string(options.virtualStages));
   if (!options.autoMesh && options.devices != 0)
     return fail(context, "--devices needs --mesh auto");
   if (!options.autoMesh && options.emit == EmitStage::Plan)
     return fail(context, "--emit plan needs --mesh auto");
-  if (options.devices < 0)
-    return fail(context, "--devices must be positive, got " +
-                             std::to_string(options.devices));
-  if (options.deviceMemoryBytes && !(*options.deviceMemoryBytes > 0))
-    return fail(context, "--device-memory must be positive");
+  return success();
+}
+
+/// The architectures of --cuda-arch, checked by the CUDA target.
+LogicalResult parseCudaArchs(MLIRContext &context, const DriverOptions &options,
+                             cudatarget::NvccOptions &nvcc) {
+  std::string archs = llvm::join(options.cudaArchs, ",");
+  if (llvm::Error error = cudatarget::parseCudaArchs(archs, nvcc.archs))
+    return fail(context, "--cuda-arch " + archs + ": " +
+                             llvm::toString(std::move(error)));
   return success();
 }
 
@@ -145,7 +139,8 @@ LogicalResult planMesh(MLIRContext &context, const ModelShape &shape,
   // More devices than the cluster's shape holds: more nodes of its kind.
   cluster.growTo(request.devices);
   request.objective = options.objective;
-  request.deviceMemoryBytes = options.deviceMemoryBytes;
+  if (options.deviceMemoryBytes > 0)
+    request.deviceMemoryBytes = options.deviceMemoryBytes;
   plan = planParallelism(shape, cluster, request);
   const PlanCandidate *best = plan->best();
   if (options.emit == EmitStage::Plan)
@@ -163,7 +158,7 @@ LogicalResult planMesh(MLIRContext &context, const ModelShape &shape,
        {std::pair{"dp", best->dp}, std::pair{"pp", best->pp},
         std::pair{"sp", best->sp}, std::pair{"tp", best->tp}})
     if (size > 1)
-      options.mesh.axes.push_back({name, size, dist::getDefaultAxisRole(name)});
+      options.mesh.axes.push_back({name, size, name});
   options.spMode = best->spMode;
   options.microbatches = best->microbatches;
   options.virtualStages = best->virtualStages;
@@ -245,21 +240,6 @@ void setClusterNodes(ModuleOp module, int64_t nodes) {
           llvm::formatv("{0}", llvm::json::Value(std::move(cluster))).str()));
 }
 
-/// The options of the pass pipelines, from the driver's.
-void fillPipelineOptions(const DriverOptions &options,
-                         PipelineOptions &pipeline) {
-  pipeline.raise = options.raise;
-  pipeline.dtype = options.dtype;
-  pipeline.maxSeq = options.maxSeq;
-  pipeline.mesh = options.mesh;
-  pipeline.strategy = options.strategy;
-  pipeline.spMode = options.spMode;
-  pipeline.microbatches = options.microbatches;
-  pipeline.virtualStages = options.virtualStages;
-  pipeline.overlap = options.overlap;
-  pipeline.collectiveMatmul = options.collectiveMatmul;
-}
-
 /// A pass stage: what --emit prints after it, its name in --mlir-timing,
 /// and its pipeline.
 struct PassStage {
@@ -287,36 +267,13 @@ SmallVector<PassStage> passStages(const DriverOptions &options) {
   return stages;
 }
 
-/// The flags the artifact was compiled with, for its manifest.
+/// The flags the artifact was compiled with, for its manifest: the
+/// declared options' records, and the model.
 std::map<std::string, std::string>
 recordedOptions(const DriverOptions &options) {
-  std::map<std::string, std::string> recorded;
+  std::map<std::string, std::string> recorded =
+      ::partita::recordedOptions(options);
   recorded["source"] = options.input;
-  recorded["target"] = ::partita::optionName(options.target);
-  std::string bound;
-  for (const auto &[name, value] : options.bindings)
-    bound += (bound.empty() ? "" : ",") + name + "=" + std::to_string(value);
-  if (!bound.empty())
-    recorded["bind"] = bound;
-  if (!options.raise)
-    recorded["no-raise"] = "true";
-  if (options.dtype != StorageType::FP32)
-    recorded["dtype"] = ::partita::optionName(options.dtype);
-  if (!options.mesh.empty()) {
-    recorded["mesh"] = options.mesh.str();
-    recorded["strategy"] = ::partita::optionName(options.strategy);
-    if (options.spMode != SequenceMode::None)
-      recorded["sp-mode"] = ::partita::optionName(options.spMode);
-    if (options.microbatches > 1)
-      recorded["microbatches"] = std::to_string(options.microbatches);
-    if (options.virtualStages > 1)
-      recorded["virtual-stages"] = std::to_string(options.virtualStages);
-    if (!options.overlap)
-      recorded["no-overlap"] = "true";
-    if (options.collectiveMatmul != CollectiveMatmulMode::Auto)
-      recorded["collective-matmul"] =
-          ::partita::optionName(options.collectiveMatmul);
-  }
   return recorded;
 }
 
@@ -387,7 +344,7 @@ FailureOr<ModelShape> readDecodeShape(MLIRContext &context,
   ChildContext child(context);
   MLIRContext &decodeContext = child.context;
   OnnxImportOptions import;
-  for (const auto &[name, value] : options.bindings)
+  for (const auto &[name, value] : options.bind)
     import.bindings[name] = value;
   import.kvCache = KvCacheForm::Decode;
   import.maxSeq = options.maxSeq;
@@ -427,7 +384,7 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
                             bool &stopped) {
   stopped = false;
   OnnxImportOptions import;
-  for (const auto &[name, value] : options.bindings)
+  for (const auto &[name, value] : options.bind)
     import.bindings[name] = value;
   import.kvCache = form;
   import.maxSeq = options.maxSeq;
@@ -452,7 +409,7 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
                        StringAttr::get(&context, options.clusterJson));
   std::optional<Plan> &plan = result.plan;
   PipelineOptions pipeline;
-  fillPipelineOptions(effective, pipeline);
+  pipeline.assign(effective);
   for (size_t index = 0;; ++index) {
     SmallVector<PassStage> stages = passStages(effective);
     if (index >= stages.size())
@@ -485,7 +442,7 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
       }
       // The mesh is chosen: a second program (decode) compiles on it.
       effective.autoMesh = false;
-      fillPipelineOptions(effective, pipeline);
+      pipeline.assign(effective);
     }
     if (stage.emit == EmitStage::Dist && options.explain)
       compiled.weightLines = describeWeights(main);
@@ -571,10 +528,7 @@ LogicalResult runServingCompiler(MLIRContext &context,
                                  DriverResult &result, TimingScope &root,
                                  ClusterModel &cluster) {
   bool cuda = options.target == Target::CUDA || options.emit == EmitStage::CUDA;
-  if (options.spMode != SequenceMode::None ||
-      llvm::any_of(options.mesh.axes, [](const dist::MeshAxisSpec &axis) {
-        return axis.role == dist::AxisRole::Sequence && axis.size > 1;
-      }))
+  if (options.spMode != SequenceMode::None || options.mesh.roleSize("sp") > 1)
     return fail(context, "--max-seq does not combine with sequence "
                          "parallelism: a decode step has one token");
   DriverOptions effective = options;
@@ -668,13 +622,10 @@ LogicalResult runServingCompiler(MLIRContext &context,
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
   artifact.compileOptions = recordedOptions(effective);
-  artifact.compileOptions["max-seq"] = std::to_string(options.maxSeq);
   if (cuda) {
     cudatarget::NvccOptions nvcc;
-    if (llvm::Error error =
-            cudatarget::parseCudaArchs(options.cudaArch, nvcc.archs))
-      return fail(context, "--cuda-arch " + options.cudaArch + ": " +
-                               llvm::toString(std::move(error)));
+    if (failed(parseCudaArchs(context, options, nvcc)))
+      return failure();
     artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
     artifact.cudaArchs = nvcc.archs;
     std::map<std::string, CudaModule> built;
@@ -691,9 +642,11 @@ LogicalResult runServingCompiler(MLIRContext &context,
 } // namespace
 
 LogicalResult mlir::partita::runCompiler(MLIRContext &context,
-                                         const DriverOptions &options,
+                                         const DriverOptions &given,
                                          DriverResult &result,
                                          TimingScope &root) {
+  // Checked here, once: the mesh's roles are spelled out.
+  DriverOptions options = given;
   if (options.emit == EmitStage::Artifact && options.output.empty())
     return fail(context, "give the artifact directory with -o ART, or print "
                          "a stage with --emit nn|dist|local|exec|cuda");
@@ -703,17 +656,18 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
     return failure();
   bool cuda = options.target == Target::CUDA || options.emit == EmitStage::CUDA;
   cudatarget::NvccOptions nvcc;
-  if (llvm::Error error =
-          cudatarget::parseCudaArchs(options.cudaArch, nvcc.archs))
-    return fail(context, "--cuda-arch " + options.cudaArch + ": " +
-                             llvm::toString(std::move(error)));
+  if (failed(parseCudaArchs(context, options, nvcc)))
+    return failure();
   ClusterModel cluster;
   if (!options.clusterJson.empty()) {
     llvm::Expected<ClusterModel> parsed =
         ClusterModel::fromJson(options.clusterJson);
     if (!parsed)
-      return fail(context, "--cluster " + options.clusterSource + ": " +
-                               llvm::toString(parsed.takeError()));
+      return fail(context, "--cluster " +
+                               (options.clusterSource.empty()
+                                    ? std::string("(JSON text)")
+                                    : options.clusterSource) +
+                               ": " + llvm::toString(parsed.takeError()));
     cluster = std::move(*parsed);
   }
   if (options.maxSeq > 0 && options.emit != EmitStage::Import)
@@ -788,7 +742,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
 
 FailureOr<std::string>
 mlir::partita::describePipeline(MLIRContext &context,
-                                const DriverOptions &options) {
+                                const DriverOptions &given) {
+  DriverOptions options = given;
   if (failed(checkOptions(context, options)))
     return failure();
   if (options.autoMesh)
@@ -796,7 +751,7 @@ mlir::partita::describePipeline(MLIRContext &context,
                          "it while compiling (--explain-plan shows the "
                          "choice)");
   PipelineOptions pipeline;
-  fillPipelineOptions(options, pipeline);
+  pipeline.assign(options);
   std::string text;
   llvm::raw_string_ostream os(text);
   StringRef previous = "import";
@@ -813,9 +768,7 @@ mlir::partita::describePipeline(MLIRContext &context,
     return text;
   // The exec stage plans each rank on its own copy of the previous stage's
   // output; partita-translate --exec-to-proto then writes the program.
-  int64_t worldSize = 1;
-  for (const dist::MeshAxisSpec &axis : options.mesh.axes)
-    worldSize *= axis.size;
+  int64_t worldSize = options.mesh.deviceCount();
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     ExecPipelineOptions exec;
     exec.rank = rank;

@@ -37,6 +37,7 @@ __all__ = [
     "TensorSpec",
     "compile",
     "load",
+    "options",
     "plan",
     "version",
 ]
@@ -175,50 +176,121 @@ def _mesh_axes(mesh: Mesh) -> List[Tuple[str, int, str]]:
     return axes
 
 
-def _cuda_archs(cuda_arch: Union[str, Sequence[str], None]) -> List[str]:
-    if cuda_arch is None:
-        return []
-    if isinstance(cuda_arch, str):
-        return [a.strip() for a in cuda_arch.split(",") if a.strip()]
-    return [str(a) for a in cuda_arch]
+class _Option:
+    """One declared compiler option (partita/Options/CompilerOptions.def),
+    as the native module lists it: what a keyword argument is checked
+    against."""
+
+    def __init__(self, flag: str, keyword: str, kind: str, default: str,
+                 choices: List[str], low: int, high: int, nullable: bool,
+                 help: str):
+        self.flag, self.keyword, self.kind = flag, keyword, kind
+        self.default, self.choices = default, choices
+        self.low, self.high, self.nullable, self.help = low, high, nullable, help
+
+    def text(self, value: Any) -> Optional[str]:
+        """`value` as the flag spells it; None for the default. Raises
+        TypeError naming the keyword for a value of the wrong kind (the
+        declaration then checks the range and the choices)."""
+        name, kind = self.keyword, self.kind
+        if value is None or (kind == "choice" and value == "" and self.nullable):
+            if self.nullable:
+                return None
+            raise TypeError(f"{name}: a value is required, got None")
+        if kind == "flag":
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} expects True or False, got {value!r}")
+            return "true" if value else "false"
+        if kind == "integer":
+            if isinstance(value, (bool, np.bool_)) or not isinstance(
+                    value, (int, np.integer)):
+                raise TypeError(f"{name} expects an integer, got {value!r}")
+            return str(int(value))
+        if kind in ("real", "bytes"):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(
+                    value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{name} expects a number, got {value!r}")
+            return repr(float(value))
+        if kind in ("text", "choice"):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} expects a string, got {value!r}")
+            return value
+        if kind == "mesh":
+            if isinstance(value, str) and value.strip() == "auto":
+                return "auto"
+            return ",".join(f"{axis}={size}" + (f":{role}" if role else "")
+                            for axis, size, role in _mesh_axes(value))
+        if kind == "bindings":
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{name} expects a mapping of names to "
+                                f"integers, got {value!r}")
+            for key, size in value.items():
+                if isinstance(size, (bool, np.bool_)) or not isinstance(
+                        size, (int, np.integer)):
+                    raise TypeError(f"{name}: {key!r} expects an integer, "
+                                    f"got {size!r}")
+            return ",".join(f"{k}={int(v)}" for k, v in value.items())
+        if kind == "list":
+            if isinstance(value, str):
+                return value
+            if not all(isinstance(item, str) for item in value):
+                raise TypeError(f"{name} expects a string or strings, got "
+                                f"{value!r}")
+            return ",".join(value)
+        if kind == "cluster":
+            if isinstance(value, Mapping):
+                return json.dumps(value)
+            if isinstance(value, os.PathLike):
+                return os.fspath(value)
+            if not isinstance(value, str):
+                raise TypeError(f"{name} expects a preset, a path, JSON text "
+                                f"or a dict, got {value!r}")
+            return value
+        raise TypeError(f"{name}: options of kind {kind} are not supported")
 
 
-def _cluster_json(cluster: Cluster) -> str:
-    if cluster is None:
-        return ""
-    if isinstance(cluster, Mapping):
-        return json.dumps(cluster)
-    if isinstance(cluster, str) and cluster.lstrip().startswith("{"):
-        return cluster
-    # A preset ("h100-80g:2x8") unless it names a file or is spelled like a
-    # path, as partita-compile --cluster decides.
-    if (isinstance(cluster, str) and not os.path.exists(cluster)
-            and "/" not in cluster and not cluster.endswith(".json")):
-        return json.dumps({"preset": cluster})
-    with open(cluster, encoding="utf-8") as f:
-        return f.read()
+#: The options compile() and plan() take as keyword arguments, by keyword:
+#: every option the APIs set by name, from its declaration.
+_OPTIONS: Dict[str, _Option] = {
+    row[1]: _Option(*row) for row in _partita.option_table()}
+
+
+def _option_texts(options: Mapping[str, Any]) -> List[Tuple[str, str]]:
+    """(flag, text) of each keyword that is not its default; an unknown
+    keyword is a TypeError, as for any Python function."""
+    texts = []
+    for keyword, value in options.items():
+        option = _OPTIONS.get(keyword)
+        if option is None:
+            raise TypeError(f"unexpected keyword argument '{keyword}' (the "
+                            f"options are {', '.join(sorted(_OPTIONS))})")
+        text = option.text(value)
+        if text is not None:
+            texts.append((option.flag, text))
+    return texts
+
+
+def options() -> Dict[str, Dict[str, Any]]:
+    """The keyword arguments :func:`compile` and :func:`plan` take, from
+    the compiler's declarations: ``{keyword: {"flag", "kind", "default",
+    "choices", "min", "max", "help"}}`` (``min``/``max`` for integers)."""
+    table = {}
+    for option in _OPTIONS.values():
+        entry = {"flag": option.flag, "kind": option.kind,
+                 "default": option.default, "choices": list(option.choices),
+                 "help": option.help}
+        if option.kind == "integer":
+            entry.update(min=option.low, max=option.high)
+        table[option.keyword] = entry
+    return table
 
 
 def compile(
     model: Model,
     mesh: Mesh = None,
     *,
-    target: str = "host",
-    bind: Optional[Mapping[str, int]] = None,
-    strategy: str = "megatron",
-    sp_mode: str = "none",
-    microbatches: int = 1,
-    virtual_stages: int = 1,
-    dtype: str = "fp32",
-    cuda_arch: Union[str, Sequence[str], None] = None,
-    overlap: bool = True,
-    collective_matmul: str = "auto",
-    cluster: Cluster = None,
-    devices: Optional[int] = None,
-    objective: Optional[str] = None,
-    device_memory: Optional[float] = None,
-    max_seq: Optional[int] = None,
     name: Optional[str] = None,
+    **options: Any,
 ) -> "Artifact":
     """Compiles an ONNX model for a device mesh.
 
@@ -233,31 +305,24 @@ def compile(
         ``microbatches``, ``virtual_stages`` and ``collective_matmul`` (as
         ``--mesh auto``; :func:`plan` shows its candidates); ``None``: one
         device.
-      target: ``"host"`` or ``"cuda"``.
-      bind: values of the model's symbolic dimensions, ``{"batch": 2}``.
-      strategy: ``"megatron"`` or ``"none"``.
-      sp_mode: ``"none"`` (or ``""``), ``"megatron"``, ``"ulysses"`` or
-        ``"ring"``.
-      microbatches, virtual_stages: the pipeline schedule (``pp`` axis).
-      dtype: storage type of fp32 tensors, ``"fp32"``, ``"bf16"`` or
-        ``"fp16"``.
-      cuda_arch: fatbin architectures, ``"sm_90a"`` or a list; ``None``:
-        the default (sm_80, sm_90a).
-      overlap: ``False`` keeps collectives synchronous (``--no-overlap``).
-      collective_matmul: ``"auto"``, ``"always"`` or ``"never"``.
-      cluster: the cluster model: a preset (``"h100-80g"``,
-        ``"h200-141g:2x8"``, ...), a dict, JSON text, or a path to a JSON
-        file (``--cluster``).
-      devices, objective, device_memory: with ``mesh="auto"``, the number
-        of devices (``None``: the cluster's), what to minimize
-        (``"latency"``, the default, or ``"throughput"``) and the memory of
-        one device in bytes (``None``: the cluster's).
-      max_seq: a decoder exported with past key values (optimum's
-        ``text-generation-with-past``) compiles to a prefill program (the
-        bound sequence is the longest prompt) and a decode program over one
-        KV cache of ``max_seq`` tokens per sequence, resident on the ranks
-        (``--max-seq``); :meth:`Artifact.generate` runs them.
       name: the model's file name in diagnostics for an in-memory model.
+      **options: partita-compile's options, its flags spelled with ``_``
+        (:func:`options` lists each with its flag, kind, default, range and
+        help; they are declared once, in the compiler). ``target``
+        (``"host"``, ``"cuda"``), ``bind`` (``{"batch": 2}``),
+        ``strategy``, ``sp_mode``, ``microbatches``, ``virtual_stages``,
+        ``dtype`` (``"fp32"``, ``"bf16"``, ``"fp16"``), ``cuda_arch``
+        (``"sm_90a"`` or a list), ``overlap`` (``False``: ``--no-overlap``),
+        ``collective_matmul``, ``cluster`` (a preset such as
+        ``"h200-141g:2x8"``, a dict, JSON text or a path), ``devices``,
+        ``objective`` and ``device_memory`` (with ``mesh="auto"``) and
+        ``max_seq`` (a decoder exported with past key values compiles to a
+        prefill and a decode program over one KV cache of ``max_seq``
+        tokens per sequence; :meth:`Artifact.generate` runs them). ``None``
+        means the default where an option has one to fall back on. A value
+        of the wrong type is a TypeError naming the keyword; one the option
+        does not take (out of range, not among its choices) is a
+        CompileError.
 
     Returns:
       The compiled :class:`Artifact`, in memory (with ``mesh="auto"``, its
@@ -270,15 +335,11 @@ def compile(
     """
     source, is_path, name = _model_source(model, name)
     auto = isinstance(mesh, str) and mesh.strip() == "auto"
-    if not auto and (objective is not None or device_memory is not None):
+    if not auto and (options.get("objective") is not None
+                     or options.get("device_memory") is not None):
         raise ValueError("objective and device_memory need mesh='auto'")
     native, diagnostics = _partita.compile(
-        source, is_path, name, [] if auto else _mesh_axes(mesh), target,
-        _bindings(bind), strategy, sp_mode or "none",
-        int(microbatches), int(virtual_stages), dtype, _cuda_archs(cuda_arch),
-        bool(overlap), collective_matmul, _cluster_json(cluster), auto,
-        int(devices or 0), objective or "latency", float(device_memory or 0),
-        int(max_seq or 0))
+        source, is_path, name, _option_texts({"mesh": mesh, **options}))
     if native is None:
         raise CompileError(diagnostics)
     return Artifact(native=native, diagnostics=diagnostics)
@@ -295,10 +356,6 @@ def _model_source(model: Model, name: Optional[str]) -> Tuple[bytes, bool, str]:
     raise TypeError(
         "model must be a path, bytes or an onnx.ModelProto, not "
         f"{type(model).__name__}")
-
-
-def _bindings(bind: Optional[Mapping[str, int]]) -> Dict[str, int]:
-    return {str(k): int(v) for k, v in (bind or {}).items()}
 
 
 class Plan(List[Dict[str, Any]]):
@@ -353,14 +410,8 @@ def plan(
     model: Model,
     devices: Optional[int] = None,
     *,
-    cluster: Cluster = None,
-    dtype: str = "fp32",
-    objective: str = "latency",
-    device_memory: Optional[float] = None,
-    bind: Optional[Mapping[str, int]] = None,
-    target: str = "host",
-    max_seq: Optional[int] = None,
     name: Optional[str] = None,
+    **options: Any,
 ) -> Plan:
     """Plans `model` as ``compile(model, mesh="auto", ...)`` would, without
     compiling it: the model's shapes are read, never its weights.
@@ -390,9 +441,8 @@ def plan(
     """
     source, is_path, name = _model_source(model, name)
     report, table, diagnostics = _partita.plan(
-        source, is_path, name, target, _bindings(bind), dtype,
-        _cluster_json(cluster), int(devices or 0), objective,
-        float(device_memory or 0), int(max_seq or 0))
+        source, is_path, name,
+        _option_texts({"devices": devices, **options}))
     if report is None:
         raise CompileError(diagnostics)
     return Plan(json.loads(report), table)

@@ -121,47 +121,51 @@ partita::SessionOptions sessionOptions(unsigned threadsPerRank,
   return options;
 }
 
-/// The compile options from the Python layer's arguments; a bad spelling
-/// is an option error (in `errors`), as partita-compile reports it.
-partita::CompileOptions makeCompileOptions(
-    std::vector<std::tuple<std::string, int64_t, std::string>> mesh,
-    const std::string &target, std::map<std::string, int64_t> bind,
-    const std::string &strategy, const std::string &spMode,
-    int64_t microbatches, int64_t virtualStages, const std::string &dtype,
-    std::vector<std::string> cudaArchs, bool overlap,
-    const std::string &collectiveMatmul, const std::string &clusterJson,
-    bool autoMesh, int64_t devices, const std::string &objective,
-    double deviceMemory, int64_t maxSeq,
-    std::vector<partita::Diagnostic> &errors) {
+/// The compile options from the Python layer's (name, text) pairs, each set
+/// through its declaration as the command line would; a value an option
+/// does not take is an option error (in `errors`), as partita-compile
+/// reports it.
+partita::CompileOptions
+makeCompileOptions(const std::vector<std::pair<std::string, std::string>> &set,
+                   std::vector<partita::Diagnostic> &errors) {
   partita::CompileOptions options;
-  auto choose = [&](const std::string &text, auto &field) {
-    using Enum = std::remove_reference_t<decltype(field)>;
-    if (std::optional<Enum> value = partita::parseOption<Enum>(text))
-      field = *value;
+  for (const auto &[name, text] : set) {
+    const partita::OptionInfo *info = partita::findCompilerOption(name);
+    std::string error;
+    if (!info || !info->has(partita::kEmbedding))
+      error = "unknown option '" + name + "'";
     else
-      errors.push_back({partita::Diagnostic::Severity::Error, "",
-                        partita::badOptionMessage<Enum>(text)});
-  };
-  for (auto &[axis, size, role] : mesh)
-    options.mesh.push_back({std::move(axis), size, std::move(role)});
-  choose(target, options.target);
-  options.bind = std::move(bind);
-  choose(strategy, options.strategy);
-  choose(spMode, options.spMode);
-  options.microbatches = microbatches;
-  options.virtualStages = virtualStages;
-  choose(dtype, options.dtype);
-  if (!cudaArchs.empty())
-    options.cudaArchs = std::move(cudaArchs);
-  options.overlap = overlap;
-  choose(collectiveMatmul, options.collectiveMatmul);
-  options.clusterJson = clusterJson;
-  options.autoMesh = autoMesh;
-  options.devices = devices;
-  choose(objective, options.objective);
-  options.deviceMemoryBytes = deviceMemory;
-  options.maxSeq = maxSeq;
+      info->set(options, text, error);
+    if (!error.empty())
+      errors.push_back({partita::Diagnostic::Severity::Error, "", error});
+  }
   return options;
+}
+
+const char *kindName(partita::OptionKind kind) {
+  switch (kind) {
+  case partita::OptionKind::Flag:
+    return "flag";
+  case partita::OptionKind::Integer:
+    return "integer";
+  case partita::OptionKind::Real:
+    return "real";
+  case partita::OptionKind::Text:
+    return "text";
+  case partita::OptionKind::Choice:
+    return "choice";
+  case partita::OptionKind::MeshAxes:
+    return "mesh";
+  case partita::OptionKind::Bindings:
+    return "bindings";
+  case partita::OptionKind::List:
+    return "list";
+  case partita::OptionKind::Bytes:
+    return "bytes";
+  case partita::OptionKind::Cluster:
+    return "cluster";
+  }
+  return "text";
 }
 
 } // namespace
@@ -226,26 +230,34 @@ NB_MODULE(_partita, m) {
           },
           "path"_a);
 
-  // compile(model, is_path, name, options...) -> (artifact | None,
+  // option_table() -> [(name, python name, kind, default, choices, min, max,
+  // nullable, help)]: the declared options the APIs set by name
+  // (partita/Options/CompilerOptions.def), from which the Python layer makes
+  // and checks its keyword arguments.
+  m.def("option_table", []() {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string,
+                           std::vector<std::string>, int64_t, int64_t, bool,
+                           std::string>>
+        table;
+    const partita::CompilerOptions defaults;
+    for (const partita::OptionInfo &info : partita::compilerOptionTable())
+      if (info.has(partita::kEmbedding))
+        table.emplace_back(info.name, info.pythonName(), kindName(info.kind),
+                           info.get(defaults), info.choices, info.min, info.max,
+                           info.has(partita::kNullable), info.help);
+    return table;
+  });
+
+  // compile(model, is_path, name, [(option, text)]) -> (artifact | None,
   // diagnostics): a failed compilation is a value, so that the Python layer
   // can raise CompileError with the diagnostics attached.
   m.def(
       "compile",
       [](nb::bytes model, bool isPath, const std::string &name,
-         std::vector<std::tuple<std::string, int64_t, std::string>> mesh,
-         const std::string &target, std::map<std::string, int64_t> bind,
-         const std::string &strategy, const std::string &spMode,
-         int64_t microbatches, int64_t virtualStages, const std::string &dtype,
-         std::vector<std::string> cudaArchs, bool overlap,
-         const std::string &collectiveMatmul, const std::string &clusterJson,
-         bool autoMesh, int64_t devices, const std::string &objective,
-         double deviceMemory, int64_t maxSeq) {
+         const std::vector<std::pair<std::string, std::string>> &set) {
         partita::CompileResult result;
-        partita::CompileOptions options = makeCompileOptions(
-            std::move(mesh), target, std::move(bind), strategy, spMode,
-            microbatches, virtualStages, dtype, std::move(cudaArchs), overlap,
-            collectiveMatmul, clusterJson, autoMesh, devices, objective,
-            deviceMemory, maxSeq, result.diagnostics);
+        partita::CompileOptions options =
+            makeCompileOptions(set, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (!result.diagnostics.empty())
           return std::make_pair(std::shared_ptr<partita::Artifact>(),
@@ -262,27 +274,17 @@ NB_MODULE(_partita, m) {
             std::const_pointer_cast<partita::Artifact>(result.artifact),
             result.diagnostics);
       },
-      "model"_a, "is_path"_a, "name"_a, "mesh"_a, "target"_a, "bind"_a,
-      "strategy"_a, "sp_mode"_a, "microbatches"_a, "virtual_stages"_a,
-      "dtype"_a, "cuda_archs"_a, "overlap"_a, "collective_matmul"_a,
-      "cluster_json"_a, "auto_mesh"_a, "devices"_a, "objective"_a,
-      "device_memory"_a, "max_seq"_a);
+      "model"_a, "is_path"_a, "name"_a, "options"_a);
 
-  // plan(model, is_path, name, target, bind, dtype, cluster_json, devices,
-  // objective, device_memory, max_seq) -> (plan JSON | None, table,
-  // diagnostics).
+  // plan(model, is_path, name, [(option, text)]) -> (plan JSON | None,
+  // table, diagnostics).
   m.def(
       "plan",
       [](nb::bytes model, bool isPath, const std::string &name,
-         const std::string &target, std::map<std::string, int64_t> bind,
-         const std::string &dtype, const std::string &clusterJson,
-         int64_t devices, const std::string &objective, double deviceMemory,
-         int64_t maxSeq) {
+         const std::vector<std::pair<std::string, std::string>> &set) {
         partita::PlanResult result;
-        partita::CompileOptions options = makeCompileOptions(
-            {}, target, std::move(bind), "megatron", "none", 1, 1, dtype, {},
-            true, "auto", clusterJson, true, devices, objective, deviceMemory,
-            maxSeq, result.diagnostics);
+        partita::CompileOptions options =
+            makeCompileOptions(set, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (result.diagnostics.empty()) {
           nb::gil_scoped_release released;
@@ -295,9 +297,7 @@ NB_MODULE(_partita, m) {
           json = result.json;
         return std::make_tuple(json, result.table, result.diagnostics);
       },
-      "model"_a, "is_path"_a, "name"_a, "target"_a, "bind"_a, "dtype"_a,
-      "cluster_json"_a, "devices"_a, "objective"_a, "device_memory"_a,
-      "max_seq"_a);
+      "model"_a, "is_path"_a, "name"_a, "options"_a);
 
   nb::class_<PySession>(m, "Session", "A loaded artifact, ready to run.")
       .def_static(

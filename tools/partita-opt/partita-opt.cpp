@@ -14,7 +14,7 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "partita/InitAllDialects.h"
 #include "partita/InitAllPasses.h"
-#include "partita/Pipelines/OptionParser.h"
+#include "partita/Options/CommandLine.h"
 #include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
 

@@ -14,6 +14,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Options/Options.h"
 
 #include "gtest/gtest.h"
 
@@ -130,47 +131,55 @@ TEST_F(ShardingTest, PartialAxesOfSplitReductions) {
   EXPECT_EQ(strings(inferred), strings(assignment));
 }
 
+// The mesh is parsed once, by partita::Mesh (partita/Options/Options.h);
+// the annotate pass reads the roles it spells out.
 TEST(MeshAxesTest, Parses) {
   std::string error;
-  FailureOr<MeshAxes> axes = parseMeshAxes("dp=2, tp=4,pp=1", error);
-  ASSERT_TRUE(succeeded(axes)) << error;
-  ASSERT_EQ(axes->size(), 3u);
-  auto spec = [](const MeshAxisSpec &axis) {
-    return std::make_tuple(axis.name, axis.size, axis.role);
+  std::optional<::partita::Mesh> mesh =
+      ::partita::Mesh::parse("dp=2, tp=4,pp=1", error);
+  ASSERT_TRUE(mesh) << error;
+  ASSERT_EQ(mesh->axes.size(), 3u);
+  auto spec = [](const ::partita::MeshAxis &axis) {
+    return std::make_tuple(axis.name, axis.size, *symbolizeAxisRole(axis.role));
   };
-  EXPECT_EQ(spec((*axes)[0]), std::make_tuple("dp", 2, AxisRole::Data));
-  EXPECT_EQ(spec((*axes)[1]), std::make_tuple("tp", 4, AxisRole::Tensor));
-  EXPECT_EQ(spec((*axes)[2]), std::make_tuple("pp", 1, AxisRole::Pipeline));
+  EXPECT_EQ(spec(mesh->axes[0]), std::make_tuple("dp", 2, AxisRole::Data));
+  EXPECT_EQ(spec(mesh->axes[1]), std::make_tuple("tp", 4, AxisRole::Tensor));
+  EXPECT_EQ(spec(mesh->axes[2]), std::make_tuple("pp", 1, AxisRole::Pipeline));
+  EXPECT_EQ(mesh->str(), "dp=2,tp=4,pp=1");
 }
 
 TEST(MeshAxesTest, ParsesRoles) {
   std::string error;
-  FailureOr<MeshAxes> axes =
-      parseMeshAxes("model=4:tp, data=2 : dp,x=1", error);
-  ASSERT_TRUE(succeeded(axes)) << error;
-  ASSERT_EQ(axes->size(), 3u);
-  EXPECT_EQ((*axes)[0].role, AxisRole::Tensor);
-  EXPECT_EQ((*axes)[1].role, AxisRole::Data);
-  EXPECT_EQ((*axes)[1].size, 2);
-  EXPECT_EQ((*axes)[2].role, AxisRole::None);
+  std::optional<::partita::Mesh> mesh =
+      ::partita::Mesh::parse("model=4:tp, data=2 : dp,x=1", error);
+  ASSERT_TRUE(mesh) << error;
+  ASSERT_EQ(mesh->axes.size(), 3u);
+  EXPECT_EQ(symbolizeAxisRole(mesh->axes[0].role), AxisRole::Tensor);
+  EXPECT_EQ(symbolizeAxisRole(mesh->axes[1].role), AxisRole::Data);
+  EXPECT_EQ(mesh->axes[1].size, 2);
+  EXPECT_EQ(symbolizeAxisRole(mesh->axes[2].role), AxisRole::None);
+  EXPECT_EQ(mesh->str(), "model=4:tp,data=2:dp,x=1");
 }
 
 TEST(MeshAxesTest, Errors) {
   std::string error;
-  EXPECT_TRUE(failed(parseMeshAxes("tp", error)));
+  auto parse = [&](const char *text) {
+    return ::partita::Mesh::parse(text, error).has_value();
+  };
+  EXPECT_FALSE(parse("tp"));
   EXPECT_EQ(error, "'tp' is not of the form axis=size");
-  EXPECT_TRUE(failed(parseMeshAxes("tp=0", error)));
+  EXPECT_FALSE(parse("tp=0"));
   EXPECT_EQ(error, "axis 'tp' has size 0; sizes are at least 1");
-  EXPECT_TRUE(failed(parseMeshAxes("tp=2,tp=4", error)));
+  EXPECT_FALSE(parse("tp=2,tp=4"));
   EXPECT_EQ(error, "axis 'tp' is given twice");
-  EXPECT_TRUE(failed(parseMeshAxes("=2", error)));
-  EXPECT_TRUE(failed(parseMeshAxes("tp=two", error)));
-  EXPECT_TRUE(failed(parseMeshAxes("model=4:ep", error)));
+  EXPECT_FALSE(parse("=2"));
+  EXPECT_FALSE(parse("tp=two"));
+  EXPECT_FALSE(parse("model=4:ep"));
   EXPECT_EQ(error, "'model=4:ep': unknown role 'ep'; expected dp, tp, pp, sp "
                    "or none");
-  EXPECT_TRUE(failed(parseMeshAxes("model=4:tp,tp=2", error)));
+  EXPECT_FALSE(parse("model=4:tp,tp=2"));
   EXPECT_EQ(error, "axes 'model' and 'tp' both have role tp");
-  EXPECT_TRUE(failed(parseMeshAxes("tp=2:", error)));
+  EXPECT_FALSE(parse("tp=2:"));
 }
 
 } // namespace

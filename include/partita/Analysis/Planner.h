@@ -19,7 +19,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "partita/Analysis/Cluster.h"
-#include "partita/Pipelines/Options.h"
+#include "partita/Options/Options.h"
 #include "llvm/Support/JSON.h"
 
 #include <optional>

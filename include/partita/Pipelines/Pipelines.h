@@ -11,9 +11,9 @@
 //
 //   --emit import ─nn─▶ --emit nn ─plan─▶ --emit dist ─partition─▶ --emit local
 //
-// Every stage takes the same PipelineOptions (the options of
-// partita-compile that shape the IR, typed), and reads the ones it needs, so
-// one option string replays any stage.
+// Every stage takes the same PipelineOptions (the declared options of
+// partita/Options/CompilerOptions.def that shape the IR, typed), and reads
+// the ones it needs, so one option string replays any stage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,56 +23,45 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
-#include "partita/Pipelines/OptionParser.h"
+#include "partita/Options/CommandLine.h"
 
 namespace mlir::partita {
 
+/// A member of PipelineOptions for a declared option: a pass pipeline
+/// option where the declaration says kPipeline, else nothing at all.
+template <bool IsPipelineOption, typename T> struct PipelineOptionMember {
+  PipelineOptionMember(detail::PassOptions &, const char *, const char *,
+                       const T &) {}
+  void assign(const T &) {}
+};
+template <typename T>
+struct PipelineOptionMember<true, T> : detail::PassOptions::Option<T> {
+  PipelineOptionMember(detail::PassOptions &parent, const char *name,
+                       const char *help, const T &defaultValue)
+      : detail::PassOptions::Option<T>(parent, name, llvm::cl::desc(help),
+                                       llvm::cl::init(defaultValue),
+                                       optionTypeValues<T>()) {}
+  void assign(const T &value) { this->setValue(value); }
+};
+
+/// The options every pass pipeline of the compiler shares: the declared
+/// options marked kPipeline (partita/Options/CompilerOptions.def), typed,
+/// so one option string replays any stage. Each stage reads the ones it
+/// needs.
 struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
-  // nn
-  Option<bool> raise{*this, "raise",
-                     llvm::cl::desc("Raise decomposed subgraphs to "
-                                    "transformer-level nn ops"),
-                     llvm::cl::init(true)};
-  Option<StorageType> dtype{
-      *this, "dtype",
-      llvm::cl::desc("Storage type of the model's fp32 tensors"),
-      optionValues<StorageType>(), llvm::cl::init(StorageType::FP32)};
-  Option<int64_t> maxSeq{
-      *this, "max-seq",
-      llvm::cl::desc("Keep a decoder's keys and values in a cache of this "
-                     "many slots (partita-kv-cache; 0: none)"),
-      llvm::cl::init(0)};
-  // plan
-  Option<dist::MeshSpec> mesh{*this, "mesh",
-                              llvm::cl::desc("Mesh axes, sizes and roles, "
-                                             "e.g. dp=2,tp=4 or model=4:tp "
-                                             "(default: the module's "
-                                             "dist.mesh)")};
-  Option<Strategy> strategy{
-      *this, "strategy", llvm::cl::desc("How the strategy uses the mesh"),
-      optionValues<Strategy>(), llvm::cl::init(Strategy::Megatron)};
-  Option<SequenceMode> spMode{
-      *this, "sp-mode", llvm::cl::desc("Sequence parallelism"),
-      optionValues<SequenceMode>(), llvm::cl::init(SequenceMode::None)};
-  // partition
-  Option<int64_t> microbatches{*this, "microbatches",
-                               llvm::cl::desc("Microbatches per pipeline "
-                                              "stage"),
-                               llvm::cl::init(1)};
-  Option<int64_t> virtualStages{*this, "virtual-stages",
-                                llvm::cl::desc("Pipeline chunks per rank "
-                                               "(interleaved)"),
-                                llvm::cl::init(1)};
-  Option<bool> overlap{*this, "overlap",
-                       llvm::cl::desc("Start collectives early and wait "
-                                      "late (async)"),
-                       llvm::cl::init(true)};
-  Option<CollectiveMatmulMode> collectiveMatmul{
-      *this, "collective-matmul",
-      llvm::cl::desc("Pipeline tensor-parallel matmuls with their "
-                     "collective (with overlap)"),
-      optionValues<CollectiveMatmulMode>(),
-      llvm::cl::init(CollectiveMatmulMode::Auto)};
+#define PARTITA_OPTION(FIELD, KIND, TYPE, NAME, DEFAULT, USES, VALUE, HELP)    \
+  [[no_unique_address]] PipelineOptionMember<                                  \
+      ((USES) & ::partita::kPipeline) != 0, TYPE> FIELD{*this, NAME, HELP,     \
+                                                        DEFAULT};
+#include "partita/Options/CompilerOptions.def"
+
+  /// The pipeline options of `options` (the driver's), field by field as
+  /// declared.
+  void assign(const CompilerOptions &options) {
+#define PARTITA_OPTION(FIELD, KIND, TYPE, NAME, DEFAULT, USES, VALUE, HELP)    \
+  FIELD.assign(options.FIELD);
+#include "partita/Options/CompilerOptions.def"
+  }
 };
 
 /// From freshly imported nn to clean transformer-level nn, stored as

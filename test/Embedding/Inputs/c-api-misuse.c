@@ -54,9 +54,48 @@ int main(int argc, char **argv) {
        "--dtype expects fp32, bf16 or fp16, got 'fp8'"},
       {partita_compile_options_set_collective_matmul(options, "some"),
        "--collective-matmul expects auto, always or never, got 'some'"},
+      /* The generic setter checks each value against the option's
+         declaration: kind, range and choices, naming the flag. */
+      {partita_compile_options_set(options, "microbatches", "2.5"),
+       "partita_compile_options_set: --microbatches expects an integer, got "
+       "'2.5'"},
+      {partita_compile_options_set(options, "microbatches", "0"),
+       "--microbatches must be positive, got 0"},
+      {partita_compile_options_set(options, "virtual-stages", "4096"),
+       "--virtual-stages must be at most 1024, got 4096"},
+      {partita_compile_options_set(options, "mesh", "tp=0"),
+       "--mesh tp=0: axis 'tp' has size 0; sizes are at least 1"},
+      {partita_compile_options_set(options, "overlap", "sometimes"),
+       "--overlap expects true or false, got 'sometimes'"},
+      {partita_compile_options_set(options, "sp_mode", "ring"),
+       "unknown option 'sp_mode'"},
+      {partita_compile_options_set(options, "emit", "nn"),
+       "unknown option 'emit'"},
+      {partita_compile_options_set(options, "mesh", NULL), "'value' is null"},
   };
   for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i)
     expectError(refused[i].status, refused[i].needle, refused[i].needle);
+  /* Every name the generic setter lists, it takes. */
+  if (partita_compile_option_count() < 10 ||
+      partita_compile_option_name(partita_compile_option_count()) != NULL) {
+    printf("FAIL partita_compile_option_count/name\n");
+    ++failures;
+  }
+  for (size_t i = 0; i < partita_compile_option_count(); ++i)
+    if (!partita_compile_option_name(i)) {
+      printf("FAIL option name %zu is NULL\n", i);
+      ++failures;
+    }
+  if (!partita_status_ok(
+          partita_compile_options_set(options, "mesh", "model=2:tp")) ||
+      !partita_status_ok(
+          partita_compile_options_set(options, "device-memory", "80GB")) ||
+      !partita_status_ok(
+          partita_compile_options_set(options, "device-memory", "")) ||
+      !partita_status_ok(partita_compile_options_set(options, "mesh", ""))) {
+    printf("FAIL good values refused by partita_compile_options_set\n");
+    ++failures;
+  }
   if (!partita_status_ok(partita_compile_options_set_sp_mode(options, "")) ||
       !partita_status_ok(partita_compile_options_set_dtype(options, "bf16"))) {
     printf("FAIL good spellings refused\n");

@@ -757,16 +757,20 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
     if (failed(existing))
       return signalPassFailure();
     MeshOp mesh = *existing;
-    // The option's parser has checked the axes.
-    const MeshSpec &spec = this->mesh;
+    // The option's parser has checked the axes and spelled out their roles.
+    const ::partita::Mesh &spec = this->mesh;
     if (!mesh.getOperation() && !spec.empty()) {
       SmallVector<StringRef> names;
       SmallVector<int64_t> sizes;
       SmallVector<AxisRole> roles;
-      for (const MeshAxisSpec &axis : spec.axes) {
+      for (const ::partita::MeshAxis &axis : spec.axes) {
         names.push_back(axis.name);
         sizes.push_back(axis.size);
-        roles.push_back(axis.role);
+        roles.push_back(
+            symbolizeAxisRole(axis.role.empty()
+                                  ? ::partita::impliedAxisRole(axis.name)
+                                  : axis.role)
+                .value_or(AxisRole::None));
       }
       OpBuilder b(module.getBodyRegion());
       mesh = MeshOp::create(b, module.getLoc(), kMeshName, names, sizes, roles);

@@ -10,7 +10,6 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Verifier.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
-#include "partita/Pipelines/OptionParser.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
@@ -19,100 +18,6 @@
 using namespace mlir;
 using namespace mlir::partita;
 using namespace mlir::partita::dist;
-
-FailureOr<MeshAxes> dist::parseMeshAxes(StringRef text, std::string &error) {
-  MeshAxes axes;
-  llvm::StringSet<> seen;
-  SmallVector<StringRef> parts;
-  text.split(parts, ',');
-  for (StringRef part : parts) {
-    part = part.trim();
-    auto [name, rest] = part.split('=');
-    auto [size, roleName] = rest.split(':');
-    name = name.trim();
-    int64_t value = 0;
-    if (name.empty() || size.trim().getAsInteger(10, value)) {
-      error = ("'" + part + "' is not of the form axis=size").str();
-      return failure();
-    }
-    if (value < 1) {
-      error = ("axis '" + name + "' has size " + Twine(value) +
-               "; sizes are at least 1")
-                  .str();
-      return failure();
-    }
-    if (!seen.insert(name).second) {
-      error = ("axis '" + name + "' is given twice").str();
-      return failure();
-    }
-    AxisRole role = getDefaultAxisRole(name);
-    if (rest.contains(':')) {
-      std::optional<AxisRole> given = symbolizeAxisRole(roleName.trim());
-      if (!given) {
-        error = ("'" + part + "': unknown role '" + roleName.trim() +
-                 "'; expected dp, tp, pp, sp or none")
-                    .str();
-        return failure();
-      }
-      role = *given;
-    }
-    if (role != AxisRole::None)
-      for (const MeshAxisSpec &other : axes)
-        if (other.role == role) {
-          error = ("axes '" + other.name + "' and '" + name +
-                   "' both have role " + stringifyAxisRole(role))
-                      .str();
-          return failure();
-        }
-    axes.push_back({name.str(), value, role});
-  }
-  return axes;
-}
-
-std::string MeshSpec::str() const {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << *this;
-  return text;
-}
-
-llvm::raw_ostream &dist::operator<<(llvm::raw_ostream &os,
-                                    const MeshSpec &mesh) {
-  llvm::interleave(
-      mesh.axes, os,
-      [&](const MeshAxisSpec &axis) {
-        os << axis.name << "=" << axis.size;
-        if (axis.role != getDefaultAxisRole(axis.name))
-          os << ":" << stringifyAxisRole(axis.role);
-      },
-      ",");
-  return os;
-}
-
-bool llvm::cl::parser<MeshSpec>::parse(Option &option, StringRef, StringRef arg,
-                                       MeshSpec &value) {
-  value.axes.clear();
-  if (arg.trim().empty())
-    return false;
-  std::string error;
-  FailureOr<MeshAxes> axes = parseMeshAxes(arg, error);
-  if (failed(axes)) {
-    const std::string &tool = optionErrorTool();
-    llvm::errs() << tool << (tool.empty() ? "" : ": ") << "error: --"
-                 << option.ArgStr << " " << arg << ": " << error << "\n";
-    return true;
-  }
-  value.axes = std::move(*axes);
-  return false;
-}
-
-void llvm::cl::parser<MeshSpec>::printOptionDiff(const Option &option,
-                                                 const MeshSpec &value,
-                                                 const OptionValue<MeshSpec> &,
-                                                 size_t globalWidth) const {
-  printOptionName(option, globalWidth);
-  outs() << "= " << value << "\n";
-}
 
 FailureOr<MeshOp> dist::getModuleMesh(ModuleOp module) {
   MeshOp found;

@@ -11,7 +11,7 @@
 #include "partita/Dialect/Dist/IR/DistDialect.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
-#include "partita/Pipelines/OptionParser.h"
+#include "partita/Options/CommandLine.h"
 
 namespace mlir::partita {
 

@@ -71,7 +71,7 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"mesh", "mesh", "::mlir::partita::dist::MeshSpec", /*default=*/"",
+    Option<"mesh", "mesh", "::partita::Mesh", /*default=*/"",
            "Mesh axes, sizes and roles, e.g. dp=2,tp=4 or model=4:tp "
            "(default: the module's dist.mesh)">,
     Option<"strategy", "strategy", "::mlir::partita::Strategy",

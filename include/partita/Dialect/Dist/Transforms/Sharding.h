@@ -18,7 +18,6 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/ShardingRule.h"
-#include "llvm/Support/CommandLine.h"
 
 #include <string>
 #include <utility>
@@ -40,34 +39,6 @@ constexpr int kEdgePriority = 3;
 /// The priority of a dist.annotate: its `dist.priority`, else 1 for a
 /// strategy's and 0 for a person's.
 int getAnnotationPriority(AnnotateOp op);
-
-/// One axis of `--mesh`: its name, size and role.
-struct MeshAxisSpec {
-  std::string name;
-  int64_t size;
-  AxisRole role;
-};
-/// Mesh axes in order, as `--mesh dp=2,tp=4` or `--mesh model=4:tp` gives
-/// them.
-using MeshAxes = SmallVector<MeshAxisSpec>;
-
-/// Parses `name=size[:role][,name=size[:role]...]`; an axis without a role
-/// has the default of its name (`getDefaultAxisRole`). On error returns
-/// failure and sets `error` to a message naming the offending part.
-FailureOr<MeshAxes> parseMeshAxes(StringRef text, std::string &error);
-
-/// `--mesh` as typed data, parsed once where the option is given (the
-/// command line, a pass or pipeline option, the embedding APIs); empty for
-/// one device.
-struct MeshSpec {
-  MeshAxes axes;
-
-  bool empty() const { return axes.empty(); }
-  /// `name=size[:role],...`, a role only where the name does not imply it:
-  /// what parseMeshAxes reads back to the same axes.
-  std::string str() const;
-};
-llvm::raw_ostream &operator<<(llvm::raw_ostream &os, const MeshSpec &mesh);
 
 /// The module's one `dist.mesh`; null when it has none. Emits an error and
 /// returns failure when it has several.
@@ -144,23 +115,5 @@ ElementsAttr getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
 std::string formatSharding(ShardingAttr sharding);
 
 } // namespace mlir::partita::dist
-
-/// Parses `--mesh` (and the `mesh` option of passes and pipelines) into a
-/// MeshSpec, printing parseMeshAxes's message on error as the enum options
-/// do.
-template <>
-class llvm::cl::parser<mlir::partita::dist::MeshSpec>
-    : public llvm::cl::basic_parser<mlir::partita::dist::MeshSpec> {
-public:
-  parser(Option &option) : basic_parser(option) {}
-  /// Returns true on error, as llvm::cl parsers do.
-  bool parse(Option &option, StringRef argName, StringRef arg,
-             mlir::partita::dist::MeshSpec &value);
-  StringRef getValueName() const override { return "axis=size[:role],..."; }
-  void printOptionDiff(const Option &option,
-                       const mlir::partita::dist::MeshSpec &value,
-                       const OptionValue<mlir::partita::dist::MeshSpec> &,
-                       size_t globalWidth) const;
-};
 
 #endif // PARTITA_DIALECT_DIST_TRANSFORMS_SHARDING_H

@@ -10,7 +10,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
-#include "partita/Pipelines/OptionParser.h"
+#include "partita/Options/CommandLine.h"
 
 namespace mlir::partita {
 

@@ -1,13 +1,16 @@
-//===- OptionParser.h - command-line parsing of the enum options -*- C++
-//-*-===//
+//===- CommandLine.h - the declared options on llvm::cl -------*- C++ -*-===//
 //
 // Part of the Partita project.
 //
 //===----------------------------------------------------------------------===//
 //
-// LLVM's command-line parser for the enums of partita/Pipelines/Options.h,
-// used by partita-compile's flags and by every pass and pipeline option of
-// those types (ODS `Option<..., "::mlir::partita::Strategy", ...,
+// The declared options (partita/Options/CompilerOptions.def) as llvm::cl
+// flags: CompilerCommandLine registers one flag per option the command line
+// reads, bound to a CompilerOptions. Also LLVM's command-line parsers for
+// the option types that pass and pipeline options share: the enums of
+// partita/Options/Options.h and the mesh. They serve partita-compile's
+// flags and every pass and pipeline option of those types (ODS `Option<...,
+// "::mlir::partita::Strategy", ...,
 // "::mlir::partita::optionValues<::mlir::partita::Strategy>()">`). It is
 // LLVM's mapping parser, filled from the enum's one table, with an error
 // that lists what the option accepts: `--strategy expects megatron or none,
@@ -19,10 +22,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PARTITA_PIPELINES_OPTIONPARSER_H
-#define PARTITA_PIPELINES_OPTIONPARSER_H
+#ifndef PARTITA_OPTIONS_COMMANDLINE_H
+#define PARTITA_OPTIONS_COMMANDLINE_H
 
-#include "partita/Pipelines/Options.h"
+#include "partita/Options/Options.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
@@ -30,7 +33,10 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <initializer_list>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 namespace mlir::partita {
 
@@ -126,7 +132,66 @@ OptionValues<Enum> optionValues(std::initializer_list<Enum> only = {}) {
   return OptionValues<Enum>(llvm::ArrayRef<Enum>(only.begin(), only.size()));
 }
 
+/// A cl modifier that does nothing (for options whose type needs none).
+struct NoModifier {
+  template <typename Opt> void apply(Opt &) const {}
+};
+
+/// The modifier that lists an option type's values in --help: an enum's
+/// spellings, nothing for other types.
+template <typename T> auto optionTypeValues() {
+  if constexpr (std::is_enum_v<T>)
+    return optionValues<T>();
+  else
+    return NoModifier();
+}
+
+/// partita-compile's flags: one per declared option the command line reads
+/// (kCommandLine), registered in `category`. Enums and booleans are
+/// parsed by llvm::cl (so --help lists the values); every other value is
+/// read as text and set through the declaration (partita::setOption) by
+/// `apply`, after cl::ParseCommandLineOptions. Keep it alive while the
+/// command line is parsed.
+class CompilerCommandLine {
+public:
+  explicit CompilerCommandLine(llvm::cl::OptionCategory &category);
+  ~CompilerCommandLine();
+  /// Fills `options` with the flags given; an error names the flag.
+  bool apply(CompilerOptions &options, std::string &error) const;
+  /// How often the flag of option `name` was given.
+  unsigned occurrences(llvm::StringRef name) const;
+
+  /// One flag and how it fills the options (CommandLine.cpp).
+  struct Binding;
+
+private:
+  std::vector<std::unique_ptr<Binding>> bindings;
+};
+
 } // namespace mlir::partita
+
+/// Parses `--mesh` (and the `mesh` option of passes and pipelines) into a
+/// Mesh, printing Mesh::parse's message on error as the enum options do.
+template <>
+class llvm::cl::parser<::partita::Mesh>
+    : public llvm::cl::basic_parser<::partita::Mesh> {
+public:
+  parser(Option &option) : basic_parser(option) {}
+  /// Returns true on error, as llvm::cl parsers do.
+  bool parse(Option &option, StringRef argName, StringRef arg,
+             ::partita::Mesh &value);
+  StringRef getValueName() const override { return "axis=size[:role],..."; }
+  void printOptionDiff(const Option &option, const ::partita::Mesh &value,
+                       const OptionValue<::partita::Mesh> &,
+                       size_t globalWidth) const;
+};
+
+namespace partita {
+/// The mesh as --mesh spells it (pass options print their values so).
+inline llvm::raw_ostream &operator<<(llvm::raw_ostream &os, const Mesh &mesh) {
+  return os << mesh.str();
+}
+} // namespace partita
 
 namespace llvm::cl {
 #define PARTITA_ENUM_OPTION_PARSER(Enum)                                       \
@@ -141,7 +206,9 @@ PARTITA_ENUM_OPTION_PARSER(Strategy)
 PARTITA_ENUM_OPTION_PARSER(SequenceMode)
 PARTITA_ENUM_OPTION_PARSER(StorageType)
 PARTITA_ENUM_OPTION_PARSER(CollectiveMatmulMode)
+PARTITA_ENUM_OPTION_PARSER(PlanObjective)
+PARTITA_ENUM_OPTION_PARSER(EmitStage)
 #undef PARTITA_ENUM_OPTION_PARSER
 } // namespace llvm::cl
 
-#endif // PARTITA_PIPELINES_OPTIONPARSER_H
+#endif // PARTITA_OPTIONS_COMMANDLINE_H

@@ -1,0 +1,61 @@
+"""The keyword arguments of compile() and plan() come from the compiler's
+option declarations (partita/Options/CompilerOptions.def): each is checked
+against its kind, and named when refused."""
+
+import pytest
+
+import partita
+from conftest import ROOT
+
+MODELS = ROOT / "test" / "models"
+
+GPT2 = MODELS / "gpt2.onnx"
+
+
+def test_options_lists_the_declarations():
+    options = partita.options()
+    assert options["sp_mode"]["flag"] == "sp-mode"
+    assert options["sp_mode"]["choices"] == ["none", "megatron", "ulysses",
+                                             "ring"]
+    assert options["microbatches"]["kind"] == "integer"
+    assert options["microbatches"]["min"] == 1
+    assert options["microbatches"]["default"] == "1"
+    assert options["overlap"]["default"] == "true"
+    # The command line's own outputs are no keyword of the API.
+    assert "emit" not in options and "report" not in options
+
+
+@pytest.mark.parametrize("keyword, value, message", [
+    ("microbatches", 2.5, "microbatches expects an integer, got 2.5"),
+    ("microbatches", True, "microbatches expects an integer, got True"),
+    ("microbatches", None, "microbatches: a value is required, got None"),
+    ("overlap", 1, "overlap expects True or False, got 1"),
+    ("target", 3, "target expects a string, got 3"),
+    ("bind", {"batch": 2.0}, "bind: 'batch' expects an integer, got 2.0"),
+    ("device_memory", "lots", None),
+    ("bogus", 1, "unexpected keyword argument 'bogus'"),
+])
+def test_wrong_types_name_the_keyword(keyword, value, message):
+    if message is None:  # a string where bytes belong is refused as text
+        with pytest.raises(TypeError, match="device_memory expects a number"):
+            partita.compile(GPT2, mesh="auto", **{keyword: value})
+        return
+    with pytest.raises(TypeError, match=message):
+        partita.compile(GPT2, **{keyword: value})
+
+
+@pytest.mark.parametrize("keyword, value, message", [
+    ("microbatches", 0, "--microbatches must be positive, got 0"),
+    ("virtual_stages", 1 << 20, "--virtual-stages must be at most 1024"),
+    ("max_seq", -1, "--max-seq must be positive, got -1"),
+    ("sp_mode", "zigzag", "--sp-mode expects none, megatron, ulysses or ring"),
+])
+def test_values_out_of_range_are_compile_errors(keyword, value, message):
+    with pytest.raises(partita.CompileError, match=message):
+        partita.compile(GPT2, **{keyword: value})
+
+
+def test_none_is_the_default_where_there_is_one():
+    art = partita.compile(GPT2, mesh=None, devices=None, max_seq=None,
+                          cuda_arch=None, cluster=None, sp_mode=None)
+    assert art.report["mesh"]["world_size"] == 1
