@@ -30,6 +30,8 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <chrono>
+
 using namespace mlir;
 using namespace mlir::partita;
 namespace cudatarget = ::partita::target::cuda;
@@ -42,6 +44,25 @@ LogicalResult fail(MLIRContext &context, const llvm::Twine &message) {
   emitError(UnknownLoc::get(&context)) << message.str();
   return failure();
 }
+
+/// Adds the wall time of its scope to the phase `name` of `result`
+/// (partita-compile --time-phases prints them).
+class PhaseClock {
+public:
+  PhaseClock(DriverResult &result, StringRef name)
+      : result(result), name(name.str()),
+        start(std::chrono::steady_clock::now()) {}
+  ~PhaseClock() {
+    std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - start;
+    result.addPhaseTime(name, elapsed.count());
+  }
+
+private:
+  DriverResult &result;
+  std::string name;
+  std::chrono::steady_clock::time_point start;
+};
 
 /// Runs the passes `build` adds on `module`, timed as `name` under `root`.
 LogicalResult runStage(ModuleOp module, const DriverOptions &options,
@@ -246,6 +267,8 @@ struct PassStage {
   EmitStage emit;
   StringRef flag;
   StringRef timing;
+  /// Its phase, for --time-phases.
+  StringRef phase;
   void (*build)(OpPassManager &, const PipelineOptions &);
 };
 
@@ -253,9 +276,10 @@ struct PassStage {
 /// --emit import, and the sharding stages only with a mesh.
 SmallVector<PassStage> passStages(const DriverOptions &options) {
   const PassStage all[] = {
-      {EmitStage::NN, "nn", "Pipeline", buildNNPipeline},
-      {EmitStage::Dist, "dist", "Sharding plan", buildPlanPipeline},
-      {EmitStage::Local, "local", "Partition", buildPartitionPipeline},
+      {EmitStage::NN, "nn", "Pipeline", "raise", buildNNPipeline},
+      {EmitStage::Dist, "dist", "Sharding plan", "shard", buildPlanPipeline},
+      {EmitStage::Local, "local", "Partition", "partition",
+       buildPartitionPipeline},
   };
   SmallVector<PassStage> stages;
   for (const PassStage &stage : all) {
@@ -391,6 +415,7 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
   OwningOpRef<ModuleOp> &module = compiled.module;
   {
     TimingScope importTiming = root.nest("ONNX import");
+    PhaseClock clock(result, "import");
     module = options.inputBuffer
                  ? importOnnxBuffer(&context, *options.inputBuffer,
                                     options.input, /*modelDir=*/"", import)
@@ -415,14 +440,18 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
     if (index >= stages.size())
       break;
     const PassStage &stage = stages[index];
-    if (failed(runStage(*module, effective, root, stage.timing,
-                        [&](PassManager &pm) { stage.build(pm, pipeline); })))
-      return failure();
+    {
+      PhaseClock clock(result, stage.phase);
+      if (failed(runStage(*module, effective, root, stage.timing,
+                          [&](PassManager &pm) { stage.build(pm, pipeline); })))
+        return failure();
+    }
     if (stage.emit == EmitStage::NN)
       compiled.model = summarizeModel(main);
     // --mesh auto fills in the mesh and its options after the nn stage.
     if (stage.emit == EmitStage::NN && effective.autoMesh) {
       TimingScope planTiming = root.nest("Parallel planning");
+      PhaseClock planClock(result, "plan");
       int64_t nodes = cluster.nodes;
       // The decode objectives plan the decode step: its nn stage, in a
       // context of its own (as the serving compile imports it).
@@ -454,6 +483,7 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
   for (auto mesh : module->getOps<dist::MeshOp>())
     worldSize = mesh.getNumDevices();
   TimingScope lowerTiming = root.nest("Exec lowering");
+  PhaseClock clock(result, "exec");
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     // Each rank's program is planned on a copy of the SPMD module; the
     // global one stays for the artifact's manifest and the report.
@@ -560,6 +590,7 @@ LogicalResult runServingCompiler(MLIRContext &context,
   std::vector<std::string> prefillSources, decodeSources;
   if (cuda && options.emit >= EmitStage::Exec) {
     TimingScope cudaTiming = root.nest("CUDA code generation");
+    PhaseClock clock(result, "cuda");
     for (auto [programs, sources, prefix] :
          {std::tuple(&prefill.programs, &prefillSources, "partita_"),
           std::tuple(&decode.programs, &decodeSources, "partita_decode_")}) {
@@ -619,6 +650,7 @@ LogicalResult runServingCompiler(MLIRContext &context,
       failed(writeTrace(prefill.main, prefill.programs, options.traceFile)))
     return failure();
   TimingScope writeTiming = root.nest("Artifact");
+  PhaseClock clock(result, "emit");
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
   artifact.compileOptions = recordedOptions(effective);
@@ -707,6 +739,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   std::vector<std::string> cudaSources;
   if (cuda) {
     TimingScope cudaTiming = root.nest("CUDA code generation");
+    PhaseClock clock(result, "cuda");
     for (auto [rank, exec] : llvm::enumerate(programs)) {
       llvm::Expected<std::string> source =
           cudatarget::generateCudaSource(exec.program, {});
@@ -726,6 +759,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   }
 
   TimingScope writeTiming = root.nest("Artifact");
+  PhaseClock clock(result, "emit");
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
   artifact.compileOptions = recordedOptions(effective);

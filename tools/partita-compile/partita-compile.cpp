@@ -30,6 +30,7 @@
 #include "partita/Options/CommandLine.h"
 #include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -110,6 +111,15 @@ int compile(MLIRContext &context, const CompilerCommandLine &commandLine) {
     llvm::outs() << result.planExplanation;
   if (options.explain)
     llvm::outs() << result.explanation;
+  if (options.timePhases) {
+    double total = 0;
+    llvm::errs() << "partita-compile: phase wall times:\n";
+    for (const auto &[phase, seconds] : result.phaseSeconds) {
+      llvm::errs() << llvm::formatv("  {0,-10} {1,8:f3} s\n", phase, seconds);
+      total += seconds;
+    }
+    llvm::errs() << llvm::formatv("  {0,-10} {1,8:f3} s\n", "total", total);
+  }
   if (output)
     output->keep();
   return 0;

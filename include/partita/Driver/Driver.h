@@ -28,6 +28,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mlir::partita {
 
@@ -56,6 +58,19 @@ struct DriverResult {
   /// With autoMesh: the plan, and its --explain-plan table.
   std::optional<Plan> plan;
   std::string planExplanation;
+  /// Wall seconds of each phase that ran (import, raise, plan, shard,
+  /// partition, exec, cuda, emit), in the order they first ran; a phase
+  /// that runs twice (a prefill and a decode program) adds up.
+  std::vector<std::pair<std::string, double>> phaseSeconds;
+
+  void addPhaseTime(const std::string &phase, double seconds) {
+    for (auto &[name, total] : phaseSeconds)
+      if (name == phase) {
+        total += seconds;
+        return;
+      }
+    phaseSeconds.emplace_back(phase, seconds);
+  }
 };
 
 /// Runs the compiler. Diagnostics go to the context's handler.
