@@ -14,6 +14,7 @@
 #include "partita/Analysis/Cluster.h"
 #include "partita/Artifact/Artifact.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/Dist/Transforms/Passes.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/Frontend/ONNX/Import.h"
@@ -31,6 +32,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <chrono>
+#include <functional>
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -147,45 +149,20 @@ LogicalResult parseCudaArchs(MLIRContext &context, const DriverOptions &options,
   return success();
 }
 
-/// --mesh auto: plans `main` for the requested devices on `cluster` and
-/// sets `options`' mesh, sequence mode, microbatches, virtual stages and
-/// collective matmul to the best plan. Fails, naming what each family
-/// lacked, when none fits, unless `options.emit` is Plan (which prints the
-/// plan, feasible or not).
-LogicalResult planMesh(MLIRContext &context, const ModelShape &shape,
-                       ClusterModel &cluster, DriverOptions &options,
-                       std::optional<Plan> &plan) {
-  PlanRequest request;
-  request.devices = options.devices ? options.devices : cluster.devices();
-  // More devices than the cluster's shape holds: more nodes of its kind.
-  cluster.growTo(request.devices);
-  request.objective = options.objective;
-  if (options.deviceMemoryBytes > 0)
-    request.deviceMemoryBytes = options.deviceMemoryBytes;
-  plan = planParallelism(shape, cluster, request);
-  const PlanCandidate *best = plan->best();
-  if (options.emit == EmitStage::Plan)
+/// The cluster of --cluster (the default preset without one).
+LogicalResult readCluster(MLIRContext &context, const DriverOptions &options,
+                          ClusterModel &cluster) {
+  if (options.clusterJson.empty())
     return success();
-  if (!best) {
-    std::string why;
-    for (const std::string &line : plan->rejected)
-      why += "\n  " + line;
-    return fail(context, "--mesh auto: no plan for " +
-                             std::to_string(request.devices) +
-                             " devices fits on " + cluster.name + ":" + why);
-  }
-  options.mesh.axes.clear();
-  for (auto [name, size] :
-       {std::pair{"dp", best->dp}, std::pair{"pp", best->pp},
-        std::pair{"sp", best->sp}, std::pair{"tp", best->tp}})
-    if (size > 1)
-      options.mesh.axes.push_back({name, size, name});
-  options.spMode = best->spMode;
-  options.microbatches = best->microbatches;
-  options.virtualStages = best->virtualStages;
-  options.collectiveMatmul = best->collectiveMatmul
-                                 ? CollectiveMatmulMode::Always
-                                 : CollectiveMatmulMode::Never;
+  llvm::Expected<ClusterModel> parsed =
+      ClusterModel::fromJson(options.clusterJson);
+  if (!parsed)
+    return fail(context,
+                "--cluster " +
+                    (options.clusterSource.empty() ? std::string("(JSON text)")
+                                                   : options.clusterSource) +
+                    ": " + llvm::toString(parsed.takeError()));
+  cluster = std::move(*parsed);
   return success();
 }
 
@@ -237,58 +214,77 @@ LogicalResult checkCompiledPlan(MLIRContext &context, Plan &plan,
                   .str());
 }
 
-/// Records in `module`'s cluster that it has `nodes` nodes (the planner
-/// grew it to hold --devices).
-void setClusterNodes(ModuleOp module, int64_t nodes) {
-  llvm::json::Object cluster;
-  if (auto text =
-          module->getAttrOfType<StringAttr>(ClusterModel::kAttributeName)) {
-    // The driver parsed this text already; it is an object.
-    llvm::Expected<llvm::json::Value> parsed =
-        llvm::json::parse(text.getValue());
-    if (!parsed)
-      llvm::consumeError(parsed.takeError());
-    else if (llvm::json::Object *object = parsed->getAsObject())
-      cluster = std::move(*object);
-  }
-  if (cluster.empty())
-    cluster["preset"] = "default";
-  cluster["nodes"] = nodes;
-  module->setAttr(
-      ClusterModel::kAttributeName,
-      StringAttr::get(
-          module.getContext(),
-          llvm::formatv("{0}", llvm::json::Value(std::move(cluster))).str()));
-}
-
-/// A pass stage: what --emit prints after it, its name in --mlir-timing,
-/// and its pipeline.
-struct PassStage {
+/// A phase of the compiler that is a pass pipeline: its name (for
+/// --time-phases and --dump-pipeline), the --emit stage that prints what it
+/// makes, its name in --mlir-timing, and its pipeline.
+struct PassPhase {
+  StringRef name;
   EmitStage emit;
-  StringRef flag;
   StringRef timing;
-  /// Its phase, for --time-phases.
-  StringRef phase;
-  void (*build)(OpPassManager &, const PipelineOptions &);
+  std::function<void(OpPassManager &, const PipelineOptions &)> build;
 };
 
-/// The pass stages a compile with `options` runs, in order: none for
-/// --emit import, and the sharding stages only with a mesh.
-SmallVector<PassStage> passStages(const DriverOptions &options) {
-  const PassStage all[] = {
-      {EmitStage::NN, "nn", "Pipeline", "raise", buildNNPipeline},
-      {EmitStage::Dist, "dist", "Sharding plan", "shard", buildPlanPipeline},
-      {EmitStage::Local, "local", "Partition", "partition",
-       buildPartitionPipeline},
+/// The pass phases a compile with `options` runs, in order, up to
+/// `options.emit`: raise; plan with --mesh auto; shard and partition with
+/// a mesh (which planning may have chosen). `sink` receives the plan.
+SmallVector<PassPhase> passPhases(const DriverOptions &options, Plan *sink) {
+  bool requireFit = options.emit != EmitStage::Plan;
+  PassPhase all[] = {
+      {"raise", EmitStage::NN, "Pipeline", buildNNPipeline},
+      {"plan", EmitStage::Plan, "Parallel planning",
+       [sink, requireFit](OpPassManager &pm, const PipelineOptions &pipeline) {
+         buildPlanMeshPipeline(pm, pipeline, sink, requireFit);
+       }},
+      {"shard", EmitStage::Dist, "Sharding plan", buildPlanPipeline},
+      {"partition", EmitStage::Local, "Partition", buildPartitionPipeline},
   };
-  SmallVector<PassStage> stages;
-  for (const PassStage &stage : all) {
-    if (options.emit < stage.emit ||
-        (stage.emit != EmitStage::NN && options.mesh.empty()))
+  SmallVector<PassPhase> phases;
+  for (PassPhase &phase : all) {
+    if (options.emit < phase.emit)
       break;
-    stages.push_back(stage);
+    if (phase.emit == EmitStage::Plan && !options.autoMesh)
+      continue;
+    if (phase.emit > EmitStage::Plan &&
+        (options.autoMesh || options.mesh.empty()))
+      break;
+    phases.push_back(std::move(phase));
   }
-  return stages;
+  return phases;
+}
+
+/// What partita-plan-mesh chose, as the later phases compile with it: the
+/// module's dist.mesh (none: one device) and its partita.plan.
+LogicalResult adoptPlan(ModuleOp module, DriverOptions &options) {
+  auto plan = module->getAttrOfType<DictionaryAttr>(kPlanAttrName);
+  FailureOr<dist::MeshOp> mesh = dist::getModuleMesh(module);
+  if (!plan || failed(mesh))
+    return module.emitError() << "the planned module has no " << kPlanAttrName;
+  options.mesh.axes.clear();
+  if (*mesh)
+    for (unsigned index = 0; index < mesh->getNumAxes(); ++index)
+      options.mesh.axes.push_back(
+          {cast<StringAttr>(mesh->getAxisNames()[index]).str(),
+           mesh->getAxisSizes()[index],
+           dist::stringifyAxisRole(mesh->getAxisRole(index)).str()});
+  auto text = [&](StringRef key) {
+    auto value = plan.getAs<StringAttr>(key);
+    return value ? value.getValue() : StringRef();
+  };
+  auto integer = [&](StringRef key) {
+    auto value = plan.getAs<IntegerAttr>(key);
+    return value ? value.getInt() : int64_t(1);
+  };
+  options.spMode = ::partita::parseOption<SequenceMode>(text("sp_mode"))
+                       .value_or(SequenceMode::None);
+  options.microbatches = integer("microbatches");
+  options.virtualStages = integer("virtual_stages");
+  auto matmul = plan.getAs<BoolAttr>("collective_matmul");
+  options.collectiveMatmul = matmul && matmul.getValue()
+                                 ? CollectiveMatmulMode::Always
+                                 : CollectiveMatmulMode::Never;
+  // The mesh is chosen: a second program (decode) compiles on it.
+  options.autoMesh = false;
+  return success();
 }
 
 /// The flags the artifact was compiled with, for its manifest: the
@@ -360,32 +356,6 @@ struct ChildContext {
   ScopedDiagnosticHandler forward;
 };
 
-/// The shape of the model's decode step (--max-seq): its nn stage, in a
-/// context of its own.
-FailureOr<ModelShape> readDecodeShape(MLIRContext &context,
-                                      const DriverOptions &options,
-                                      const PipelineOptions &pipeline) {
-  ChildContext child(context);
-  MLIRContext &decodeContext = child.context;
-  OnnxImportOptions import;
-  for (const auto &[name, value] : options.bind)
-    import.bindings[name] = value;
-  import.kvCache = KvCacheForm::Decode;
-  import.maxSeq = options.maxSeq;
-  OwningOpRef<ModuleOp> module =
-      options.inputBuffer
-          ? importOnnxBuffer(&decodeContext, *options.inputBuffer,
-                             options.input, /*modelDir=*/"", import)
-          : importOnnxFile(&decodeContext, options.input, import);
-  if (!module)
-    return failure();
-  PassManager pm(&decodeContext, ModuleOp::getOperationName());
-  buildNNPipeline(pm, pipeline);
-  if (failed(pm.run(*module)))
-    return failure();
-  return readModelShape(module->lookupSymbol<func::FuncOp>("main"));
-}
-
 /// One program of the model compiled down to its ranks' exec programs.
 struct CompiledModule {
   OwningOpRef<ModuleOp> module;
@@ -396,98 +366,104 @@ struct CompiledModule {
   std::vector<ExecProgram> programs;
 };
 
-/// Imports the model as `form` binds it and runs the pass stages up to
-/// `options.emit` (planning the mesh with --mesh auto, which fills in
-/// `effective`), then, for the exec stage and later, lowers every rank.
-/// Sets `stopped` when the stage printed is all there is to do (--emit
-/// plan).
-LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
-                            DriverOptions &effective, ClusterModel &cluster,
-                            KvCacheForm form, DriverResult &result,
-                            TimingScope &root, CompiledModule &compiled,
-                            bool &stopped) {
-  stopped = false;
+/// Compiles one program of the model (the model's own, or a decoder's
+/// prefill or decode program) phase by phase: import, then the pass phases
+/// (raise, plan, shard, partition), then exec once per rank. `options` are
+/// what the phases compile with: planning (--mesh auto) fills in what it
+/// chose, which a second program then compiles with too.
+class ProgramCompiler {
+public:
+  ProgramCompiler(MLIRContext &context, DriverOptions &options,
+                  ClusterModel &cluster, DriverResult &result,
+                  TimingScope &root)
+      : context(context), options(options), cluster(cluster), result(result),
+        root(root) {}
+
+  /// Runs the phases up to `options.emit` on the model imported as `form`
+  /// binds it. Sets `stopped` when what was printed is all there is to do
+  /// (--emit plan), or after planning with `stopAfterPlanning`.
+  LogicalResult run(KvCacheForm form, CompiledModule &compiled, bool &stopped);
+
+  /// Stop once the plan is chosen (--dump-pipeline reads it).
+  bool stopAfterPlanning = false;
+
+private:
+  LogicalResult importModel(KvCacheForm form, CompiledModule &compiled);
+  LogicalResult runPassPhase(ModuleOp module, const PassPhase &phase);
+  LogicalResult finishPlanning(ModuleOp module, bool &stopped);
+  LogicalResult lowerRanks(CompiledModule &compiled);
+
+  MLIRContext &context;
+  DriverOptions &options;
+  ClusterModel &cluster;
+  DriverResult &result;
+  TimingScope &root;
+};
+
+LogicalResult ProgramCompiler::importModel(KvCacheForm form,
+                                           CompiledModule &compiled) {
+  TimingScope importTiming = root.nest("ONNX import");
+  PhaseClock clock(result, "import");
   OnnxImportOptions import;
   for (const auto &[name, value] : options.bind)
     import.bindings[name] = value;
   import.kvCache = form;
   import.maxSeq = options.maxSeq;
-  OwningOpRef<ModuleOp> &module = compiled.module;
-  {
-    TimingScope importTiming = root.nest("ONNX import");
-    PhaseClock clock(result, "import");
-    module = options.inputBuffer
-                 ? importOnnxBuffer(&context, *options.inputBuffer,
-                                    options.input, /*modelDir=*/"", import)
-                 : importOnnxFile(&context, options.input, import);
-  }
-  if (!module)
+  compiled.module =
+      options.inputBuffer
+          ? importOnnxBuffer(&context, *options.inputBuffer, options.input,
+                             /*modelDir=*/"", import)
+          : importOnnxFile(&context, options.input, import);
+  if (!compiled.module)
     return failure();
-  if (options.emit == EmitStage::Import)
-    return success();
-
-  compiled.main = module->lookupSymbol<func::FuncOp>("main");
-  func::FuncOp main = compiled.main;
+  compiled.main = compiled.module->lookupSymbol<func::FuncOp>("main");
   // The passes that weigh communication read the cluster from the module.
   if (!options.clusterJson.empty())
-    (*module)->setAttr(ClusterModel::kAttributeName,
-                       StringAttr::get(&context, options.clusterJson));
-  std::optional<Plan> &plan = result.plan;
-  PipelineOptions pipeline;
-  pipeline.assign(effective);
-  for (size_t index = 0;; ++index) {
-    SmallVector<PassStage> stages = passStages(effective);
-    if (index >= stages.size())
-      break;
-    const PassStage &stage = stages[index];
-    {
-      PhaseClock clock(result, stage.phase);
-      if (failed(runStage(*module, effective, root, stage.timing,
-                          [&](PassManager &pm) { stage.build(pm, pipeline); })))
-        return failure();
-    }
-    if (stage.emit == EmitStage::NN)
-      compiled.model = summarizeModel(main);
-    // --mesh auto fills in the mesh and its options after the nn stage.
-    if (stage.emit == EmitStage::NN && effective.autoMesh) {
-      TimingScope planTiming = root.nest("Parallel planning");
-      PhaseClock planClock(result, "plan");
-      int64_t nodes = cluster.nodes;
-      // The decode objectives plan the decode step: its nn stage, in a
-      // context of its own (as the serving compile imports it).
-      FailureOr<ModelShape> shape = readModelShape(main);
-      if (isDecodeObjective(effective.objective) && form != KvCacheForm::Decode)
-        shape = readDecodeShape(context, effective, pipeline);
-      if (failed(shape) ||
-          failed(planMesh(context, *shape, cluster, effective, plan)))
-        return failure();
-      if (cluster.nodes != nodes)
-        setClusterNodes(*module, cluster.nodes);
-      result.planExplanation = describePlan(*plan, cluster);
-      if (options.emit == EmitStage::Plan) {
-        *options.emitStream << result.planExplanation;
-        stopped = true;
-        return success();
-      }
-      // The mesh is chosen: a second program (decode) compiles on it.
-      effective.autoMesh = false;
-      pipeline.assign(effective);
-    }
-    if (stage.emit == EmitStage::Dist && options.explain)
-      compiled.weightLines = describeWeights(main);
-  }
-  if (options.emit <= EmitStage::Local)
-    return success();
+    (*compiled.module)
+        ->setAttr(ClusterModel::kAttributeName,
+                  StringAttr::get(&context, options.clusterJson));
+  return success();
+}
 
-  int64_t worldSize = 1;
-  for (auto mesh : module->getOps<dist::MeshOp>())
-    worldSize = mesh.getNumDevices();
+LogicalResult ProgramCompiler::runPassPhase(ModuleOp module,
+                                            const PassPhase &phase) {
+  PhaseClock clock(result, phase.name);
+  PipelineOptions pipeline;
+  pipeline.assign(options);
+  return runStage(module, options, root, phase.timing,
+                  [&](PassManager &pm) { phase.build(pm, pipeline); });
+}
+
+/// After partita-plan-mesh: the cluster as planning grew it, the
+/// --explain-plan table, and the options the later phases compile with.
+LogicalResult ProgramCompiler::finishPlanning(ModuleOp module, bool &stopped) {
+  FailureOr<ClusterModel> grown = ClusterModel::of(module);
+  if (failed(grown))
+    return failure();
+  cluster = std::move(*grown);
+  result.planExplanation = describePlan(*result.plan, cluster);
+  if (options.emit == EmitStage::Plan) {
+    if (options.emitStream)
+      *options.emitStream << result.planExplanation;
+    stopped = true;
+    return success();
+  }
+  if (failed(adoptPlan(module, options)))
+    return failure();
+  stopped = stopAfterPlanning;
+  return success();
+}
+
+LogicalResult ProgramCompiler::lowerRanks(CompiledModule &compiled) {
   TimingScope lowerTiming = root.nest("Exec lowering");
   PhaseClock clock(result, "exec");
+  int64_t worldSize = 1;
+  for (auto mesh : compiled.module->getOps<dist::MeshOp>())
+    worldSize = mesh.getNumDevices();
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     // Each rank's program is planned on a copy of the SPMD module; the
     // global one stays for the artifact's manifest and the report.
-    OwningOpRef<ModuleOp> planned = module->clone();
+    OwningOpRef<ModuleOp> planned = compiled.module->clone();
     ExecPipelineOptions exec;
     exec.rank = rank;
     if (failed(runStage(*planned, options, lowerTiming,
@@ -502,6 +478,46 @@ LogicalResult compileModule(MLIRContext &context, const DriverOptions &options,
     compiled.programs.push_back(std::move(*program));
   }
   return success();
+}
+
+LogicalResult ProgramCompiler::run(KvCacheForm form, CompiledModule &compiled,
+                                   bool &stopped) {
+  stopped = false;
+  if (failed(importModel(form, compiled)))
+    return failure();
+  if (options.emit == EmitStage::Import)
+    return success();
+  ModuleOp module = *compiled.module;
+  // Planning changes the phases that follow (a mesh, or one device): the
+  // next phase is looked up after each.
+  std::optional<EmitStage> done;
+  for (;;) {
+    if (options.autoMesh && !result.plan)
+      result.plan.emplace();
+    SmallVector<PassPhase> phases =
+        passPhases(options, result.plan ? &*result.plan : nullptr);
+    const PassPhase *next = llvm::find_if(
+        phases, [&](const PassPhase &p) { return !done || p.emit > *done; });
+    if (next == phases.end())
+      break;
+    const PassPhase &phase = *next;
+    done = phase.emit;
+    if (failed(runPassPhase(module, phase)))
+      return failure();
+    if (phase.emit == EmitStage::NN)
+      compiled.model = summarizeModel(compiled.main);
+    if (phase.emit == EmitStage::Plan) {
+      if (failed(finishPlanning(module, stopped)))
+        return failure();
+      if (stopped)
+        return success();
+    }
+    if (phase.emit == EmitStage::Dist && options.explain)
+      compiled.weightLines = describeWeights(compiled.main);
+  }
+  if (options.emit <= EmitStage::Local)
+    return success();
+  return lowerRanks(compiled);
 }
 
 /// Prints each rank's program as text, `# rank N` before each of several.
@@ -553,36 +569,31 @@ LogicalResult buildCudaModules(MLIRContext &context,
 
 /// --max-seq: the prefill and the decode program of a decoder export, in
 /// one artifact over the same weights and KV cache.
-LogicalResult runServingCompiler(MLIRContext &context,
-                                 const DriverOptions &options,
+LogicalResult runServingCompiler(MLIRContext &context, DriverOptions &options,
                                  DriverResult &result, TimingScope &root,
                                  ClusterModel &cluster) {
   bool cuda = options.target == Target::CUDA || options.emit == EmitStage::CUDA;
   if (options.spMode != SequenceMode::None || options.mesh.roleSize("sp") > 1)
     return fail(context, "--max-seq does not combine with sequence "
                          "parallelism: a decode step has one token");
-  DriverOptions effective = options;
   // The decode program in a context of its own (ChildContext).
   ChildContext child(context);
   MLIRContext &decodeContext = child.context;
   CompiledModule prefill, decode;
-  bool stopped = false;
-  {
-    TimingScope timing = root.nest("Prefill");
-    if (failed(compileModule(context, options, effective, cluster,
-                             KvCacheForm::Prefill, result, timing, prefill,
-                             stopped)))
+  // The decode objectives plan on the decode program: it compiles first,
+  // and the prefill with what planning chose.
+  bool decodeFirst = options.autoMesh && isDecodeObjective(options.objective);
+  for (bool isDecode : {decodeFirst, !decodeFirst}) {
+    TimingScope timing = root.nest(isDecode ? "Decode" : "Prefill");
+    ProgramCompiler compiler(isDecode ? decodeContext : context, options,
+                             cluster, result, timing);
+    bool stopped = false;
+    if (failed(
+            compiler.run(isDecode ? KvCacheForm::Decode : KvCacheForm::Prefill,
+                         isDecode ? decode : prefill, stopped)))
       return failure();
-  }
-  if (stopped)
-    return success();
-  {
-    TimingScope timing = root.nest("Decode");
-    DriverOptions second = effective;
-    if (failed(compileModule(decodeContext, second, effective, cluster,
-                             KvCacheForm::Decode, result, timing, decode,
-                             stopped)))
-      return failure();
+    if (stopped)
+      return success();
   }
   // CUDA: kernels for both programs of every rank. The decode module's
   // functions are named apart (partita_decode_*), so that both modules
@@ -653,7 +664,7 @@ LogicalResult runServingCompiler(MLIRContext &context,
   PhaseClock clock(result, "emit");
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
-  artifact.compileOptions = recordedOptions(effective);
+  artifact.compileOptions = recordedOptions(options);
   if (cuda) {
     cudatarget::NvccOptions nvcc;
     if (failed(parseCudaArchs(context, options, nvcc)))
@@ -691,27 +702,17 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   if (failed(parseCudaArchs(context, options, nvcc)))
     return failure();
   ClusterModel cluster;
-  if (!options.clusterJson.empty()) {
-    llvm::Expected<ClusterModel> parsed =
-        ClusterModel::fromJson(options.clusterJson);
-    if (!parsed)
-      return fail(context, "--cluster " +
-                               (options.clusterSource.empty()
-                                    ? std::string("(JSON text)")
-                                    : options.clusterSource) +
-                               ": " + llvm::toString(parsed.takeError()));
-    cluster = std::move(*parsed);
-  }
+  if (failed(readCluster(context, options, cluster)))
+    return failure();
   if (options.maxSeq > 0 && options.emit != EmitStage::Import)
     return runServingCompiler(context, options, result, root, cluster);
 
-  DriverOptions effective = options;
   CompiledModule compiled;
   bool stopped = false;
-  if (failed(compileModule(context, options, effective, cluster,
-                           options.maxSeq > 0 ? KvCacheForm::Prefill
-                                              : KvCacheForm::None,
-                           result, root, compiled, stopped)))
+  ProgramCompiler compiler(context, options, cluster, result, root);
+  if (failed(compiler.run(options.maxSeq > 0 ? KvCacheForm::Prefill
+                                             : KvCacheForm::None,
+                          compiled, stopped)))
     return failure();
   if (stopped)
     return success();
@@ -762,7 +763,7 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   PhaseClock clock(result, "emit");
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
-  artifact.compileOptions = recordedOptions(effective);
+  artifact.compileOptions = recordedOptions(options);
   if (cuda) {
     artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
     artifact.cudaArchs = nvcc.archs;
@@ -780,35 +781,67 @@ mlir::partita::describePipeline(MLIRContext &context,
   DriverOptions options = given;
   if (failed(checkOptions(context, options)))
     return failure();
-  if (options.autoMesh)
-    return fail(context, "--dump-pipeline needs a mesh: --mesh auto chooses "
-                         "it while compiling (--explain-plan shows the "
-                         "choice)");
-  PipelineOptions pipeline;
-  pipeline.assign(options);
+  // --mesh auto: the phases up to planning run (they read shapes, never
+  // weights), so that the later phases print with what the plan chose.
+  DriverOptions planned = options;
+  if (options.autoMesh) {
+    ClusterModel cluster;
+    if (failed(readCluster(context, options, cluster)))
+      return failure();
+    planned.emit = std::max(options.emit, EmitStage::Dist);
+    DriverResult scratch;
+    DefaultTimingManager timing;
+    TimingScope root = timing.getRootScope();
+    ChildContext child(context);
+    ProgramCompiler compiler(child.context, planned, cluster, scratch, root);
+    compiler.stopAfterPlanning = true;
+    bool stopped = false;
+    KvCacheForm form = isDecodeObjective(options.objective)
+                           ? KvCacheForm::Decode
+                       : options.maxSeq > 0 ? KvCacheForm::Prefill
+                                            : KvCacheForm::None;
+    CompiledModule compiled;
+    if (failed(compiler.run(form, compiled, stopped)))
+      return failure();
+    planned.emit = options.emit;
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
-  StringRef previous = "import";
-  for (const PassStage &stage : passStages(options)) {
+  StringRef previous = "--emit import";
+  auto print = [&](const PassPhase &phase, const DriverOptions &with) {
+    PipelineOptions pipeline;
+    pipeline.assign(with);
     PassManager pm(&context, ModuleOp::getOperationName());
-    stage.build(pm, pipeline);
-    os << "// --emit " << stage.flag << ", on --emit " << previous
-       << "'s output\n";
+    phase.build(pm, pipeline);
+    std::string stage =
+        phase.emit == EmitStage::Plan
+            ? std::string("plan")
+            : "--emit " + std::string(::partita::optionName(phase.emit));
+    os << "// " << stage << ", on " << previous << "'s output\n";
     pm.printAsTextualPipeline(os);
     os << "\n";
-    previous = stage.flag;
-  }
+    previous = phase.emit == EmitStage::Plan   ? "plan"
+               : phase.emit == EmitStage::NN   ? "--emit nn"
+               : phase.emit == EmitStage::Dist ? "--emit dist"
+                                               : "--emit local";
+  };
+  for (const PassPhase &phase : passPhases(options, nullptr))
+    print(phase, options);
+  if (options.autoMesh)
+    for (const PassPhase &phase : passPhases(planned, nullptr))
+      if (phase.emit > EmitStage::Plan)
+        print(phase, planned);
   if (options.emit < EmitStage::Exec)
     return text;
   // The exec stage plans each rank on its own copy of the previous stage's
   // output; partita-translate --exec-to-proto then writes the program.
-  int64_t worldSize = options.mesh.deviceCount();
+  int64_t worldSize = planned.mesh.deviceCount();
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     ExecPipelineOptions exec;
     exec.rank = rank;
     PassManager pm(&context, ModuleOp::getOperationName());
     buildExecPipeline(pm, exec);
-    os << "// --emit exec of rank " << rank << ", on --emit " << previous
+    os << "// --emit exec of rank " << rank << ", on " << previous
        << "'s output, then partita-translate --exec-to-proto\n";
     pm.printAsTextualPipeline(os);
     os << "\n";

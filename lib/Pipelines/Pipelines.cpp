@@ -6,6 +6,8 @@
 
 #include "partita/Pipelines/Pipelines.h"
 
+#include "partita/Analysis/Planner.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -43,6 +45,20 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
     convert.to = options.dtype;
     func.addPass(createConvertFloatPass(convert));
   }
+}
+
+void mlir::partita::buildPlanMeshPipeline(OpPassManager &pm,
+                                          const PipelineOptions &options,
+                                          Plan *sink, bool requireFit) {
+  // Planning reads the raised model's shapes (the cost of attention, the
+  // projections, the norms), so it follows the nn stage; it writes the mesh
+  // the sharding stage annotates.
+  PlanMeshPassOptions plan;
+  plan.devices = options.devices;
+  plan.objective = options.objective;
+  plan.deviceMemory = options.deviceMemoryBytes;
+  plan.requireFit = requireFit;
+  pm.addPass(createPlanMeshPass(plan, sink));
 }
 
 void mlir::partita::buildPlanPipeline(OpPassManager &pm,
@@ -120,6 +136,13 @@ void mlir::partita::registerPartitaPipelines() {
       "Clean up and raise imported nn IR, store it as dtype "
       "(partita-compile --emit nn, on --emit import's output)",
       buildNNPipeline);
+  PassPipelineRegistration<PipelineOptions>(
+      "partita-plan-mesh-pipeline",
+      "Choose the mesh and the parallel options for `devices` devices "
+      "(partita-compile --mesh auto, on --emit nn's output)",
+      [](OpPassManager &pm, const PipelineOptions &options) {
+        buildPlanMeshPipeline(pm, options);
+      });
   PassPipelineRegistration<PipelineOptions>(
       "partita-plan-pipeline",
       "Annotate and propagate shardings (partita-compile --emit dist, on "

@@ -27,6 +27,8 @@
 
 namespace mlir::partita {
 
+struct Plan;
+
 /// A member of PipelineOptions for a declared option: a pass pipeline
 /// option where the declaration says kPipeline, else nothing at all.
 template <bool IsPipelineOption, typename T> struct PipelineOptionMember {
@@ -67,6 +69,15 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
 /// From freshly imported nn to clean transformer-level nn, stored as
 /// `dtype` (partita-compile --emit nn): reads `raise`, `max-seq` and `dtype`.
 void buildNNPipeline(OpPassManager &pm, const PipelineOptions &options);
+
+/// --mesh auto, between the nn and the dist stage: partita-plan-mesh
+/// chooses the mesh and the parallel options for `devices` devices
+/// minimizing `objective` within `device-memory`, and writes them as IR
+/// (dist.mesh, partita.plan). `sink`, when given, receives the whole plan
+/// (the driver's report); `requireFit` false keeps a model no plan fits
+/// (--emit plan prints why).
+void buildPlanMeshPipeline(OpPassManager &pm, const PipelineOptions &options,
+                           Plan *sink = nullptr, bool requireFit = true);
 
 /// Global nn to nn with a sharding on every value: the strategy's
 /// annotations, then propagation (partita-compile --emit dist): reads

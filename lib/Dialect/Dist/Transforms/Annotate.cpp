@@ -748,6 +748,19 @@ LogicalResult Megatron::run(func::FuncOp func) {
   return annotateBatch(func);
 }
 
+/// Whether `mesh` has the axes `spec` gives, in order (a module planned by
+/// partita-plan-mesh, replayed with the mesh it chose).
+bool sameMesh(MeshOp mesh, const ::partita::Mesh &spec) {
+  if (mesh.getAxisNames().size() != spec.axes.size())
+    return false;
+  for (auto [index, axis] : llvm::enumerate(spec.axes))
+    if (cast<StringAttr>(mesh.getAxisNames()[index]).getValue() != axis.name ||
+        mesh.getAxisSizes()[index] != axis.size ||
+        stringifyAxisRole(mesh.getAxisRole(index)) != axis.role)
+      return false;
+  return true;
+}
+
 struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
   using AnnotatePassBase::AnnotatePassBase;
 
@@ -778,7 +791,7 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
         mesh.erase();
         return signalPassFailure();
       }
-    } else if (mesh && !spec.empty()) {
+    } else if (mesh && !spec.empty() && !sameMesh(mesh, spec)) {
       module.emitError() << "--mesh " << spec.str() << " given, but the "
                          << "module declares @" << mesh.getSymName();
       return signalPassFailure();

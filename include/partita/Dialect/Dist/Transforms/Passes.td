@@ -9,6 +9,50 @@
 
 include "mlir/Pass/PassBase.td"
 
+def PlanMeshPass : Pass<"partita-plan-mesh", "::mlir::ModuleOp"> {
+  let summary = "Choose the mesh and the parallel options for a number of "
+                "devices (--mesh auto)";
+  let description = [{
+    Searches the meshes and strategies of `devices` devices on the module's
+    cluster (`partita.cluster`, else the default preset) with the cost model
+    (docs/planning.md), reading the shapes of `main` only, and writes its
+    choice as IR: a `dist.mesh @mesh` of the chosen axes (none for one
+    device), and the module attribute `partita.plan`, a dictionary of what
+    the later phases compile with (`mesh`, `sp_mode`, `microbatches`,
+    `virtual_stages`, `collective_matmul`), what the cost model predicts
+    (`step_seconds`, `memory_bytes`) and why the other families lost
+    (`rejected`). partita-compile --mesh auto runs it between the raise and
+    the shard phases and compiles with what it chose, so `--dump-pipeline`
+    replays planning like every other phase. A module that declares a mesh
+    already is refused, and so is one no plan fits (unless
+    `require-fit=false`, as `--emit plan` prints the candidates of a model
+    that fits nowhere). When more devices are asked for than the cluster
+    has, the cluster grows by nodes of its kind and `partita.cluster` says
+    so.
+
+    ```mlir
+    module attributes {partita.plan = {collective_matmul = false,
+        mesh = "tp=2", microbatches = 1 : i64, sp_mode = "none", ...}} {
+      dist.mesh @mesh [tp = 2]
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"devices", "devices", "int64_t", /*default=*/"0",
+           "How many devices (0: the cluster's)">,
+    Option<"objective", "objective", "::mlir::partita::PlanObjective",
+           /*default=*/"::mlir::partita::PlanObjective::Latency",
+           "What the plan minimizes",
+           "::mlir::partita::optionValues<::mlir::partita::PlanObjective>()">,
+    Option<"deviceMemory", "device-memory", "double", /*default=*/"0",
+           "The memory of one device in bytes (0: the cluster's)">,
+    Option<"requireFit", "require-fit", "bool", /*default=*/"true",
+           "Refuse the module when no plan fits">,
+  ];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect"];
+}
+
 def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
   let summary = "Pin the shardings a parallel strategy decides";
   // `}]` ends a TableGen code block, so the example splices it in with `#`.
