@@ -23,6 +23,7 @@
 #include "partita/runtime/CollectiveCheck.h"
 #include "partita/runtime/Executor.h"
 #include "partita/runtime/OpVocabulary.h"
+#include "partita/runtime/ViewChain.h"
 
 #include <algorithm>
 #include <cmath>
@@ -246,19 +247,6 @@ Status checkAxis(int64_t axis, size_t rank, const char *what) {
   return Status::ok();
 }
 
-/// numpy broadcasting: `from` right-aligned against `to`, each dimension
-/// equal or 1.
-bool broadcastsTo(const std::vector<int64_t> &from,
-                  const std::vector<int64_t> &to) {
-  if (from.size() > to.size())
-    return false;
-  size_t lead = to.size() - from.size();
-  for (size_t d = 0; d < from.size(); ++d)
-    if (from[d] != 1 && from[d] != to[lead + d])
-      return false;
-  return true;
-}
-
 //===----------------------------------------------------------------------===//
 // One rank
 //===----------------------------------------------------------------------===//
@@ -479,17 +467,13 @@ Status RankVerifier::checkBuffers() {
                            "), which does not hold its bytes");
     // Each view lies within the next, so the offsets add up to a place
     // within the root.
-    int32_t root = info.root;
-    for (size_t steps = 0; buffers[size_t(root)].kind == Buffer::ALIAS;
-         ++steps) {
-      if (steps > buffers.size())
-        return Status::error("buffer " + std::to_string(id) +
-                             " is part of a cycle of views");
-      offset += program.buffers(root).alias_offset();
-      root = program.buffers(root).alias_of();
-    }
-    info.root = root;
-    const Region &bytes = buffers[size_t(root)].region;
+    std::optional<ViewRoot> root = followViewChain(program, int32_t(id));
+    if (!root)
+      return Status::error("buffer " + std::to_string(id) +
+                           " is part of a cycle of views");
+    info.root = root->buffer;
+    offset = root->offset;
+    const Region &bytes = buffers[size_t(info.root)].region;
     info.region = {bytes.space, bytes.begin + offset,
                    bytes.begin + offset + info.bytes};
   }

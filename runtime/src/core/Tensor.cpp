@@ -47,6 +47,17 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+bool broadcastsTo(const int64_t *from, size_t fromRank, const int64_t *to,
+                  size_t toRank) {
+  if (fromRank > toRank)
+    return false;
+  size_t lead = toRank - fromRank;
+  for (size_t d = 0; d < fromRank; ++d)
+    if (from[d] != 1 && from[d] != to[lead + d])
+      return false;
+  return true;
+}
+
 Status bufferBytes(const std::string &name, DType dtype,
                    const std::vector<int64_t> &shape, uint64_t &bytes) {
   size_t elementSize = dtypeSize(dtype);

@@ -49,6 +49,16 @@ struct Tensor {
 /// `[2, 16, 64]`, for messages.
 std::string shapeString(const std::vector<int64_t> &shape);
 
+/// numpy broadcasting: whether `from` (rank `fromRank`), right-aligned
+/// against `to`, matches it in each dimension or is 1 there. The runtime's
+/// verifier and the CUDA generator both ask this.
+bool broadcastsTo(const int64_t *from, size_t fromRank, const int64_t *to,
+                  size_t toRank);
+inline bool broadcastsTo(const std::vector<int64_t> &from,
+                         const std::vector<int64_t> &to) {
+  return broadcastsTo(from.data(), from.size(), to.data(), to.size());
+}
+
 /// The bytes a buffer called `name` of `dtype` and `shape` holds; an error
 /// naming it when the type has no size, a dimension is negative or the
 /// count overflows 64 bits.
