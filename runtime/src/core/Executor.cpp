@@ -8,9 +8,9 @@
 
 #include "partita/runtime/Device.h"
 
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/Communicator.h"
 #include "partita/runtime/HostKernels.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/ViewChain.h"
 
 #include <condition_variable>

@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,27 @@ struct Tensor {
     return static_cast<size_t>(numElements()) * dtypeSize(dtype);
   }
   template <typename T> T *as() const { return static_cast<T *>(data); }
+};
+
+/// A tensor that owns its memory (64-byte aligned).
+class HostTensor {
+public:
+  /// Replaces the contents with zero-filled memory for `dtype` `shape`.
+  Status allocate(DType dtype, std::vector<int64_t> shape);
+
+  DType dtype() const { return view.dtype; }
+  const std::vector<int64_t> &shape() const { return view.shape; }
+  size_t byteSize() const { return view.byteSize(); }
+  void *data() const { return view.data; }
+  /// A view of the memory, valid while this tensor lives.
+  const Tensor &tensor() const { return view; }
+
+private:
+  struct FreeDeleter {
+    void operator()(void *memory) const { std::free(memory); }
+  };
+  std::unique_ptr<void, FreeDeleter> memory;
+  Tensor view;
 };
 
 /// `[2, 16, 64]`, for messages.
