@@ -19,8 +19,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/Timing.h"
 #include "partita/Driver/Driver.h"
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/Generation.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -439,7 +439,7 @@ const char *partita::version() { return PARTITA_VERSION; }
 struct Session::Impl {
   /// The artifact's directory when the session made it (removed last).
   TemporaryDirectory owned;
-  std::unique_ptr<rt::Artifact> artifact;
+  std::unique_ptr<rt::LoadedArtifact> artifact;
   std::unique_ptr<rt::Runner> runner;
   /// Serving artifacts: the generation over `runner`.
   std::unique_ptr<rt::Generation> generation;
@@ -460,7 +460,8 @@ Status Session::open(const std::string &path, const SessionOptions &options) {
   Impl &impl = *this->impl;
   rt::ArtifactOpenOptions openOptions;
   openOptions.verifyWeights = options.verifyWeights;
-  if (rt::Status opened = rt::Artifact::open(path, impl.artifact, openOptions);
+  if (rt::Status opened =
+          rt::LoadedArtifact::open(path, impl.artifact, openOptions);
       !opened)
     return Status::error(opened.message());
   rt::RunnerOptions runnerOptions;

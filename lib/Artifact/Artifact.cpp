@@ -9,8 +9,8 @@
 #include "partita/Analysis/Cluster.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
-#include "partita/Schedule/Schedule.h"
-#include "partita/runtime/Artifact.h"
+#include "partita/PipelineSimulator/PipelineSimulator.h"
+#include "partita/runtime/ArtifactWriter.h"
 #include "partita/runtime/Sha256.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -293,8 +293,8 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
 /// estimated forward times (from the cost model) and the schedule. False
 /// when the program has no pipeline.
 static bool simulatePipeline(func::FuncOp main,
-                             ::partita::schedule::Simulation &simulation,
-                             ::partita::schedule::Options &options) {
+                             ::partita::pipesim::Simulation &simulation,
+                             ::partita::pipesim::Options &options) {
   auto module = main->getParentOfType<ModuleOp>();
   auto plan =
       module ? module->getAttrOfType<dist::PipelineAttr>(dist::kPipelineAttr)
@@ -305,27 +305,27 @@ static bool simulatePipeline(func::FuncOp main,
   options.microbatches = plan.getMicrobatches();
   options.virtualStages = plan.getVirtualStages();
   options.kind = plan.getSchedule() == dist::PipelineSchedule::Interleaved
-                     ? ::partita::schedule::ScheduleKind::Interleaved
-                     : ::partita::schedule::ScheduleKind::GPipe;
+                     ? ::partita::pipesim::ScheduleKind::Interleaved
+                     : ::partita::pipesim::ScheduleKind::GPipe;
   ArrayRef<double> perRank = plan.getStageSeconds().asArrayRef();
   // Chunk c runs on rank c % P; a rank's time is shared by its chunks. Per
   // microbatch, in the simulator's unit, the microsecond.
   for (int c = 0; c < options.stages * options.virtualStages; ++c) {
-    ::partita::schedule::Costs costs;
+    ::partita::pipesim::Costs costs;
     costs.forward = perRank[c % options.stages] * 1e6 / options.microbatches /
                     options.virtualStages;
     options.chunkCosts.push_back(costs);
   }
   std::string error;
-  return ::partita::schedule::simulate(options, simulation, error);
+  return ::partita::pipesim::simulate(options, simulation, error);
 }
 
 /// The report's pipeline section: the plan pipeline splitting recorded, and
 /// what the schedule simulator makes of it with the cost model's stage
 /// times (for equal stages GPipe's bubble is (P-1)/(M+P-1)).
 static llvm::json::Object pipelineReport(func::FuncOp main) {
-  ::partita::schedule::Simulation simulation;
-  ::partita::schedule::Options options;
+  ::partita::pipesim::Simulation simulation;
+  ::partita::pipesim::Options options;
   if (!simulatePipeline(main, simulation, options))
     return llvm::json::Object{{"stages", 1},
                               {"microbatches", 1},
@@ -345,7 +345,7 @@ static llvm::json::Object pipelineReport(func::FuncOp main) {
       {"microbatches", options.microbatches},
       {"virtual_stages", options.virtualStages},
       {"schedule",
-       std::string(::partita::schedule::scheduleKindName(options.kind))},
+       std::string(::partita::pipesim::scheduleKindName(options.kind))},
       {"stage_seconds", std::move(seconds)},
       {"makespan_seconds", simulation.makespan * 1e-6},
       {"bubble_fraction", simulation.bubbleFraction},
@@ -384,11 +384,11 @@ LogicalResult mlir::partita::writeTrace(func::FuncOp main,
   }
   // The pipeline schedule as the simulator times it, as processes of their
   // own after the ranks.
-  ::partita::schedule::Simulation simulation;
-  ::partita::schedule::Options options;
+  ::partita::pipesim::Simulation simulation;
+  ::partita::pipesim::Options options;
   if (simulatePipeline(main, simulation, options)) {
     llvm::Expected<llvm::json::Value> schedule =
-        llvm::json::parse(::partita::schedule::toChromeTrace(simulation));
+        llvm::json::parse(::partita::pipesim::toChromeTrace(simulation));
     const llvm::json::Array *list =
         schedule ? schedule->getAsObject()->getArray("traceEvents") : nullptr;
     if (!schedule)

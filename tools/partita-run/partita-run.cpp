@@ -35,12 +35,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "partita/Support/Version.h"
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/Float16.h"
 #include "partita/runtime/Generation.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
-#include "partita/runtime/TensorFile.h"
 #include "partita/runtime/distributed/Launcher.h"
+#include "partita/runtime/tooling/TensorFile.h"
+#include "partita/runtime/tooling/TensorSummary.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -324,53 +325,6 @@ Status readInputs(const Manifest &manifest, const Options &options,
   return Status::ok();
 }
 
-double elementAt(const Tensor &tensor, int64_t i) {
-  switch (tensor.dtype) {
-  case program::F32:
-    return tensor.as<float>()[i];
-  case program::F16:
-    return f16ToFloat(tensor.as<uint16_t>()[i]);
-  case program::BF16:
-    return bf16ToFloat(tensor.as<uint16_t>()[i]);
-  case program::I64:
-    return double(tensor.as<int64_t>()[i]);
-  case program::I32:
-    return tensor.as<int32_t>()[i];
-  case program::I8:
-    return tensor.as<int8_t>()[i];
-  case program::BOOL:
-    return tensor.as<uint8_t>()[i] != 0;
-  default:
-    return 0;
-  }
-}
-
-std::string summary(const std::string &name, const Tensor &tensor) {
-  double low = INFINITY, high = -INFINITY, sum = 0;
-  int64_t nans = 0, count = tensor.numElements();
-  for (int64_t i = 0; i < count; ++i) {
-    double value = elementAt(tensor, i);
-    if (std::isnan(value)) {
-      ++nans;
-      continue;
-    }
-    low = std::min(low, value);
-    high = std::max(high, value);
-    sum += value;
-  }
-  char line[256];
-  if (count == nans)
-    std::snprintf(line, sizeof(line), " (no numbers)");
-  else
-    std::snprintf(line, sizeof(line), " min %.6g max %.6g mean %.6g", low, high,
-                  sum / double(count - nans));
-  std::string text = name + ": " + dtypeName(tensor.dtype) + " " +
-                     shapeString(tensor.shape) + line;
-  if (nans)
-    text += " nan " + std::to_string(nans);
-  return text;
-}
-
 Status makeDirectories(const std::string &path) {
   std::string partial;
   size_t start = 0;
@@ -469,7 +423,7 @@ double quantile(std::vector<double> &values, double fraction) {
 }
 
 /// partita-run --generate: Generation::generate over an in-process runner.
-int runGenerate(const Artifact &artifact, const Options &options,
+int runGenerate(const LoadedArtifact &artifact, const Options &options,
                 const RunnerOptions &runnerOptions) {
   const Manifest &manifest = artifact.manifest();
   if (!manifest.serving)
@@ -522,7 +476,7 @@ int runGenerate(const Artifact &artifact, const Options &options,
   if (options.dumpLogits)
     written.emplace_back("logits", logits);
   for (const auto &[name, tensor] : written) {
-    std::string line = summary(name, tensor);
+    std::string line = summarizeTensor(name, tensor);
     if (!options.outputDirectory.empty()) {
       std::string path = options.outputDirectory + "/" + name + ".npy";
       Status saved = writeNpy(path, tensor);
@@ -564,7 +518,7 @@ int runGenerate(const Artifact &artifact, const Options &options,
 /// (`runner` from Runner::create), one process per GPU started here
 /// (`launched` once they are done), or this process as the rank its
 /// environment names (`runner` from Runner::join).
-Status startCuda(const Artifact &artifact, const Options &options,
+Status startCuda(const LoadedArtifact &artifact, const Options &options,
                  const RunnerOptions &runnerOptions, int argc, char **argv,
                  std::unique_ptr<Runner> &runner, bool &launched) {
   RankEnvironment environment;
@@ -617,14 +571,14 @@ int runMain(int argc, char **argv) {
   if (!parsed)
     return fail(parsed.message() + " (partita-run --help shows the usage)");
 
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   Status opened = Status::ok();
   {
     Watchdog watchdog(options.timeoutSeconds,
                       "loading the artifact " + options.artifact);
     ArtifactOpenOptions openOptions;
     openOptions.verifyWeights = options.verifyWeights;
-    opened = Artifact::open(options.artifact, artifact, openOptions);
+    opened = LoadedArtifact::open(options.artifact, artifact, openOptions);
   }
   if (!opened)
     return fail(opened.message());
@@ -725,7 +679,7 @@ int runMain(int argc, char **argv) {
   for (size_t i = 0; i < manifest.outputs.size(); ++i) {
     const std::string &name = manifest.outputs[i].name;
     const Tensor &tensor = globalOutputs[i].tensor;
-    std::string line = summary(name, tensor);
+    std::string line = summarizeTensor(name, tensor);
     if (!options.outputDirectory.empty()) {
       std::string path =
           options.outputDirectory + "/" + fileNameFor(name) + ".npy";

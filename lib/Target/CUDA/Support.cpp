@@ -347,13 +347,7 @@ std::string broadcastOffset(llvm::ArrayRef<int64_t> from,
 
 static bool broadcasts(llvm::ArrayRef<int64_t> from,
                        llvm::ArrayRef<int64_t> to) {
-  if (from.size() > to.size())
-    return false;
-  size_t lead = to.size() - from.size();
-  for (size_t d = 0; d < from.size(); ++d)
-    if (from[d] != 1 && from[d] != to[lead + d])
-      return false;
-  return true;
+  return runtime::broadcastsTo(from.data(), from.size(), to.data(), to.size());
 }
 
 //===----------------------------------------------------------------------===//

@@ -8,9 +8,10 @@
 
 #include "partita/runtime/Device.h"
 
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/Communicator.h"
 #include "partita/runtime/HostKernels.h"
+#include "partita/runtime/LoadedArtifact.h"
+#include "partita/runtime/ViewChain.h"
 
 #include <condition_variable>
 #include <cstdlib>
@@ -358,18 +359,14 @@ Status Executor::Impl::resolveAliases() {
                            bufferName(slot.root) + " (" +
                            typeString(target.dtype, target.shape) +
                            "), which does not hold its bytes");
-    // Follow the chain to the buffer that owns memory, adding the offsets
-    // (each view lies within the next, so the sum does too); a chain longer
-    // than the buffer count is a cycle.
-    int32_t root = slot.root;
-    for (size_t steps = 0; slots[size_t(root)].kind == Buffer::ALIAS; ++steps) {
-      if (steps > slots.size())
-        return Status::error(bufferName(int32_t(id)) +
-                             " is part of a cycle of aliases");
-      slot.offset += program->buffers(root).alias_offset();
-      root = program->buffers(root).alias_of();
-    }
-    slot.root = root;
+    // The buffer that owns the memory, and the offset within it (each view
+    // lies within the next, so the sum does too).
+    std::optional<ViewRoot> root = followViewChain(*program, int32_t(id));
+    if (!root)
+      return Status::error(bufferName(int32_t(id)) +
+                           " is part of a cycle of aliases");
+    slot.root = root->buffer;
+    slot.offset = root->offset;
   }
   return Status::ok();
 }

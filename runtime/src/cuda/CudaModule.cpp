@@ -4,16 +4,17 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/CudaDevice.h"
+#include "partita/runtime/LoadedArtifact.h"
 
 #include <fstream>
 #include <sstream>
 
 using namespace partita::runtime;
 
-Status partita::runtime::readCudaModule(const Artifact &artifact, int32_t rank,
-                                        std::string &image, bool decode) {
+Status partita::runtime::readCudaModule(const LoadedArtifact &artifact,
+                                        int32_t rank, std::string &image,
+                                        bool decode) {
   const Manifest &manifest = artifact.manifest();
   if (rank < 0 || size_t(rank) >= manifest.ranks.size())
     return Status::error(artifact.path() + ": no rank " + std::to_string(rank));

@@ -4,7 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "partita/runtime/Artifact.h"
+#include "partita/runtime/ArtifactWriter.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Sha256.h"
 
 #include "TestUtil.h"
@@ -136,8 +137,8 @@ void writeRehashedManifest(const std::string &artifact,
 TEST_F(ArtifactTest, RoundTrip) {
   TemporaryDirectory directory;
   std::string path = commitTo(directory);
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   const Manifest &manifest = artifact->manifest();
   EXPECT_EQ(manifest.modelName, "tiny");
   EXPECT_EQ(manifest.target, "host");
@@ -252,8 +253,8 @@ TEST_F(ArtifactTest, CommitsViewsIntoParallelFiles) {
   std::string path = directory.path("art");
   ASSERT_OK(writer.commit(path));
 
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   EXPECT_GE(artifact->manifest().weightFiles.size(), 10u);
   for (const std::string &file : artifact->manifest().weightFiles) {
     std::string digest;
@@ -279,8 +280,8 @@ TEST_F(ArtifactTest, SplitsWeightFiles) {
   fill(writer);
   writer.setMaxWeightFileBytes(20);
   ASSERT_OK(writer.commit(directory.path("art")));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(directory.path("art"), artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(directory.path("art"), artifact));
   EXPECT_EQ(artifact->manifest().weightFiles.size(), 3u);
   EXPECT_EQ(artifact->manifest().weightFiles[2],
             "weights/model-00003-of-00003.safetensors");
@@ -292,8 +293,8 @@ TEST_F(ArtifactTest, ReplacesAPreviousArtifact) {
   TemporaryDirectory directory;
   commitTo(directory, "first");
   std::string path = commitTo(directory, "second");
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   EXPECT_EQ(artifact->manifest().modelName, "second");
   // Neither the temporary directory nor the old artifact is left behind.
   EXPECT_EQ(directory.entries(), std::vector<std::string>{"art"});
@@ -392,8 +393,8 @@ TEST_F(ArtifactTest, FailureMidWriteLeavesNothing) {
   std::string path = commitTo(directory, "old");
   EXPECT_ERROR_CONTAINS(failingCommit(path), "File too large");
   EXPECT_EQ(directory.entries(), std::vector<std::string>{"art"});
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   EXPECT_EQ(artifact->manifest().modelName, "old");
 }
 
@@ -428,28 +429,29 @@ TEST_F(ArtifactTest, ParallelWritesReportTheFirstFailingFile) {
 TEST_F(ArtifactTest, RefusesUnknownFormatsAndVersions) {
   TemporaryDirectory directory;
   std::string path = commitTo(directory);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
 
   nlohmann::json manifest = readManifest(path);
   manifest["format_version"] = 2;
   writeManifest(path, manifest);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "artifact format version 2 is not supported: this "
                         "runtime reads version 1");
 
   manifest["format"] = "something-else";
   writeManifest(path, manifest);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "not a Partita artifact manifest");
 
   test::writeBytes(path + "/manifest.json", "{ truncated");
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), "not valid JSON");
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact), "not valid JSON");
 
   std::filesystem::remove(path + "/manifest.json");
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "not a Partita artifact (no manifest.json)");
-  EXPECT_ERROR_CONTAINS(Artifact::open(directory.path("absent"), artifact),
-                        "no such artifact directory");
+  EXPECT_ERROR_CONTAINS(
+      LoadedArtifact::open(directory.path("absent"), artifact),
+      "no such artifact directory");
   EXPECT_EQ(artifact, nullptr);
 }
 
@@ -457,7 +459,7 @@ TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
   TemporaryDirectory directory;
   std::string path = commitTo(directory);
   nlohmann::json original = readManifest(path);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   struct Case {
     std::function<void(nlohmann::json &)> edit;
     const char *message;
@@ -509,7 +511,7 @@ TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
     nlohmann::json manifest = original;
     c.edit(manifest);
     writeRehashedManifest(path, manifest);
-    EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
+    EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact), c.message);
   }
 }
 
@@ -520,25 +522,25 @@ TEST_F(ArtifactTest, TheManifestIsCoveredByItsDigest) {
   TemporaryDirectory directory;
   std::string path = commitTo(directory);
   nlohmann::json original = readManifest(path);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   EXPECT_EQ(original["manifest_sha256"], manifestDigest(original));
 
   nlohmann::json edited = original;
   edited["model"]["name"] = "other";
   writeManifest(path, edited);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "manifest.json: 'manifest_sha256' does not match the "
                         "manifest's contents (edited or corrupted)");
 
   nlohmann::json undigested = original;
   undigested.erase("manifest_sha256");
   writeManifest(path, undigested);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "manifest.json: no 'manifest_sha256' string");
 
   // Other whitespace and key order: the same canonical text.
   test::writeBytes(path + "/manifest.json", original.dump(7));
-  EXPECT_OK(Artifact::open(path, artifact));
+  EXPECT_OK(LoadedArtifact::open(path, artifact));
 }
 
 /// A manifest whose digest was recomputed after an edit is still checked
@@ -548,7 +550,7 @@ TEST_F(ArtifactTest, RefusesManifestsThatDisagreeWithThePrograms) {
   TemporaryDirectory directory;
   std::string path = commitTo(directory);
   nlohmann::json original = readManifest(path);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   struct Case {
     std::function<void(nlohmann::json &)> edit;
     const char *message;
@@ -590,10 +592,10 @@ TEST_F(ArtifactTest, RefusesManifestsThatDisagreeWithThePrograms) {
     nlohmann::json manifest = original;
     c.edit(manifest);
     writeRehashedManifest(path, manifest);
-    EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
+    EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact), c.message);
   }
   writeRehashedManifest(path, original);
-  EXPECT_OK(Artifact::open(path, artifact));
+  EXPECT_OK(LoadedArtifact::open(path, artifact));
 }
 
 /// The programs are verified at load (ProgramVerifierTest has each rule):
@@ -609,8 +611,8 @@ TEST_F(ArtifactTest, RefusesProgramsTheVerifierRefuses) {
   manifest["files"]["programs/rank1.pb"] =
       "sha256:" + Sha256::hexDigest(bytes.data(), bytes.size());
   writeRehashedManifest(path, manifest);
-  std::unique_ptr<Artifact> artifact;
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  std::unique_ptr<LoadedArtifact> artifact;
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "rank 1: output 'logits' (buffer 2) is never written");
 }
 
@@ -622,12 +624,12 @@ TEST_F(ArtifactTest, RefusesFilesThatAreNotRegular) {
   std::string program = path + "/programs/rank1.pb";
   std::filesystem::remove(program);
   ASSERT_EQ(::mkfifo(program.c_str(), 0600), 0);
-  std::unique_ptr<Artifact> artifact;
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  std::unique_ptr<LoadedArtifact> artifact;
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank1.pb: a FIFO, not a regular file");
   std::filesystem::remove(path + "/manifest.json");
   std::filesystem::create_directory(path + "/manifest.json");
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "manifest.json: a directory, not a regular file");
 }
 
@@ -638,7 +640,7 @@ TEST_F(ArtifactTest, RefusesTamperedTruncatedAndMissingFiles) {
   std::string program = path + "/programs/rank1.pb";
   std::string weightBytes = test::readBytes(weights);
   std::string programBytes = test::readBytes(program);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
 
   // Weight bytes are hashed only when asked; the bounds always hold.
   std::string tampered = weightBytes;
@@ -646,28 +648,28 @@ TEST_F(ArtifactTest, RefusesTamperedTruncatedAndMissingFiles) {
   test::writeBytes(weights, tampered);
   ArtifactOpenOptions verify;
   verify.verifyWeights = true;
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact, verify),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact, verify),
                         "weights/model-00001-of-00001.safetensors: hash "
                         "mismatch (tampered or truncated)");
-  EXPECT_OK(Artifact::open(path, artifact));
+  EXPECT_OK(LoadedArtifact::open(path, artifact));
   test::writeBytes(weights, weightBytes.substr(0, weightBytes.size() - 1));
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "weights/model-00001-of-00001.safetensors: tensor ");
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "lie outside the data section");
   test::writeBytes(weights, weightBytes);
-  EXPECT_OK(Artifact::open(path, artifact, verify));
+  EXPECT_OK(LoadedArtifact::open(path, artifact, verify));
 
   test::writeBytes(program, programBytes.substr(0, programBytes.size() / 2));
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank1.pb: hash mismatch (tampered or "
                         "truncated)");
 
   std::filesystem::remove(program);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank1.pb: missing (manifest.json lists it)");
   test::writeBytes(program, programBytes);
-  EXPECT_OK(Artifact::open(path, artifact));
+  EXPECT_OK(LoadedArtifact::open(path, artifact));
 }
 
 /// Files whose digests were updated along with them: the hash matches, the
@@ -675,7 +677,7 @@ TEST_F(ArtifactTest, RefusesTamperedTruncatedAndMissingFiles) {
 TEST_F(ArtifactTest, RefusesMalformedFilesWithMatchingHashes) {
   TemporaryDirectory directory;
   std::string path = commitTo(directory);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   auto replace = [&](const std::string &relative, const std::string &bytes) {
     test::writeBytes(path + "/" + relative, bytes);
     nlohmann::json manifest = readManifest(path);
@@ -685,17 +687,17 @@ TEST_F(ArtifactTest, RefusesMalformedFilesWithMatchingHashes) {
   };
   std::string programBytes = test::readBytes(path + "/programs/rank0.pb");
   replace("programs/rank0.pb", "\xff\xff\xff");
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank0.pb: not a valid program");
   replace("programs/rank0.pb", rankProgram(1, 2).SerializeAsString());
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "the program is for rank 1 of 2, the manifest says "
                         "rank 0 of 2");
   replace("programs/rank0.pb", programBytes);
 
   std::string weights = "weights/model-00001-of-00001.safetensors";
   replace(weights, std::string("\x10\0\0\0\0\0\0\0{}", 10));
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "weights/model-00001-of-00001.safetensors: header "
                         "length 16 exceeds the file");
 }

@@ -6,9 +6,10 @@
 
 #include "partita/runtime/Executor.h"
 
-#include "partita/runtime/Artifact.h"
+#include "partita/runtime/ArtifactWriter.h"
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/HostKernels.h"
+#include "partita/runtime/LoadedArtifact.h"
 
 #include "ProgramBuilder.h"
 #include "TestUtil.h"
@@ -166,8 +167,8 @@ TEST(Executor, WeightsFromAnArtifact) {
   ASSERT_OK(writer.addWeight("proj.weight", program::F32, {2, 3}, weight.data(),
                              weight.size() * sizeof(float)));
   ASSERT_OK(writer.commit(directory.path("art")));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(directory.path("art"), artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(directory.path("art"), artifact));
 
   HostWorld world(1, kPatient);
   ThreadPool pool(1);
@@ -236,8 +237,8 @@ TEST(Executor, WeightsAreMappedNotCopied) {
   std::vector<float> ys(static_cast<size_t>(kColumns));
   int64_t anonBefore = statusBytes("RssAnon");
   int64_t fileBefore = statusBytes("RssFile");
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(directory.path("art"), artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(directory.path("art"), artifact));
   std::unique_ptr<Executor> executor;
   ASSERT_OK(Executor::create(artifact->program(0), artifact->weights(),
                              world.communicator(0), pool, executor));

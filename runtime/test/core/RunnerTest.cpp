@@ -6,6 +6,7 @@
 
 #include "partita/runtime/Runner.h"
 
+#include "partita/runtime/ArtifactWriter.h"
 #include "partita/runtime/CudaDevice.h"
 #include "partita/runtime/distributed/Launcher.h"
 
@@ -198,18 +199,18 @@ protected:
       options.tp = tp;
       std::string path = directory.path("tp" + std::to_string(tp));
       ASSERT_OK(writeModel(path, options));
-      ASSERT_OK(Artifact::open(path, tp == 1 ? whole : sharded));
+      ASSERT_OK(LoadedArtifact::open(path, tp == 1 ? whole : sharded));
     }
   }
 
   /// The tp=2 model compiled for --target cuda (with fatbins that are not
   /// real ones).
-  Status openCudaModel(std::unique_ptr<Artifact> &artifact) {
+  Status openCudaModel(std::unique_ptr<LoadedArtifact> &artifact) {
     Options options;
     options.tp = 2;
     options.target = "cuda";
     PARTITA_RETURN_IF_ERROR(writeModel(directory.path("cuda"), options));
-    return Artifact::open(directory.path("cuda"), artifact);
+    return LoadedArtifact::open(directory.path("cuda"), artifact);
   }
 
   RunnerOptions patient() {
@@ -220,7 +221,7 @@ protected:
   }
 
   test::TemporaryDirectory directory;
-  std::unique_ptr<Artifact> whole, sharded;
+  std::unique_ptr<LoadedArtifact> whole, sharded;
 };
 
 /// The tp=2 artifact gives what the single-rank one does, run after run
@@ -303,7 +304,7 @@ TEST_F(RunnerTest, JoinRefusesMismatches) {
                             sharded->path() +
                             " was compiled for --target host");
 
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   ASSERT_OK(openCudaModel(artifact));
   RunnerOptions single = patient();
   single.singleGpu = true;
@@ -381,8 +382,8 @@ TEST_F(RunnerTest, RefusesPartialSums) {
   options.tp = 2;
   options.partialOutput = true;
   ASSERT_OK(writeModel(directory.path("partial"), options));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(directory.path("partial"), artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(directory.path("partial"), artifact));
   std::unique_ptr<Runner> runner;
   EXPECT_ERROR_CONTAINS(
       Runner::create(*artifact, patient(), runner),
@@ -406,7 +407,7 @@ TEST_F(RunnerTest, RefusesBadOptions) {
 /// A multi-rank cuda artifact runs one process per GPU, which a runner in
 /// one process cannot do; with singleGpu it tries GPU 0.
 TEST_F(RunnerTest, MultiRankCudaNeedsSingleGpu) {
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   ASSERT_OK(openCudaModel(artifact));
   std::unique_ptr<Runner> runner;
   EXPECT_ERROR_CONTAINS(Runner::create(*artifact, patient(), runner),

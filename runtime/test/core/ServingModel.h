@@ -29,7 +29,7 @@
 
 #include "ProgramBuilder.h"
 
-#include "partita/runtime/Artifact.h"
+#include "partita/runtime/ArtifactWriter.h"
 
 #include <string>
 #include <vector>

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "partita/runtime/ArtifactWriter.h"
 #include "partita/runtime/Generation.h"
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/Runner.h"
@@ -87,8 +88,8 @@ TEST(ServingArtifact, RoundTrip) {
   options.positionIds = false;
   std::string path = directory.path("art");
   ASSERT_OK(writeServingModel(path, options));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
 
   const Manifest &manifest = artifact->manifest();
   ASSERT_TRUE(manifest.serving.has_value());
@@ -117,7 +118,7 @@ TEST(ServingArtifact, RoundTrip) {
 
   // The decode entry: its own inputs, outputs and programs over the same
   // weights, not a copy of them.
-  const Artifact *decode = artifact->decodeEntry();
+  const LoadedArtifact *decode = artifact->decodeEntry();
   ASSERT_NE(decode, nullptr);
   EXPECT_EQ(decode->path(), artifact->path());
   EXPECT_EQ(&decode->weights(), &artifact->weights());
@@ -165,8 +166,8 @@ TEST(ServingArtifact, OrdinaryArtifactsAreUnchanged) {
                       "compile_options", "files", "manifest_sha256"}));
   EXPECT_EQ(rankKeys,
             (std::vector<std::string>{"rank", "coords", "stage", "program"}));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   EXPECT_FALSE(artifact->manifest().serving.has_value());
   EXPECT_EQ(artifact->decodeEntry(), nullptr);
   EXPECT_EQ(artifact->decodeProgram(0), nullptr);
@@ -290,37 +291,37 @@ TEST(ServingArtifact, LoaderRefusesTamperedDecodePrograms) {
   ASSERT_OK(writeServingModel(path, options));
   std::string relative = "programs/rank1.decode.pb";
   std::string bytes = test::readBytes(path + "/" + relative);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
 
   std::string flipped = bytes;
   flipped[flipped.size() / 2] ^= 1;
   test::writeBytes(path + "/" + relative, flipped);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank1.decode.pb: hash mismatch (tampered or "
                         "truncated)");
   std::filesystem::remove(path + "/" + relative);
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank1.decode.pb: missing (manifest.json "
                         "lists it)");
 
   replaceFile(path, relative,
               servingProgram(0, true, options).SerializeAsString());
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "programs/rank1.decode.pb: the program is for rank 0 "
                         "of 2, the manifest says rank 1 of 2");
   program::Program empty = servingProgram(1, true, options);
   empty.clear_instructions();
   replaceFile(path, relative, empty.SerializeAsString());
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         ": the decode programs: rank ");
   // The prefill programs do not stand in for the decode programs.
   replaceFile(path, relative,
               servingProgram(1, false, options).SerializeAsString());
-  EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact),
+  EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact),
                         "manifest.json: decode input 'input_ids' is i64 [2, "
                         "1], but rank 1's decode program binds i64 [2, 4]");
   replaceFile(path, relative, bytes);
-  EXPECT_OK(Artifact::open(path, artifact));
+  EXPECT_OK(LoadedArtifact::open(path, artifact));
 }
 
 TEST(ServingArtifact, LoaderRefusesInconsistentManifests) {
@@ -330,7 +331,7 @@ TEST(ServingArtifact, LoaderRefusesInconsistentManifests) {
   std::string path = directory.path("art");
   ASSERT_OK(writeServingModel(path, options));
   nlohmann::json original = readManifest(path);
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   struct Case {
     std::function<void(nlohmann::json &)> edit;
     const char *message;
@@ -371,10 +372,10 @@ TEST(ServingArtifact, LoaderRefusesInconsistentManifests) {
     nlohmann::json manifest = original;
     c.edit(manifest);
     writeRehashedManifest(path, manifest);
-    EXPECT_ERROR_CONTAINS(Artifact::open(path, artifact), c.message);
+    EXPECT_ERROR_CONTAINS(LoadedArtifact::open(path, artifact), c.message);
   }
   writeRehashedManifest(path, original);
-  EXPECT_OK(Artifact::open(path, artifact));
+  EXPECT_OK(LoadedArtifact::open(path, artifact));
 }
 
 //===----------------------------------------------------------------------===//
@@ -424,11 +425,11 @@ protected:
     options.tp = GetParam();
     std::string path = directory.path("art");
     ASSERT_OK(writeServingModel(path, options));
-    ASSERT_OK(Artifact::open(path, artifact));
+    ASSERT_OK(LoadedArtifact::open(path, artifact));
     ASSERT_OK(Runner::create(*artifact, patient(), runner));
   }
   TemporaryDirectory directory;
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   std::unique_ptr<Runner> runner;
 };
 
@@ -510,8 +511,8 @@ TEST(ServingRunner, BuildingBlocksBindTheRanksCache) {
   TemporaryDirectory directory;
   std::string path = directory.path("art");
   ASSERT_OK(writeServingModel(path, {}));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   HostWorld world(1);
 
   RankRun bare;
@@ -558,8 +559,8 @@ TEST(ServingRunner, OrdinaryArtifactsHaveNoDecodeOrCache) {
   TemporaryDirectory directory;
   std::string path = directory.path("plain");
   ASSERT_OK(writePlainModel(path));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   std::unique_ptr<Runner> runner;
   ASSERT_OK(Runner::create(*artifact, patient(), runner));
   EXPECT_EQ(runner->cacheBytes(), 0u);
@@ -583,8 +584,8 @@ TEST(ServingRunner, JoinedRunsRefuseDecoding) {
   options.target = "cuda";
   std::string path = directory.path("cuda");
   ASSERT_OK(writeServingModel(path, options));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   EXPECT_OK(checkDecodeTarget(artifact->manifest()));
   EXPECT_OK(checkDecodeTarget(servingManifest({})));
 
@@ -706,13 +707,13 @@ protected:
     options.positionIds = GetParam().positionIds;
     std::string path = directory.path("art");
     ASSERT_OK(writeServingModel(path, options));
-    ASSERT_OK(Artifact::open(path, artifact));
+    ASSERT_OK(LoadedArtifact::open(path, artifact));
     ASSERT_OK(Runner::create(*artifact, patient(), runner));
     ASSERT_OK(Generation::create(*runner, generation));
   }
   ServingModelOptions options;
   TemporaryDirectory directory;
-  std::unique_ptr<Artifact> artifact;
+  std::unique_ptr<LoadedArtifact> artifact;
   std::unique_ptr<Runner> runner;
   std::unique_ptr<Generation> generation;
 };
@@ -819,8 +820,8 @@ TEST(Generation, RefusesBadPromptsAndRequests) {
   TemporaryDirectory directory;
   std::string path = directory.path("art");
   ASSERT_OK(writeServingModel(path, {}));
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(path, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(path, artifact));
   std::unique_ptr<Runner> runner;
   ASSERT_OK(Runner::create(*artifact, patient(), runner));
   std::unique_ptr<Generation> generation;
@@ -933,8 +934,8 @@ TEST(Generation, RefusesProgramsItCannotFeed) {
     c.edit(options);
     std::string path = directory.path("art");
     ASSERT_OK(writeServingModel(path, options));
-    std::unique_ptr<Artifact> artifact;
-    ASSERT_OK(Artifact::open(path, artifact));
+    std::unique_ptr<LoadedArtifact> artifact;
+    ASSERT_OK(LoadedArtifact::open(path, artifact));
     std::unique_ptr<Runner> runner;
     ASSERT_OK(Runner::create(*artifact, patient(), runner));
     std::unique_ptr<Generation> generation;

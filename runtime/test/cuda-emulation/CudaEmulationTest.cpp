@@ -17,10 +17,10 @@
 #include "EmulatedDevice.h"
 #include "TestSupport.h"
 
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/HostCommunicator.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
-#include "partita/runtime/TensorFile.h"
+#include "partita/runtime/tooling/TensorFile.h"
 
 #include <gtest/gtest.h>
 
@@ -160,8 +160,8 @@ TEST_P(CudaEmulation, MatchesOnnxRuntime) {
       output);
   ASSERT_EQ(status, 0) << output;
 
-  std::unique_ptr<Artifact> artifact;
-  Status opened = Artifact::open(artifactPath, artifact);
+  std::unique_ptr<LoadedArtifact> artifact;
+  Status opened = LoadedArtifact::open(artifactPath, artifact);
   ASSERT_TRUE(opened) << opened.message();
   const Manifest &manifest = artifact->manifest();
   ASSERT_EQ(manifest.target, "cuda");

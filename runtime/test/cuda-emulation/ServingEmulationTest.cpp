@@ -18,8 +18,8 @@
 #include "EmulatedDevice.h"
 #include "TestSupport.h"
 
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/Generation.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
 
 #include <gtest/gtest.h>
@@ -105,10 +105,10 @@ TEST_P(ServingEmulation, DecodesLikeTheHost) {
             0)
       << output;
 
-  std::unique_ptr<Artifact> hostArtifact, cudaArtifact;
-  Status opened = Artifact::open(root + "/host", hostArtifact);
+  std::unique_ptr<LoadedArtifact> hostArtifact, cudaArtifact;
+  Status opened = LoadedArtifact::open(root + "/host", hostArtifact);
   ASSERT_TRUE(opened) << opened.message();
-  opened = Artifact::open(root + "/cuda", cudaArtifact);
+  opened = LoadedArtifact::open(root + "/cuda", cudaArtifact);
   ASSERT_TRUE(opened) << opened.message();
   const Manifest &manifest = cudaArtifact->manifest();
   ASSERT_EQ(manifest.target, "cuda");
@@ -168,7 +168,7 @@ TEST_P(ServingEmulation, DecodesLikeTheHost) {
   // What one decode step stages: each rank's decode program's bindings
   // but the cache.
   int64_t stagedPerStep = 0;
-  const Artifact &decode = *cudaArtifact->decodeEntry();
+  const LoadedArtifact &decode = *cudaArtifact->decodeEntry();
   for (int32_t rank = 0; rank < worldSize; ++rank) {
     const partita::program::Program &program = decode.program(rank);
     for (const auto *bindings : {&program.inputs(), &program.outputs()})

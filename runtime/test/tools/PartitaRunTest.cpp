@@ -14,7 +14,7 @@
 #include "partita/runtime/CudaDevice.h"
 #include "partita/runtime/Generation.h"
 #include "partita/runtime/Runner.h"
-#include "partita/runtime/TensorFile.h"
+#include "partita/runtime/tooling/TensorFile.h"
 
 #include "ServingModel.h"
 #include "TestUtil.h"
@@ -107,8 +107,8 @@ TEST_F(PartitaRunTest, GenerateWritesTokensAndLogits) {
       << result.out;
   EXPECT_TRUE(contains(result.out, "kv cache: 256 bytes")) << result.out;
 
-  std::unique_ptr<Artifact> artifact;
-  ASSERT_OK(Artifact::open(art, artifact));
+  std::unique_ptr<LoadedArtifact> artifact;
+  ASSERT_OK(LoadedArtifact::open(art, artifact));
   std::unique_ptr<Runner> runner;
   ASSERT_OK(Runner::create(*artifact, RunnerOptions(), runner));
   std::unique_ptr<Generation> generation;

@@ -82,9 +82,9 @@ bool isCollectiveStart(Operation *op) {
   return dist::isGroupCollective(op) && dist::isAsyncStart(op);
 }
 
-class Planner {
+class BufferPlanner {
 public:
-  Planner(func::FuncOp func, int64_t maxInlineConstantBytes)
+  BufferPlanner(func::FuncOp func, int64_t maxInlineConstantBytes)
       : func(func), maxInline(maxInlineConstantBytes) {}
 
   LogicalResult run();
@@ -134,7 +134,7 @@ private:
   int64_t arenaBytes = 0, activationBytes = 0;
 };
 
-LogicalResult Planner::checkSizes() {
+LogicalResult BufferPlanner::checkSizes() {
   int64_t total = 0;
   auto check =
       [&](Type type,
@@ -180,7 +180,7 @@ LogicalResult Planner::checkSizes() {
   return failure(walk.wasInterrupted());
 }
 
-int64_t Planner::add(Value value, BufferKind kind) {
+int64_t BufferPlanner::add(Value value, BufferKind kind) {
   Type type = value.getType();
   if (auto token = dyn_cast<dist::TokenType>(type))
     type = token.getPayload();
@@ -190,7 +190,7 @@ int64_t Planner::add(Value value, BufferKind kind) {
   return id;
 }
 
-int64_t Planner::addAlias(Value value, Value of, int64_t offset) {
+int64_t BufferPlanner::addAlias(Value value, Value of, int64_t offset) {
   int64_t id = add(value, BufferKind::Alias);
   buffers[id].aliasOf = bufferOf.lookup(of);
   buffers[id].offset = offset;
@@ -217,7 +217,7 @@ static std::optional<int64_t> contiguousRowsOffset(nn::SliceOp slice,
   return start[dim] * (tensorBytes(type) / type.getDimSize(dim));
 }
 
-void Planner::planCacheRowsInPlace(func::ReturnOp ret) {
+void BufferPlanner::planCacheRowsInPlace(func::ReturnOp ret) {
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
     // Returned once, and nothing else reads it.
     auto concat = value.getDefiningOp<nn::ConcatOp>();
@@ -278,7 +278,7 @@ static LogicalResult checkWeightData(nn::ConstantOp op) {
                         << "' has no data";
 }
 
-LogicalResult Planner::addConstant(nn::ConstantOp op) {
+LogicalResult BufferPlanner::addConstant(nn::ConstantOp op) {
   auto type = cast<RankedTensorType>(op.getType());
   if (nn::isWeight(op.getValue())) {
     if (failed(checkWeightData(op)))
@@ -300,7 +300,7 @@ LogicalResult Planner::addConstant(nn::ConstantOp op) {
   return success();
 }
 
-LogicalResult Planner::addHostConstant(nn::ConstantOp op) {
+LogicalResult BufferPlanner::addHostConstant(nn::ConstantOp op) {
   auto type = cast<RankedTensorType>(op.getType());
   HostData data{"", tensorBytes(type)};
   if (nn::isWeight(op.getValue())) {
@@ -316,14 +316,14 @@ LogicalResult Planner::addHostConstant(nn::ConstantOp op) {
   return success();
 }
 
-void Planner::addHostBlock(exec::SliceBlockOp op) {
+void BufferPlanner::addHostBlock(exec::SliceBlockOp op) {
   const HostData &from = hostData.find(op.getInput())->second;
   auto type = cast<RankedTensorType>(op.getType());
   hostData[op.getResult()] =
       HostData{exec::getBlockWeightName(from.name, op), tensorBytes(type)};
 }
 
-void Planner::materialize(Value value) {
+void BufferPlanner::materialize(Value value) {
   const HostData &data = hostData.find(value)->second;
   if (data.bytes <= maxInline) {
     add(value, BufferKind::Constant);
@@ -333,7 +333,7 @@ void Planner::materialize(Value value) {
   buffers[id].weight = data.name;
 }
 
-LogicalResult Planner::addBuffers() {
+LogicalResult BufferPlanner::addBuffers() {
   Block &body = func.getBody().front();
   // Views are this plan's to decide: a previous plan's marks go.
   for (Operation &op : body)
@@ -472,7 +472,7 @@ LogicalResult Planner::addBuffers() {
   return success();
 }
 
-void Planner::computeLifetimes() {
+void BufferPlanner::computeLifetimes() {
   int64_t index = -1;
   auto read = [&](Value value) {
     int64_t id = bufferOf.lookup(value);
@@ -546,7 +546,7 @@ void Planner::computeLifetimes() {
   }
 }
 
-void Planner::planArena() {
+void BufferPlanner::planArena() {
   struct Interval {
     int64_t id, begin, end, size;
   };
@@ -587,7 +587,7 @@ void Planner::planArena() {
   }
 }
 
-void Planner::writeAttributes() {
+void BufferPlanner::writeAttributes() {
   MLIRContext *context = func.getContext();
   auto attrOf = [&](int64_t id) {
     const Buffer &b = buffers[id];
@@ -616,7 +616,7 @@ void Planner::writeAttributes() {
                 builder.getI64IntegerAttr(activationBytes));
 }
 
-LogicalResult Planner::run() {
+LogicalResult BufferPlanner::run() {
   if (failed(checkSizes()) || failed(addBuffers()))
     return failure();
   computeLifetimes();
@@ -637,7 +637,7 @@ struct PlanBuffersPass
       func.emitError() << "the exec lowering needs a single-block function";
       return signalPassFailure();
     }
-    if (failed(Planner(func, maxInlineConstantBytes).run()))
+    if (failed(BufferPlanner(func, maxInlineConstantBytes).run()))
       signalPassFailure();
   }
 };

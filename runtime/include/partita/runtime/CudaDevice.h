@@ -62,7 +62,7 @@ public:
   virtual size_t reservedBytes() const = 0;
 };
 
-class Artifact;
+class LoadedArtifact;
 
 /// The message of a generated module's run-time error record
 /// (`partita_status`: a code and three values; lib/Target/CUDA's
@@ -73,7 +73,7 @@ std::string kernelStatusMessage(const unsigned long long record[4]);
 /// The CUDA module (fatbin) of `rank` of `artifact`, as its manifest names
 /// it (`ranks[].cuda.fatbin`; with `decode`, a serving artifact's
 /// `ranks[].cuda.decode_fatbin`), whose hash the loader has verified.
-Status readCudaModule(const Artifact &artifact, int32_t rank,
+Status readCudaModule(const LoadedArtifact &artifact, int32_t rank,
                       std::string &image, bool decode = false);
 
 } // namespace partita::runtime

@@ -56,7 +56,7 @@ verifyCommunication(const std::vector<const program::Program *> &programs);
 
 /// Everything above for the programs of one world (`programs[r]` is rank
 /// r's): each program's structure, then the communication across ranks,
-/// then each program's data flow. This is what Artifact::open runs.
+/// then each program's data flow. This is what LoadedArtifact::open runs.
 Status verifyPrograms(const std::vector<const program::Program *> &programs,
                       const WeightStore *weights = nullptr);
 

@@ -26,11 +26,10 @@
 #ifndef PARTITA_RUNTIME_RUNNER_H
 #define PARTITA_RUNTIME_RUNNER_H
 
-#include "partita/runtime/Artifact.h"
 #include "partita/runtime/Executor.h"
+#include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Status.h"
 #include "partita/runtime/Tensor.h"
-#include "partita/runtime/TensorFile.h"
 
 #include <cstdint>
 #include <memory>
@@ -71,7 +70,8 @@ public:
   /// process per GPU). Creates each rank's executor once (weights loaded
   /// once). The artifact must outlive the runner. Refuses outputs holding
   /// partial sums (compiler bug), as partita-run does.
-  static Status create(const Artifact &artifact, const RunnerOptions &options,
+  static Status create(const LoadedArtifact &artifact,
+                       const RunnerOptions &options,
                        std::unique_ptr<Runner> &runner);
   ~Runner();
   Runner(const Runner &) = delete;
@@ -82,7 +82,8 @@ public:
   /// its local rank, a TCP store served by rank 0 at the environment's
   /// master address and port, NCCL over the whole world. Every rank of the
   /// world calls join with the same artifact.
-  static Status join(const Artifact &artifact, const RunnerOptions &options,
+  static Status join(const LoadedArtifact &artifact,
+                     const RunnerOptions &options,
                      const RankEnvironment &environment,
                      std::unique_ptr<Runner> &runner);
 
@@ -175,7 +176,7 @@ std::string specList(const std::vector<TensorSpec> &specs);
 
 /// The GPUs this machine has for the cuda artifact `artifact`; an error
 /// naming it when this build has no CUDA device or the driver finds none.
-Status countGpus(const Artifact &artifact, int32_t &gpus);
+Status countGpus(const LoadedArtifact &artifact, int32_t &gpus);
 
 /// Refuses a manifest whose outputs hold partial sums: no assembly of the
 /// ranks' blocks gives the global tensor (the compiler should have reduced
@@ -189,14 +190,14 @@ Status checkDecodeTarget(const Manifest &manifest);
 /// Allocates `rank`'s KV cache of a serving artifact (nothing otherwise):
 /// its block of each cache tensor its programs bind, zeroed, in `memory`,
 /// and a view of each, by name, in `states` (RankRun::states).
-Status allocateRankCache(const Artifact &artifact, int32_t rank,
+Status allocateRankCache(const LoadedArtifact &artifact, int32_t rank,
                          std::vector<HostTensor> &memory,
                          std::vector<NamedTensor> &states);
 
 /// The same in the memory of `device` (one with memory of its own): each
 /// block allocated there and zeroed, its address in `memory` (the caller
 /// deallocates them, before the device goes), a view of each in `states`.
-Status allocateRankDeviceCache(const Artifact &artifact, int32_t rank,
+Status allocateRankDeviceCache(const LoadedArtifact &artifact, int32_t rank,
                                Device &device, std::vector<void *> &memory,
                                std::vector<NamedTensor> &states);
 
@@ -208,15 +209,15 @@ Status allocateRankDeviceCache(const Artifact &artifact, int32_t rank,
 /// sharding, and allocates the outputs' memory; the cache tensors of a
 /// serving artifact are resident in the executor, in `run.states`' memory
 /// (neither bound per run nor staged). `artifact` may be a decode entry
-/// (Artifact::decodeEntry).
-Status prepareRank(const Artifact &artifact, int32_t rank,
+/// (LoadedArtifact::decodeEntry).
+Status prepareRank(const LoadedArtifact &artifact, int32_t rank,
                    Communicator &communicator, unsigned threads, RankRun &run);
 
 /// Binds the inputs of a prepared `rank` from the GLOBAL `inputs` (which
 /// must match the manifest's): a replicated one is read in place, a
 /// sharded one copied, the rank getting its block (cache tensors are
 /// resident, prepareRank). A pipeline stage binds only the inputs it uses.
-Status bindRankInputs(const Artifact &artifact, int32_t rank,
+Status bindRankInputs(const LoadedArtifact &artifact, int32_t rank,
                       const std::vector<NamedTensor> &inputs, RankRun &run);
 
 /// Runs every rank that has an executor once, concurrently; returns every

@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,8 +48,39 @@ struct Tensor {
   template <typename T> T *as() const { return static_cast<T *>(data); }
 };
 
+/// A tensor that owns its memory (64-byte aligned).
+class HostTensor {
+public:
+  /// Replaces the contents with zero-filled memory for `dtype` `shape`.
+  Status allocate(DType dtype, std::vector<int64_t> shape);
+
+  DType dtype() const { return view.dtype; }
+  const std::vector<int64_t> &shape() const { return view.shape; }
+  size_t byteSize() const { return view.byteSize(); }
+  void *data() const { return view.data; }
+  /// A view of the memory, valid while this tensor lives.
+  const Tensor &tensor() const { return view; }
+
+private:
+  struct FreeDeleter {
+    void operator()(void *memory) const { std::free(memory); }
+  };
+  std::unique_ptr<void, FreeDeleter> memory;
+  Tensor view;
+};
+
 /// `[2, 16, 64]`, for messages.
 std::string shapeString(const std::vector<int64_t> &shape);
+
+/// numpy broadcasting: whether `from` (rank `fromRank`), right-aligned
+/// against `to`, matches it in each dimension or is 1 there. The runtime's
+/// verifier and the CUDA generator both ask this.
+bool broadcastsTo(const int64_t *from, size_t fromRank, const int64_t *to,
+                  size_t toRank);
+inline bool broadcastsTo(const std::vector<int64_t> &from,
+                         const std::vector<int64_t> &to) {
+  return broadcastsTo(from.data(), from.size(), to.data(), to.size());
+}
 
 /// The bytes a buffer called `name` of `dtype` and `shape` holds; an error
 /// naming it when the type has no size, a dimension is negative or the

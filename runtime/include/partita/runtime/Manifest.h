@@ -1,0 +1,148 @@
+//===- Manifest.h - what an artifact holds ----------------------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// An artifact is a directory: manifest.json, one exec program per rank
+// (programs/rank<N>.pb) and the weights in safetensors files, each distinct
+// shard stored once (docs/artifact.md is the specification). These are the
+// manifest's plain structs, which the writer (ArtifactWriter.h) fills and
+// the loader (LoadedArtifact.h) reads; no JSON types, so code built without
+// exceptions can use them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_RUNTIME_MANIFEST_H
+#define PARTITA_RUNTIME_MANIFEST_H
+
+#include "partita/runtime/Status.h"
+#include "partita/runtime/Tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace partita::runtime {
+
+/// The manifest's `format_version` that this code writes and reads.
+constexpr int64_t kArtifactFormatVersion = 1;
+
+struct MeshAxis {
+  std::string name;
+  int64_t size = 1;
+  /// The parallelism the axis carries: "dp", "tp", "pp", "sp" or "none".
+  /// The manifest spells it only where it is not the default of the name
+  /// (the name itself for dp, tp, pp and sp; none for other names).
+  std::string role = "none";
+};
+
+/// One rank of the mesh and the program it runs.
+struct RankEntry {
+  int32_t rank = 0;
+  /// The rank's coordinate along each mesh axis, in the mesh's axis order.
+  std::vector<std::pair<std::string, int64_t>> coords;
+  int32_t stage = 0;
+  /// `programs/rank<N>.pb`; ArtifactWriter::commit fills it in.
+  std::string program;
+  /// For target `cuda`: the rank's generated CUDA source and the fatbin nvcc
+  /// built from it (paths of files of the artifact; ranks with equal sources
+  /// share both). Empty for target `host`.
+  std::string cudaSource;
+  std::string cudaFatbin;
+  /// Serving artifacts: `programs/rank<N>.decode.pb`, the rank's decode
+  /// program (ArtifactWriter::commit fills it in); empty otherwise.
+  std::string decodeProgram;
+  /// Serving artifacts of target `cuda`: the decode program's CUDA source
+  /// and fatbin (functions named `partita_decode_*`, so the module loads
+  /// beside the prefill's); empty otherwise.
+  std::string decodeCudaSource;
+  std::string decodeCudaFatbin;
+};
+
+/// How a global input or output is laid out over the mesh.
+struct TensorSharding {
+  /// For each tensor dimension, the mesh axes that split it (major first).
+  /// Empty means no dimension is split.
+  std::vector<std::vector<std::string>> dims;
+  /// Mesh axes over which the tensor holds partial sums.
+  std::vector<std::string> partial;
+
+  /// Every rank holds the whole tensor.
+  bool isReplicated() const;
+};
+
+/// A model input or output with its global shape.
+struct TensorSpec {
+  std::string name;
+  DType dtype = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  TensorSharding sharding;
+};
+
+/// A serving artifact (partita-compile --max-seq): two programs per rank
+/// over the same weights and the same KV cache. The manifest's top-level
+/// inputs and outputs are the prefill program's (the prompt); `decode` is
+/// the program of one generated token. The cache tensors are neither
+/// inputs nor outputs: each rank holds its block of each, allocated once
+/// and zeroed, and both programs bind it by name as an input and an output
+/// of the same memory, which the `kv_cache_write` kernel updates in place.
+struct ServingSpec {
+  /// L: the cache's slots per sequence (prompt and generated tokens).
+  int64_t maxSeq = 0;
+  /// P: the prefill program's sequence length; shorter prompts are
+  /// left-padded to it.
+  int64_t promptLength = 0;
+  int64_t batch = 0;
+  /// The names of the model's token inputs and logits output, shared by
+  /// both programs; `attentionMask` and `positionIds` are empty when the
+  /// model does not take them. `cachePosition` (i64 [1], replicated) is the
+  /// slot the program writes its first token's keys and values to.
+  std::string inputIds = "input_ids";
+  std::string attentionMask;
+  std::string positionIds;
+  std::string cachePosition = "cache_position";
+  std::string logits = "logits";
+  /// The cache tensors with their global shapes ([batch, heads, L, head
+  /// dim] for the usual exports) and shardings.
+  std::vector<TensorSpec> cache;
+  /// The decode program's inputs and outputs (without the cache).
+  std::vector<TensorSpec> decodeInputs;
+  std::vector<TensorSpec> decodeOutputs;
+};
+
+/// The spec named `name`, or null.
+const TensorSpec *findSpec(const std::vector<TensorSpec> &specs,
+                           const std::string &name);
+
+struct Manifest {
+  std::string modelName;
+  /// `host` or `cuda`.
+  std::string target = "host";
+  std::vector<MeshAxis> meshAxes;
+  int32_t worldSize = 1;
+  /// One entry per rank, ordered by rank.
+  std::vector<RankEntry> ranks;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  /// The pipeline schedule as the text of a JSON object; empty for none
+  /// (null in manifest.json).
+  std::string scheduleJson;
+  std::map<std::string, std::string> compileOptions;
+  /// For target `cuda`: the architectures the fatbins hold code for
+  /// (`sm_80`, `sm_90a`, ...).
+  std::vector<std::string> cudaArchs;
+  /// Set for a serving artifact; then every rank has a decode program.
+  std::optional<ServingSpec> serving;
+  /// Filled by ArtifactWriter::commit and by the loader: the weights files
+  /// (paths relative to the artifact), and every file's `sha256:<hex>`.
+  std::vector<std::string> weightFiles;
+  std::map<std::string, std::string> files;
+};
+
+} // namespace partita::runtime
+
+#endif // PARTITA_RUNTIME_MANIFEST_H
