@@ -19,7 +19,8 @@ using Options = ::partita::CompilerOptions;
 /// a CompilerOptions.
 struct CompilerCommandLine::Binding {
   const ::partita::OptionInfo *info;
-  std::string name;
+  /// What cl::opt refers to: the flag's name and help.
+  std::string name, help;
   std::unique_ptr<cl::Option> flag;
   /// Copies what the flag read into `options`; called only when given.
   std::function<bool(::partita::CompilerOptions &, std::string &)> apply;
@@ -38,8 +39,14 @@ bindParsed(const ::partita::OptionInfo &info, T Options::*field,
   binding->info = &info;
   // cl::opt keeps a reference to its name: the binding owns it.
   binding->name = negated ? std::string("no-") + info.name : info.name;
+  // A negated flag turns off what the declaration describes.
+  binding->help = info.help;
+  if (negated) {
+    binding->help[0] = llvm::toLower(binding->help[0]);
+    binding->help = "Turn off the default: " + binding->help;
+  }
   auto opt = std::make_unique<cl::opt<T>>(
-      llvm::StringRef(binding->name), cl::desc(info.help),
+      llvm::StringRef(binding->name), cl::desc(binding->help),
       cl::init(negated ? T() : defaultValue), optionTypeValues<T>(),
       cl::cat(category));
   cl::opt<T> *raw = opt.get();
