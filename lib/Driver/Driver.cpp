@@ -441,6 +441,10 @@ LogicalResult ProgramCompiler::finishPlanning(ModuleOp module, bool &stopped) {
   if (failed(grown))
     return failure();
   cluster = std::move(*grown);
+  // A second program (decode) compiles for the cluster as planning grew it.
+  if (auto grownJson =
+          module->getAttrOfType<StringAttr>(ClusterModel::kAttributeName))
+    options.clusterJson = grownJson.str();
   result.planExplanation = describePlan(*result.plan, cluster);
   if (options.emit == EmitStage::Plan) {
     if (options.emitStream)
