@@ -52,6 +52,7 @@ bindParsed(const ::partita::OptionInfo &info, T Options::*field,
   cl::opt<T> *raw = opt.get();
   binding->apply = [raw, field, negated](::partita::CompilerOptions &options,
                                          std::string &) {
+    (void)negated; // read only for booleans
     if constexpr (std::is_same_v<T, bool>)
       options.*field = negated ? !raw->getValue() : raw->getValue();
     else

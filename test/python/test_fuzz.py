@@ -68,3 +68,19 @@ def test_libfuzzer_corpus():
     assert not failed, "\n".join(
         [f"{name}: {report.splitlines()[0]}" for name, report in failed] +
         ["", "last report:", failed[-1][1][-2000:]])
+
+
+def test_options_fuzzer_corpus():
+    # The declared options' fuzzer (fuzz/options) over its corpus: every
+    # value is refused with a message or accepted, never a crash.
+    build = campaign.fuzz_build_dir()
+    if not (build / "build.ninja").exists():
+        pytest.skip(f"{build} is not configured (scripts/fuzz does it)")
+    subprocess.run(["ninja", "-C", str(build), "--quiet",
+                    f"-j{os.environ.get('PARTITA_JOBS', '2')}",
+                    "partita-fuzz-options"], check=True)
+    corpus = ROOT / "fuzz" / "corpus" / "options"
+    result = subprocess.run(
+        [str(build / "bin" / "partita-fuzz-options"), "-runs=0", str(corpus)],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
