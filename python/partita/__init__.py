@@ -32,6 +32,7 @@ __all__ = [
     "CompileError",
     "Diagnostic",
     "Error",
+    "OptionError",
     "Plan",
     "RunError",
     "TensorSpec",
@@ -71,6 +72,13 @@ class CompileError(Error):
         self.diagnostics: List[Any] = list(diagnostics)
         text = "\n".join(str(d) for d in self.diagnostics) or "compilation failed"
         super().__init__(text)
+
+
+class OptionError(CompileError, ValueError):
+    """An option was given a value it does not take (out of its range, not
+    among its choices, a mesh the --mesh parser refuses): refused before
+    anything is compiled, with the compiler's message. It is a
+    :class:`CompileError` and a ``ValueError``."""
 
 
 class RunError(Error, RuntimeError):
@@ -152,28 +160,24 @@ def _input_array(spec: TensorSpec, value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def _mesh_axes(mesh: Mesh) -> List[Tuple[str, int, str]]:
-    """(name, size, role) per axis; role "" is the one the name implies."""
-    if mesh is None:
-        return []
+def _mesh_text(mesh: Mesh) -> str:
+    """`mesh` spelled as --mesh takes it: a string is the flag's own text
+    (the compiler's one mesh parser checks it); a mapping or a list of
+    (name, size[, role]) is spelled out."""
     if isinstance(mesh, str):  # "dp=2,tp=2" or "model=2:tp", as on the command line
-        axes = []
-        for item in filter(None, (s.strip() for s in mesh.split(","))):
-            name, _, rest = item.partition("=")
-            size, _, role = rest.partition(":")
-            if not size.strip().isdigit():
-                raise ValueError(
-                    f"mesh: '{item}' is not of the form axis=size[:role]")
-            axes.append((name.strip(), int(size), role.strip()))
-        return axes
+        return mesh
     items = mesh.items() if isinstance(mesh, Mapping) else mesh
     axes = []
     for entry in items:
         name, size, *role = entry
         if len(role) > 1:
             raise ValueError(f"mesh: {entry!r} is not (name, size[, role])")
-        axes.append((str(name), int(size), str(role[0]) if role else ""))
-    return axes
+        if isinstance(size, (bool, np.bool_)) or not isinstance(
+                size, (int, np.integer)):
+            raise TypeError(f"mesh: the size of {name!r} must be an integer, "
+                            f"got {size!r}")
+        axes.append(f"{name}={int(size)}" + (f":{role[0]}" if role else ""))
+    return ",".join(axes)
 
 
 class _Option:
@@ -216,10 +220,7 @@ class _Option:
                 raise TypeError(f"{name} expects a string, got {value!r}")
             return value
         if kind == "mesh":
-            if isinstance(value, str) and value.strip() == "auto":
-                return "auto"
-            return ",".join(f"{axis}={size}" + (f":{role}" if role else "")
-                            for axis, size, role in _mesh_axes(value))
+            return _mesh_text(value)
         if kind == "bindings":
             if not isinstance(value, Mapping):
                 raise TypeError(f"{name} expects a mapping of names to "
@@ -321,8 +322,8 @@ def compile(
         tokens per sequence; :meth:`Artifact.generate` runs them). ``None``
         means the default where an option has one to fall back on. A value
         of the wrong type is a TypeError naming the keyword; one the option
-        does not take (out of range, not among its choices) is a
-        CompileError.
+        does not take (out of range, not among its choices) is an
+        :class:`OptionError`, a CompileError and a ValueError.
 
     Returns:
       The compiled :class:`Artifact`, in memory (with ``mesh="auto"``, its
@@ -338,10 +339,10 @@ def compile(
     if not auto and (options.get("objective") is not None
                      or options.get("device_memory") is not None):
         raise ValueError("objective and device_memory need mesh='auto'")
-    native, diagnostics = _partita.compile(
+    native, diagnostics, refused = _partita.compile(
         source, is_path, name, _option_texts({"mesh": mesh, **options}))
     if native is None:
-        raise CompileError(diagnostics)
+        raise (OptionError if refused else CompileError)(diagnostics)
     return Artifact(native=native, diagnostics=diagnostics)
 
 
@@ -440,11 +441,11 @@ def plan(
         a symbolic dimension not bound).
     """
     source, is_path, name = _model_source(model, name)
-    report, table, diagnostics = _partita.plan(
+    report, table, diagnostics, refused = _partita.plan(
         source, is_path, name,
         _option_texts({"devices": devices, **options}))
     if report is None:
-        raise CompileError(diagnostics)
+        raise (OptionError if refused else CompileError)(diagnostics)
     return Plan(json.loads(report), table)
 
 

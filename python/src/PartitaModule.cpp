@@ -249,8 +249,9 @@ NB_MODULE(_partita, m) {
   });
 
   // compile(model, is_path, name, [(option, text)]) -> (artifact | None,
-  // diagnostics): a failed compilation is a value, so that the Python layer
-  // can raise CompileError with the diagnostics attached.
+  // diagnostics, options refused): a failed compilation is a value, so that
+  // the Python layer can raise CompileError (OptionError when an option's
+  // value was refused) with the diagnostics attached.
   m.def(
       "compile",
       [](nb::bytes model, bool isPath, const std::string &name,
@@ -260,8 +261,8 @@ NB_MODULE(_partita, m) {
             makeCompileOptions(set, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
         if (!result.diagnostics.empty())
-          return std::make_pair(std::shared_ptr<partita::Artifact>(),
-                                result.diagnostics);
+          return std::make_tuple(std::shared_ptr<partita::Artifact>(),
+                                 result.diagnostics, true);
         {
           nb::gil_scoped_release released;
           result = isPath ? partita::compileFile(bytes, options)
@@ -270,14 +271,14 @@ NB_MODULE(_partita, m) {
         }
         // nanobind shares ownership through shared_ptr<T>, not <const T>;
         // the Python side never mutates an Artifact.
-        return std::make_pair(
+        return std::make_tuple(
             std::const_pointer_cast<partita::Artifact>(result.artifact),
-            result.diagnostics);
+            result.diagnostics, false);
       },
       "model"_a, "is_path"_a, "name"_a, "options"_a);
 
   // plan(model, is_path, name, [(option, text)]) -> (plan JSON | None,
-  // table, diagnostics).
+  // table, diagnostics, options refused).
   m.def(
       "plan",
       [](nb::bytes model, bool isPath, const std::string &name,
@@ -286,7 +287,8 @@ NB_MODULE(_partita, m) {
         partita::CompileOptions options =
             makeCompileOptions(set, result.diagnostics);
         std::string bytes(model.c_str(), model.size());
-        if (result.diagnostics.empty()) {
+        bool refused = !result.diagnostics.empty();
+        if (!refused) {
           nb::gil_scoped_release released;
           result = isPath ? partita::planFile(bytes, options)
                           : partita::planBuffer(bytes.data(), bytes.size(),
@@ -295,7 +297,7 @@ NB_MODULE(_partita, m) {
         std::optional<std::string> json;
         if (result.ok())
           json = result.json;
-        return std::make_tuple(json, result.table, result.diagnostics);
+        return std::make_tuple(json, result.table, result.diagnostics, refused);
       },
       "model"_a, "is_path"_a, "name"_a, "options"_a);
 

@@ -59,3 +59,19 @@ def test_none_is_the_default_where_there_is_one():
     art = partita.compile(GPT2, mesh=None, devices=None, max_seq=None,
                           cuda_arch=None, cluster=None, sp_mode=None)
     assert art.report["mesh"]["world_size"] == 1
+
+
+def test_a_refused_value_is_an_option_error():
+    # Refused before anything compiles, by the compiler's one parser: a
+    # CompileError (as before) that is also a ValueError.
+    with pytest.raises(partita.OptionError) as caught:
+        partita.compile(GPT2, mesh="tp=x")
+    assert isinstance(caught.value, partita.CompileError)
+    assert isinstance(caught.value, ValueError)
+    assert "--mesh tp=x: 'tp=x' is not of the form axis=size" in str(caught.value)
+    with pytest.raises(partita.OptionError, match="--devices must be positive"):
+        partita.plan(GPT2, devices=-1)
+    # A model the compiler refuses is no option error.
+    with pytest.raises(partita.CompileError) as caught:
+        partita.compile(GPT2, mesh={"tp": 3})
+    assert not isinstance(caught.value, partita.OptionError)
