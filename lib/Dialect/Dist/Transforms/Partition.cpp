@@ -555,6 +555,8 @@ void ReshardBuilder::sliceGained() {
 
 class OpContext;
 
+/// Rewrites one function into the program of every device: local values
+/// and their shardings, op by op, through each op's partition hook.
 class Partitioner {
 public:
   explicit Partitioner(MeshOp mesh) : mesh(mesh) {}
