@@ -698,7 +698,7 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   auto indices = [&](OpBuilder &b, Location loc, ArrayRef<int64_t> values,
                      StringRef name) {
     auto constant = nn::ConstantOp::create(
-        b, loc, getIndexConstant(context, {length}, values, name));
+        b, loc, nn::getIndexConstant(context, {length}, values, name));
     constant->setAttr(kSequenceOrderAttr, b.getUnitAttr());
     return constant;
   };

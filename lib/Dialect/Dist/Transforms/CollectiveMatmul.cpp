@@ -39,8 +39,9 @@ public:
   Value constant(ArrayRef<int64_t> values) {
     return nn::ConstantOp::create(
         b, loc,
-        getIndexConstant(b.getContext(), {static_cast<int64_t>(values.size())},
-                         values, "collective_matmul.rows"));
+        nn::getIndexConstant(b.getContext(),
+                             {static_cast<int64_t>(values.size())}, values,
+                             "collective_matmul.rows"));
   }
   Value scalar(int64_t v) {
     return nn::ConstantOp::create(

@@ -239,19 +239,6 @@ LogicalResult dist::fitShapeAttributes(Operation *clone, Operation *original) {
   return mlir::verify(clone);
 }
 
-ElementsAttr dist::getIndexConstant(MLIRContext *context,
-                                    ArrayRef<int64_t> shape,
-                                    ArrayRef<int64_t> values, StringRef name) {
-  auto type = RankedTensorType::get(shape, IntegerType::get(context, 64));
-  if (static_cast<int64_t>(values.size()) <= nn::ConstantOp::kMaxInlineElements)
-    return DenseElementsAttr::get(type, values);
-  ArrayRef<char> bytes(reinterpret_cast<const char *>(values.data()),
-                       values.size() * sizeof(int64_t));
-  return DenseResourceElementsAttr::get(
-      type, name,
-      HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, alignof(int64_t)));
-}
-
 std::string dist::formatSharding(ShardingAttr sharding) {
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -44,9 +44,9 @@ int getAnnotationPriority(AnnotateOp op);
 /// returns failure when it has several.
 FailureOr<MeshOp> getModuleMesh(ModuleOp module);
 
-using AxisList = SmallVector<StringRef, 2>;
-/// The axes that split each factor of a rule, indexed by factor.
-using FactorAxes = SmallVector<AxisList>;
+// A factor assignment (ShardingRule.h): which axes split each factor.
+using ::mlir::partita::AxisList;
+using ::mlir::partita::FactorAxes;
 
 /// Whether shards of `factor` can be computed independently: parallel
 /// factors, lookups, and reductions that combine by sum (which leave
@@ -105,11 +105,6 @@ ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
 /// shape: a slice's limits on the dimensions it keeps whole (the only ones
 /// that can shrink). Fails if the clone does not verify (a compiler bug).
 LogicalResult fitShapeAttributes(Operation *clone, Operation *original);
-
-/// An i64 constant of `shape` holding `values`: inline up to nn.constant's
-/// inline limit, else a resource blob named `name`.
-ElementsAttr getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
-                              ArrayRef<int64_t> values, StringRef name);
 
 /// `sharding` printed compactly, e.g. `[{dp}, {}, {tp}] partial [tp]`.
 std::string formatSharding(ShardingAttr sharding);

@@ -36,9 +36,11 @@ def NN_Dialect : Dialect {
     ```
 
     Every op implements `ShardingRuleOpInterface`: an einsum-like mapping of
-    each operand and result dimension to *factors*. Sharding propagation,
-    partitioning and the cost model are written once against factors and
-    never against individual ops. A factor is:
+    each operand and result dimension to *factors*. Sharding propagation
+    and partitioning are written once against factors and never against
+    individual ops; the two ops whose shards combine in a way no factor
+    says (attention run as a ring, a constant that stays global) build
+    their local form through the interface's `partition` hook. A factor is:
 
     - `parallel`: each shard computes its part independently;
     - `reduction`: each shard computes a partial result that a collective
@@ -136,8 +138,12 @@ def NN_Elementwise : NativeOpTrait<"ElementwiseOpTrait"> {
 // Base op class
 //===----------------------------------------------------------------------===//
 
-class NN_Op<string mnemonic, list<Trait> traits = []>
+// `ruleMethods` names the optional methods of the sharding-rule interface
+// that the op overrides (its own `partition` hook, `getOrderedFactors`).
+class NN_Op<string mnemonic, list<Trait> traits = [],
+            list<string> ruleMethods = []>
     : Op<NN_Dialect, mnemonic, !listconcat(traits, [
-        Pure, DeclareOpInterfaceMethods<NN_ShardingRuleOpInterface>])>;
+        Pure,
+        DeclareOpInterfaceMethods<NN_ShardingRuleOpInterface, ruleMethods>])>;
 
 #endif // PARTITA_DIALECT_NN_IR_NNBASE_TD

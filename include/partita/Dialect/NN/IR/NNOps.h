@@ -15,6 +15,7 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
+#include "partita/Dialect/NN/IR/PartitionContext.h"
 #include "partita/Dialect/NN/IR/ShardingRule.h"
 #include "partita/runtime/IndexRuns.h"
 
@@ -61,6 +62,12 @@ ElementsAttr convertWeight(ElementsAttr value, Type elementType);
 /// a weight. Returns null for a value that is not a weight.
 ElementsAttr permuteWeight(ElementsAttr value, int64_t dim,
                            ArrayRef<int64_t> sourceOf, StringRef name);
+
+/// An i64 value of `shape` holding `values` for an nn.constant (an index
+/// table): inline up to nn.constant's inline limit, else a resource blob
+/// named `name`.
+ElementsAttr getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
+                              ArrayRef<int64_t> values, StringRef name);
 
 } // namespace mlir::partita::nn
 

@@ -15,7 +15,7 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 // Constants
 //===----------------------------------------------------------------------===//
 
-def NN_ConstantOp : NN_Op<"constant", [ConstantLike]> {
+def NN_ConstantOp : NN_Op<"constant", [ConstantLike], ["partition"]> {
   let summary = "tensor constant (weights and shape values)";
   let description = [{
     A tensor whose value is known at compile time. Weights are stored as
@@ -462,7 +462,8 @@ def NN_MatmulOp : NN_Op<"matmul"> {
   let hasVerifier = 1;
 }
 
-def NN_AttentionOp : NN_Op<"attention"> {
+def NN_AttentionOp
+    : NN_Op<"attention", [], ["partition", "getOrderedFactors"]> {
   let summary = "scaled dot-product attention with grouped key/value heads";
   let description = [{
     `softmax(q k^T * scale + mask) v` per batch and head, with

@@ -6,9 +6,11 @@
 //
 // A sharding rule describes an op to the sharding passes as an einsum-like
 // mapping: every dimension of every operand and result is a list of factors
-// (major to minor), and each factor has a size and a kind. Propagation,
-// partitioning and the cost model read rules only; they never look at the
-// op itself. This is the representation Shardy calls OpShardingRule.
+// (major to minor), and each factor has a size and a kind. Propagation
+// reads rules only; partitioning reads them and, for the few ops whose
+// shards combine in a way no factor says, the op's own `partition` hook
+// (PartitionContext.h). This is the representation Shardy calls
+// OpShardingRule.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,6 +61,11 @@ struct ShardingFactor {
 using DimFactors = llvm::SmallVector<unsigned, 2>;
 /// Factors of every dimension of one tensor.
 using TensorFactors = llvm::SmallVector<DimFactors, 4>;
+/// Mesh axes, major first.
+using AxisList = llvm::SmallVector<llvm::StringRef, 2>;
+/// A factor assignment: the axes that split each factor of a rule, indexed
+/// by factor.
+using FactorAxes = llvm::SmallVector<AxisList>;
 
 class ShardingRule {
 public:

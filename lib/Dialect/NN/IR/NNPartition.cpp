@@ -1,0 +1,310 @@
+//===- NNPartition.cpp - the ops' own partitioning hooks ------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// `ShardingRuleOpInterface::partition` for the ops whose shards combine in
+// a way their sharding rule cannot say: a constant stays global and each
+// device slices its block; attention planned as a ring passes its key and
+// value blocks around the ring and merges the partial results by online
+// softmax. Both reach the mesh and the collectives only through
+// PartitionContext, which the dist partitioner implements.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+
+#include <limits>
+#include <string>
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::nn;
+
+// Anchors the vtable.
+PartitionContext::~PartitionContext() = default;
+
+ElementsAttr nn::getIndexConstant(MLIRContext *context, ArrayRef<int64_t> shape,
+                                  ArrayRef<int64_t> values, StringRef name) {
+  auto type = RankedTensorType::get(shape, IntegerType::get(context, 64));
+  if (static_cast<int64_t>(values.size()) <= ConstantOp::kMaxInlineElements)
+    return DenseElementsAttr::get(type, values);
+  ArrayRef<char> bytes(reinterpret_cast<const char *>(values.data()),
+                       values.size() * sizeof(int64_t));
+  return DenseResourceElementsAttr::get(
+      type, name,
+      HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, alignof(int64_t)));
+}
+
+//===----------------------------------------------------------------------===//
+// nn.constant
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::partition(PartitionContext &context) {
+  // Constants stay global in the local program; each device keeps its
+  // block. With ring attention's zigzag layout, a constant split over the
+  // ring axis is indexed by sequence position: it is laid out likewise.
+  Operation *whole;
+  if (ElementsAttr laidOut = context.layOutSequence(0, getValue()))
+    whole = ConstantOp::create(context.getBuilder(), getLoc(), laidOut);
+  else
+    whole = context.cloneWithoutPlan();
+  context.setWholeResult(0, whole->getResult(0));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// nn.attention
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Whether some dimension of `tensor` carries `factor`.
+bool carriesFactor(const TensorFactors &tensor, unsigned factor) {
+  return llvm::any_of(tensor, [&](const DimFactors &dim) {
+    return llvm::is_contained(dim, factor);
+  });
+}
+
+/// Attention as a ring over the axes that split its query sequence: each
+/// device keeps its query rows and sees every key/value block in turn, one
+/// `nn.attention_partial` per block, passing the block on to the next
+/// device between steps and merging the partial results by online softmax.
+class RingAttention {
+public:
+  RingAttention(AttentionOp op, PartitionContext &context,
+                const ShardingRule &rule, AxisList ring)
+      : op(op), context(context), rule(rule), ring(std::move(ring)),
+        b(context.getBuilder()), loc(op.getLoc()),
+        querySeq(rule.getOperands()[0][2].front()),
+        keySeq(rule.getOperands()[1][2].front()) {}
+
+  LogicalResult build();
+
+private:
+  static constexpr unsigned kMaskOperand = 3;
+
+  void getLocalOperands();
+  Value getRingIndex();
+  Value getMaskColumns(int64_t t);
+  void buildPositions();
+  AttentionPartialOp buildStep(Value key, Value value, Value stepMask,
+                               Value keyPos);
+  void rotateBlocks(int64_t t);
+  void merge(AttentionPartialOp next);
+  Value asColumn(Value x);
+  Value scalar(float value);
+
+  AttentionOp op;
+  PartitionContext &context;
+  const ShardingRule &rule;
+  /// The axes of the ring: those of the query sequence.
+  AxisList ring;
+  OpBuilder &b;
+  Location loc;
+  unsigned querySeq, keySeq;
+  int64_t ranks = 1, rows = 0;
+  /// Whether the mask has a row per query (it stays with its rows) or one
+  /// row for all queries (it is split on keys and may travel with them).
+  bool maskPerQuery = false, maskTravels = false;
+  /// The local operands; the blocks of `k`, `v`, `mask` and `kpos` move
+  /// around the ring.
+  Value q, k, v, mask;
+  /// The global positions of this device's query rows and of the visiting
+  /// key block (causal attention only).
+  Value qpos, kpos;
+  /// This device's position in the ring, built on first use.
+  Value ringIndex;
+  RankedTensorType outType, lseType, columnType, boolLike;
+  FloatAttr scale;
+  /// The merged result so far and its log-sum-exp.
+  Value out, lse;
+};
+
+} // namespace
+
+SmallVector<unsigned> AttentionOp::getOrderedFactors(const ShardingRule &rule) {
+  // Query i attends to keys j <= i + (skv - sq): it compares positions.
+  if (!getCausal())
+    return {};
+  return {rule.getOperands()[0][2].front(), rule.getOperands()[1][2].front()};
+}
+
+LogicalResult AttentionOp::partition(PartitionContext &context) {
+  if (!context.hasRingPlan())
+    return context.partitionByRule();
+  // The query sequence's axes are the ring; with none, there is no ring.
+  ShardingRule rule = getShardingRule();
+  AxisList ring = context.getAssignment()[rule.getOperands()[0][2].front()];
+  if (ring.empty())
+    return context.partitionByRule();
+  return RingAttention(*this, context, rule, ring).build();
+}
+
+LogicalResult RingAttention::build() {
+  getLocalOperands();
+  ranks = context.getGroupSize(ring);
+  auto qType = cast<RankedTensorType>(q.getType());
+  rows = qType.getDimSize(2);
+  buildPositions();
+  scale = b.getF32FloatAttr(op.getEffectiveScale());
+  lseType = RankedTensorType::get(
+      {qType.getDimSize(0), qType.getDimSize(1), rows}, b.getF32Type());
+  outType =
+      RankedTensorType::get({qType.getDimSize(0), qType.getDimSize(1), rows,
+                             cast<RankedTensorType>(v.getType()).getDimSize(3)},
+                            qType.getElementType());
+  auto first = buildStep(k, v, getMaskColumns(0), kpos);
+  out = first.getResult();
+  lse = first.getLse();
+  SmallVector<int64_t> column(lseType.getShape());
+  column.push_back(1);
+  columnType = RankedTensorType::get(column, b.getF32Type());
+  boolLike = lseType.clone(b.getI1Type());
+  for (int64_t t = 1; t < ranks; ++t) {
+    rotateBlocks(t);
+    merge(buildStep(k, v, getMaskColumns(t), kpos));
+  }
+  return context.setResult(0, out);
+}
+
+/// Keys, values and the key side of the mask are split like the query
+/// sequence and travel around the ring. A mask with a row per query and a
+/// column per key (a causal or relative-position bias folded into the
+/// mask) stays with its query rows: each device keeps its rows whole and,
+/// at every step, reads the columns of the key block visiting it. A mask
+/// with one row for all queries is split on keys and travels with them.
+void RingAttention::getLocalOperands() {
+  maskPerQuery = op.getMask() &&
+                 carriesFactor(rule.getOperands()[kMaskOperand], querySeq) &&
+                 carriesFactor(rule.getOperands()[kMaskOperand], keySeq);
+  FactorAxes assignment = context.getAssignment();
+  FactorAxes maskAssignment = assignment;
+  assignment[keySeq] = ring;
+  if (!maskPerQuery)
+    maskAssignment[keySeq] = ring;
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < op->getNumOperands(); ++i)
+    operands.push_back(
+        context.getOperand(i, i == kMaskOperand ? maskAssignment : assignment));
+  q = operands[0];
+  k = operands[1];
+  v = operands[2];
+  mask = op.getMask() ? operands[kMaskOperand] : Value();
+  // The mask travels only if it is split on the key dimension.
+  maskTravels =
+      mask && !maskPerQuery &&
+      cast<RankedTensorType>(mask.getType()).getShape().back() !=
+          cast<RankedTensorType>(op.getMask().getType()).getShape().back();
+}
+
+Value RingAttention::getRingIndex() {
+  if (!ringIndex)
+    ringIndex = context.getPosition(ring);
+  return ringIndex;
+}
+
+/// The mask of step `t`. After `t` steps a device at ring position `i`
+/// holds the key block of position (i - t) mod ranks; a per-query mask
+/// gives it those columns.
+Value RingAttention::getMaskColumns(int64_t t) {
+  if (!maskPerQuery)
+    return mask;
+  auto maskType = cast<RankedTensorType>(mask.getType());
+  SmallVector<int64_t> blocks(maskType.getShape());
+  int64_t columns = blocks.back() / ranks;
+  blocks.back() = ranks;
+  blocks.push_back(columns);
+  Value split = ReshapeOp::create(b, loc, maskType.clone(blocks), mask);
+  SmallVector<int64_t> visiting(ranks);
+  for (int64_t i = 0; i < ranks; ++i)
+    visiting[i] = (i - t + ranks) % ranks;
+  Value table = ConstantOp::create(
+      b, loc,
+      getIndexConstant(b.getContext(), {ranks}, visiting, "ring_blocks"));
+  Value block =
+      GatherOp::create(b, loc, RankedTensorType::get({}, b.getI64Type()), table,
+                       getRingIndex(), static_cast<int64_t>(0));
+  SmallVector<int64_t> shape(maskType.getShape());
+  shape.back() = columns;
+  return GatherOp::create(b, loc, maskType.clone(shape), split, block,
+                          static_cast<int64_t>(maskType.getRank() - 1));
+}
+
+/// Causal attention compares global positions: this device's rows are row
+/// block `axis_index` of the program's sequence order.
+void RingAttention::buildPositions() {
+  if (!op.getCausal())
+    return;
+  int64_t length = rows * ranks;
+  SmallVector<int64_t> order(length);
+  for (int64_t i = 0; i < length; ++i)
+    order[i] = i;
+  if (ArrayRef<int64_t> given = context.getSequenceOrder(); !given.empty())
+    order.assign(given.begin(), given.end());
+  Value table = ConstantOp::create(
+      b, loc,
+      getIndexConstant(b.getContext(), {ranks, rows}, order, "ring_positions"));
+  qpos = GatherOp::create(b, loc, RankedTensorType::get({rows}, b.getI64Type()),
+                          table, getRingIndex(), static_cast<int64_t>(0));
+  kpos = qpos;
+}
+
+AttentionPartialOp RingAttention::buildStep(Value key, Value value,
+                                            Value stepMask, Value keyPos) {
+  return AttentionPartialOp::create(b, loc, TypeRange{outType, lseType}, q, key,
+                                    value, stepMask, qpos, keyPos, scale);
+}
+
+/// Passes the key/value block (and what travels with it) on to the next
+/// device and receives the previous one's.
+void RingAttention::rotateBlocks(int64_t t) {
+  std::string why = "ring attention step " + std::to_string(t);
+  k = context.shiftAlongRing(k, ring, why);
+  v = context.shiftAlongRing(v, ring, why);
+  if (maskTravels)
+    mask = context.shiftAlongRing(mask, ring, why);
+  if (kpos)
+    kpos = context.shiftAlongRing(kpos, ring, why);
+}
+
+Value RingAttention::asColumn(Value x) {
+  Value c = ReshapeOp::create(b, loc, columnType, x);
+  Type element = outType.getElementType();
+  if (element != b.getF32Type())
+    c = CastOp::create(
+        b, loc, RankedTensorType::get(columnType.getShape(), element), c);
+  return c;
+}
+
+Value RingAttention::scalar(float value) {
+  return ConstantOp::create(b, loc,
+                            cast<ElementsAttr>(DenseElementsAttr::get(
+                                RankedTensorType::get({}, b.getF32Type()),
+                                b.getF32FloatAttr(value))));
+}
+
+/// Online-softmax merge of the result so far with step `next`; a row that
+/// has seen no key yet (lse = -inf) takes weight 0, and 0/0 becomes 0.
+void RingAttention::merge(AttentionPartialOp next) {
+  Value most = MaxOp::create(b, loc, lse, next.getLse());
+  Value none =
+      CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
+                        scalar(-std::numeric_limits<float>::infinity()));
+  Value shift = WhereOp::create(b, loc, lseType, none, scalar(0), most);
+  Value w1 = ExpOp::create(b, loc, SubOp::create(b, loc, lse, shift));
+  Value w2 = ExpOp::create(b, loc, SubOp::create(b, loc, next.getLse(), shift));
+  Value total = AddOp::create(b, loc, w1, w2);
+  Value empty = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, total,
+                                  scalar(0));
+  Value safe = WhereOp::create(b, loc, lseType, empty, scalar(1), total);
+  Value sum =
+      AddOp::create(b, loc, MulOp::create(b, loc, out, asColumn(w1)),
+                    MulOp::create(b, loc, next.getResult(), asColumn(w2)));
+  out = DivOp::create(b, loc, sum, asColumn(safe));
+  lse = AddOp::create(b, loc, shift, LogOp::create(b, loc, total));
+}
