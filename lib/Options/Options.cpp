@@ -453,6 +453,10 @@ bool partita::operator==(const Mesh &a, const Mesh &b) {
 
 bool Mesh::check(std::string &error) {
   std::set<std::string> names;
+  // As many devices as --devices takes at most; a product beyond it would
+  // overflow before it fits any machine.
+  constexpr int64_t kMaxDevices = int64_t(1) << 20;
+  int64_t devices = 1;
   for (size_t i = 0; i < axes.size(); ++i) {
     MeshAxis &axis = axes[i];
     if (axis.name.empty()) {
@@ -464,6 +468,12 @@ bool Mesh::check(std::string &error) {
               "; sizes are at least 1";
       return false;
     }
+    if (axis.size > kMaxDevices / devices) {
+      error =
+          "the mesh has more than " + std::to_string(kMaxDevices) + " devices";
+      return false;
+    }
+    devices *= axis.size;
     if (!names.insert(axis.name).second) {
       error = "axis '" + axis.name + "' is given twice";
       return false;

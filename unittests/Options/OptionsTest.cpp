@@ -106,6 +106,9 @@ TEST(OptionsTest, RefusesNamingTheFlag) {
   EXPECT_EQ(refusal(options, "cluster", "/nonexistent/cluster.json"),
             "cannot read --cluster /nonexistent/cluster.json: No such file "
             "or directory");
+  EXPECT_EQ(refusal(options, "mesh", "tp=4611686018427387904,dp=4"),
+            "--mesh tp=4611686018427387904,dp=4: the mesh has more than "
+            "1048576 devices");
   EXPECT_EQ(refusal(options, "bogus", "1"), "unknown option 'bogus'");
   // A refused value leaves the field as it was.
   EXPECT_EQ(options.microbatches, 1);
