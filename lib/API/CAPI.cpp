@@ -94,15 +94,15 @@ partita_status *nullArgument(const char *function, const char *argument) {
       return nullArgument(__func__, #arg);                                     \
   } while (false)
 
-/// Sets an enum option from its spelling (partita/Options/Options.h), or
-/// returns the error naming the setter and what it accepts.
-template <typename Enum>
-partita_status *setChoice(const char *function, const char *text, Enum &field) {
-  std::optional<Enum> value = partita::parseOption<Enum>(text);
-  if (!value)
-    return makeError(std::string(function) + ": " +
-                     partita::badOptionMessage<Enum>(text));
-  field = *value;
+/// Sets option `name` from `text` through its declaration (what
+/// partita_compile_options_set does), the error naming `function`: the
+/// typed setters are wrappers of it.
+partita_status *setByName(const char *function,
+                          partita::CompileOptions &options, const char *name,
+                          const std::string &text) {
+  std::string error;
+  if (!partita::setOption(options, name, text, error))
+    return makeError(std::string(function) + ": " + error);
   return nullptr;
 }
 
@@ -253,10 +253,7 @@ partita_status *partita_compile_options_set(partita_compile_options *options,
       info->name != std::string(name))
     return makeError(std::string(__func__) + ": unknown option '" + name +
                      "' (partita_compile_option_name lists them)");
-  std::string error;
-  if (!info->set(options->options, value, error))
-    return makeError(std::string(__func__) + ": " + error);
-  return nullptr;
+  return setByName(__func__, options->options, name, value);
 }
 
 size_t partita_compile_option_count(void) { return embeddingOptions().size(); }
@@ -297,7 +294,7 @@ partita_compile_options_set_target(partita_compile_options *options,
                                    const char *target) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(target);
-  return setChoice(__func__, target, options->options.target);
+  return setByName(__func__, options->options, "target", target);
 }
 
 partita_status *
@@ -314,7 +311,7 @@ partita_compile_options_set_strategy(partita_compile_options *options,
                                      const char *strategy) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(strategy);
-  return setChoice(__func__, strategy, options->options.strategy);
+  return setByName(__func__, options->options, "strategy", strategy);
 }
 
 partita_status *
@@ -323,8 +320,8 @@ partita_compile_options_set_sp_mode(partita_compile_options *options,
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(sp_mode);
   // "" meant none before none had a name.
-  return setChoice(__func__, *sp_mode ? sp_mode : "none",
-                   options->options.spMode);
+  return setByName(__func__, options->options, "sp-mode",
+                   *sp_mode ? sp_mode : "none");
 }
 
 partita_status *
@@ -348,7 +345,7 @@ partita_compile_options_set_dtype(partita_compile_options *options,
                                   const char *dtype) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(dtype);
-  return setChoice(__func__, dtype, options->options.dtype);
+  return setByName(__func__, options->options, "dtype", dtype);
 }
 
 partita_status *
@@ -381,7 +378,7 @@ partita_compile_options_set_collective_matmul(partita_compile_options *options,
                                               const char *mode) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(mode);
-  return setChoice(__func__, mode, options->options.collectiveMatmul);
+  return setByName(__func__, options->options, "collective-matmul", mode);
 }
 
 partita_status *
@@ -419,7 +416,7 @@ partita_compile_options_set_objective(partita_compile_options *options,
                                       const char *objective) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(objective);
-  return setChoice(__func__, objective, options->options.objective);
+  return setByName(__func__, options->options, "objective", objective);
 }
 
 partita_status *
