@@ -7,6 +7,7 @@
 #include "partita/Analysis/Cluster.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "partita/runtime/JsonDepth.h"
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
@@ -151,6 +152,11 @@ llvm::Expected<ClusterModel> ClusterModel::fromPreset(StringRef spec) {
 }
 
 llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
+  // Before the parser, which recurses once per level.
+  if (std::string deep = ::partita::runtime::checkJsonDepth(
+          std::string_view(text.data(), text.size()), "the cluster");
+      !deep.empty())
+    return llvm::createStringError(deep);
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed)
     return parsed.takeError();

@@ -75,3 +75,11 @@ def test_a_refused_value_is_an_option_error():
     with pytest.raises(partita.CompileError) as caught:
         partita.compile(GPT2, mesh={"tp": 3})
     assert not isinstance(caught.value, partita.OptionError)
+
+
+def test_deep_cluster_json_is_refused_not_a_crash():
+    # 50,000 levels overflowed the JSON parser's stack and killed the
+    # interpreter; past 256 the text is refused before it is parsed.
+    deep = '{"preset":' + "[" * 50000 + "]" * 50000 + "}"
+    with pytest.raises(partita.CompileError, match="JSON nested deeper than 256"):
+        partita.plan(GPT2, devices=2, cluster=deep)

@@ -157,3 +157,23 @@ TEST(OptionsTest, RecordsForTheManifest) {
 }
 
 } // namespace
+
+#include "partita/runtime/JsonDepth.h"
+
+namespace {
+
+TEST(JsonDepthTest, CountsArraysAndObjectsOutsideStrings) {
+  using partita::runtime::jsonNestingDepth;
+  EXPECT_EQ(jsonNestingDepth("1"), 0u);
+  EXPECT_EQ(jsonNestingDepth("{\"a\": [1, {\"b\": []}]}"), 4u);
+  // Brackets in strings, escaped quotes among them, do not nest.
+  EXPECT_EQ(jsonNestingDepth("{\"a\": \"[[[\\\"[[\"}"), 1u);
+  // Past the limit the scan stops: limit + 1.
+  std::string deep(100000, '[');
+  EXPECT_EQ(jsonNestingDepth(deep, 256), 257u);
+  EXPECT_EQ(partita::runtime::checkJsonDepth(deep, "x"),
+            "x: JSON nested deeper than 256 levels");
+  EXPECT_EQ(partita::runtime::checkJsonDepth(std::string(256, '['), "x"), "");
+}
+
+} // namespace

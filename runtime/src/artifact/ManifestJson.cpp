@@ -6,6 +6,8 @@
 
 #include "ManifestJson.h"
 
+#include "partita/runtime/JsonDepth.h"
+
 #include "partita/runtime/Sha256.h"
 
 #include <nlohmann/json.hpp>
@@ -605,6 +607,10 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
     }
     json schedule = nullptr;
     if (!manifest.scheduleJson.empty()) {
+      if (std::string deep =
+              checkJsonDepth(manifest.scheduleJson, "the schedule");
+          !deep.empty())
+        return Status::error(deep);
       schedule = json::parse(manifest.scheduleJson, nullptr,
                              /*allow_exceptions=*/false);
       if (schedule.is_discarded() || !schedule.is_object())
@@ -640,6 +646,9 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
 Status partita::runtime::manifestFromJson(const std::string &text,
                                           const std::string &where,
                                           Manifest &manifest) {
+  // Before the parser, which recurses once per level.
+  if (std::string deep = checkJsonDepth(text, where); !deep.empty())
+    return Status::error(deep);
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded())
     return Status::error(where + ": not valid JSON");

@@ -7,6 +7,7 @@
 #include "partita/runtime/Safetensors.h"
 
 #include "partita/runtime/FileUtil.h"
+#include "partita/runtime/JsonDepth.h"
 #include "partita/runtime/Sha256.h"
 
 #include <nlohmann/json.hpp>
@@ -578,6 +579,11 @@ Status SafetensorsFile::Impl::parse(const std::string &path) {
       duplicate = parsed.get<std::string>();
     return true;
   };
+  if (std::string deep = checkJsonDepth(
+          std::string_view(text, static_cast<size_t>(headerBytes)),
+          path + ": the header");
+      !deep.empty())
+    return Status::error(deep);
   json header = json::parse(text, text + headerBytes, noteNames,
                             /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
