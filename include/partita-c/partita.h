@@ -329,6 +329,8 @@ typedef struct partita_session_options partita_session_options;
 PARTITA_C_EXPORT partita_session_options *partita_session_options_create(void);
 PARTITA_C_EXPORT void
 partita_session_options_destroy(partita_session_options *options);
+/* Kernel threads per rank, at most 1024 (more is refused when the session
+ * loads); a rank runs with fewer where the system gives fewer. */
 PARTITA_C_EXPORT partita_status *
 partita_session_options_set_threads_per_rank(partita_session_options *options,
                                              unsigned threads);

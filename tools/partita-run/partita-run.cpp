@@ -203,6 +203,10 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
       PARTITA_RETURN_IF_ERROR(count(options.warmup));
     } else if (flag == "--threads") {
       PARTITA_RETURN_IF_ERROR(count(options.threads));
+      if (options.threads > int64_t(kMaxThreadsPerRank))
+        return Status::error("--threads takes at most " +
+                             std::to_string(kMaxThreadsPerRank) +
+                             " threads per rank, not '" + value + "'");
     } else if (flag == "--generate") {
       if (!parseCount(value, options.generate) || options.generate < 1)
         return Status::error("--generate takes a positive number of tokens, "

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -89,8 +90,16 @@ struct ThreadPool::Impl {
   /// the mutex. Incremented under the mutex.
   std::atomic<uint64_t> published{0};
   bool stopping = false;
-  std::vector<std::thread> workers;
+  /// POSIX threads, not std::thread: a thread the system cannot give
+  /// (EAGAIN at its thread limit) is an error code, where std::thread
+  /// would throw, and the runtime is built without exceptions.
+  std::vector<pthread_t> workers;
   unsigned size = 1;
+
+  static void *startWorker(void *pool) {
+    static_cast<Impl *>(pool)->workerLoop();
+    return nullptr;
+  }
 
   void workerLoop() {
     std::unique_lock<std::mutex> lock(mutex);
@@ -122,10 +131,16 @@ struct ThreadPool::Impl {
 ThreadPool::ThreadPool(unsigned threads) : impl(std::make_unique<Impl>()) {
   if (threads == 0)
     threads = std::max(1u, std::thread::hardware_concurrency());
-  impl->size = threads;
-  // The calling thread is one of the `threads`: it runs chunks too.
-  for (unsigned i = 1; i < threads; ++i)
-    impl->workers.emplace_back([this] { impl->workerLoop(); });
+  // The calling thread is one of the `threads`: it runs chunks too. Where
+  // the system gives fewer threads than asked, the pool runs with those it
+  // got (the chunks of a job are claimed by whoever is free).
+  for (unsigned i = 1; i < threads; ++i) {
+    pthread_t worker;
+    if (pthread_create(&worker, nullptr, &Impl::startWorker, impl.get()) != 0)
+      break;
+    impl->workers.push_back(worker);
+  }
+  impl->size = unsigned(impl->workers.size()) + 1;
 }
 
 ThreadPool::~ThreadPool() {
@@ -134,8 +149,8 @@ ThreadPool::~ThreadPool() {
     impl->stopping = true;
   }
   impl->workAvailable.notify_all();
-  for (std::thread &t : impl->workers)
-    t.join();
+  for (pthread_t worker : impl->workers)
+    pthread_join(worker, nullptr);
 }
 
 unsigned ThreadPool::size() const { return impl->size; }

@@ -893,6 +893,10 @@ Status checkRunnable(const LoadedArtifact &artifact,
     return Status::error("the timeout must be a positive number of seconds "
                          "(at most 1e6), not " +
                          std::to_string(options.timeoutSeconds));
+  if (options.threadsPerRank > kMaxThreadsPerRank)
+    return Status::error("threads per rank must be at most " +
+                         std::to_string(kMaxThreadsPerRank) + ", not " +
+                         std::to_string(options.threadsPerRank));
   if (manifest.worldSize < 1)
     return Status::error(artifact.path() + " has no ranks");
   PARTITA_RETURN_IF_ERROR(checkOutputsAssemblable(manifest));

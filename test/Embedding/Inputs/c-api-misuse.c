@@ -237,6 +237,15 @@ int main(int argc, char **argv) {
   partita_compile_options_destroy(options);
   if (partita_status_ok(partita_compile_file(argv[1], NULL, &result))) {
     partita_compile_result_artifact(result, &artifact);
+    /* More kernel threads than a rank may have: refused at load, never an
+       abort while the threads are made. */
+    partita_session_options *greedy = partita_session_options_create();
+    partita_session_options_set_threads_per_rank(greedy, 4294967295u);
+    partita_session *refused = NULL;
+    expectError(partita_session_load_artifact(artifact, greedy, &refused),
+                "threads per rank must be at most 1024, not 4294967295",
+                "threads_per_rank UINT_MAX");
+    partita_session_options_destroy(greedy);
     partita_session_load_artifact(artifact, NULL, &session);
     partita_tensor info;
     expectError(partita_session_input(session, 5, &info), "out of range",

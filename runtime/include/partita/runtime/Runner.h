@@ -45,8 +45,14 @@ class Device;
 class ThreadPool;
 struct RankEnvironment;
 
+/// The most kernel threads a rank may ask for (RunnerOptions, partita-run
+/// --threads, the C and Python session options).
+inline constexpr unsigned kMaxThreadsPerRank = 1024;
+
 struct RunnerOptions {
-  /// Threads per host rank; 0: hardware_concurrency / ranks (at least 1).
+  /// Threads per host rank, at most kMaxThreadsPerRank; 0:
+  /// hardware_concurrency / ranks (at least 1). A rank runs with fewer
+  /// when the system gives fewer.
   unsigned threadsPerRank = 0;
   /// Deadline of every wait between ranks.
   double timeoutSeconds = 120;
