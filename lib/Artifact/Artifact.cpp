@@ -6,10 +6,13 @@
 
 #include "partita/Artifact/Artifact.h"
 
+#include "partita/Support/OutputStream.h"
+
 #include "partita/Analysis/Cluster.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/PipelineSimulator/PipelineSimulator.h"
+#include "partita/Support/OutputStream.h"
 #include "partita/runtime/ArtifactWriter.h"
 #include "partita/runtime/Sha256.h"
 #include "llvm/ADT/StringExtras.h"
@@ -415,6 +418,9 @@ LogicalResult mlir::partita::writeTrace(func::FuncOp main,
                                  {"traceEvents", std::move(events)},
                                  {"displayTimeUnit", "ns"}}))
      << "\n";
+  if (std::optional<std::string> failed = ::partita::finishWriting(os))
+    return main.emitError()
+           << "cannot write the trace '" << path << "': " << *failed;
   return success();
 }
 
@@ -652,5 +658,8 @@ LogicalResult mlir::partita::writeReport(const ModelSummary &model,
     return main.emitError()
            << "cannot write the report '" << path << "': " << ec.message();
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";
+  if (std::optional<std::string> failed = ::partita::finishWriting(os))
+    return main.emitError()
+           << "cannot write the report '" << path << "': " << *failed;
   return success();
 }

@@ -28,6 +28,7 @@
 #include "mlir/Support/Timing.h"
 #include "partita/Driver/Driver.h"
 #include "partita/Options/CommandLine.h"
+#include "partita/Support/OutputStream.h"
 #include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -120,8 +121,17 @@ int compile(MLIRContext &context, const CompilerCommandLine &commandLine) {
     }
     llvm::errs() << llvm::formatv("  {0,-10} {1,8:f3} s\n", "total", total);
   }
-  if (output)
+  if (output) {
+    if (std::optional<std::string> failed =
+            ::partita::finishWriting(output->os())) {
+      llvm::errs() << "partita-compile: error: cannot write "
+                   << (outputFile.empty() ? "standard output"
+                                          : outputFile.getValue())
+                   << ": " << *failed << "\n";
+      return 1;
+    }
     output->keep();
+  }
   return 0;
 }
 
@@ -193,5 +203,13 @@ int main(int argc, char **argv) {
   // Users read diagnostics against their ONNX model, not our IR.
   context.printOpOnDiagnostic(false);
   ScopedDiagnosticHandler handler(&context, printDiagnostic);
-  return compile(context, commandLine);
+  int status = compile(context, commandLine);
+  // --dump-pipeline, --explain and --explain-plan print to standard output.
+  if (std::optional<std::string> failed =
+          ::partita::finishWriting(llvm::outs())) {
+    llvm::errs() << "partita-compile: error: cannot write standard output: "
+                 << *failed << "\n";
+    return 1;
+  }
+  return status;
 }

@@ -712,4 +712,16 @@ int runMain(int argc, char **argv) {
 
 } // namespace
 
-int main(int argc, char **argv) { return runMain(argc, argv); }
+int main(int argc, char **argv) {
+  int status = runMain(argc, argv);
+  // What was printed (the summary, --help, --version) must have reached
+  // standard output: a full device or a closed pipe is an error, not exit 0.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr,
+                 "partita-run: error: cannot write standard output: "
+                 "%s\n",
+                 std::strerror(errno));
+    return 1;
+  }
+  return status;
+}
