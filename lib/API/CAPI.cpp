@@ -719,6 +719,16 @@ partita_status *partita_session_run(partita_session *session,
     PARTITA_CHECK_ARG(inputs);
   if (num_outputs > 0)
     PARTITA_CHECK_ARG(outputs);
+  // The counts say how many tensors the arrays hold; beyond the model's
+  // they are a caller's mistake, refused before anything is sized by them.
+  size_t modelInputs = session->session->inputs().size();
+  size_t modelOutputs = session->session->outputs().size();
+  if (num_inputs > modelInputs || num_outputs > modelOutputs)
+    return makeError(std::string(__func__) + ": " + std::to_string(num_inputs) +
+                     " inputs and " + std::to_string(num_outputs) +
+                     " outputs given; the model has " +
+                     std::to_string(modelInputs) + " and " +
+                     std::to_string(modelOutputs));
   std::vector<partita::TensorRef> inputRefs(num_inputs),
       outputRefs(num_outputs);
   for (size_t i = 0; i < num_inputs; ++i)

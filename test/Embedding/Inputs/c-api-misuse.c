@@ -264,6 +264,14 @@ int main(int argc, char **argv) {
                   needles[i]);
     expectError(partita_session_run(session, NULL, 1, NULL, 0), "inputs",
                 "run(inputs NULL)");
+    /* Counts beyond the model's are refused before anything is sized by
+       them (SIZE_MAX let std::length_error escape the C ABI). */
+    expectError(partita_session_run(session, bad, (size_t)-1, NULL, 0),
+                "18446744073709551615 inputs and 0 outputs given; the model "
+                "has 1 and 1",
+                "run(num_inputs SIZE_MAX)");
+    expectError(partita_session_run(session, bad, 1, bad, (size_t)-1),
+                "outputs given", "run(num_outputs SIZE_MAX)");
     partita_session_destroy(session);
 
     /* Weight bytes changed on disk: loaded as they are by default (only
