@@ -8,9 +8,11 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "partita/runtime/JsonDepth.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -55,20 +57,72 @@ double ClusterModel::collectiveSeconds(StringRef kind, int64_t n, int64_t bytes,
          static_cast<double>(bytes) / link.bytesPerSecond;
 }
 
+/// Refuses a key of `object` that is not among `known` (a misspelled field
+/// would otherwise be ignored, and its default used).
+static llvm::Error checkKeys(const llvm::json::Object &object,
+                             ArrayRef<StringRef> known, StringRef where) {
+  for (const auto &entry : object) {
+    StringRef key = entry.first;
+    if (!llvm::is_contained(known, key))
+      return llvm::createStringError((where + ": unknown field '" + key +
+                                      "'; expected " + llvm::join(known, ", "))
+                                         .str());
+  }
+  return llvm::Error::success();
+}
+
+/// The number `key` of `object`, if given: finite, and positive (or with
+/// `orZero`, not negative); anything else is an error naming the field.
+static llvm::Expected<std::optional<double>>
+readNumber(const llvm::json::Object &object, StringRef key, StringRef where,
+           bool orZero = false) {
+  const llvm::json::Value *value = object.get(key);
+  if (!value)
+    return std::nullopt;
+  std::optional<double> number = value->getAsNumber();
+  if (!number || !std::isfinite(*number))
+    return llvm::createStringError(
+        (where + ": " + key + " must be a finite number").str());
+  if (orZero ? *number < 0 : *number <= 0)
+    return llvm::createStringError(
+        (where + ": " + key +
+         (orZero ? " must not be negative" : " must be positive"))
+            .str());
+  return number;
+}
+
 /// Reads the fields `object` gives (none when it is null).
 static llvm::Error readLink(const llvm::json::Object *object, AxisLink &link,
                             StringRef where) {
   if (!object)
     return llvm::Error::success();
-  if (auto latency = object->getNumber("latency_us"))
-    link.latencySeconds = *latency * 1e-6;
-  if (auto bandwidth = object->getNumber("bandwidth_gb_per_s")) {
-    if (*bandwidth <= 0)
-      return llvm::createStringError(
-          (where + ": bandwidth_gb_per_s must be positive").str());
-    link.bytesPerSecond = *bandwidth * 1e9;
-  }
+  if (llvm::Error e =
+          checkKeys(*object, {"latency_us", "bandwidth_gb_per_s"}, where))
+    return e;
+  llvm::Expected<std::optional<double>> latency =
+      readNumber(*object, "latency_us", where, /*orZero=*/true);
+  if (!latency)
+    return latency.takeError();
+  if (*latency)
+    link.latencySeconds = **latency * 1e-6;
+  llvm::Expected<std::optional<double>> bandwidth =
+      readNumber(*object, "bandwidth_gb_per_s", where);
+  if (!bandwidth)
+    return bandwidth.takeError();
+  if (*bandwidth)
+    link.bytesPerSecond = **bandwidth * 1e9;
   return llvm::Error::success();
+}
+
+/// A field that must be an object, if given.
+static llvm::Expected<const llvm::json::Object *>
+readObject(const llvm::json::Object &object, StringRef key) {
+  const llvm::json::Value *value = object.get(key);
+  if (!value)
+    return nullptr;
+  if (const llvm::json::Object *inner = value->getAsObject())
+    return inner;
+  return llvm::createStringError(("'" + key + "' must be an object").str());
 }
 
 static llvm::Error readLink(const llvm::json::Object *object, LinkModel &link,
@@ -165,6 +219,11 @@ llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
     return llvm::createStringError("the cluster file is not a JSON object");
   ClusterModel model;
   model.name = "custom";
+  if (llvm::Error e = checkKeys(*root,
+                                {"preset", "name", "nodes", "devices_per_node",
+                                 "device", "intra_node", "inter_node", "axes"},
+                                "the cluster"))
+    return std::move(e);
   if (const llvm::json::Value *preset = root->get("preset")) {
     std::optional<StringRef> spec = preset->getAsString();
     if (!spec)
@@ -191,27 +250,46 @@ llvm::Expected<ClusterModel> ClusterModel::fromJson(StringRef text) {
                                        "' must be a positive integer");
       *field = *count;
     }
-  if (const llvm::json::Object *device = root->getObject("device")) {
-    if (auto flops = device->getNumber("flops_per_second"))
-      model.device.flopsPerSecond = *flops;
-    if (auto bytes = device->getNumber("bytes_per_second"))
-      model.device.bytesPerSecond = *bytes;
-    if (auto memory = device->getNumber("memory_bytes")) {
-      if (*memory <= 0)
-        return llvm::createStringError("device: memory_bytes must be positive");
-      model.deviceMemoryBytes = *memory;
+  llvm::Expected<const llvm::json::Object *> device =
+      readObject(*root, "device");
+  if (!device)
+    return device.takeError();
+  if (*device) {
+    if (llvm::Error e = checkKeys(
+            **device, {"flops_per_second", "bytes_per_second", "memory_bytes"},
+            "device"))
+      return std::move(e);
+    for (auto [key, field] :
+         {std::pair{"flops_per_second", &model.device.flopsPerSecond},
+          std::pair{"bytes_per_second", &model.device.bytesPerSecond},
+          std::pair{"memory_bytes", &model.deviceMemoryBytes}}) {
+      llvm::Expected<std::optional<double>> number =
+          readNumber(**device, key, "device");
+      if (!number)
+        return number.takeError();
+      if (*number)
+        *field = **number;
     }
   }
-  if (llvm::Error e = readLink(root->getObject("intra_node"), model.intraNode,
-                               "intra_node"))
-    return std::move(e);
-  if (llvm::Error e = readLink(root->getObject("inter_node"), model.interNode,
-                               "inter_node"))
-    return std::move(e);
-  if (const llvm::json::Object *axes = root->getObject("axes"))
-    for (const auto &[name, value] : *axes) {
+  for (auto [key, link] : {std::pair{"intra_node", &model.intraNode},
+                           std::pair{"inter_node", &model.interNode}}) {
+    llvm::Expected<const llvm::json::Object *> object = readObject(*root, key);
+    if (!object)
+      return object.takeError();
+    if (llvm::Error e = readLink(*object, *link, key))
+      return std::move(e);
+  }
+  llvm::Expected<const llvm::json::Object *> axes = readObject(*root, "axes");
+  if (!axes)
+    return axes.takeError();
+  if (*axes)
+    for (const auto &[name, value] : **axes) {
+      const llvm::json::Object *object = value.getAsObject();
+      if (!object)
+        return llvm::createStringError(
+            ("axes: '" + StringRef(name) + "' must be an object").str());
       AxisLink link;
-      if (llvm::Error e = readLink(value.getAsObject(), link, name))
+      if (llvm::Error e = readLink(object, link, name))
         return std::move(e);
       model.axes[name.str()] = link;
     }
