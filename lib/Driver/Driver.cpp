@@ -132,6 +132,25 @@ LogicalResult checkOptions(MLIRContext &context, DriverOptions &options) {
                 "--objective " +
                     std::string(::partita::optionName(options.objective)) +
                     " plans the decode step: it needs --max-seq");
+  // One device runs no pipeline and no sequence parallelism: options that
+  // ask for them say so, rather than being ignored (with a mesh, the
+  // passes check them against its axes).
+  if (!options.autoMesh && options.mesh.empty()) {
+    if (options.microbatches > 1 || options.virtualStages > 1)
+      return fail(
+          context,
+          (options.microbatches > 1
+               ? "--microbatches " + std::to_string(options.microbatches)
+               : "--virtual-stages " + std::to_string(options.virtualStages)) +
+              " needs pipeline stages: give the mesh a pp axis "
+              "larger than 1");
+    if (options.spMode != SequenceMode::None)
+      return fail(context,
+                  "--sp-mode " +
+                      std::string(::partita::optionName(options.spMode)) +
+                      " needs a mesh with an sp (or, for megatron, tp) axis "
+                      "larger than 1");
+  }
   if (!options.autoMesh && options.devices != 0)
     return fail(context, "--devices needs --mesh auto");
   if (!options.autoMesh && options.emit == EmitStage::Plan)

@@ -812,7 +812,9 @@ struct PipelineSplitPass
     if (stages == 1) {
       if (microbatches > 1 || virtualStages > 1) {
         getOperation().emitError()
-            << "--microbatches " << static_cast<int64_t>(microbatches)
+            << (microbatches > 1 ? "--microbatches " : "--virtual-stages ")
+            << static_cast<int64_t>(microbatches > 1 ? microbatches
+                                                     : virtualStages)
             << " needs pipeline stages: give the mesh a pp axis larger than 1";
         return signalPassFailure();
       }
