@@ -620,8 +620,14 @@ def test_run_errors(tmp_path):
     assert result.returncode != 0
     assert "--max-seq" in result.stderr
     serving = compile_serving(tmp_path, "gpt2_kv")
+    np.save(tmp_path / "prompt.npy", ids)
     for args, message in [(["--generate", "0"], "--generate"),
-                          (["--generate", "4"], "input_ids")]:
+                          (["--generate", "4"], "input_ids"),
+                          # The slots a count near 2^63 needs, counted
+                          # without overflow (it said -9223372036854775802).
+                          (["--generate", "9223372036854775807", "--input",
+                            f"input_ids={tmp_path / 'prompt.npy'}"],
+                           "need more than 9223372036854775807 cache slots")]:
         result = subprocess.run([RUN, serving, *args, "--output-dir",
                                  tmp_path / "o"], capture_output=True,
                                 text=True)

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 using namespace partita::runtime;
@@ -347,13 +348,19 @@ Status Generation::generate(const Tensor &inputIds, const Tensor *attentionMask,
                          std::to_string(count));
   // The prompt takes the prefill length (padded), every new token but the
   // last a slot of its own.
-  if (count - 1 > g.maxSeq - g.promptLength)
+  if (count - 1 > g.maxSeq - g.promptLength) {
+    // The slots needed, counted without overflowing (a count near 2^63).
+    int64_t need = 0;
+    std::string needed =
+        __builtin_add_overflow(g.promptLength, count - 1, &need)
+            ? "more than " + std::to_string(INT64_MAX)
+            : std::to_string(need);
     return Status::error(
         "a prompt (padded to " + std::to_string(g.promptLength) +
-        " tokens) and " + std::to_string(count) + " new tokens need " +
-        std::to_string(g.promptLength + count - 1) +
+        " tokens) and " + std::to_string(count) + " new tokens need " + needed +
         " cache slots, but the KV cache holds " + std::to_string(g.maxSeq) +
         " (compile with a larger --max-seq)");
+  }
   result = GenerateResult();
   result.batch = g.batch;
   result.vocab = g.vocab;
