@@ -156,8 +156,33 @@ def _input_array(spec: TensorSpec, value: Any) -> np.ndarray:
             raise RunError(
                 f"input '{spec.name}': expected {spec.partita_dtype} "
                 f"{list(spec.shape)}, got {array.dtype} {list(array.shape)}")
-        array = array.astype(want)
+        array = _cast_integers(array, want, f"input '{spec.name}'")
     return np.ascontiguousarray(array)
+
+
+def _cast_integers(array: np.ndarray, want: Any, what: str) -> np.ndarray:
+    """`array` as `want`; integers that `want` cannot hold (a uint64 id of
+    2^64-1 wraps to -1 as int64) are refused, not wrapped."""
+    want = np.dtype(want)
+    if (array.dtype.kind in "iu" and want.kind in "iu" and array.size
+            and not np.can_cast(array.dtype, want, casting="safe")):
+        info = np.iinfo(want)
+        high, low = array.max(), array.min()
+        if high > info.max or low < info.min:
+            bad = high if high > info.max else low
+            raise RunError(f"{what}: {int(bad)} does not fit {want}")
+    return array.astype(want)
+
+
+def _count(value: Any, what: str) -> int:
+    """`value` as a count the library takes (int64): an integer, not a bool
+    or a float (4.9 tokens are not 4)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, np.integer)):
+        raise TypeError(f"{what} expects an integer, got {value!r}")
+    if not -(1 << 63) <= int(value) < (1 << 63):
+        raise RunError(f"{what}: {int(value)} is beyond int64")
+    return int(value)
 
 
 def _mesh_text(mesh: Mesh) -> str:
@@ -589,7 +614,7 @@ class Artifact:
         ids = np.asarray(array)
         if ids.dtype.kind not in "iu":
             raise RunError(f"{what} must be integers, not {ids.dtype}")
-        return np.ascontiguousarray(ids, dtype=np.int64)
+        return np.ascontiguousarray(_cast_integers(ids, np.int64, what))
 
     def _vocab(self) -> int:
         logits = self.manifest["serving"]["logits"]
@@ -630,9 +655,9 @@ class Artifact:
             session = self._serving_session()
             try:
                 (tokens, batch, generated, logits, vocab, prefill_seconds,
-                 step_seconds) = session.generate(ids, mask,
-                                                  int(max_new_tokens),
-                                                  bool(return_logits))
+                 step_seconds) = session.generate(
+                     ids, mask, _count(max_new_tokens, "max_new_tokens"),
+                     bool(return_logits))
             except _partita.Error as error:
                 raise RunError(str(error)) from None
         self.last_timings = {"prefill_seconds": prefill_seconds,

@@ -83,3 +83,34 @@ def test_deep_cluster_json_is_refused_not_a_crash():
     deep = '{"preset":' + "[" * 50000 + "]" * 50000 + "}"
     with pytest.raises(partita.CompileError, match="JSON nested deeper than 256"):
         partita.plan(GPT2, devices=2, cluster=deep)
+
+
+def test_run_refuses_integers_its_inputs_cannot_hold():
+    # A uint64 id of 2^64-1 wrapped to -1 as int64 and ran (onnxruntime
+    # refuses it); integers are cast only where they fit.
+    import numpy as np
+    art = partita.compile(GPT2)
+    ids = np.full((2, 16), np.iinfo(np.uint64).max, dtype=np.uint64)
+    with pytest.raises(partita.RunError,
+                       match="input 'input_ids': 18446744073709551615 does "
+                             "not fit int64"):
+        art.run({"input_ids": ids})
+    # uint64 ids that fit run as int64 ones do.
+    ok = np.zeros((2, 16), dtype=np.uint64)
+    assert art.run({"input_ids": ok})["logits"].shape == (2, 16, 128)
+
+
+def test_generate_counts_are_integers():
+    import numpy as np
+    art = partita.compile(
+        MODELS / "hf" / "gpt2_kv.optimum.onnx", max_seq=48,
+        bind={"batch_size": 2, "sequence_length": 8})
+    ids = np.ones((2, 8), dtype=np.int64)
+    with pytest.raises(TypeError, match="max_new_tokens expects an integer, "
+                                        "got 4.9"):
+        art.generate(ids, 4.9)
+    with pytest.raises(partita.RunError, match="is beyond int64"):
+        art.generate(ids, 1 << 64)
+    with pytest.raises(partita.RunError, match="does not fit int64"):
+        art.generate(np.full((2, 8), np.iinfo(np.uint64).max, np.uint64), 2)
+    assert art.generate(ids, 2).shape == (2, 2)
