@@ -35,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "partita/Support/Version.h"
+#include "partita/runtime/FileUtil.h"
 #include "partita/runtime/Float16.h"
 #include "partita/runtime/Generation.h"
 #include "partita/runtime/LoadedArtifact.h"
@@ -713,6 +714,9 @@ int runMain(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // An artifact file truncated while its weights are mapped: an error
+  // naming the file, not a crash (docs/runtime.md).
+  installMappedFileFaultHandler("partita-run");
   int status = runMain(argc, argv);
   // What was printed (the summary, --help, --version) must have reached
   // standard output: a full device or a closed pipe is an error, not exit 0.

@@ -201,6 +201,18 @@ using AttributeMap = google::protobuf::Map<std::string, program::Attribute>;
 
 Status checkAttributes(const AttributeMap &attrs,
                        const std::vector<const OpAttrInfo *> &specs) {
+  // A key no kernel reads is refused: a renamed required attribute must not
+  // run as if it were absent (a `causal` renamed ran non-causal, exit 0).
+  // Map order is unspecified: the first unknown key in name order is named.
+  std::string unknown;
+  for (const auto &[name, value] : attrs)
+    if (std::none_of(
+            specs.begin(), specs.end(),
+            [&](const OpAttrInfo *spec) { return name == spec->name; }) &&
+        (unknown.empty() || name < unknown))
+      unknown = name;
+  if (!unknown.empty())
+    return Status::error("unknown attribute '" + unknown + "'");
   for (const OpAttrInfo *specPtr : specs) {
     const OpAttrInfo &spec = *specPtr;
     auto it = attrs.find(spec.name);
@@ -946,7 +958,10 @@ Status RankVerifier::checkKernel(int index, const program::Kernel &kernel) {
             what + ": its operand " + shapeString(operand.shape) +
             " does not broadcast to the result " + shapeString(first.shape));
     }
-    Status attrs = Status::ok();
+    Status attrs =
+        checkAttributes(step.attributes(), opSpecs().at(step.op()).attrs);
+    if (!attrs)
+      return Status::error(what + ": " + attrs.message());
     if (step.op() == "compare")
       attrs = checkOneOf(step.attributes(), "direction",
                          {"eq", "ne", "lt", "le", "gt", "ge"});

@@ -9,7 +9,9 @@
 #include "partita/runtime/WeightView.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -202,8 +204,90 @@ Status partita::runtime::syncDirectory(const std::string &path) {
   return status;
 }
 
+namespace {
+
+/// The files MappedFile has mapped, for the SIGBUS handler: a fixed table
+/// it can read without a lock or an allocation (async-signal-safe). A slot
+/// is claimed by setting `start` from 0 to 1, filled, then published with
+/// the mapping's address; 0 frees it.
+struct FaultSlot {
+  std::atomic<uintptr_t> start{0};
+  uintptr_t end = 0;
+  char path[512] = {};
+};
+constexpr size_t kFaultSlots = 4096;
+FaultSlot faultSlots[kFaultSlots];
+const char *faultTool = "partita";
+
+void publishMapping(const uint8_t *base, size_t length,
+                    const std::string &path) {
+  for (FaultSlot &slot : faultSlots) {
+    uintptr_t expected = 0;
+    if (!slot.start.compare_exchange_strong(expected, 1))
+      continue;
+    slot.end = reinterpret_cast<uintptr_t>(base) + length;
+    size_t n = std::min(path.size(), sizeof(slot.path) - 1);
+    std::memcpy(slot.path, path.data(), n);
+    slot.path[n] = '\0';
+    slot.start.store(reinterpret_cast<uintptr_t>(base));
+    return;
+  }
+  // A full table only loses the file's name in a SIGBUS message.
+}
+
+void retractMapping(const uint8_t *base) {
+  for (FaultSlot &slot : faultSlots)
+    if (slot.start.load() == reinterpret_cast<uintptr_t>(base)) {
+      slot.start.store(0);
+      return;
+    }
+}
+
+void writeAll(const char *text) {
+  size_t length = std::strlen(text);
+  while (length > 0) {
+    ssize_t written = ::write(STDERR_FILENO, text, length);
+    if (written <= 0)
+      return;
+    text += written;
+    length -= size_t(written);
+  }
+}
+
+void onBusError(int signal, siginfo_t *info, void *) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (FaultSlot &slot : faultSlots) {
+    uintptr_t start = slot.start.load();
+    if (start > 1 && address >= start && address < slot.end) {
+      writeAll(faultTool);
+      writeAll(": error: ");
+      writeAll(slot.path);
+      writeAll(" changed while it was mapped (a read past its end: the file "
+               "was truncated or replaced); an artifact's files must not "
+               "change while it runs\n");
+      ::_exit(1);
+    }
+  }
+  // Not a mapped file's fault: the crash it is.
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+} // namespace
+
+void partita::runtime::installMappedFileFaultHandler(const char *tool) {
+  faultTool = tool;
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_sigaction = onBusError;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, nullptr);
+}
+
 MappedFile::~MappedFile() {
   if (base && length > 0) {
+    retractMapping(base);
     unregisterFileMapping(base);
     ::munmap(const_cast<uint8_t *>(base), length);
   }
@@ -228,5 +312,6 @@ Status MappedFile::open(const std::string &path) {
   }
   base = static_cast<const uint8_t *>(mapped);
   registerFileMapping(base, length);
+  publishMapping(base, length, path);
   return Status::ok();
 }

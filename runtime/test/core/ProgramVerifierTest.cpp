@@ -414,9 +414,25 @@ TEST(ProgramVerifier, OperandCountsFollowTheFlags) {
                                          "true, got 2");
   OneKernel attention("attention", {{1, 2, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}},
                       {1, 2, 4, 8});
+  // Required: the compiler always writes it.
+  setBool(attention.kernel, "causal", false);
   setBool(attention.kernel, "has_mask", true);
   EXPECT_ERROR_CONTAINS(attention.verify(), "expected 4 operands for has_mask "
                                             "= true, got 3");
+}
+
+TEST(ProgramVerifier, AttributesAreKnownAndRequiredOnesPresent) {
+  // A renamed `causal` ran non-causal: the key nothing reads is refused,
+  // and the required one is missing.
+  OneKernel renamed("attention", {{1, 2, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}},
+                    {1, 2, 4, 8});
+  setBool(renamed.kernel, "kausal", true);
+  EXPECT_ERROR_CONTAINS(renamed.verify(), "unknown attribute 'kausal'");
+  OneKernel missing("attention", {{1, 2, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}},
+                    {1, 2, 4, 8});
+  EXPECT_ERROR_CONTAINS(missing.verify(), "missing attribute 'causal'");
+  setBool(missing.kernel, "causal", true);
+  ASSERT_OK(missing.verify());
 }
 
 TEST(ProgramVerifier, AttributesHaveTheirTypes) {

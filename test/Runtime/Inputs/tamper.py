@@ -23,6 +23,9 @@ Actions:
   attribute RANK OP NAME VALUE
                          integer attribute NAME of the rank's first OP
                          kernel
+  rename-attribute RANK OP NAME NEW
+                         rename attribute NAME of the rank's first OP
+                         kernel to NEW
   manifest STATEMENT     run a Python statement on `m`, the manifest
   overlap                point the second of the first two weights of equal
                          dtype and shape at the first one's data
@@ -234,6 +237,19 @@ def attribute(art, rank, op, name, value):
     sys.exit("no %s kernel" % op)
 
 
+def rename_attribute(art, rank, op, name, new):
+    p = art.program(rank)
+    for i, x in enumerate(p.instructions):
+        if x.WhichOneof("op") == "kernel" and x.kernel.op == op:
+            attrs = x.kernel.attributes
+            attrs[new].CopyFrom(attrs[name])
+            del attrs[name]
+            print("renamed", name, "to", new, "on", describe(p, i))
+            art.save_program(rank, p)
+            return
+    sys.exit("no %s kernel" % op)
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -309,6 +325,8 @@ def main(argv):
         reduction(art, int(args[0]), args[1])
     elif action == "attribute":
         attribute(art, int(args[0]), args[1], args[2], args[3])
+    elif action == "rename-attribute":
+        rename_attribute(art, int(args[0]), args[1], args[2], args[3])
     elif action == "manifest":
         exec(args[0], {"m": art.manifest})  # noqa: S102 (test tool)
         print("edited the manifest:", args[0])

@@ -79,6 +79,14 @@ bool pathExists(const std::string &path);
 bool isDirectory(const std::string &path);
 
 /// A read-only, private memory map of a whole file.
+/// Makes a SIGBUS on a file a MappedFile has mapped (the file truncated or
+/// replaced after it was opened, its pages then gone) end the process with
+/// `TOOL: error: FILE changed while it was mapped ...` on stderr and exit
+/// status 1, instead of a crash; any other SIGBUS stays the crash it is.
+/// partita-run calls it. The library installs no handler by itself: a
+/// process that embeds it keeps its own.
+void installMappedFileFaultHandler(const char *tool);
+
 class MappedFile {
 public:
   MappedFile() = default;
