@@ -241,6 +241,22 @@ partita::target::cuda::buildFatbin(StringRef source,
                                          /*SecondsToWait=*/0,
                                          /*MemoryLimit=*/0, &message);
   std::string nvccLog = readFile(log).value_or("");
+  if (status != 0 &&
+      StringRef(nvccLog).contains("Unsupported gpu architecture")) {
+    // The user's --cuda-arch, not the generated code: nothing to report,
+    // nothing kept.
+    for (StringRef file : {input.str(), output.str(), log.str()})
+      llvm::sys::fs::remove(file);
+    llvm::sys::fs::remove(directory);
+    std::string archs;
+    for (const std::string &arch : options.archs)
+      archs += (archs.empty() ? "" : ",") + arch;
+    return llvm::createStringError(
+        "--cuda-arch " + archs + ": this nvcc (" + *nvcc +
+        ") does not build for it (`nvcc --list-gpu-arch` lists what it "
+        "does):\n" +
+        head(nvccLog, 5));
+  }
   if (status != 0) {
     // Keep the source for the bug report; remove the rest.
     llvm::sys::fs::remove(output);
