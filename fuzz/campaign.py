@@ -1620,6 +1620,176 @@ class Runtime:
 # --- libFuzzer -----------------------------------------------------------------
 
 
+# --- Options, clusters and device counts -----------------------------------
+
+
+def _deep_json(depth):
+    return "[" * depth + "]" * depth
+
+
+class Options:
+    """partita-compile option combinations, as a hostile user writes them:
+    each declared option (partita/Options/CompilerOptions.def) with values
+    of its kind, out of range, of the wrong kind, past int64, empty; cluster
+    files and JSON text with known and unknown fields, values of every JSON
+    type, non-finite numbers and deep nesting; device counts up to 2^63.
+    Each compile must be refused with a message or succeed with a report
+    that is valid JSON: never a crash, a hang or a silent exit."""
+
+    # Values each flag takes, and values it must refuse; a case gives one
+    # flag at most a bad value, so that the others reach the checks past
+    # the option parser.
+    GOOD_INTS = ["1", "2", "4", "8"]
+    BAD_INTS = ["0", "-1", "2.5", "x", "", "1e3", str(2**31), str(2**40),
+                str(2**63 - 1), str(2**64)]
+    GOOD = {
+        "--mesh": ["tp=2", "dp=2", "pp=2", "sp=2", "dp=2,tp=2", "pp=2,tp=2",
+                   "model=2:tp", "auto", "auto", "tp=4", "pp=2,dp=2"],
+        "--microbatches": GOOD_INTS, "--virtual-stages": GOOD_INTS,
+        "--devices": GOOD_INTS + ["16", "64"], "--max-seq": ["0", "16"],
+        "--sp-mode": ["none", "megatron", "ulysses", "ring"],
+        "--strategy": ["megatron", "none"],
+        "--dtype": ["fp32", "bf16", "fp16"],
+        "--collective-matmul": ["auto", "always", "never"],
+        "--objective": ["latency", "throughput", "decode-latency"],
+        "--device-memory": ["80GB", "1GB", "80GiB", "1e9", "1e6"],
+        "--bind": ["batch=2", "seq=16"],
+    }
+    BAD = {
+        "--mesh": ["", "tp=0", "tp=x", "tp=2,tp=2", "model=2:ep", "tp=3",
+                   ",,", "tp=4611686018427387904,dp=4", "a=2:tp,b=2:tp",
+                   "tp=2:", str(2**20 + 1) + "=2"],
+        "--microbatches": BAD_INTS, "--virtual-stages": BAD_INTS,
+        "--devices": BAD_INTS, "--max-seq": BAD_INTS,
+        "--sp-mode": ["zigzag", ""], "--strategy": ["alpa"],
+        "--dtype": ["fp8"], "--collective-matmul": ["sometimes"],
+        "--objective": ["fast"],
+        "--device-memory": ["0", "-1", "x", "1e400", "12zb"],
+        "--bind": ["batch=two", "=2", "a=1,a=2"],
+    }
+    FLAGS = ["--no-overlap", "--no-raise", "--explain", "--explain-plan",
+             "--time-phases"]
+    CLUSTER_FIELDS = {
+        None: ["preset", "name", "nodes", "devices_per_node", "device",
+               "intra_node", "inter_node", "axes", "bogus"],
+        "device": ["flops_per_second", "bytes_per_second", "memory_bytes",
+                   "flops"],
+        "link": ["latency_us", "bandwidth_gb_per_s", "bandwidth"],
+    }
+
+    def __init__(self, tools, findings, work, seed, timeout=30.0):
+        self.tools, self.findings, self.work = tools, findings, work
+        self.seed, self.timeout = seed, timeout
+
+    def _number(self, rng):
+        return rng.choice([0, 1, -1, 2, 1e15, 1e400, 2**63, 1.5, "fast",
+                           None, True, [], {}])
+
+    def _link(self, rng):
+        return {rng.choice(self.CLUSTER_FIELDS["link"]): self._number(rng)
+                for _ in range(rng.randrange(3))}
+
+    def _cluster(self, rng):
+        """A cluster as JSON text: fields known and not, values of every
+        type; now and then nested deep."""
+        if rng.randrange(8) == 0:
+            return '{"preset":' + _deep_json(rng.choice([300, 50000])) + "}"
+        cluster = {}
+        for _ in range(rng.randrange(4)):
+            key = rng.choice(self.CLUSTER_FIELDS[None])
+            if key == "preset":
+                cluster[key] = rng.choice(["h100-80g", "a100-80g:2x8",
+                                           "default:0x8", "tpu", 3])
+            elif key == "device":
+                cluster[key] = {rng.choice(self.CLUSTER_FIELDS["device"]):
+                                self._number(rng)
+                                for _ in range(rng.randrange(3))}
+            elif key in ("intra_node", "inter_node"):
+                cluster[key] = self._link(rng)
+            elif key == "axes":
+                cluster[key] = rng.choice([[], {"tp": self._link(rng)},
+                                           {"dp": 3}])
+            else:
+                cluster[key] = self._number(rng)
+        # JSON has no infinity: Python writes 1e400 as Infinity, which is
+        # not JSON; the literal keeps it a number that overflows.
+        return json.dumps(cluster).replace("Infinity", "1e400")
+
+    def make_case(self, index):
+        rng = random.Random(f"{self.seed}:options:{index}")
+        # Planned (--mesh auto, with the flags only it reads) or a given
+        # mesh (with the schedule's flags), so that most cases pass the
+        # rules between options and reach the compiler.
+        auto = rng.randrange(3) == 0
+        pool = (["--devices", "--objective", "--device-memory", "--dtype",
+                 "--bind"] if auto else
+                ["--microbatches", "--virtual-stages", "--sp-mode",
+                 "--strategy", "--dtype", "--collective-matmul", "--bind"])
+        chosen = ["--mesh"] + rng.sample(pool, rng.randrange(0, 4))
+        bad = rng.choice(chosen) if rng.randrange(3) == 0 else None
+        flags = []
+        for flag in chosen:
+            if flag == bad:
+                value = rng.choice(self.BAD[flag])
+            elif flag == "--mesh":
+                value = "auto" if auto else rng.choice(
+                    [m for m in self.GOOD[flag] if m != "auto"])
+            else:
+                value = rng.choice(self.GOOD[flag])
+            flags += [flag, value]
+        flags += rng.sample([f for f in self.FLAGS
+                             if auto or f != "--explain-plan"],
+                            rng.randrange(3))
+        files = {}
+        if rng.randrange(3) == 0:
+            text = self._cluster(rng)
+            if rng.randrange(2):
+                files["cluster.json"] = text
+                flags += ["--cluster", "cluster.json"]
+            else:
+                flags += ["--cluster", text]
+        mode = rng.choice(["artifact", "artifact", "dump"] +
+                          (["plan"] if auto else []))
+        if mode == "plan":
+            flags += ["--emit", "plan"]
+        elif mode == "dump":
+            flags += ["--dump-pipeline"]
+        else:
+            flags += ["-o", "art", "--report", "report.json"]
+        return flags, files
+
+    def run_case(self, index):
+        flags, files = self.make_case(index)
+        directory = self.work / f"o{index}"
+        directory.mkdir(parents=True)
+        try:
+            os.symlink(ROOT / "test" / "models" / "gpt2.onnx",
+                       directory / "model.onnx")
+            for name, text in files.items():
+                (directory / name).write_text(text)
+            steps = [{"run": ["partita-compile", "model.onnx", *flags],
+                      "timeout": self.timeout, "expect": "no-crash"}]
+            v = execute(steps, directory, self.tools)
+            report = directory / "report.json"
+            if v.cls == "fine" and v.detail != "refused" and report.exists():
+                def refuse(constant):
+                    raise ValueError(f"non-finite number {constant}")
+                try:
+                    # NaN and Infinity are no JSON (C's -nan is no token).
+                    json.loads(report.read_text(), parse_constant=refuse)
+                except ValueError as e:
+                    v = Verdict("wrong-answer",
+                                f"the report is not valid JSON: {e}", v.res, 0)
+            if v.finding():
+                sig = " ".join(f for f in flags if f.startswith("--"))
+                record = finding_record(v, steps, [self.seed, index],
+                                        target="options")
+                self.findings.add(v.cls, f"options {sig}", record,
+                                  copy_files(directory))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def fuzz_build_dir():
     return pathlib.Path(os.environ.get("PARTITA_FUZZ_BUILD_DIR",
                                        ROOT / "build-fuzz"))
@@ -1769,7 +1939,8 @@ def _run_target(target, count, deadline, jobs, findings, label, start):
 
 
 def campaign(build, targets, findings_dir, seed="0", cases=300,
-             runtime_cases=80, seconds=0, jobs=2, minimize=0):
+             runtime_cases=80, seconds=0, jobs=2, minimize=0,
+             option_cases=100):
     """Runs the campaign; returns (Findings, seconds)."""
     tools = Tools(build)
     findings = Findings(findings_dir)
@@ -1796,6 +1967,10 @@ def campaign(build, targets, findings_dir, seed="0", cases=300,
             s = Structured(tools, findings, work, seed, minimize=minimize)
             _run_target(s, cases, time.monotonic() + share if seconds
                         else None, jobs, findings, "structured", start)
+        if "options" in targets:
+            o = Options(tools, findings, work, seed)
+            _run_target(o, option_cases, time.monotonic() + share if seconds
+                        else None, jobs, findings, "options", start)
         if "runtime" in targets:
             r = Runtime(tools, findings, work, seed)
             r.prepare()
@@ -1810,7 +1985,8 @@ def campaign(build, targets, findings_dir, seed="0", cases=300,
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="all",
-                   choices=["importer", "structured", "runtime", "all"])
+                   choices=["importer", "structured", "options", "runtime",
+                            "all"])
     p.add_argument("--seconds", type=float, default=0,
                    help="run this long, split between the targets "
                         "(0: the fixed case counts)")
@@ -1818,6 +1994,7 @@ def main(argv=None):
     p.add_argument("--cases", type=int, default=300,
                    help="structured cases (without --seconds)")
     p.add_argument("--runtime-cases", type=int, default=80)
+    p.add_argument("--option-cases", type=int, default=100)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--minimize", type=int, default=0, metavar="N",
                    help="minimize each written model finding with up to N "
@@ -1846,11 +2023,12 @@ def main(argv=None):
             close_workers()
         return 1 if bad else 0
     findings_dir = args.findings or tempfile.mkdtemp(prefix="partita-findings-")
-    targets = (["importer", "structured", "runtime"] if args.target == "all"
-               else [args.target])
+    targets = (["importer", "structured", "options", "runtime"]
+               if args.target == "all" else [args.target])
     findings, seconds = campaign(args.build, targets, findings_dir,
                                  seed=args.seed, cases=args.cases,
                                  runtime_cases=args.runtime_cases,
+                                 option_cases=args.option_cases,
                                  seconds=args.seconds, jobs=args.jobs,
                                  minimize=args.minimize)
     print(findings.summary())

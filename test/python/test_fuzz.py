@@ -28,6 +28,7 @@ import campaign  # noqa: E402
 SEED = "scripts-test"
 STRUCTURED_CASES = 450
 RUNTIME_CASES = 180
+OPTION_CASES = 150
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,10 @@ def tools():
 
 def test_bounded_campaign(tmp_path, tools):
     findings, seconds = campaign.campaign(
-        BUILD, ["structured", "runtime"], tmp_path, seed=SEED,
-        cases=STRUCTURED_CASES, runtime_cases=RUNTIME_CASES, jobs=2)
-    assert findings.cases == STRUCTURED_CASES + RUNTIME_CASES
+        BUILD, ["structured", "options", "runtime"], tmp_path, seed=SEED,
+        cases=STRUCTURED_CASES, runtime_cases=RUNTIME_CASES,
+        option_cases=OPTION_CASES, jobs=2)
+    assert findings.cases == STRUCTURED_CASES + OPTION_CASES + RUNTIME_CASES
     assert findings.oracle_errors == 0, "the oracle failed (see stderr)"
     written = "\n".join(f"  {p}" for p in findings.written[:60])
     assert findings.total() == 0, (
