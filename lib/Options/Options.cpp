@@ -364,6 +364,21 @@ bool checkValue(const OptionInfo &info, const double &value,
   return true;
 }
 
+/// Bindings set as fields (the embedding API) are checked as --bind parses
+/// them.
+bool checkValue(const OptionInfo &info, const Bindings &value,
+                std::string &error) {
+  for (const auto &[name, size] : value)
+    if (name.empty() || size <= 0) {
+      error = flag(info) +
+              " expects name=value with a positive integer "
+              "value, got '" +
+              name + "=" + std::to_string(size) + "'";
+      return false;
+    }
+  return true;
+}
+
 /// The spellings of an enum option's values; none for other kinds.
 template <typename T> std::vector<std::string> choicesOf(const T &) {
   std::vector<std::string> names;
@@ -376,7 +391,6 @@ template <typename T> std::vector<std::string> choicesOf(const T &) {
 std::vector<OptionInfo> makeTable() {
   std::vector<OptionInfo> table;
   const CompilerOptions defaults;
-  (void)defaults;
 #define PARTITA_INT_OPTION(FIELD, NAME, DEFAULT, MIN, MAX, USES, VALUE, HELP)  \
   PARTITA_DECLARE(FIELD, Integer, NAME, MIN, MAX, USES, VALUE, HELP)
 #define PARTITA_OPTION(FIELD, KIND, TYPE, NAME, DEFAULT, USES, VALUE, HELP)    \
@@ -402,6 +416,9 @@ std::vector<OptionInfo> makeTable() {
       [](const CompilerOptions &options) {                                     \
         return KindTraits<OptionKind::KIND>::print(options.FIELD) ==           \
                KindTraits<OptionKind::KIND>::print(CompilerOptions().FIELD);   \
+      },                                                                       \
+      [](const CompilerOptions &options, std::string &error) {                 \
+        return checkValue(*findCompilerOption(NAME), options.FIELD, error);    \
       }});
 #include "partita/Options/CompilerOptions.def"
 #undef PARTITA_DECLARE
@@ -572,25 +589,9 @@ bool partita::setOption(CompilerOptions &options, std::string_view name,
 }
 
 bool partita::checkOptions(CompilerOptions &options, std::string &error) {
-  for (const OptionInfo &info : compilerOptionTable()) {
-    if (info.kind == OptionKind::Integer) {
-      // Read back through the printer: the field's own value.
-      std::optional<int64_t> value = parseInteger(info.get(options));
-      if (value && !checkRange(info, *value, error))
-        return false;
-    }
-  }
-  for (const auto &[name, size] : options.bind)
-    if (name.empty() || size <= 0) {
-      error = "--bind expects name=value with a positive integer value, got '" +
-              name + "=" + std::to_string(size) + "'";
+  for (const OptionInfo &info : compilerOptionTable())
+    if (!info.check(options, error))
       return false;
-    }
-  if (!(options.deviceMemoryBytes >= 0) ||
-      !std::isfinite(options.deviceMemoryBytes)) {
-    error = "--device-memory must be positive";
-    return false;
-  }
   if (!options.autoMesh && !options.mesh.check(error)) {
     error = "--mesh " + options.mesh.str() + ": " + error;
     return false;

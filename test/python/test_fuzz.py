@@ -59,13 +59,20 @@ def test_committed_reproducer(finding, tools):
         + (verdict.res.err[-1500:] if verdict.res else ""))
 
 
-def test_libfuzzer_corpus():
+def build_fuzz_target(target):
+    """Brings `target` of build-fuzz/ up to date; skips where build-fuzz/
+    is not configured. Returns the build directory."""
     build = campaign.fuzz_build_dir()
     if not (build / "build.ninja").exists():
         pytest.skip(f"{build} is not configured (scripts/fuzz does it)")
     subprocess.run(["ninja", "-C", str(build), "--quiet",
-                    f"-j{os.environ.get('PARTITA_JOBS', '2')}",
-                    "partita-fuzz-importer"], check=True)
+                    f"-j{os.environ.get('PARTITA_JOBS', '2')}", target],
+                   check=True)
+    return build
+
+
+def test_libfuzzer_corpus():
+    build_fuzz_target("partita-fuzz-importer")
     failed = campaign.libfuzzer_regression()
     assert not failed, "\n".join(
         [f"{name}: {report.splitlines()[0]}" for name, report in failed] +
@@ -75,12 +82,7 @@ def test_libfuzzer_corpus():
 def test_options_fuzzer_corpus():
     # The declared options' fuzzer (fuzz/options) over its corpus: every
     # value is refused with a message or accepted, never a crash.
-    build = campaign.fuzz_build_dir()
-    if not (build / "build.ninja").exists():
-        pytest.skip(f"{build} is not configured (scripts/fuzz does it)")
-    subprocess.run(["ninja", "-C", str(build), "--quiet",
-                    f"-j{os.environ.get('PARTITA_JOBS', '2')}",
-                    "partita-fuzz-options"], check=True)
+    build = build_fuzz_target("partita-fuzz-options")
     corpus = ROOT / "fuzz" / "corpus" / "options"
     result = subprocess.run(
         [str(build / "bin" / "partita-fuzz-options"), "-runs=0", str(corpus)],

@@ -331,6 +331,9 @@ struct OptionInfo {
   std::string (*get)(const CompilerOptions &options);
   /// Whether the field holds its default.
   bool (*isDefault)(const CompilerOptions &options);
+  /// Checks the field as `set` checks a value it parsed (its range): for
+  /// fields set directly (checkOptions).
+  bool (*check)(const CompilerOptions &options, std::string &error);
 
   bool has(unsigned use) const { return (uses & use) != 0; }
   /// The Python keyword: the name with `_` for `-`.
