@@ -54,7 +54,7 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
     causal = *c;
   }
   int numOperands = 3 + int(*hasMask) + 2 * int(hasPositions);
-  if (auto err = ctx.expectCounts(numOperands, partial ? 2 : 1))
+  if (auto err = ctx.expectCounts(numOperands, partial ? 3 : 1))
     return std::move(err);
   std::vector<BufferView> ops;
   for (int i = 0; i < numOperands; ++i) {
@@ -152,16 +152,19 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
   auto sink = emitFloatSink(ctx, *out, sig, init);
   if (!sink)
     return sink.takeError();
-  std::string lseArg = "(float *)nullptr";
-  if (partial) {
-    auto lse = ctx.result(1);
-    if (!lse)
-      return lse.takeError();
-    if (lse->dtype != program::F32 ||
-        lse->shape != llvm::ArrayRef<int64_t>{batch, hq, sq})
-      return ctx.error("lse must be f32 [b, hq, sq], got " +
-                       dtypeName(lse->dtype) + " " + shapeString(lse->shape));
-    lseArg = sig.addOutput(*lse, "r1");
+  // attention_partial's row maxima and sums.
+  std::string statsArgs[2] = {"(float *)nullptr", "(float *)nullptr"};
+  for (int r = 1; partial && r <= 2; ++r) {
+    auto stats = ctx.result(r);
+    if (!stats)
+      return stats.takeError();
+    if (stats->dtype != program::F32 ||
+        stats->shape != llvm::ArrayRef<int64_t>{batch, hq, sq})
+      return ctx.error(std::string(r == 1 ? "the row maxima" : "the row sums") +
+                       " must be f32 [b, hq, sq], got " +
+                       dtypeName(stats->dtype) + " " +
+                       shapeString(stats->shape));
+    statsArgs[r - 1] = sig.addOutput(*stats, "r" + std::to_string(r));
   }
   // A decode step (one query row, no positions): flash-decoding, the keys
   // split over blocks (Prelude: pt::attention_decode). The scratch of the
@@ -219,7 +222,8 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
       std::to_string(maskStrides[1]) + "LL, " + std::to_string(maskStrides[2]) +
       "LL, " + std::to_string(maskStrides[3]) + "LL, " + b(hasPositions) +
       ", " + b(partial) + ">(a0, a1, a2, " + maskArg + ", " + qposArg + ", " +
-      kposArg + ", " + lseArg + ", " + floatLiteral(scale) + ", " + init + ")";
+      kposArg + ", " + statsArgs[0] + ", " + statsArgs[1] + ", " +
+      floatLiteral(scale) + ", " + init + ")";
 
   GeneratedKernel kernel;
   kernel.label = ctx.op();

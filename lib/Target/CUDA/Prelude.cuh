@@ -447,15 +447,16 @@ __device__ __forceinline__ void softmax_row(const T *x, u64 row,
 // of one (batch, head) and walks the keys in tiles of 32 staged in shared
 // memory, with an online softmax (running maximum and sum per row); the
 // [sq, skv] scores never exist in memory. In a tile, lane j scores key j
-// against the warp's rows (q * scale from shared memory, broadcast; K rows
-// padded to D + 1 floats so the lanes hit distinct banks), and then owns
-// output columns lane + 32 c for P V. Key tiles wholly past the causal
+// against the warp's rows (q from shared memory, broadcast, the sum then
+// scaled; K rows padded to D + 1 floats so the lanes hit distinct banks),
+// and then owns output columns lane + 32 c for P V. Key tiles wholly past the causal
 // diagonal of the block's last row are never loaded.
 //
 // MASK: 0 none, 1 bool (keep where true), 2 float (added); the mask element
 // of (b, h, i, j) is at b MS0 + h MS1 + i MS2 + j MS3 (0 where it
-// broadcasts). POS: key j is masked for row i when kpos[j] > qpos[i]. LSE:
-// also write each row's log-sum-exp (attention_partial).
+// broadcasts). POS: key j is masked for row i when kpos[j] > qpos[i].
+// STATS: also write each row's largest score and its sum of
+// exp(score - max) (attention_partial; -inf and 0 for a row without keys).
 
 template <int B, int HQ, int HKV, int SQ, int SKV, int D, int DV, int ROWS,
           int WARPS>
@@ -470,10 +471,11 @@ struct AttentionShape {
 template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
           int D, int DV, int ROWS, int WARPS, bool VECLOAD, bool CAUSAL,
           int MASK, long long MS0, long long MS1, long long MS2, long long MS3,
-          bool POS, bool LSE, typename Sink>
+          bool POS, bool STATS, typename Sink>
 __device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
                                           const M *mask, const long long *qpos,
-                                          const long long *kpos, float *lse,
+                                          const long long *kpos,
+                                          float *rowMax, float *rowSum,
                                           float scale, const Sink &sink) {
   typedef AttentionShape<B, HQ, HKV, SQ, SKV, D, DV, ROWS, WARPS> S;
   constexpr int BQ = S::BQ, DVL = S::DVL, THREADS = WARPS * 32;
@@ -507,7 +509,7 @@ __device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
         w[u] = 0.0f;
 #pragma unroll
     for (int u = 0; u < KVEC; ++u)
-      qs[r][t + u] = w[u] * scale;
+      qs[r][t + u] = w[u];
   }
 
   float o[ROWS][DVL], m[ROWS], l[ROWS];
@@ -564,6 +566,11 @@ __device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
       for (int r = 0; r < ROWS; ++r)
         s[r] += qs[warp * ROWS + r][t] * kv;
     }
+    // (q k) * scale, in the models' order: an overflowing product gives
+    // inf (and NaN from inf - inf) as onnxruntime's does.
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+      s[r] *= scale;
 
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -627,10 +634,11 @@ __device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
     for (int c = 0; c < DVL; ++c)
       if (lane + 32 * c < DV)
         sink(rowBase + lane + 32 * c, o[r][c] * inv);
-    if constexpr (LSE) {
-      if (lane == 0)
-        lse[(u64)(b * HQ + h) * SQ + i] =
-            sum > 0.0f ? m[r] + logf(sum) : kNegInf;
+    if constexpr (STATS) {
+      if (lane == 0) {
+        rowMax[(u64)(b * HQ + h) * SQ + i] = m[r]; // -inf: no key seen.
+        rowSum[(u64)(b * HQ + h) * SQ + i] = sum;
+      }
     }
   }
 }
@@ -677,7 +685,7 @@ attention_decode(const T *q, const T *k, const T *v, const M *mask,
   float qv[DL];
 #pragma unroll
   for (int c = 0; c < DL; ++c)
-    qv[c] = lane + 32 * c < D ? ldf(qRow + lane + 32 * c) * scale : 0.0f;
+    qv[c] = lane + 32 * c < D ? ldf(qRow + lane + 32 * c) : 0.0f;
   float m = kNegInf, l = 0.0f, o[DVL];
 #pragma unroll
   for (int c = 0; c < DVL; ++c)
@@ -690,7 +698,7 @@ attention_decode(const T *q, const T *k, const T *v, const M *mask,
     for (int c = 0; c < DL; ++c)
       if (lane + 32 * c < D)
         s += qv[c] * ldf(kBase + (u64)j * D + lane + 32 * c);
-    s = warp_sum(s);
+    s = warp_sum(s) * scale; // (q k) * scale, as in attention.
     bool keep = true;
     if constexpr (MASK != 0) {
       const M *mp =

@@ -195,9 +195,10 @@ struct AttentionShape {
   int64_t maskStrides[4]; // Per [b, hq, sq, skv]; 0 where it broadcasts.
   // attention_partial: the global positions of the query rows and keys
   // (key j is masked for row i when kPos[j] > qPos[i]), and where to write
-  // each row's log-sum-exp [b, hq, sq]; null when absent.
+  // each row's largest score and sum of exp(score - max) [b, hq, sq]; null
+  // when absent.
   const int64_t *qPos = nullptr, *kPos = nullptr;
-  float *lse = nullptr;
+  float *rowMax = nullptr, *rowSum = nullptr;
 };
 
 template <typename T>
@@ -224,7 +225,7 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
       const T *kBase = k + (b * g.kvHeads + hk) * g.skv * d;
       const T *vBase = v + (b * g.kvHeads + hk) * g.skv * dv;
       for (int64_t i = 0; i < nq * d; ++i)
-        qs[i] = loadFloat(qBase[i]) * g.scale;
+        qs[i] = loadFloat(qBase[i]);
       std::fill(o.begin(), o.begin() + nq * dv, 0.0f);
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.0f);
@@ -267,8 +268,10 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
           if (!any)
             continue;
         }
-        // Scores: (q * scale) K^T. One query row (a decode step) takes a
-        // dot product with each key row as it lies; more rows share a
+        // Scores: (q K^T) * scale, in the order the models write it, so
+        // that a product that overflows does so as onnxruntime's does (an
+        // inf, and NaN from inf - inf). One query row (a decode step) takes
+        // a dot product with each key row as it lies; more rows share a
         // transposed block of K, [d, keys].
         if (nq == 1) {
           scoreRow(qs.data(), kBase + j0 * d, d, nk, s.data());
@@ -283,6 +286,8 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
         }
         for (int64_t i = 0; i < nq; ++i) {
           float *sRow = s.data() + i * kKeyBlock;
+          for (int64_t j = 0; j < nk; ++j)
+            sRow[j] *= g.scale;
           if (g.causal) {
             int64_t firstMasked = i0 + i + offset + 1 - j0;
             for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
@@ -339,10 +344,12 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
         for (int64_t c = 0; c < dv; ++c)
           outBase[i * dv + c] = storeFloat<T>(o[i * dv + c] * inv);
       }
-      if (g.lse) {
-        float *lseBase = g.lse + (b * g.qHeads + h) * g.sq + i0;
-        for (int64_t i = 0; i < nq; ++i)
-          lseBase[i] = l[i] > 0.0f ? m[i] + std::log(l[i]) : kNegInf;
+      if (g.rowMax) {
+        int64_t row = (b * g.qHeads + h) * g.sq + i0;
+        for (int64_t i = 0; i < nq; ++i) {
+          g.rowMax[row + i] = m[i]; // -inf where no key was seen.
+          g.rowSum[row + i] = l[i];
+        }
       }
     }
   });
@@ -479,11 +486,19 @@ Status runAttentionPartial(KernelContext &ctx) {
   AttentionShape g;
   PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g));
   g.causal = false;
-  const Tensor &lse = ctx.results[1];
-  PARTITA_RETURN_IF_ERROR(ctx.expectDType(lse, program::F32, "lse"));
-  PARTITA_RETURN_IF_ERROR(
-      ctx.expectShape(lse, {g.batch, g.qHeads, g.sq}, "lse"));
-  g.lse = lse.as<float>();
+  if (ctx.results.size() != 3)
+    return ctx.error("expected 3 results (the output, the row maxima and the "
+                     "row sums), got " +
+                     std::to_string(ctx.results.size()));
+  for (int r = 1; r <= 2; ++r) {
+    const Tensor &stats = ctx.results[r];
+    const char *what = r == 1 ? "the row maxima" : "the row sums";
+    PARTITA_RETURN_IF_ERROR(ctx.expectDType(stats, program::F32, what));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectShape(stats, {g.batch, g.qHeads, g.sq}, what));
+  }
+  g.rowMax = ctx.results[1].as<float>();
+  g.rowSum = ctx.results[2].as<float>();
   if (hasPositions) {
     const Tensor &qPos = ctx.operands[3 + int(hasMask)];
     const Tensor &kPos = ctx.operands[4 + int(hasMask)];

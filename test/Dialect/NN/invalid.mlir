@@ -636,7 +636,7 @@ func.func @attention_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v:
 // attention_partial_c1
 func.func @attention_partial_c1(%q: tensor<2x8x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
   // expected-error @+1 {{attention_partial_c1: query, key and value must have rank 4}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -645,7 +645,7 @@ func.func @attention_partial_c1(%q: tensor<2x8x16xf32>, %k: tensor<2x2x4x16xf32>
 // attention_partial_c2
 func.func @attention_partial_c2(%q: tensor<2x8x4x16xf32>, %k: tensor<3x2x4x16xf32>, %v: tensor<3x2x4x16xf32>) {
   // expected-error @+1 {{attention_partial_c2: batch sizes differ (2, 3, 3)}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<3x2x4x16xf32>, tensor<3x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<3x2x4x16xf32>, tensor<3x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -654,7 +654,7 @@ func.func @attention_partial_c2(%q: tensor<2x8x4x16xf32>, %k: tensor<3x2x4x16xf3
 // attention_partial_c3
 func.func @attention_partial_c3(%q: tensor<2x8x4x16xf32>, %k: tensor<2x3x4x16xf32>, %v: tensor<2x3x4x16xf32>) {
   // expected-error @+1 {{attention_partial_c3: key/value heads (3, 3) must be equal and divide the 8 query heads}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x3x4x16xf32>, tensor<2x3x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x3x4x16xf32>, tensor<2x3x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -663,7 +663,7 @@ func.func @attention_partial_c3(%q: tensor<2x8x4x16xf32>, %k: tensor<2x3x4x16xf3
 // attention_partial_c4
 func.func @attention_partial_c4(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x32xf32>, %v: tensor<2x2x4x16xf32>) {
   // expected-error @+1 {{attention_partial_c4: query head size 16 differs from key head size 32}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x32xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x32xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -672,7 +672,7 @@ func.func @attention_partial_c4(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x32xf3
 // attention_partial_c5
 func.func @attention_partial_c5(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x6x16xf32>) {
   // expected-error @+1 {{attention_partial_c5: key sequence 4 differs from value sequence 6}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x6x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x6x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -681,7 +681,7 @@ func.func @attention_partial_c5(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf3
 // attention_partial_c6
 func.func @attention_partial_c6(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %m: tensor<2x1x4x5xi1>) {
   // expected-error @+1 {{attention_partial_c6: mask shape [2, 1, 4, 5] does not broadcast to the scores' shape [2, 8, 4, 4]}}
-  %0, %1 = nn.attention_partial %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x4x5xi1>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x4x5xi1>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -690,7 +690,7 @@ func.func @attention_partial_c6(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf3
 // attention_partial_c7
 func.func @attention_partial_c7(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %m: tensor<4x4xi64>) {
   // expected-error @+1 {{attention_partial_c7: mask element type 'i64' must be i1 or 'f32'}}
-  %0, %1 = nn.attention_partial %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<4x4xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<4x4xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -699,7 +699,7 @@ func.func @attention_partial_c7(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf3
 // attention_partial_c8
 func.func @attention_partial_c8(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xbf16>, %v: tensor<2x2x4x16xbf16>) {
   // expected-error @+1 {{attention_partial_c8: query, key and value element types differ}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -708,7 +708,7 @@ func.func @attention_partial_c8(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xbf
 // attention_partial_c9
 func.func @attention_partial_c9(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x8xf32>) {
   // expected-error @+1 {{attention_partial_c9: result type 'tensor<2x8x4x16xf32>' differs from the expected 'tensor<2x8x4x8xf32>'}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -717,7 +717,7 @@ func.func @attention_partial_c9(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf3
 // attention_partial_c10
 func.func @attention_partial_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
   // expected-error @+1 {{attention_partial_c10: scale must be positive, got -1}}
-  %0, %1 = nn.attention_partial %q, %k, %v {scale = -1.0 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v {scale = -1.0 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -726,7 +726,7 @@ func.func @attention_partial_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf
 // attention_partial_c11
 func.func @attention_partial_c11(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %qp: tensor<4xi64>, %kp: tensor<5xi64>) {
   // expected-error @+1 {{attention_partial_c11: positions must be 'tensor<4xi64>' and 'tensor<4xi64>', got 'tensor<4xi64>' and 'tensor<5xi64>'}}
-  %0, %1 = nn.attention_partial %q, %k, %v positions(%qp, %kp) : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<4xi64>, tensor<5xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %0, %1, %2 = nn.attention_partial %q, %k, %v positions(%qp, %kp) : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<4xi64>, tensor<5xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   return
 }
 
@@ -734,8 +734,17 @@ func.func @attention_partial_c11(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf
 
 // attention_partial_c12
 func.func @attention_partial_c12(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
-  // expected-error @+1 {{attention_partial_c12: lse type 'tensor<2x8x4xf16>' differs from the expected 'tensor<2x8x4xf32>'}}
-  %0, %1 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf16>)
+  // expected-error @+1 {{attention_partial_c12: row_max type 'tensor<2x8x4xf16>' differs from the expected 'tensor<2x8x4xf32>'}}
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf16>, tensor<2x8x4xf32>)
+  return
+}
+
+// -----
+
+// attention_partial_c12
+func.func @attention_partial_c12_sum(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
+  // expected-error @+1 {{attention_partial_c12: row_sum type 'tensor<2x8x5xf32>' differs from the expected 'tensor<2x8x4xf32>'}}
+  %0, %1, %2 = nn.attention_partial %q, %k, %v : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x5xf32>)
   return
 }
 

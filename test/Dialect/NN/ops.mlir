@@ -141,11 +141,11 @@ func.func @contractions(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>,
   %3 = nn.attention %q, %kv, %kv mask %add : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<4x4xbf16>) -> tensor<2x8x4x16xbf16>
   // CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
   %4 = nn.attention %q, %kv, %kv : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
-  // CHECK: nn.attention_partial %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} positions(%{{.*}}, %{{.*}}) {scale = 2.500000e-01 : f32} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>)
+  // CHECK: nn.attention_partial %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} positions(%{{.*}}, %{{.*}}) {scale = 2.500000e-01 : f32} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   %pos = nn.constant dense<[0, 1, 2, 3]> : tensor<4xi64>
-  %6, %7 = nn.attention_partial %q, %kv, %kv mask %m positions(%pos, %pos) {scale = 0.25 : f32} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>)
-  // CHECK: nn.attention_partial %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>)
-  %8, %9 = nn.attention_partial %q, %kv, %kv : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>)
+  %6, %7, %71 = nn.attention_partial %q, %kv, %kv mask %m positions(%pos, %pos) {scale = 0.25 : f32} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
+  // CHECK: nn.attention_partial %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
+  %8, %9, %91 = nn.attention_partial %q, %kv, %kv : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   // CHECK: nn.rope %{{.*}}, %{{.*}}, %{{.*}} {interleaved} : (tensor<2x8x4x16xbf16>, tensor<1x4x4xbf16>, tensor<1x4x4xbf16>) -> tensor<2x8x4x16xbf16>
   %cs = nn.constant dense<1.0> : tensor<1x4x4xbf16>
   %5 = nn.rope %q, %cs, %cs {interleaved} : (tensor<2x8x4x16xbf16>, tensor<1x4x4xbf16>, tensor<1x4x4xbf16>) -> tensor<2x8x4x16xbf16>

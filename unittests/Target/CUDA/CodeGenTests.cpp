@@ -428,9 +428,10 @@ TEST(CudaCodeGen, Attention) {
   int qpos = b.buffer(program::I64, {16});
   int kpos = b.buffer(program::I64, {32});
   int o2 = b.buffer(program::F32, {1, 4, 16, 64});
-  int lse = b.buffer(program::F32, {1, 4, 16});
-  program::Kernel &p =
-      b.kernel("attention_partial", {q2, k2, k2, qpos, kpos}, {o2, lse});
+  int rowMax = b.buffer(program::F32, {1, 4, 16});
+  int rowSum = b.buffer(program::F32, {1, 4, 16});
+  program::Kernel &p = b.kernel("attention_partial", {q2, k2, k2, qpos, kpos},
+                                {o2, rowMax, rowSum});
   setBool(p, "has_positions", true);
   setFloat(p, "scale", 0.125);
   std::string src = generate(b.prog);
@@ -445,7 +446,7 @@ TEST(CudaCodeGen, Attention) {
   EXPECT_EQ(launch(b.prog, 1).function(), "partita_attention_partial_0");
   EXPECT_EQ(grid(launch(b.prog, 1)), (std::vector<uint32_t>{4, 1, 1}));
   EXPECT_EQ(args(launch(b.prog, 1)),
-            (std::vector<int>{q2, k2, k2, qpos, kpos, o2, lse}));
+            (std::vector<int>{q2, k2, k2, qpos, kpos, o2, rowMax, rowSum}));
 }
 
 TEST(CudaCodeGen, DataMovement) {
@@ -934,10 +935,11 @@ TEST(CudaCodeGenNvcc, SyntheticModuleCompilesWithoutSpills) {
       setBool(a, "causal", true);
       setBool(a, "has_mask", true);
       int qpos = b.buffer(program::I64, {256});
-      int lse = b.buffer(program::F32, {1, 8, 256});
+      int rowMax = b.buffer(program::F32, {1, 8, 256});
+      int rowSum = b.buffer(program::F32, {1, 8, 256});
       int o2 = b.buffer(dtype, {1, 8, 256, d});
-      program::Kernel &p =
-          b.kernel("attention_partial", {q, k, k, qpos, qpos}, {o2, lse});
+      program::Kernel &p = b.kernel("attention_partial", {q, k, k, qpos, qpos},
+                                    {o2, rowMax, rowSum});
       setBool(p, "has_positions", true);
     }
     for (int64_t n : {768, 4096, 5000, 8192, 12288, 16384, 65536}) {

@@ -443,12 +443,15 @@ LogicalResult AttentionPartialOp::verify() {
                            << expectedQ << " and " << expectedK << ", got "
                            << qp << " and " << kp;
   }
-  auto lse = RankedTensorType::get({q.getDimSize(0), q.getDimSize(1), sq},
-                                   Float32Type::get(getContext()));
-  if (getLse().getType() != lse)
-    return emitOpError() << "attention_partial_c12: lse type "
-                         << getLse().getType() << " differs from the expected "
-                         << lse;
+  auto stats = RankedTensorType::get({q.getDimSize(0), q.getDimSize(1), sq},
+                                     Float32Type::get(getContext()));
+  for (auto [name, value] :
+       {std::pair<StringRef, Value>{"row_max", getRowMax()},
+        std::pair<StringRef, Value>{"row_sum", getRowSum()}})
+    if (value.getType() != stats)
+      return emitOpError() << "attention_partial_c12: " << name << " type "
+                           << value.getType() << " differs from the expected "
+                           << stats;
   return success();
 }
 

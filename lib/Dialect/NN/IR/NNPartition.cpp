@@ -119,10 +119,11 @@ private:
   Value qpos, kpos;
   /// This device's position in the ring, built on first use.
   Value ringIndex;
-  RankedTensorType outType, lseType, columnType, boolLike;
+  RankedTensorType outType, statsType, columnType, boolLike;
   FloatAttr scale;
-  /// The merged result so far and its log-sum-exp.
-  Value out, lse;
+  /// The merged result so far, its rows' largest score and the sum of
+  /// exp(score - rowMax) (nn.attention_partial's results).
+  Value out, rowMax, rowSum;
 };
 
 } // namespace
@@ -152,7 +153,7 @@ LogicalResult RingAttention::build() {
   rows = qType.getDimSize(2);
   buildPositions();
   scale = b.getF32FloatAttr(op.getEffectiveScale());
-  lseType = RankedTensorType::get(
+  statsType = RankedTensorType::get(
       {qType.getDimSize(0), qType.getDimSize(1), rows}, b.getF32Type());
   outType =
       RankedTensorType::get({qType.getDimSize(0), qType.getDimSize(1), rows,
@@ -160,11 +161,12 @@ LogicalResult RingAttention::build() {
                             qType.getElementType());
   auto first = buildStep(k, v, getMaskColumns(0), kpos);
   out = first.getResult();
-  lse = first.getLse();
-  SmallVector<int64_t> column(lseType.getShape());
+  rowMax = first.getRowMax();
+  rowSum = first.getRowSum();
+  SmallVector<int64_t> column(statsType.getShape());
   column.push_back(1);
   columnType = RankedTensorType::get(column, b.getF32Type());
-  boolLike = lseType.clone(b.getI1Type());
+  boolLike = statsType.clone(b.getI1Type());
   for (int64_t t = 1; t < ranks; ++t) {
     rotateBlocks(t);
     merge(buildStep(k, v, getMaskColumns(t), kpos));
@@ -256,8 +258,9 @@ void RingAttention::buildPositions() {
 
 AttentionPartialOp RingAttention::buildStep(Value key, Value value,
                                             Value stepMask, Value keyPos) {
-  return AttentionPartialOp::create(b, loc, TypeRange{outType, lseType}, q, key,
-                                    value, stepMask, qpos, keyPos, scale);
+  return AttentionPartialOp::create(b, loc,
+                                    TypeRange{outType, statsType, statsType}, q,
+                                    key, value, stepMask, qpos, keyPos, scale);
 }
 
 /// Passes the key/value block (and what travels with it) on to the next
@@ -288,23 +291,32 @@ Value RingAttention::scalar(float value) {
                                 b.getF32FloatAttr(value))));
 }
 
-/// Online-softmax merge of the result so far with step `next`; a row that
-/// has seen no key yet (lse = -inf) takes weight 0, and 0/0 becomes 0.
+/// Online-softmax merge of the result so far with step `next`. Each side
+/// weighs exp(rowMax - most) * rowSum, an exact difference of two scores
+/// times a sum in [1, keys]: never a log-sum-exp, whose log would be lost
+/// beside a fully masked row's scores of -10000 or the float minimum. A
+/// row that has seen no key yet (rowMax = -inf, rowSum = 0) takes weight
+/// 0, and 0/0 becomes 0.
 void RingAttention::merge(AttentionPartialOp next) {
-  Value most = MaxOp::create(b, loc, lse, next.getLse());
+  Value most = MaxOp::create(b, loc, rowMax, next.getRowMax());
   Value none =
       CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
                         scalar(-std::numeric_limits<float>::infinity()));
-  Value shift = WhereOp::create(b, loc, lseType, none, scalar(0), most);
-  Value w1 = ExpOp::create(b, loc, SubOp::create(b, loc, lse, shift));
-  Value w2 = ExpOp::create(b, loc, SubOp::create(b, loc, next.getLse(), shift));
+  Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), most);
+  auto weight = [&](Value max, Value sum) {
+    return MulOp::create(
+        b, loc, ExpOp::create(b, loc, SubOp::create(b, loc, max, shift)), sum);
+  };
+  Value w1 = weight(rowMax, rowSum);
+  Value w2 = weight(next.getRowMax(), next.getRowSum());
   Value total = AddOp::create(b, loc, w1, w2);
   Value empty = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, total,
                                   scalar(0));
-  Value safe = WhereOp::create(b, loc, lseType, empty, scalar(1), total);
+  Value safe = WhereOp::create(b, loc, statsType, empty, scalar(1), total);
   Value sum =
       AddOp::create(b, loc, MulOp::create(b, loc, out, asColumn(w1)),
                     MulOp::create(b, loc, next.getResult(), asColumn(w2)));
   out = DivOp::create(b, loc, sum, asColumn(safe));
-  lse = AddOp::create(b, loc, shift, LogOp::create(b, loc, total));
+  rowMax = most;
+  rowSum = total;
 }

@@ -227,7 +227,7 @@ ShardingRule MatmulOp::getShardingRule() {
 /// their query groups, the query sequence and the value features are
 /// parallel; the key/value sequence merges by online softmax; the head size
 /// is contracted inside the softmax. Positions follow their sequence, and
-/// the partial op's log-sum-exp is indexed like the output's rows.
+/// the partial op's row maxima and sums are indexed like the output's rows.
 template <typename OpTy> ShardingRule attentionRule(OpTy op) {
   ShardingRule rule = ShardingRule::forOp(op);
   ArrayRef<int64_t> q = op.getQuery().getType().getShape();
@@ -241,15 +241,17 @@ template <typename OpTy> ShardingRule attentionRule(OpTy op) {
     mask = operand(3);
     maskShape = shapeOf(op.getMask());
   }
-  // The partial op's extra tensors: positions after the mask, and lse.
-  std::optional<TensorRef> qpos, kpos, lse;
+  // The partial op's extra tensors: positions after the mask, and the row
+  // statistics.
+  std::optional<TensorRef> qpos, kpos, rowMax, rowSum;
   if constexpr (std::is_same_v<OpTy, AttentionPartialOp>) {
     unsigned next = op.getMask() ? 4 : 3;
     if (op.getQueryPositions()) {
       qpos = operand(next);
       kpos = operand(next + 1);
     }
-    lse = result(1);
+    rowMax = result(1);
+    rowSum = result(2);
   }
   // The mask broadcasts to [b, hq, sq, skv]: dimension `d` of the scores is
   // the mask's `d - (4 - rank)` when that one is not broadcast.
@@ -274,11 +276,13 @@ template <typename OpTy> ShardingRule attentionRule(OpTy op) {
       dims.push_back({*extra, dim});
     return dims;
   };
+  auto withStats = [&](SmallVector<DimRef> dims, unsigned dim) {
+    return withPartial(withPartial(std::move(dims), rowMax, dim), rowSum, dim);
+  };
   rule.addShared(
       q[0], FactorKind::Parallel,
-      withPartial(
-          withMask({{query, 0}, {key, 0}, {value, 0}, {out, 0}}, 0, q[0]), lse,
-          0));
+      withStats(withMask({{query, 0}, {key, 0}, {value, 0}, {out, 0}}, 0, q[0]),
+                0));
   // Query heads are [kv head, group]: a split of the kv heads splits the
   // query heads that read them, so grouped-query attention shards by kv head.
   int64_t hkv = k[1], group = q[1] / k[1];
@@ -294,16 +298,16 @@ template <typename OpTy> ShardingRule attentionRule(OpTy op) {
       continue;
     rule.append(query, 1, *f);
     rule.append(out, 1, *f);
-    if (lse)
-      rule.append(*lse, 1, *f);
+    for (std::optional<TensorRef> stats : {rowMax, rowSum})
+      if (stats)
+        rule.append(*stats, 1, *f);
     if (maskHeads)
       rule.append(maskHeads->first, maskHeads->second, *f);
   }
   rule.addShared(
       q[2], FactorKind::Parallel,
-      withPartial(
-          withPartial(withMask({{query, 2}, {out, 2}}, 2, q[2]), lse, 2), qpos,
-          0));
+      withPartial(withStats(withMask({{query, 2}, {out, 2}}, 2, q[2]), 2), qpos,
+                  0));
   rule.addShared(
       k[2], FactorKind::KeyValueSequence,
       withPartial(withMask({{key, 2}, {value, 2}}, 3, k[2]), kpos, 0));

@@ -514,15 +514,23 @@ def NN_AttentionOp
 
 def NN_AttentionPartialOp : NN_Op<"attention_partial",
                                   [AttrSizedOperandSegments]> {
-  let summary = "attention over one block of keys, with its log-sum-exp";
+  let summary = "attention over one block of keys, with its softmax statistics";
   let description = [{
     The attention of `q` over one block of keys and values, as ring
     attention computes it: the result is `softmax(q k^T * scale + mask) v`
-    normalized within the block, and `lse[b, h, i]` is the log of the sum
-    of `exp` of row `i`'s scores over the block. Blocks combine exactly:
-    with `m = max(lse1, lse2)`, `w = exp(lse - m)`, the output over both is
-    `(o1 w1 + o2 w2) / (w1 + w2)` and its log-sum-exp `m + log(w1 + w2)`.
-    A row that sees no key gets zeros and `lse = -inf`.
+    normalized within the block, `row_max[b, h, i]` the largest of row
+    `i`'s scores over the block and `row_sum[b, h, i]` the sum of
+    `exp(score - row_max)` over them. Blocks combine exactly: with
+    `m = max(m1, m2)` and `w = exp(row_max - m) * row_sum`, the output over
+    both is `(o1 w1 + o2 w2) / (w1 + w2)`, its maximum `m` and its sum
+    `w1 + w2`. A row that sees no key gets zeros, `row_max = -inf` and
+    `row_sum = 0`.
+
+    The maximum and the sum are kept apart, not as one log-sum-exp
+    `max + log(sum)`: an additive mask of -10000 or of the float minimum
+    gives a fully masked row scores of that size, where a float's spacing
+    (2^-10 at 10^4, 2^104 at 3.4e38) would round the log of the sum away,
+    and with it the weight of the block.
 
     Shapes, grouped heads, `scale` and `mask` are as for `nn.attention`.
     With `positions(%qpos, %kpos)` (the global positions of the query rows
@@ -531,7 +539,7 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
     on any order of the sequence.
 
     ```mlir
-    %o, %lse = nn.attention_partial %q, %k, %v positions(%qp, %kp) : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+    %o, %max, %sum = nn.attention_partial %q, %k, %v positions(%qp, %kp) : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>)
     ```
 
     **Constraints**
@@ -552,14 +560,16 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
     10. `attention_partial_c10`: `scale`, when given, is positive.
     11. `attention_partial_c11`: the positions are `i64` vectors of lengths
         `sq` and `skv`.
-    12. `attention_partial_c12`: `lse` is `[b, hq, sq]` of `f32`.
+    12. `attention_partial_c12`: `row_max` and `row_sum` are `[b, hq, sq]`
+        of `f32`.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
                        Optional<NN_IndexTensor>:$query_positions,
                        Optional<NN_IndexTensor>:$key_positions,
                        OptionalAttr<F32Attr>:$scale);
-  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$lse);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$row_max,
+                      NN_FloatTensor:$row_sum);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)?
     (`positions` `(` $query_positions^ `,` $key_positions `)`)? attr-dict `:`
