@@ -17,9 +17,9 @@
 // type, last; the signature stays f32.
 // BF16-LABEL: func.func @block
 // BF16-SAME: (%[[X:.*]]: tensor<2x8x16xf32>, %[[W:.*]]: tensor<16x16xf32>, %[[B:.*]]: tensor<16xf32>) -> tensor<2x8x16xf32>
-// BF16-DAG: %[[XB:.*]] = nn.cast %[[X]] : tensor<2x8x16xf32> -> tensor<2x8x16xbf16>
-// BF16-DAG: %[[WB:.*]] = nn.cast %[[W]] : tensor<16x16xf32> -> tensor<16x16xbf16>
-// BF16-DAG: %[[BB:.*]] = nn.cast %[[B]] : tensor<16xf32> -> tensor<16xbf16>
+// BF16-DAG: %[[XB:.*]] = nn.cast %[[X]] {saturate} : tensor<2x8x16xf32> -> tensor<2x8x16xbf16>
+// BF16-DAG: %[[WB:.*]] = nn.cast %[[W]] {saturate} : tensor<16x16xf32> -> tensor<16x16xbf16>
+// BF16-DAG: %[[BB:.*]] = nn.cast %[[B]] {saturate} : tensor<16xf32> -> tensor<16xbf16>
 // BF16: %[[MM:.*]] = nn.matmul %[[XB]], %[[WB]] bias %[[BB]] : {{.*}} -> tensor<2x8x16xbf16>
 // BF16: %[[ACT:.*]] = nn.silu %[[MM]] : tensor<2x8x16xbf16>
 // BF16: %[[R:.*]] = nn.cast %[[ACT]] : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>

@@ -165,6 +165,12 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 __device__ __forceinline__ float fmin_nan(float a, float b) {
   return (a < b || a != a) ? a : b;
 }
+// A saturating cast's clamp: finite values beyond `largest` become it,
+// with their sign; infinities and NaN stay.
+__device__ __forceinline__ float saturate(float x, float largest) {
+  const float ax = fabsf(x);
+  return (ax > largest && ax <= 3.402823466e38f) ? copysignf(largest, x) : x;
+}
 
 __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));

@@ -412,6 +412,8 @@ private:
   llvm::Expected<DType> castTarget(llvm::ArrayRef<ChainStep> steps, size_t at);
   llvm::Expected<std::string> stepString(const ChainStep &step,
                                          llvm::StringRef name) const;
+  llvm::Expected<bool> stepBool(const ChainStep &step,
+                                llvm::StringRef name) const;
 
   const KernelContext &ctx;
   const BufferView &result;
@@ -433,6 +435,19 @@ ChainEmitter::stepString(const ChainStep &step, llvm::StringRef name) const {
     return ctx.error("step '" + step.op + "': attribute '" + name +
                      "' is not a string");
   return it->second.s();
+}
+
+llvm::Expected<bool> ChainEmitter::stepBool(const ChainStep &step,
+                                            llvm::StringRef name) const {
+  if (!step.attributes)
+    return false;
+  auto it = step.attributes->find(name.str());
+  if (it == step.attributes->end())
+    return false;
+  if (it->second.value_case() != program::Attribute::kB)
+    return ctx.error("step '" + step.op + "': attribute '" + name +
+                     "' is not a bool");
+  return it->second.b();
 }
 
 llvm::Error ChainEmitter::needOperand(const ChainStep &step, DType current) {
@@ -560,6 +575,17 @@ llvm::Error ChainEmitter::emit(llvm::ArrayRef<ChainStep> steps, DType start) {
         line("n = pt::f2i(f);");
       else if (!fl && isFloat(outType))
         line("f = (float)n;");
+      auto saturate = stepBool(step, "saturate");
+      if (!saturate)
+        return saturate.takeError();
+      if (*saturate && (!fl || !isFloat(outType)))
+        return ctx.error("a saturating cast converts a float to a float, not " +
+                         dtypeName(current) + " to " + dtypeName(outType));
+      // Finite values beyond the target's range keep their sign at its
+      // largest value; infinities and NaN stay (the host's saturateLoop).
+      if (*saturate && outType != program::F32)
+        line(std::string("f = pt::saturate(f, ") +
+             (outType == program::F16 ? "65504.0f" : "3.38953139e38f") + ");");
     } else if (op == "where") {
       // The where kernel's own step: the value holds on_true.
       if (!step.operand || step.operand->dtype != program::BOOL)

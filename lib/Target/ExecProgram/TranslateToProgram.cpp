@@ -111,6 +111,10 @@ void setAttributes(Operation *op,
         m["direction"] =
             stringAttr(nn::stringifyCompareDirection(o.getDirection()));
       })
+      .Case([&](nn::CastOp o) {
+        if (o.getSaturate())
+          m["saturate"] = boolAttr(true);
+      })
       .Case([&](nn::GeluOp o) {
         m["approximation"] =
             stringAttr(nn::stringifyGeluApproximation(o.getApproximation()));

@@ -26,6 +26,8 @@
 #include "KernelSupport.h"
 #include "MathApprox.h"
 
+#include <cmath>
+#include <limits>
 #include <type_traits>
 #include <unordered_map>
 
@@ -202,6 +204,28 @@ template <UnaryOp Op> inline int64_t unaryInt(int64_t x) {
     return wrapMul(x, x);
   else
     return wrapMul(wrapMul(x, x), x);
+}
+
+/// The largest finite value of a float type, as a float.
+inline float largestFinite(DType type) {
+  switch (type) {
+  case program::F16:
+    return 65504.0f;
+  case program::BF16:
+    return 3.38953139e38f; // 0x7f7f.
+  default:
+    return std::numeric_limits<float>::max();
+  }
+}
+
+/// A saturating cast's clamp before the rounding: finite values beyond
+/// `largest` become it, with their sign; infinities and NaN stay.
+PARTITA_HOT void saturateLoop(float *f, int64_t n, float largest) {
+  for (int64_t k = 0; k < n; ++k) {
+    float x = f[k];
+    bool finite = std::fabs(x) <= std::numeric_limits<float>::max();
+    f[k] = finite && std::fabs(x) > largest ? std::copysign(largest, x) : x;
+  }
 }
 
 /// Float to integer: toward zero, saturating (NaN gives 0) rather than the
@@ -500,6 +524,8 @@ struct Step {
   const Tensor *onFalse = nullptr; // Select only.
   BroadcastMap onFalseMap;
   bool operandFirst = false;
+  /// Cast only: float to a narrower float keeps finite values finite.
+  bool saturate = false;
   DType outType = program::DTYPE_UNSPECIFIED;
 };
 
@@ -687,6 +713,10 @@ Status buildChain(const KernelContext &ctx, DType startType,
       step.kind = StepKind::Cast;
       PARTITA_RETURN_IF_ERROR(
           castTarget(ctx, specs, index, dest.dtype, step.outType));
+      PARTITA_RETURN_IF_ERROR(attrs.getBool("saturate", step.saturate, false));
+      if (step.saturate && (!isFloat || !isFloatDType(step.outType)))
+        return ctx.error("a saturating cast converts a float to a float, not " +
+                         dtypeName(current) + " to " + dtypeName(step.outType));
     } else if (name == "where" && spec.onFalse) {
       // Only the `where` kernel itself: the chain starts from on_true.
       if (!spec.operand || spec.operand->dtype != program::BOOL)
@@ -767,6 +797,8 @@ void runChunk(const Tensor &source, const BroadcastMap &sourceMap,
         floatToIntLoop(f, n, i);
       else if (!isFloat && isFloatDType(step.outType))
         intToFloatLoop(i, n, f);
+      else if (step.saturate)
+        saturateLoop(f, n, largestFinite(step.outType));
       isFloat = isFloatDType(step.outType);
       break;
     case StepKind::Select:

@@ -474,6 +474,47 @@ TEST(ElementwiseTest, CastSaturatesOutOfRangeFloats) {
   EXPECT_EQ(b.values(), (std::vector<double>{1, 1, 1, 1}));
 }
 
+/// Float to a narrower float: an infinity beyond the range, as ONNX's Cast
+/// does, or with `saturate` (partita-convert-float's entry casts) the
+/// largest finite value of its sign; infinities and NaN stay.
+TEST(ElementwiseTest, SaturatingFloatCasts) {
+  Buffer x(program::F32, {6});
+  x.setValues({1e20, -7e4, 65519.0, INFINITY, NAN, -3.4e38});
+  for (bool saturate : {false, true}) {
+    Buffer h(program::F16, {6}), b(program::BF16, {6});
+    ASSERT_TRUE(KernelBuilder("cast")
+                    .operand(x)
+                    .result(h)
+                    .attr("saturate", saturate)
+                    .run(testPool()));
+    ASSERT_TRUE(KernelBuilder("cast")
+                    .operand(x)
+                    .result(b)
+                    .attr("saturate", saturate)
+                    .run(testPool()));
+    double big = saturate ? 65504.0 : INFINITY;
+    EXPECT_EQ(h.get(0), big);
+    EXPECT_EQ(h.get(1), -big);
+    EXPECT_EQ(h.get(2), 65504.0); // Rounds down: below the halfway point.
+    EXPECT_EQ(h.get(3), INFINITY);
+    EXPECT_TRUE(std::isnan(h.get(4)));
+    EXPECT_EQ(h.get(5), -big);
+    // bf16 holds 1e20; f32's lowest rounds past bf16's lowest.
+    EXPECT_EQ(b.get(5), saturate ? -3.3895313892515355e38 : -INFINITY);
+    EXPECT_EQ(b.get(3), INFINITY);
+  }
+  Buffer i(program::I64, {6}), h(program::F16, {6});
+  Status refused = KernelBuilder("cast")
+                       .operand(i)
+                       .result(h)
+                       .attr("saturate", true)
+                       .run(testPool());
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.message().find("converts a float to a float"),
+            std::string::npos)
+      << refused.message();
+}
+
 TEST(ElementwiseTest, LargeTensorsSplitAcrossThreads) {
   std::mt19937 rng(12);
   Buffer a = randomBuffer(rng, program::F32, {3, 100003});

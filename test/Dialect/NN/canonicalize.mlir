@@ -78,6 +78,22 @@ func.func @compare_where_cast(%x: tensor<4xf32>, %y: tensor<4xf32>)
 
 // -----
 
+// Float to a narrower float rounds to nearest; a finite value beyond the
+// range becomes an infinity, or with `saturate` the largest finite value of
+// its sign. Infinities stay either way.
+// CHECK-LABEL: func.func @cast_saturate
+// CHECK-DAG: %[[PLAIN:.*]] = nn.constant dense<[0x7C00, 0xFC00, 1.000000e+00, 0x7C00]> : tensor<4xf16>
+// CHECK-DAG: %[[SAT:.*]] = nn.constant dense<[6.550400e+04, -6.550400e+04, 1.000000e+00, 0x7C00]> : tensor<4xf16>
+// CHECK: return %[[PLAIN]], %[[SAT]]
+func.func @cast_saturate() -> (tensor<4xf16>, tensor<4xf16>) {
+  %x = nn.constant dense<[1.0e20, -7.0e4, 1.0, 0x7F800000]> : tensor<4xf32>
+  %plain = nn.cast %x : tensor<4xf32> -> tensor<4xf16>
+  %sat = nn.cast %x {saturate} : tensor<4xf32> -> tensor<4xf16>
+  return %plain, %sat : tensor<4xf16>, tensor<4xf16>
+}
+
+// -----
+
 // A uniform condition that picks a splat needing broadcast folds to the
 // splat of the result type (the other side need not be constant).
 // CHECK-LABEL: func.func @where_splat_broadcast

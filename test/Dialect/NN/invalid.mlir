@@ -327,6 +327,15 @@ func.func @cast_c1(%a: tensor<2x3xi64>) {
 
 // -----
 
+// cast_c2
+func.func @cast_c2(%a: tensor<2x3xi64>) {
+  // expected-error @+1 {{cast_c2: saturate converts a float to a float, not 'i64' to 'f16'}}
+  %0 = nn.cast %a {saturate} : tensor<2x3xi64> -> tensor<2x3xf16>
+  return
+}
+
+// -----
+
 // reduce_c1
 func.func @reduce_c1(%a: tensor<2x3xf32>) {
   // expected-error @+1 {{reduce_c1: axis 2 is out of range [0, 2)}}

@@ -219,6 +219,24 @@ TEST(CudaCodeGen, CompareWhereCast) {
   EXPECT_NE(src.find("n = pt::f2i(f);"), std::string::npos);
 }
 
+TEST(CudaCodeGen, SaturatingCast) {
+  Builder b;
+  int x = b.buffer(program::F32, {8});
+  int h = b.buffer(program::F16, {8});
+  int bf = b.buffer(program::BF16, {8});
+  int f = b.buffer(program::F32, {8});
+  setBool(b.kernel("cast", {x}, {h}), "saturate", true);
+  setBool(b.kernel("cast", {x}, {bf}), "saturate", true);
+  b.kernel("cast", {h}, {f});
+  std::string src = generate(b.prog);
+  EXPECT_NE(src.find("f = pt::saturate(f, 65504.0f);"), std::string::npos);
+  EXPECT_NE(src.find("f = pt::saturate(f, 3.38953139e38f);"),
+            std::string::npos);
+  // Only the casts marked saturate.
+  EXPECT_EQ(src.find("saturate(", src.find("partita_cast_2(")),
+            std::string::npos);
+}
+
 TEST(CudaCodeGen, IdenticalKernelsShareAFunction) {
   Builder b;
   int w = b.buffer(program::F32, {64}, program::Buffer::WEIGHT);

@@ -364,9 +364,12 @@ OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
             return {};
           return IntegerAttr::get(to, result);
         }
-        bool losesInfo;
-        value.convert(cast<FloatType>(to).getFloatSemantics(),
-                      APFloat::rmNearestTiesToEven, &losesInfo);
+        bool losesInfo, finite = value.isFinite();
+        const llvm::fltSemantics &semantics =
+            cast<FloatType>(to).getFloatSemantics();
+        value.convert(semantics, APFloat::rmNearestTiesToEven, &losesInfo);
+        if (getSaturate() && finite && value.isInfinity())
+          value = APFloat::getLargest(semantics, value.isNegative());
         return FloatAttr::get(to, value);
       });
 }

@@ -204,6 +204,13 @@ LogicalResult CastOp::verify() {
                          << shapeString(getType().getShape())
                          << " differs from input shape "
                          << shapeString(getInput().getType().getShape());
+  if (getSaturate() &&
+      (!isa<FloatType>(getInput().getType().getElementType()) ||
+       !isa<FloatType>(getType().getElementType())))
+    return emitOpError() << "cast_c2: saturate converts a float to a float, "
+                            "not "
+                         << getInput().getType().getElementType() << " to "
+                         << getType().getElementType();
   return success();
 }
 

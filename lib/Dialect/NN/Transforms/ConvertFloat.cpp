@@ -152,12 +152,17 @@ struct ConvertFloatPass
         resultTypes[i] = convert(resultTypes[i]);
     func.setType(
         FunctionType::get(func.getContext(), argumentTypes, resultTypes));
+    // The entry casts saturate, as constants round (roundTo): an input
+    // beyond 16 bits' range (a float mask of f32's lowest, a past value of
+    // 1e20 in fp16) becomes the largest finite value of its sign, not an
+    // infinity that would turn its row to NaN.
     OpBuilder b = OpBuilder::atBlockBegin(&entry);
     for (BlockArgument argument : entry.getArguments()) {
       Type type = convert(argument.getType());
       if (type == argument.getType())
         continue;
       auto cast = nn::CastOp::create(b, argument.getLoc(), type, argument);
+      cast.setSaturate(true);
       argument.replaceAllUsesExcept(cast, cast);
     }
     func.walk([&](func::ReturnOp ret) {

@@ -3,12 +3,12 @@
 // RUN: not partita-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(partita-convert-float{to=f8}))' 2>&1 | FileCheck %s --check-prefix=BAD
 
 // f32 tensors become bf16 inside; the signature stays f32, with a cast on
-// entry and one before the return. Constants are rounded to nearest, ties to
-// even: 1 + 2^-8 is halfway between two bf16 values and rounds to 1, while
-// fp16 keeps it exactly.
+// entry (saturating, as constants round) and one before the return.
+// Constants are rounded to nearest, ties to even: 1 + 2^-8 is halfway
+// between two bf16 values and rounds to 1, while fp16 keeps it exactly.
 // CHECK-LABEL: func.func @matmul
 // CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32>) -> tensor<2x4xf32>
-// CHECK: %[[C:.*]] = nn.cast %[[X]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+// CHECK: %[[C:.*]] = nn.cast %[[X]] {saturate} : tensor<2x4xf32> -> tensor<2x4xbf16>
 // CHECK: %[[W:.*]] = nn.constant dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]> : tensor<4xbf16>
 // CHECK: %[[Y:.*]] = nn.mul %[[C]], %[[W]] : (tensor<2x4xbf16>, tensor<4xbf16>) -> tensor<2x4xbf16>
 // CHECK: %[[R:.*]] = nn.cast %[[Y]] : tensor<2x4xbf16> -> tensor<2x4xf32>
@@ -76,7 +76,7 @@ func.func @mixed(%ids: tensor<2x3xi64>) -> (tensor<2x3x2xf32>, tensor<2x3xi1>) {
 // them; a sin/cos of an f32 argument is converted with the rest.
 // CHECK-LABEL: func.func @angles
 // CHECK-SAME: (%[[POS:.*]]: tensor<8x1xi64>, %[[X:.*]]: tensor<8x4xf32>)
-// CHECK: %[[XC:.*]] = nn.cast %[[X]] : tensor<8x4xf32> -> tensor<8x4xbf16>
+// CHECK: %[[XC:.*]] = nn.cast %[[X]] {saturate} : tensor<8x4xf32> -> tensor<8x4xbf16>
 // CHECK: %[[P:.*]] = nn.cast %[[POS]] : tensor<8x1xi64> -> tensor<8x1xf32>
 // CHECK: %[[F:.*]] = nn.constant dense<{{.*}}> : tensor<4xf32>
 // CHECK: %[[A:.*]] = nn.mul %[[P]], %[[F]] : (tensor<8x1xf32>, tensor<4xf32>) -> tensor<8x4xf32>

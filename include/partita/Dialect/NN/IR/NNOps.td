@@ -257,17 +257,23 @@ def NN_CastOp : NN_Op<"cast", [NN_Elementwise]> {
   let summary = "elementwise element-type conversion";
   let description = [{
     Converts each element to the result element type. Float to integer
-    rounds toward zero; to `i1` yields `x != 0`.
+    rounds toward zero; to `i1` yields `x != 0`. Float to float rounds to
+    nearest, ties to even; a finite value beyond the result's range becomes
+    an infinity, as ONNX's Cast does, or with `saturate` the largest finite
+    value of its sign (infinities and NaN stay). partita-convert-float casts
+    a model's f32 inputs to 16 bits with `saturate`, as it rounds constants.
 
     ```mlir
     %r = nn.cast %mask : tensor<2x8xi64> -> tensor<2x8xf32>
+    %h = nn.cast %x {saturate} : tensor<2x8xf32> -> tensor<2x8xf16>
     ```
 
     **Constraints**
 
     1. `cast_c1`: the result has the shape of the input.
+    2. `cast_c2`: `saturate` converts a float to a float.
   }];
-  let arguments = (ins NN_Tensor:$input);
+  let arguments = (ins NN_Tensor:$input, UnitAttr:$saturate);
   let results = (outs NN_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
