@@ -525,6 +525,29 @@ def test_python_generate_and_step_api(tmp_path):
     np.testing.assert_array_equal(again, tokens)
 
 
+@pytest.mark.parametrize("mesh", [None, {"tp": 2}])
+def test_generation_takes_the_ids_a_plain_run_takes(mesh):
+    """One rule for token ids, a plain run's (the embedding Gather's, as
+    onnxruntime applies it): -vocab to vocab - 1, negative ids counting
+    from the end, in a prompt and in a step; int32 ids are cast as for
+    `run`. --generate refused -1 and int32 (issue 34)."""
+    import partita
+    artifact = partita.compile(HF / "gpt2_kv.optimum.onnx", mesh,
+                               bind={"batch_size": 2,
+                                     "sequence_length": PROMPT},
+                               max_seq=MAX_SEQ)
+    ids, mask = prompt()
+    ids = ids.copy()
+    ids[0, -1], ids[1, -2] = -1, -128
+    want, _ = ort_greedy(HF / "gpt2_kv.optimum.onnx", ids, mask, 4)
+    tokens = artifact.generate(ids.astype(np.int32), 4, attention_mask=mask)
+    np.testing.assert_array_equal(tokens, want)
+    artifact.prefill(ids, attention_mask=mask)
+    artifact.step(np.array([-1, 5]))
+    with pytest.raises(partita.RunError, match="token id 128"):
+        artifact.step(np.array([128, 5]))
+
+
 def test_python_serving_errors(tmp_path):
     import partita
     artifact = partita.compile(HF / "gpt2_kv.optimum.onnx",
@@ -544,8 +567,8 @@ def test_python_serving_errors(tmp_path):
     with pytest.raises(partita.RunError, match="outside the vocabulary"):
         artifact.generate(np.full((2, 4), 128, np.int64), 2)
     artifact.prefill(ids, attention_mask=mask)
-    with pytest.raises(partita.RunError, match="token id -1"):
-        artifact.step(np.array([1, -1]))
+    with pytest.raises(partita.RunError, match="token id -129"):
+        artifact.step(np.array([1, -129]))
     for _ in range(16 - PROMPT):
         artifact.step(np.array([1, 2]))
     with pytest.raises(partita.RunError, match="cache"):

@@ -204,17 +204,20 @@ int64_t Generation::position() const { return impl->filled; }
 
 int64_t Generation::remaining() const { return impl->maxSeq - impl->filled; }
 
-/// Refuses a token id outside the vocabulary of the logits: one rank's
-/// embedding would refuse it and a vocabulary split over tp would look it
-/// up as zeros, so every mesh refuses it here alike.
+/// Refuses a token id outside the vocabulary of the logits, before any
+/// rank runs, so that every mesh refuses it alike. The rule is a plain
+/// run's (the model's embedding Gather): ids from -vocab to vocab - 1, a
+/// negative one counting from the end of the table.
 static Status checkTokenIds(const Tensor &ids, int64_t vocab,
                             const std::string &what) {
   const int64_t *values = ids.as<int64_t>();
   for (int64_t i = 0, n = ids.numElements(); i < n; ++i)
-    if (values[i] < 0 || values[i] >= vocab)
+    if (values[i] < -vocab || values[i] >= vocab)
       return Status::error(
           what + " holds token id " + std::to_string(values[i]) +
-          ", outside the vocabulary of " + std::to_string(vocab));
+          ", outside the vocabulary of " + std::to_string(vocab) + " (ids -" +
+          std::to_string(vocab) + " to " + std::to_string(vocab - 1) +
+          ", negative ones counting from the end)");
   return Status::ok();
 }
 
