@@ -5,6 +5,11 @@ Targets:
   structured  mutated models (fuzz/mutate.py) through `partita-compile
               --emit nn`; a sample also through `-o ART` with --mesh tp=2
               and --mesh dp=2, then partita-run on onnxruntime's inputs;
+  options     partita-compile option combinations, cluster files and JSON
+              text, deep nesting and device counts;
+  api         the Python and C APIs (fuzz/api.py) with arguments of the
+              wrong type, out of range, past int64, NaN, NULL, each case in
+              a process of its own;
   runtime     compiled artifacts with tampered programs, manifests and
               safetensors (the files re-hashed), and hostile inputs, through
               partita-run --timeout;
@@ -1790,6 +1795,68 @@ class Options:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+class Api:
+    """The Python and C APIs called with hostile arguments (fuzz/api.py):
+    each case runs in a process of its own, so that a crash is seen as one,
+    on a plain and a serving GPT-2 compiled once."""
+
+    def __init__(self, tools, findings, work, seed, timeout=60.0):
+        self.tools, self.findings = tools, findings
+        self.work, self.seed, self.timeout = work / "api", seed, timeout
+
+    def prepare(self):
+        self.work.mkdir(parents=True, exist_ok=True)
+        models = ROOT / "test" / "models"
+        shutil.copyfile(models / "gpt2.onnx", self.work / "gpt2.onnx")
+        shutil.copyfile(models / "hf" / "gpt2_kv.optimum.onnx",
+                        self.work / "gpt2_kv.onnx")
+        for cmd in (["partita-compile", "gpt2.onnx", "-o", "plain"],
+                    ["partita-compile", "gpt2_kv.onnx", "--bind",
+                     "batch_size=2,sequence_length=8", "--max-seq", "16",
+                     "-o", "serving"]):
+            subprocess.run(self.tools.resolve(cmd), cwd=self.work, check=True,
+                           capture_output=True)
+
+    def run_case(self, index):
+        cmd = [sys.executable, str(FUZZ / "api.py"), "--seed", self.seed,
+               "--index", str(index), "--work", str(self.work), "--build",
+               str(self.tools.build)]
+        res = run_tool(cmd, self.timeout)
+        lines = [json.loads(line) for line in res.out.splitlines()
+                 if line.startswith("{")]
+        done = [line for line in lines if "outcome" in line]
+        last = lines[-1]["call"] if lines else "(before the first call)"
+        verdicts = []
+        if res.timed_out:
+            verdicts.append(("hang", last, "past the timeout"))
+        elif res.rc < 0 or res.rc >= 128 or CRASH_TEXT.search(res.err):
+            verdicts.append(("crash", last, f"exit {res.rc}"))
+        elif res.rc != 0:
+            verdicts.append(("crash", last, f"the case itself failed "
+                             f"(exit {res.rc}): {res.err[-300:]}"))
+        for line in done:
+            message, call = line["message"], line["call"]
+            if line["outcome"] == "unexpected":
+                verdicts.append(("empty-diagnostic", call,
+                                 f"{line['type']}: {message}"))
+            elif line["outcome"] == "error" and (
+                    not message.strip() or
+                    "incompatible function arguments" in message):
+                verdicts.append(("empty-diagnostic", call,
+                                 f"{line['type']}: {message!r}"))
+            elif line["outcome"] == "ok" and line["invalid"]:
+                verdicts.append(("accepted-invalid", call, "accepted"))
+        for cls, call, detail in verdicts:
+            signature = f"api {re.sub(r'[(=].*', '', call)}"
+            record = {"detail": f"{call}: {detail}",
+                      "command": shlex.join(cmd), "returncode": res.rc,
+                      "stderr": res.err[-2000:], "target": "api",
+                      "case": [self.seed, index], "digest": hashlib.sha256(
+                          f"{self.seed}:{index}:{call}".encode()
+                      ).hexdigest()[:10]}
+            self.findings.add(cls, signature, record, lambda path: None)
+
+
 def fuzz_build_dir():
     return pathlib.Path(os.environ.get("PARTITA_FUZZ_BUILD_DIR",
                                        ROOT / "build-fuzz"))
@@ -1940,7 +2007,7 @@ def _run_target(target, count, deadline, jobs, findings, label, start):
 
 def campaign(build, targets, findings_dir, seed="0", cases=300,
              runtime_cases=80, seconds=0, jobs=2, minimize=0,
-             option_cases=100):
+             option_cases=100, api_cases=60):
     """Runs the campaign; returns (Findings, seconds)."""
     tools = Tools(build)
     findings = Findings(findings_dir)
@@ -1971,6 +2038,11 @@ def campaign(build, targets, findings_dir, seed="0", cases=300,
             o = Options(tools, findings, work, seed)
             _run_target(o, option_cases, time.monotonic() + share if seconds
                         else None, jobs, findings, "options", start)
+        if "api" in targets:
+            a = Api(tools, findings, work, seed)
+            a.prepare()
+            _run_target(a, api_cases, time.monotonic() + share if seconds
+                        else None, jobs, findings, "api", start)
         if "runtime" in targets:
             r = Runtime(tools, findings, work, seed)
             r.prepare()
@@ -1985,8 +2057,8 @@ def campaign(build, targets, findings_dir, seed="0", cases=300,
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="all",
-                   choices=["importer", "structured", "options", "runtime",
-                            "all"])
+                   choices=["importer", "structured", "options", "api",
+                            "runtime", "all"])
     p.add_argument("--seconds", type=float, default=0,
                    help="run this long, split between the targets "
                         "(0: the fixed case counts)")
@@ -1995,6 +2067,7 @@ def main(argv=None):
                    help="structured cases (without --seconds)")
     p.add_argument("--runtime-cases", type=int, default=80)
     p.add_argument("--option-cases", type=int, default=100)
+    p.add_argument("--api-cases", type=int, default=60)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--minimize", type=int, default=0, metavar="N",
                    help="minimize each written model finding with up to N "
@@ -2023,12 +2096,13 @@ def main(argv=None):
             close_workers()
         return 1 if bad else 0
     findings_dir = args.findings or tempfile.mkdtemp(prefix="partita-findings-")
-    targets = (["importer", "structured", "options", "runtime"]
+    targets = (["importer", "structured", "options", "api", "runtime"]
                if args.target == "all" else [args.target])
     findings, seconds = campaign(args.build, targets, findings_dir,
                                  seed=args.seed, cases=args.cases,
                                  runtime_cases=args.runtime_cases,
                                  option_cases=args.option_cases,
+                                 api_cases=args.api_cases,
                                  seconds=args.seconds, jobs=args.jobs,
                                  minimize=args.minimize)
     print(findings.summary())

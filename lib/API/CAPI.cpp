@@ -11,6 +11,7 @@
 
 #include "partita-c/partita.h"
 
+#include "partita/Analysis/Cluster.h"
 #include "partita/Partita.h"
 
 #include <memory>
@@ -103,6 +104,27 @@ partita_status *setByName(const char *function,
   std::string error;
   if (!partita::setOption(options, name, text, error))
     return makeError(std::string(function) + ": " + error);
+  return nullptr;
+}
+
+/// Applies `change` to a copy of the options and keeps it only where the
+/// declaration of option `name` accepts the result, as the command line
+/// checks the value it parses: the typed setters refuse at once what a
+/// compile would refuse later, each with the flag's message.
+template <typename Change>
+partita_status *setChecked(const char *function,
+                           partita::CompileOptions &options, const char *name,
+                           Change change) {
+  partita::CompileOptions updated = options;
+  change(updated);
+  std::string error;
+  for (const partita::OptionInfo &info : partita::compilerOptionTable())
+    if (std::string_view(info.name) == name && !info.check(updated, error))
+      return makeError(std::string(function) + ": " + error);
+  if (std::string_view(name) == "mesh" && !updated.mesh.check(error))
+    return makeError(std::string(function) + ": --mesh " + updated.mesh.str() +
+                     ": " + error);
+  options = std::move(updated);
   return nullptr;
 }
 
@@ -268,8 +290,10 @@ partita_compile_options_add_mesh_axis(partita_compile_options *options,
                                       const char *name, int64_t size) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(name);
-  options->options.mesh.axes.push_back({name, size, ""});
-  return nullptr;
+  return setChecked(__func__, options->options, "mesh",
+                    [&](partita::CompileOptions &o) {
+                      o.mesh.axes.push_back({name, size, ""});
+                    });
 }
 
 partita_status *partita_compile_options_add_mesh_axis_with_role(
@@ -278,8 +302,10 @@ partita_status *partita_compile_options_add_mesh_axis_with_role(
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(name);
   PARTITA_CHECK_ARG(role);
-  options->options.mesh.axes.push_back({name, size, role});
-  return nullptr;
+  return setChecked(__func__, options->options, "mesh",
+                    [&](partita::CompileOptions &o) {
+                      o.mesh.axes.push_back({name, size, role});
+                    });
 }
 
 partita_status *
@@ -302,8 +328,8 @@ partita_compile_options_set_bind(partita_compile_options *options,
                                  const char *name, int64_t value) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(name);
-  options->options.bind[name] = value;
-  return nullptr;
+  return setChecked(__func__, options->options, "bind",
+                    [&](partita::CompileOptions &o) { o.bind[name] = value; });
 }
 
 partita_status *
@@ -328,16 +354,18 @@ partita_status *
 partita_compile_options_set_microbatches(partita_compile_options *options,
                                          int64_t microbatches) {
   PARTITA_CHECK_ARG(options);
-  options->options.microbatches = microbatches;
-  return nullptr;
+  return setChecked(
+      __func__, options->options, "microbatches",
+      [&](partita::CompileOptions &o) { o.microbatches = microbatches; });
 }
 
 partita_status *
 partita_compile_options_set_virtual_stages(partita_compile_options *options,
                                            int64_t virtual_stages) {
   PARTITA_CHECK_ARG(options);
-  options->options.virtualStages = virtual_stages;
-  return nullptr;
+  return setChecked(
+      __func__, options->options, "virtual-stages",
+      [&](partita::CompileOptions &o) { o.virtualStages = virtual_stages; });
 }
 
 partita_status *
@@ -386,6 +414,15 @@ partita_compile_options_set_cluster_json(partita_compile_options *options,
                                          const char *json) {
   PARTITA_CHECK_ARG(options);
   PARTITA_CHECK_ARG(json);
+  // Read now as a compile reads it, so that a bad field is this call's
+  // error ("" is the default preset).
+  if (*json) {
+    llvm::Expected<mlir::partita::ClusterModel> cluster =
+        mlir::partita::ClusterModel::fromJson(json);
+    if (!cluster)
+      return makeError(std::string(__func__) + ": " +
+                       llvm::toString(cluster.takeError()));
+  }
   options->options.clusterJson = json;
   return nullptr;
 }
@@ -394,21 +431,19 @@ partita_status *
 partita_compile_options_set_auto_mesh(partita_compile_options *options,
                                       int64_t devices) {
   PARTITA_CHECK_ARG(options);
-  options->options.autoMesh = true;
-  options->options.devices = devices;
-  return nullptr;
+  return setChecked(__func__, options->options, "devices",
+                    [&](partita::CompileOptions &o) {
+                      o.autoMesh = true;
+                      o.devices = devices;
+                    });
 }
 
 partita_status *
 partita_compile_options_set_max_seq(partita_compile_options *options,
                                     int64_t max_seq) {
   PARTITA_CHECK_ARG(options);
-  if (max_seq < 0)
-    return makeError(std::string(__func__) +
-                     ": max_seq must be 0 or more, got " +
-                     std::to_string(max_seq));
-  options->options.maxSeq = max_seq;
-  return nullptr;
+  return setChecked(__func__, options->options, "max-seq",
+                    [&](partita::CompileOptions &o) { o.maxSeq = max_seq; });
 }
 
 partita_status *
@@ -423,8 +458,9 @@ partita_status *
 partita_compile_options_set_device_memory(partita_compile_options *options,
                                           double bytes) {
   PARTITA_CHECK_ARG(options);
-  options->options.deviceMemoryBytes = bytes;
-  return nullptr;
+  return setChecked(
+      __func__, options->options, "device-memory",
+      [&](partita::CompileOptions &o) { o.deviceMemoryBytes = bytes; });
 }
 
 //===----------------------------------------------------------------------===//

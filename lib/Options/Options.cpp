@@ -333,8 +333,9 @@ template <> struct KindTraits<OptionKind::Cluster> {
 bool checkRange(const OptionInfo &info, int64_t value, std::string &error) {
   if (value < info.min) {
     error = flag(info) +
-            (info.min <= 1
-                 ? " must be positive, got "
+            (info.min == 1 ? " must be positive, got "
+             : info.min == 0
+                 ? " must be 0 or more, got "
                  : " must be at least " + std::to_string(info.min) + ", got ") +
             std::to_string(value);
     return false;

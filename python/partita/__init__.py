@@ -151,8 +151,10 @@ def _input_array(spec: TensorSpec, value: Any) -> np.ndarray:
     want = spec.dtype
     if array.dtype != want:
         # Widening or same-kind casts (int32 ids, float64 lists) are what
-        # a caller means; float ids or int activations are mistakes.
-        if not np.can_cast(array.dtype, want, casting="same_kind"):
+        # a caller means; float ids, int activations or bool ids (which
+        # NumPy would widen, and onnxruntime refuses) are mistakes.
+        if not np.can_cast(array.dtype, want, casting="same_kind") or (
+                array.dtype.kind == "b") != (np.dtype(want).kind == "b"):
             raise RunError(
                 f"input '{spec.name}': expected {spec.partita_dtype} "
                 f"{list(spec.shape)}, got {array.dtype} {list(array.shape)}")
@@ -191,12 +193,18 @@ def _mesh_text(mesh: Mesh) -> str:
     (name, size[, role]) is spelled out."""
     if isinstance(mesh, str):  # "dp=2,tp=2" or "model=2:tp", as on the command line
         return mesh
+    if not isinstance(mesh, (Mapping, list, tuple)):
+        raise TypeError("mesh expects a mapping of axis names to sizes, a "
+                        "list of (name, size[, role]) or a string, got "
+                        f"{type(mesh).__name__}")
     items = mesh.items() if isinstance(mesh, Mapping) else mesh
     axes = []
     for entry in items:
+        if not isinstance(entry, (list, tuple)) or len(entry) not in (2, 3) \
+                or not all(isinstance(t, str) for t in entry[:1] + entry[2:]):
+            raise TypeError(f"mesh: {entry!r} is not (name, size[, role]) "
+                            "with a string name and role")
         name, size, *role = entry
-        if len(role) > 1:
-            raise ValueError(f"mesh: {entry!r} is not (name, size[, role])")
         if isinstance(size, (bool, np.bool_)) or not isinstance(
                 size, (int, np.integer)):
             raise TypeError(f"mesh: the size of {name!r} must be an integer, "
@@ -292,8 +300,20 @@ def _option_texts(options: Mapping[str, Any]) -> List[Tuple[str, str]]:
                             f"options are {', '.join(sorted(_OPTIONS))})")
         text = option.text(value)
         if text is not None:
+            _unicode(text, keyword)
             texts.append((option.flag, text))
     return texts
+
+
+def _unicode(text: str, what: str) -> str:
+    """`text`, which must be encodable as UTF-8 (a lone surrogate from
+    os.fsdecode is not) to reach the compiler."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what}: {text!r} is not valid Unicode "
+                         f"({error.reason})") from None
+    return text
 
 
 def options() -> Dict[str, Dict[str, Any]]:
@@ -371,10 +391,29 @@ def compile(
     return Artifact(native=native, diagnostics=diagnostics)
 
 
+def _flag(value: Any, what: str) -> bool:
+    """`value` as a yes or no: a bool, not a truthy string ('no' is not
+    False) or a number."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} expects True or False, got {value!r}")
+    return bool(value)
+
+
+def _text(value: Any, what: str) -> str:
+    """`value` as a string the native module takes."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} expects a string, got {value!r}")
+    return _unicode(value, what)
+
+
 def _model_source(model: Model, name: Optional[str]) -> Tuple[bytes, bool, str]:
     """(bytes, is_path, name): the path, or the serialized model."""
+    if name is not None:
+        _text(name, "name")
     if isinstance(model, (str, os.PathLike)):
-        return os.fsencode(model), True, name or os.fsdecode(model)
+        # The name in messages: the path, undecodable bytes replaced.
+        return (os.fsencode(model), True,
+                name or os.fsencode(model).decode("utf-8", "replace"))
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model), False, name or "model.onnx"
     if hasattr(model, "SerializeToString"):  # onnx.ModelProto
@@ -485,6 +524,7 @@ def load(path: Union[str, "os.PathLike[str]"], *,
     ``save`` writes beside ``manifest.json`` (None for a directory written
     by partita-compile, which keeps the report where ``--report`` says)."""
     path = os.fspath(path)
+    verify = _flag(verify, "verify")
     if not os.path.isfile(os.path.join(path, "manifest.json")):
         raise RunError(f"{path}: not a Partita artifact (no manifest.json)")
     return Artifact(path=path, verify=verify)
@@ -552,7 +592,11 @@ class Artifact:
 
     def file(self, relative: str) -> bytes:
         """The bytes of one of the artifact's files (``manifest.json``,
-        ``programs/rank0.pb``, ...)."""
+        ``programs/rank0.pb``, ...): one of :attr:`files`, nothing outside
+        the artifact."""
+        _text(relative, "relative")
+        if relative not in self.files:
+            raise RunError(f"the artifact has no file '{relative}'")
         if self._native is not None:
             return self._native.file(relative)
         with open(os.path.join(self._path, relative), "rb") as f:
@@ -651,13 +695,14 @@ class Artifact:
         ids = self._ids(input_ids, "input_ids")
         mask = (None if attention_mask is None
                 else self._ids(attention_mask, "attention_mask"))
+        count = _count(max_new_tokens, "max_new_tokens")
+        return_logits = _flag(return_logits, "return_logits")
         with self._lock:
             session = self._serving_session()
             try:
                 (tokens, batch, generated, logits, vocab, prefill_seconds,
-                 step_seconds) = session.generate(
-                     ids, mask, _count(max_new_tokens, "max_new_tokens"),
-                     bool(return_logits))
+                 step_seconds) = session.generate(ids, mask, count,
+                                                  return_logits)
             except _partita.Error as error:
                 raise RunError(str(error)) from None
         self.last_timings = {"prefill_seconds": prefill_seconds,
@@ -724,6 +769,9 @@ class Artifact:
           RunError: a missing or unknown input, a wrong dtype or shape, or
             a failure of the runtime.
         """
+        if not isinstance(inputs, Mapping):
+            raise TypeError("inputs expects a mapping of input names to "
+                            f"arrays, got {type(inputs).__name__}")
         with self._lock:
             session = self._get_session()
             specs = [TensorSpec(*t) for t in session.inputs]

@@ -1,8 +1,9 @@
 """The in-tree fuzzer (fuzz/, issue 14) as tests.
 
 - A bounded, deterministic campaign (fixed seed and case counts, no
-  wall-clock stopping): mutated models through partita-compile, tampered
-  artifacts and hostile inputs through partita-run. It fails on any crash,
+  wall-clock stopping): mutated models through partita-compile, option
+  combinations and cluster files, the Python and C APIs with hostile
+  arguments, tampered artifacts and hostile inputs through partita-run. It fails on any crash,
   hang, empty diagnostic, accepted-invalid model or wrong answer, and lists
   the reproducers it wrote.
 - Every committed reproducer under fuzz/corpus/findings (one directory per
@@ -29,6 +30,7 @@ SEED = "scripts-test"
 STRUCTURED_CASES = 450
 RUNTIME_CASES = 180
 OPTION_CASES = 150
+API_CASES = 80
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +41,11 @@ def tools():
 
 def test_bounded_campaign(tmp_path, tools):
     findings, seconds = campaign.campaign(
-        BUILD, ["structured", "options", "runtime"], tmp_path, seed=SEED,
-        cases=STRUCTURED_CASES, runtime_cases=RUNTIME_CASES,
-        option_cases=OPTION_CASES, jobs=2)
-    assert findings.cases == STRUCTURED_CASES + OPTION_CASES + RUNTIME_CASES
+        BUILD, ["structured", "options", "api", "runtime"], tmp_path,
+        seed=SEED, cases=STRUCTURED_CASES, runtime_cases=RUNTIME_CASES,
+        option_cases=OPTION_CASES, api_cases=API_CASES, jobs=2)
+    assert findings.cases == (STRUCTURED_CASES + OPTION_CASES + API_CASES +
+                              RUNTIME_CASES)
     assert findings.oracle_errors == 0, "the oracle failed (see stderr)"
     written = "\n".join(f"  {p}" for p in findings.written[:60])
     assert findings.total() == 0, (

@@ -47,7 +47,7 @@ def test_wrong_types_name_the_keyword(keyword, value, message):
 @pytest.mark.parametrize("keyword, value, message", [
     ("microbatches", 0, "--microbatches must be positive, got 0"),
     ("virtual_stages", 1 << 20, "--virtual-stages must be at most 1024"),
-    ("max_seq", -1, "--max-seq must be positive, got -1"),
+    ("max_seq", -1, "--max-seq must be 0 or more, got -1"),
     ("sp_mode", "zigzag", "--sp-mode expects none, megatron, ulysses or ring"),
 ])
 def test_values_out_of_range_are_compile_errors(keyword, value, message):

@@ -95,6 +95,38 @@ def test_run_casts_same_kind_inputs(gpt2_tp2):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_arguments_are_checked_by_name(gpt2_tp2, tmp_path):
+    """Arguments of the wrong type are a TypeError naming them, never
+    nanobind's "incompatible function arguments" or a truthy string taken
+    as True; the campaign's api target found each (issue 34)."""
+    inputs, _ = reference("gpt2")
+    with pytest.raises(TypeError, match="name expects a string"):
+        partita.compile(GPT2.read_bytes(), name=5)
+    with pytest.raises(ValueError, match="mesh: .* is not valid Unicode"):
+        partita.compile(GPT2, "\udcff")
+    with pytest.raises(ValueError, match="sp_mode: .* is not valid Unicode"):
+        partita.compile(GPT2, sp_mode="\udcff")
+    with pytest.raises(TypeError, match="inputs expects a mapping"):
+        gpt2_tp2.run(None)
+    with pytest.raises(TypeError, match="inputs expects a mapping"):
+        gpt2_tp2.run([("input_ids", inputs["input_ids"])])
+    # Bools are no ids, though NumPy would widen them (onnxruntime refuses).
+    with pytest.raises(partita.RunError, match="got bool"):
+        gpt2_tp2.run({"input_ids": inputs["input_ids"] > 3})
+    # file() reads the artifact's own files, nothing beside them.
+    path = tmp_path / "saved"
+    gpt2_tp2.save(path)
+    loaded = partita.load(path)
+    assert json.loads(loaded.file("manifest.json"))
+    for relative in ["../saved/manifest.json", "/etc/passwd", ""]:
+        with pytest.raises(partita.RunError, match="has no file"):
+            loaded.file(relative)
+    with pytest.raises(TypeError, match="relative expects a string"):
+        loaded.file(5)
+    with pytest.raises(TypeError, match="verify expects True or False"):
+        partita.load(path, verify="yes")
+
+
 def test_save_load_round_trip(gpt2_tp2, tmp_path):
     inputs, expected = reference("gpt2")
     path = tmp_path / "gpt2-tp2"

@@ -578,6 +578,9 @@ def test_python_serving_errors(tmp_path):
                                   "past_sequence_length": 7})
     with pytest.raises(partita.RunError, match="max_seq"):
         plain.generate(ids, 2)
+    # 'no' is not False.
+    with pytest.raises(TypeError, match="return_logits expects True or"):
+        artifact.generate(ids, 2, return_logits="no")
 
 
 @pytest.mark.parametrize("flags,message", [

@@ -87,7 +87,7 @@ TEST(OptionsTest, RefusesNamingTheFlag) {
   EXPECT_EQ(refusal(options, "microbatches", "0"),
             "--microbatches must be positive, got 0");
   EXPECT_EQ(refusal(options, "devices", "-2"),
-            "--devices must be positive, got -2");
+            "--devices must be 0 or more, got -2");
   EXPECT_EQ(refusal(options, "virtual-stages", "1000000"),
             "--virtual-stages must be at most 1024, got 1000000");
   EXPECT_EQ(refusal(options, "microbatches", "99999999999999999999"),

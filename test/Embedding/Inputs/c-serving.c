@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
               "set_max_seq(NULL)");
   partita_compile_options *options = partita_compile_options_create();
   expectError(partita_compile_options_set_max_seq(options, -1),
-              "max_seq must be 0 or more", "set_max_seq(-1)");
+              "--max-seq must be 0 or more, got -1", "set_max_seq(-1)");
   partita_compile_options_destroy(options);
 
   partita_session *session = load(argv[1], 32);
