@@ -15,6 +15,7 @@
 #include "partita/InitAllDialects.h"
 #include "partita/InitAllPasses.h"
 #include "partita/Options/CommandLine.h"
+#include "partita/Support/OutputStream.h"
 #include "partita/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
 
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     os << "partita-opt " << partita::versionString() << "\n";
   });
   mlir::partita::optionErrorTool() = "partita-opt";
+  partita::installOutputFailureHandler("partita-opt");
   mlir::partita::registerAllPasses();
   mlir::partita::test::registerTestPasses();
   mlir::DialectRegistry registry;

@@ -11,9 +11,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+#include "partita/Support/OutputStream.h"
 #include "partita/Target/ExecProgram/ExecProgram.h"
 
 int main(int argc, char **argv) {
+  partita::installOutputFailureHandler("partita-translate");
   mlir::partita::registerToExecProgramTranslation();
   return mlir::failed(
       mlir::mlirTranslateMain(argc, argv, "Partita translation driver\n"));

@@ -16,10 +16,15 @@
 #ifndef PARTITA_SUPPORT_OUTPUTSTREAM_H
 #define PARTITA_SUPPORT_OUTPUTSTREAM_H
 
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <optional>
 #include <string>
+#include <unistd.h>
 
 namespace partita {
 
@@ -32,6 +37,44 @@ inline std::optional<std::string> finishWriting(llvm::raw_fd_ostream &os) {
   std::string message = os.error().message();
   os.clear_error();
   return message;
+}
+
+/// For tools whose output stream MLIR's main owns (partita-opt,
+/// partita-translate: MlirOptMain and mlirTranslateMain open `-o` and print
+/// to it): turns the "IO failure on output stream" that the stream raises
+/// when it is destroyed after a failed write into "`tool`: error: cannot
+/// write FILE: REASON", FILE being the `-o` option's value (standard output
+/// for `-` or none), exit 1 with the partial file removed. Any other fatal
+/// error is reported as LLVM reports it.
+inline void installOutputFailureHandler(const char *tool) {
+  static const char *toolName;
+  toolName = tool;
+  llvm::install_fatal_error_handler(
+      [](void *, const char *reason, bool) {
+        llvm::StringRef text(reason);
+        llvm::StringRef prefix = "IO failure on output stream";
+        if (!text.starts_with(prefix)) {
+          llvm::errs() << "LLVM ERROR: " << text << "\n";
+          return; // LLVM exits or aborts, as without a handler.
+        }
+        std::string file = "standard output";
+        auto &options = llvm::cl::getRegisteredOptions();
+        auto it = options.find("o");
+        if (it != options.end())
+          if (auto *o = dynamic_cast<llvm::cl::opt<std::string> *>(it->second);
+              o && !o->getValue().empty() && o->getValue() != "-")
+            file = o->getValue();
+        llvm::StringRef cause = text.drop_front(prefix.size());
+        cause.consume_front(":");
+        llvm::errs() << toolName << ": error: cannot write " << file << ":"
+                     << (cause.empty() ? " a write failed" : cause) << "\n";
+        llvm::errs().flush();
+        // The handler runs in a stream's destructor, possibly during
+        // exit: remove what ToolOutputFile registered and leave at once.
+        llvm::sys::RunInterruptHandlers();
+        ::_exit(1);
+      },
+      nullptr);
 }
 
 } // namespace partita
