@@ -586,7 +586,7 @@ def test_python_serving_errors(tmp_path):
 @pytest.mark.parametrize("flags,message", [
     (["--max-seq", "16"], "no past key or value inputs"),
     (["--max-seq", "16", "--mesh", "sp=2"], "sequence parallelism"),
-    (["--max-seq", "-1"], "--max-seq must be positive"),
+    (["--max-seq", "-1"], "--max-seq must be 0 or more"),
 ], ids=["no-cache", "sp", "negative"])
 def test_compile_errors(tmp_path, flags, message):
     model = HF / ("gpt2.optimum.onnx" if "past key" in message
