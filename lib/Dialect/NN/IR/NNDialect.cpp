@@ -22,6 +22,7 @@ using namespace mlir::partita::nn;
 void NNDialect::initialize() {
   registerOps();
   registerAttributes();
+  registerDerivatives(getContext());
 }
 
 Operation *NNDialect::materializeConstant(OpBuilder &builder, Attribute value,

@@ -73,6 +73,16 @@ def NN_Dialect : Dialect {
         "partita.kv_cache";
     static constexpr ::llvm::StringLiteral kCachePositionAttrName =
         "partita.cache_position";
+
+    /// Training's marks (partita-differentiate, docs/training.md): an
+    /// argument that is a trainable parameter (the value: its ONNX
+    /// initializer name), the result that is the loss, and each gradient
+    /// result the pass appends (the value: its parameter's name).
+    static constexpr ::llvm::StringLiteral kParameterAttrName =
+        "partita.parameter";
+    static constexpr ::llvm::StringLiteral kLossAttrName = "partita.loss";
+    static constexpr ::llvm::StringLiteral kGradientAttrName =
+        "partita.gradient";
   }];
 }
 

@@ -63,4 +63,30 @@ def NN_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   ];
 }
 
+def NN_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::mlir::partita::nn";
+  let description = [{
+    The op's vector-Jacobian product, for reverse-mode differentiation
+    (`partita-differentiate`, docs/training.md): given a cotangent for each
+    result (null where a result has none: a zero), `buildVjp` builds at
+    `builder` the nn ops computing each operand's cotangent and appends one
+    value per operand to `operandGrads`: null where the operand takes none
+    (an integer index, a boolean condition). The ops it builds read the
+    op's operands and results as they are (the forward values the backward
+    needs are those it uses). An op without this interface cannot be on the
+    path from a parameter to the loss: the pass refuses it by name. The
+    rules are attached to the ops as external models in NNDerivatives.cpp,
+    beside the sharding rules.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"Builds the cotangents of the operands from the results'.",
+      /*retTy=*/"::llvm::LogicalResult",
+      /*methodName=*/"buildVjp",
+      /*args=*/(ins "::mlir::OpBuilder &":$builder,
+                    "::llvm::ArrayRef<::mlir::Value>":$resultGrads,
+                    "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>
+  ];
+}
+
 #endif // PARTITA_DIALECT_NN_IR_NNINTERFACES_TD

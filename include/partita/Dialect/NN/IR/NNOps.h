@@ -34,6 +34,10 @@ template <typename ConcreteType>
 class ElementwiseOpTrait
     : public OpTrait::TraitBase<ConcreteType, ElementwiseOpTrait> {};
 
+/// Attaches each op's vector-Jacobian product (DifferentiableOpInterface)
+/// as an external model: NNDerivatives.cpp, called when the dialect loads.
+void registerDerivatives(MLIRContext *context);
+
 /// Whether the exec lowering may fuse `op` into the kernel that produces its
 /// operand, as an epilogue step: an nn op that OpVocabulary.def lets an
 /// epilogue apply and whose result keeps its operand's element type.

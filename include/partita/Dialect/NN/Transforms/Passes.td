@@ -169,4 +169,38 @@ def ConvertFloatPass : Pass<"partita-convert-float", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::partita::nn::NNDialect"];
 }
 
+def DifferentiatePass : Pass<"partita-differentiate", "::mlir::func::FuncOp"> {
+  let summary = "Reverse-mode differentiation of the loss by the parameters";
+  let description = [{
+    Appends to the function the gradient of its loss by each of its
+    parameters: the result marked `partita.loss` (a float tensor of one
+    element) is differentiated by every argument marked `partita.parameter`
+    (its value, a string, names the parameter), and one result per
+    parameter, marked `partita.gradient` with the same name and typed as
+    the parameter, is added after the existing ones. It runs on global nn
+    IR, so that the backward goes through sharding propagation and
+    partitioning as the forward does (docs/training.md).
+
+    The reverse sweep visits the ops between a parameter and the loss
+    (those whose results depend on a parameter and reach the loss), last
+    to first, and builds each one's vector-Jacobian product through its
+    `DifferentiableOpInterface` (NNDerivatives.cpp) just before the return;
+    the cotangents of a value used several times are added. An op on that
+    path without the interface is an error naming it. A parameter the loss
+    does not depend on gets a zero gradient.
+
+    ```mlir
+    func.func @main(%x: tensor<4x3xf32>,
+                    %w: tensor<3x2xf32> {partita.parameter = "w"})
+        -> (tensor<f32> {partita.loss}) {
+      %y = nn.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+      %l = nn.reduce sum %y axes = [0, 1] : tensor<4x2xf32> -> tensor<f32>
+      return %l : tensor<f32>
+    }
+    // gains a result tensor<3x2xf32> {partita.gradient = "w"}: x^T 1.
+    ```
+  }];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+}
+
 #endif // PARTITA_DIALECT_NN_TRANSFORMS_PASSES_TD

@@ -1,0 +1,409 @@
+//===- NNDerivatives.cpp - vector-Jacobian products of nn ops -------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The reverse-mode rule of each differentiable nn op, attached to it as a
+// DifferentiableOpInterface external model. A rule builds nn ops from the
+// cotangents of the op's results (g below; a null one is a zero) and its
+// forward operands and results: the cotangent of each float operand,
+// reduced over the dimensions the op broadcast it along, or null where an
+// operand takes none. The rules are written once in nn, so that the
+// backward they build is sharded and lowered as the forward is.
+//
+// An op absent here (compare, the logical ops, integer casts, the KV-cache
+// write, and the ops whose rules come with their kernels: attention,
+// gather, embedding, rope, cumsum, the norms, the max/min reductions) is
+// refused by partita-differentiate where it lies between a parameter and
+// the loss.
+//
+//===----------------------------------------------------------------------===//
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::partita::nn;
+
+namespace {
+
+/// Builds the nn ops of one rule at `b`, located at the op's location.
+class Rule {
+public:
+  Rule(OpBuilder &b, Operation *op) : b(b), loc(op->getLoc()) {}
+
+  static RankedTensorType typeOf(Value v) {
+    return cast<RankedTensorType>(v.getType());
+  }
+
+  /// A scalar (rank 0) constant of `element` type.
+  Value scalar(double value, Type element) {
+    auto type = RankedTensorType::get({}, element);
+    return ConstantOp::create(b, loc,
+                              cast<ElementsAttr>(DenseElementsAttr::get(
+                                  type, b.getFloatAttr(element, value))));
+  }
+  Value scalarLike(double value, Value like) {
+    return scalar(value, typeOf(like).getElementType());
+  }
+
+  /// `x op y` with numpy broadcasting, typed as the broadcast of both.
+  template <typename OpTy> Value binary(Value x, Value y) {
+    RankedTensorType type = inferBroadcastResultType(
+        {x.getType(), y.getType()}, typeOf(x).getElementType());
+    return OpTy::create(b, loc, type, x, y);
+  }
+  Value add(Value x, Value y) { return binary<AddOp>(x, y); }
+  Value sub(Value x, Value y) { return binary<SubOp>(x, y); }
+  Value mul(Value x, Value y) { return binary<MulOp>(x, y); }
+  Value div(Value x, Value y) { return binary<DivOp>(x, y); }
+  template <typename OpTy> Value unary(Value x) {
+    return OpTy::create(b, loc, x.getType(), x);
+  }
+
+  /// `g` summed over the dimensions `target` broadcast to g's shape: the
+  /// leading ones it lacks and those of size 1 that g has larger.
+  Value sumTo(Value g, RankedTensorType target) {
+    RankedTensorType from = typeOf(g);
+    if (from.getShape() == target.getShape())
+      return g;
+    int64_t lead = from.getRank() - target.getRank();
+    SmallVector<int64_t> axes;
+    for (int64_t d = 0; d < from.getRank(); ++d)
+      if (d < lead ||
+          (target.getDimSize(d - lead) == 1 && from.getDimSize(d) != 1))
+        axes.push_back(d);
+    Value summed = g;
+    if (!axes.empty()) {
+      SmallVector<int64_t> kept(from.getShape());
+      for (int64_t axis : axes)
+        kept[axis] = 1;
+      summed = ReduceOp::create(b, loc, from.clone(kept), ReduceKind::Sum, g,
+                                axes, /*keepdims=*/true);
+    }
+    return reshape(summed, target.getShape());
+  }
+
+  Value reshape(Value x, ArrayRef<int64_t> shape) {
+    RankedTensorType type = typeOf(x);
+    if (type.getShape() == shape)
+      return x;
+    return ReshapeOp::create(b, loc, type.clone(shape), x);
+  }
+
+  /// `x` with its last two dimensions swapped.
+  Value transposeLast(Value x) {
+    RankedTensorType type = typeOf(x);
+    int64_t rank = type.getRank();
+    SmallVector<int64_t> permutation(rank);
+    std::iota(permutation.begin(), permutation.end(), 0);
+    std::swap(permutation[rank - 1], permutation[rank - 2]);
+    SmallVector<int64_t> shape(type.getShape());
+    std::swap(shape[rank - 1], shape[rank - 2]);
+    return TransposeOp::create(b, loc, type.clone(shape), x,
+                               b.getDenseI64ArrayAttr(permutation));
+  }
+
+  /// lhs @ rhs with numpy's batch broadcasting.
+  Value matmul(Value lhs, Value rhs) {
+    RankedTensorType l = typeOf(lhs), r = typeOf(rhs);
+    FailureOr<SmallVector<int64_t>> batch =
+        broadcastShapes({l.getShape().drop_back(2), r.getShape().drop_back(2)});
+    SmallVector<int64_t> shape(*batch);
+    shape.push_back(l.getDimSize(l.getRank() - 2));
+    shape.push_back(r.getDimSize(r.getRank() - 1));
+    return MatmulOp::create(b, loc, l.clone(shape), lhs, rhs, Value());
+  }
+
+  /// `x` reduced with `kind` over `axis`, the axis kept (size 1).
+  Value reduceKeep(ReduceKind kind, Value x, int64_t axis) {
+    SmallVector<int64_t> shape(typeOf(x).getShape());
+    shape[axis] = 1;
+    return ReduceOp::create(b, loc, typeOf(x).clone(shape), kind, x,
+                            ArrayRef<int64_t>{axis}, /*keepdims=*/true);
+  }
+
+  OpBuilder &b;
+  Location loc;
+};
+
+// The rules: one function per op, `g` the result's cotangent.
+
+void elementwiseVjp(AddOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.sumTo(g, Rule::typeOf(op.getLhs())));
+  out.push_back(r.sumTo(g, Rule::typeOf(op.getRhs())));
+}
+
+void elementwiseVjp(SubOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.sumTo(g, Rule::typeOf(op.getLhs())));
+  out.push_back(r.sumTo(r.unary<NegOp>(g), Rule::typeOf(op.getRhs())));
+}
+
+void elementwiseVjp(MulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.sumTo(r.mul(g, op.getRhs()), Rule::typeOf(op.getLhs())));
+  out.push_back(r.sumTo(r.mul(g, op.getLhs()), Rule::typeOf(op.getRhs())));
+}
+
+/// d(x / y) = g / y and -g x / y^2 = -(g / y) * (x / y).
+void elementwiseVjp(DivOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value overY = r.div(g, op.getRhs());
+  out.push_back(r.sumTo(overY, Rule::typeOf(op.getLhs())));
+  out.push_back(r.sumTo(r.unary<NegOp>(r.mul(overY, op.getResult())),
+                        Rule::typeOf(op.getRhs())));
+}
+
+void unaryVjp(NegOp, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.unary<NegOp>(g));
+}
+
+void unaryVjp(ExpOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.mul(g, op.getResult()));
+}
+
+void unaryVjp(LogOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.div(g, op.getInput()));
+}
+
+/// d sqrt(x) = g / (2 sqrt(x)).
+void unaryVjp(SqrtOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.div(r.mul(g, r.scalarLike(0.5, g)), op.getResult()));
+}
+
+/// d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3.
+void unaryVjp(RsqrtOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value y = op.getResult();
+  Value cube = r.mul(r.mul(y, y), y);
+  out.push_back(r.mul(r.mul(g, r.scalarLike(-0.5, g)), cube));
+}
+
+/// d 1/x = -1/x^2 = -y^2.
+void unaryVjp(ReciprocalOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value y = op.getResult();
+  out.push_back(r.unary<NegOp>(r.mul(g, r.mul(y, y))));
+}
+
+/// d tanh = 1 - y^2.
+void unaryVjp(TanhOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value y = op.getResult();
+  out.push_back(r.mul(g, r.sub(r.scalarLike(1.0, g), r.mul(y, y))));
+}
+
+/// d sigmoid = y (1 - y).
+void unaryVjp(SigmoidOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value y = op.getResult();
+  out.push_back(r.mul(g, r.mul(y, r.sub(r.scalarLike(1.0, g), y))));
+}
+
+/// d relu = 1 where x > 0, else 0 (torch's: 0 at 0).
+void unaryVjp(ReluOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput();
+  auto boolType = Rule::typeOf(x).clone(r.b.getI1Type());
+  Value positive = CompareOp::create(r.b, r.loc, boolType, CompareDirection::GT,
+                                     x, r.scalarLike(0.0, x));
+  out.push_back(WhereOp::create(r.b, r.loc, g.getType(), positive, g,
+                                r.scalarLike(0.0, g)));
+}
+
+/// d (x sigmoid(x)) = s (1 + x (1 - s)).
+void unaryVjp(SiluOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput();
+  Value s = r.unary<SigmoidOp>(x);
+  Value one = r.scalarLike(1.0, x);
+  Value d = r.mul(s, r.add(one, r.mul(x, r.sub(one, s))));
+  out.push_back(r.mul(g, d));
+}
+
+/// Exact: d (x Phi(x)) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
+/// Tanh: y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi):
+/// dy = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 * 0.044715 x^2).
+void unaryVjp(GeluOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput();
+  Value one = r.scalarLike(1.0, x), half = r.scalarLike(0.5, x);
+  Value d;
+  if (op.getApproximation() == GeluApproximation::Tanh) {
+    const double c = std::sqrt(2.0 / M_PI), k = 0.044715;
+    Value x2 = r.mul(x, x);
+    Value inner = r.mul(r.scalarLike(c, x),
+                        r.add(x, r.mul(r.scalarLike(k, x), r.mul(x2, x))));
+    Value t = r.unary<TanhOp>(inner);
+    Value du = r.mul(r.scalarLike(c, x),
+                     r.add(one, r.mul(r.scalarLike(3 * k, x), x2)));
+    d = r.add(r.mul(half, r.add(one, t)),
+              r.mul(r.mul(half, x), r.mul(r.sub(one, r.mul(t, t)), du)));
+  } else {
+    Value cdf = r.mul(
+        half, r.add(one, r.unary<ErfOp>(r.mul(x, r.scalarLike(M_SQRT1_2, x)))));
+    Value pdf =
+        r.mul(r.scalarLike(1.0 / std::sqrt(2.0 * M_PI), x),
+              r.unary<ExpOp>(r.mul(r.scalarLike(-0.5, x), r.mul(x, x))));
+    d = r.add(cdf, r.mul(x, pdf));
+  }
+  out.push_back(r.mul(g, d));
+}
+
+/// A float-to-float cast's cotangent is cast back; others take none.
+void unaryVjp(CastOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  RankedTensorType from = Rule::typeOf(op.getInput());
+  if (!isa<FloatType>(from.getElementType()) ||
+      !isa<FloatType>(Rule::typeOf(op.getResult()).getElementType())) {
+    out.push_back(Value());
+    return;
+  }
+  out.push_back(CastOp::create(r.b, r.loc, from, g));
+}
+
+void shapeVjp(ReshapeOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.reshape(g, Rule::typeOf(op.getInput()).getShape()));
+}
+
+void shapeVjp(TransposeOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  ArrayRef<int64_t> permutation = op.getPermutation();
+  SmallVector<int64_t> inverse(permutation.size());
+  for (size_t i = 0; i < permutation.size(); ++i)
+    inverse[permutation[i]] = static_cast<int64_t>(i);
+  out.push_back(TransposeOp::create(r.b, r.loc, op.getInput().getType(), g,
+                                    r.b.getDenseI64ArrayAttr(inverse)));
+}
+
+void shapeVjp(BroadcastToOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.sumTo(g, Rule::typeOf(op.getInput())));
+}
+
+/// Sum: g broadcast back over the reduced axes; mean: also divided by
+/// their element count. max and min take no rule yet (their ties).
+LogicalResult reduceVjp(ReduceOp op, Rule &r, Value g,
+                        SmallVectorImpl<Value> &out) {
+  if (op.getKind() != ReduceKind::Sum && op.getKind() != ReduceKind::Mean)
+    return op.emitOpError()
+           << "cannot be differentiated: no "
+              "vector-Jacobian product for a "
+           << stringifyReduceKind(op.getKind()) << " reduction";
+  RankedTensorType in = Rule::typeOf(op.getInput());
+  SmallVector<int64_t> kept(in.getShape());
+  int64_t count = 1;
+  for (int64_t axis : op.getAxes()) {
+    int64_t a = axis < 0 ? axis + in.getRank() : axis;
+    count *= in.getDimSize(a);
+    kept[a] = 1;
+  }
+  Value grad = r.reshape(g, kept);
+  if (op.getKind() == ReduceKind::Mean)
+    grad = r.mul(grad, r.scalarLike(1.0 / static_cast<double>(count), g));
+  out.push_back(BroadcastToOp::create(r.b, r.loc, in, grad));
+  return success();
+}
+
+/// dx = y (g - sum(g y)) over the axis.
+void softmaxVjp(SoftmaxOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value y = op.getResult();
+  Value dot = r.reduceKeep(ReduceKind::Sum, r.mul(g, y),
+                           static_cast<int64_t>(op.getAxis()));
+  out.push_back(r.mul(y, r.sub(g, dot)));
+}
+
+/// dx = g - exp(y) sum(g) over the axis.
+void softmaxVjp(LogSoftmaxOp op, Rule &r, Value g,
+                SmallVectorImpl<Value> &out) {
+  Value y = op.getResult();
+  Value total =
+      r.reduceKeep(ReduceKind::Sum, g, static_cast<int64_t>(op.getAxis()));
+  out.push_back(r.sub(g, r.mul(r.unary<ExpOp>(y), total)));
+}
+
+/// d lhs = g rhs^T, d rhs = lhs^T g, each summed over the batch dimensions
+/// it was broadcast along; d bias = g summed to [n].
+void matmulVjp(MatmulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value lhs = op.getLhs(), rhs = op.getRhs();
+  out.push_back(r.sumTo(r.matmul(g, r.transposeLast(rhs)), Rule::typeOf(lhs)));
+  out.push_back(r.sumTo(r.matmul(r.transposeLast(lhs), g), Rule::typeOf(rhs)));
+  if (Value bias = op.getBias())
+    out.push_back(r.sumTo(g, Rule::typeOf(bias)));
+}
+
+/// The where's condition takes none; each side g where it was chosen.
+void whereVjp(WhereOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value zero = r.scalarLike(0.0, g);
+  out.push_back(Value());
+  if (!isa<FloatType>(Rule::typeOf(op.getOnTrue()).getElementType())) {
+    out.push_back(Value());
+    out.push_back(Value());
+    return;
+  }
+  Value c = op.getCondition();
+  out.push_back(r.sumTo(WhereOp::create(r.b, r.loc, g.getType(), c, g, zero),
+                        Rule::typeOf(op.getOnTrue())));
+  out.push_back(r.sumTo(WhereOp::create(r.b, r.loc, g.getType(), c, zero, g),
+                        Rule::typeOf(op.getOnFalse())));
+}
+
+/// Dispatches to the op's rule: one result, whose cotangent is non-null
+/// (the pass calls a rule only for an op with one).
+template <typename OpTy>
+LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  if constexpr (std::is_same_v<OpTy, ReduceOp>)
+    return reduceVjp(op, r, g, out);
+  else if constexpr (llvm::is_one_of<OpTy, AddOp, SubOp, MulOp, DivOp>::value)
+    elementwiseVjp(op, r, g, out);
+  else if constexpr (llvm::is_one_of<OpTy, ReshapeOp, TransposeOp,
+                                     BroadcastToOp>::value)
+    shapeVjp(op, r, g, out);
+  else if constexpr (llvm::is_one_of<OpTy, SoftmaxOp, LogSoftmaxOp>::value)
+    softmaxVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, MatmulOp>)
+    matmulVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, WhereOp>)
+    whereVjp(op, r, g, out);
+  else
+    unaryVjp(op, r, g, out);
+  return success();
+}
+
+template <typename OpTy>
+struct VjpModel
+    : public DifferentiableOpInterface::ExternalModel<VjpModel<OpTy>, OpTy> {
+  LogicalResult buildVjp(Operation *op, OpBuilder &builder,
+                         ArrayRef<Value> resultGrads,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    Rule rule(builder, op);
+    Value g = resultGrads.front();
+    if (!g) { // No cotangent: none for the operands either.
+      operandGrads.append(op->getNumOperands(), Value());
+      return success();
+    }
+    size_t before = operandGrads.size();
+    if (failed(callRule(cast<OpTy>(op), rule, g, operandGrads)))
+      return failure();
+    assert(operandGrads.size() - before == op->getNumOperands() &&
+           "a rule gives one cotangent (or null) per operand");
+    (void)before;
+    return success();
+  }
+};
+
+/// nn.constant: no operands, nothing to give.
+struct ConstantVjp
+    : public DifferentiableOpInterface::ExternalModel<ConstantVjp, ConstantOp> {
+  LogicalResult buildVjp(Operation *, OpBuilder &, ArrayRef<Value>,
+                         SmallVectorImpl<Value> &) const {
+    return success();
+  }
+};
+
+template <typename... Ops> void attach(MLIRContext *context) {
+  (Ops::template attachInterface<VjpModel<Ops>>(*context), ...);
+}
+
+} // namespace
+
+void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
+  attach<AddOp, SubOp, MulOp, DivOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
+         ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
+         ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
+         LogSoftmaxOp, MatmulOp, WhereOp>(context);
+  ConstantOp::attachInterface<ConstantVjp>(*context);
+}

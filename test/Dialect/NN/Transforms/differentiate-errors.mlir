@@ -1,0 +1,41 @@
+// RUN: partita-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(partita-differentiate))'
+
+// An op without a vector-Jacobian product between a parameter and the loss
+// is refused by name.
+func.func @no_rule(%w: tensor<4xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
+  // expected-error @+1 {{'nn.cumsum' op cannot be differentiated: it has no vector-Jacobian product, and it lies between a parameter and the loss}}
+  %c = nn.cumsum %w axis = 0 : tensor<4xf32>
+  %l = nn.reduce sum %c axes = [0] : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{partita-differentiate: no result is marked partita.loss}}
+func.func @no_loss(%w: tensor<4xf32> {partita.parameter = "w"}) -> tensor<4xf32> {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{partita-differentiate: the loss must be a float tensor of one element, got 'tensor<4xf32>'}}
+func.func @loss_not_scalar(%w: tensor<4xf32> {partita.parameter = "w"}) -> (tensor<4xf32> {partita.loss}) {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{partita-differentiate: no argument is marked partita.parameter}}
+func.func @no_parameter(%w: tensor<4xf32>) -> (tensor<f32> {partita.loss}) {
+  %l = nn.reduce sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A max reduction has no rule yet (its ties).
+func.func @max(%w: tensor<4xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
+  // expected-error @+1 {{'nn.reduce' op cannot be differentiated: no vector-Jacobian product for a max reduction}}
+  %l = nn.reduce max %w axes = [0] : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
