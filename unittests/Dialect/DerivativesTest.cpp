@@ -270,6 +270,35 @@ const std::vector<Case> &cases() {
        R"(  %y = nn.matmul %x, %w : (tensor<3x4xf32>, tensor<2x4x2xf32>) -> tensor<2x3x2xf32>)",
        "tensor<2x3x2xf32>",
        {"matmul"}},
+      {"layer_norm",
+       {{"x", "tensor<2x3x4xf32>", true},
+        {"g", "tensor<4xf32>", true},
+        {"b", "tensor<4xf32>", true}},
+       R"(  %n = nn.layer_norm %x scale(%g : tensor<4xf32>) bias(%b : tensor<4xf32>) axis = 2 epsilon = 1.0e-05 : tensor<2x3x4xf32>
+  %m = nn.layer_norm %x axis = 1 epsilon = 1.0e-05 : tensor<2x3x4xf32>
+  %y = nn.add %n, %m : (tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>)",
+       "tensor<2x3x4xf32>",
+       {"layer_norm"}},
+      {"rms_norm",
+       {{"x", "tensor<3x5xf32>", true}, {"g", "tensor<5xf32>", true}},
+       R"(  %n = nn.rms_norm %x scale(%g : tensor<5xf32>) axis = 1 epsilon = 1.0e-06 : tensor<3x5xf32>
+  %m = nn.rms_norm %x axis = 0 epsilon = 1.0e-06 : tensor<3x5xf32>
+  %y = nn.add %n, %m : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>)",
+       "tensor<3x5xf32>",
+       {"rms_norm"}},
+      // max and min away from ties: a ramp of 10 puts each row's extreme
+      // where the perturbation cannot move it.
+      {"reduce_max_min",
+       {{"a", "tensor<3x3xf32>", true}},
+       R"(  %ramp = nn.constant dense<[[0.0, 10.0, 0.0], [10.0, 0.0, 0.0], [0.0, 0.0, 10.0]]> : tensor<3x3xf32>
+  %up = nn.add %a, %ramp : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>
+  %down = nn.sub %a, %ramp : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>
+  %mx = nn.reduce max %up axes = [1] : tensor<3x3xf32> -> tensor<3xf32>
+  %mn = nn.reduce min %down axes = [1] keepdims : tensor<3x3xf32> -> tensor<3x1xf32>
+  %mnr = nn.reshape %mn : tensor<3x1xf32> -> tensor<3xf32>
+  %y = nn.mul %mx, %mnr : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>)",
+       "tensor<3xf32>",
+       {}},
       {"constant_operand",
        {{"a", "tensor<4xf32>", true}},
        R"(  %c = nn.constant dense<[1.0, -2.0, 0.5, 3.0]> : tensor<4xf32>

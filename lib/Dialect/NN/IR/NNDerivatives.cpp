@@ -12,11 +12,10 @@
 // operand takes none. The rules are written once in nn, so that the
 // backward they build is sharded and lowered as the forward is.
 //
-// An op absent here (compare, the logical ops, integer casts, the KV-cache
-// write, and the ops whose rules come with their kernels: attention,
-// gather, embedding, rope, cumsum, the norms, the max/min reductions) is
-// refused by partita-differentiate where it lies between a parameter and
-// the loss.
+// An op absent here (compare, the logical ops, the KV-cache write, and
+// the ops whose rules come with their kernels: attention, gather,
+// embedding, rope, cumsum) is refused by partita-differentiate where it
+// lies between a parameter and the loss.
 //
 //===----------------------------------------------------------------------===//
 
@@ -121,11 +120,20 @@ public:
   }
 
   /// `x` reduced with `kind` over `axis`, the axis kept (size 1).
-  Value reduceKeep(ReduceKind kind, Value x, int64_t axis) {
+  Value reduceKeep(ReduceKind kind, Value x, ArrayRef<int64_t> axes) {
     SmallVector<int64_t> shape(typeOf(x).getShape());
-    shape[axis] = 1;
-    return ReduceOp::create(b, loc, typeOf(x).clone(shape), kind, x,
-                            ArrayRef<int64_t>{axis}, /*keepdims=*/true);
+    for (int64_t axis : axes)
+      shape[axis] = 1;
+    return ReduceOp::create(b, loc, typeOf(x).clone(shape), kind, x, axes,
+                            /*keepdims=*/true);
+  }
+
+  /// The dimensions [axis, rank) of `x`: what the norms normalize.
+  static SmallVector<int64_t> trailing(Value x, int64_t axis) {
+    SmallVector<int64_t> axes;
+    for (int64_t d = axis; d < typeOf(x).getRank(); ++d)
+      axes.push_back(d);
+    return axes;
   }
 
   OpBuilder &b;
@@ -275,15 +283,15 @@ void shapeVjp(BroadcastToOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
 }
 
 /// Sum: g broadcast back over the reduced axes; mean: also divided by
-/// their element count. max and min take no rule yet (their ties).
+/// their element count; max and min: g shared equally by the elements
+/// equal to the result (torch's amax and amin; one element without ties).
 LogicalResult reduceVjp(ReduceOp op, Rule &r, Value g,
                         SmallVectorImpl<Value> &out) {
-  if (op.getKind() != ReduceKind::Sum && op.getKind() != ReduceKind::Mean)
-    return op.emitOpError()
-           << "cannot be differentiated: no "
-              "vector-Jacobian product for a "
-           << stringifyReduceKind(op.getKind()) << " reduction";
   RankedTensorType in = Rule::typeOf(op.getInput());
+  if (!isa<FloatType>(in.getElementType())) {
+    out.push_back(Value());
+    return success();
+  }
   SmallVector<int64_t> kept(in.getShape());
   int64_t count = 1;
   for (int64_t axis : op.getAxes()) {
@@ -294,6 +302,20 @@ LogicalResult reduceVjp(ReduceOp op, Rule &r, Value g,
   Value grad = r.reshape(g, kept);
   if (op.getKind() == ReduceKind::Mean)
     grad = r.mul(grad, r.scalarLike(1.0 / static_cast<double>(count), g));
+  if (op.getKind() == ReduceKind::Max || op.getKind() == ReduceKind::Min) {
+    Value x = op.getInput();
+    Value extreme = r.reshape(op.getResult(), kept);
+    Value hit = CompareOp::create(r.b, r.loc, in.clone(r.b.getI1Type()),
+                                  CompareDirection::EQ, x, extreme);
+    Value ones = CastOp::create(r.b, r.loc, in, hit);
+    SmallVector<int64_t> axes;
+    for (int64_t d = 0; d < in.getRank(); ++d)
+      if (kept[d] == 1 && in.getDimSize(d) != 1)
+        axes.push_back(d);
+    Value ties = r.reduceKeep(ReduceKind::Sum, ones, axes);
+    out.push_back(r.mul(r.div(grad, ties), ones));
+    return success();
+  }
   out.push_back(BroadcastToOp::create(r.b, r.loc, in, grad));
   return success();
 }
@@ -302,7 +324,7 @@ LogicalResult reduceVjp(ReduceOp op, Rule &r, Value g,
 void softmaxVjp(SoftmaxOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   Value y = op.getResult();
   Value dot = r.reduceKeep(ReduceKind::Sum, r.mul(g, y),
-                           static_cast<int64_t>(op.getAxis()));
+                           {static_cast<int64_t>(op.getAxis())});
   out.push_back(r.mul(y, r.sub(g, dot)));
 }
 
@@ -311,8 +333,51 @@ void softmaxVjp(LogSoftmaxOp op, Rule &r, Value g,
                 SmallVectorImpl<Value> &out) {
   Value y = op.getResult();
   Value total =
-      r.reduceKeep(ReduceKind::Sum, g, static_cast<int64_t>(op.getAxis()));
+      r.reduceKeep(ReduceKind::Sum, g, {static_cast<int64_t>(op.getAxis())});
   out.push_back(r.sub(g, r.mul(r.unary<ExpOp>(y), total)));
+}
+
+/// Layer norm over A = [axis, rank), x^ = (x - mean) rstd: with gs = g scale,
+/// dx = rstd (gs - mean(gs) - x^ mean(gs x^)), d scale = sum g x^, d bias =
+/// sum g (the means over A, the sums over the leading dimensions). The
+/// statistics are recomputed from x.
+void normVjp(LayerNormOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput();
+  SmallVector<int64_t> axes = Rule::trailing(x, op.getAxis());
+  Value centered = r.sub(x, r.reduceKeep(ReduceKind::Mean, x, axes));
+  Value variance =
+      r.reduceKeep(ReduceKind::Mean, r.mul(centered, centered), axes);
+  Value rstd = r.unary<RsqrtOp>(
+      r.add(variance, r.scalarLike(op.getEpsilon().convertToDouble(), x)));
+  Value normalized = r.mul(centered, rstd);
+  Value gs = op.getScale() ? r.mul(g, op.getScale()) : g;
+  Value inner =
+      r.sub(r.sub(gs, r.reduceKeep(ReduceKind::Mean, gs, axes)),
+            r.mul(normalized,
+                  r.reduceKeep(ReduceKind::Mean, r.mul(gs, normalized), axes)));
+  out.push_back(r.mul(rstd, inner));
+  if (Value scale = op.getScale())
+    out.push_back(r.sumTo(r.mul(g, normalized), Rule::typeOf(scale)));
+  if (Value bias = op.getBias())
+    out.push_back(r.sumTo(g, Rule::typeOf(bias)));
+}
+
+/// RMS norm, x^ = x r, r = rsqrt(mean(x^2) + eps): dx = r (gs - x^
+/// mean(gs x^)), d scale = sum g x^.
+void normVjp(RmsNormOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput();
+  SmallVector<int64_t> axes = Rule::trailing(x, op.getAxis());
+  Value rms = r.unary<RsqrtOp>(
+      r.add(r.reduceKeep(ReduceKind::Mean, r.mul(x, x), axes),
+            r.scalarLike(op.getEpsilon().convertToDouble(), x)));
+  Value normalized = r.mul(x, rms);
+  Value gs = op.getScale() ? r.mul(g, op.getScale()) : g;
+  Value inner =
+      r.sub(gs, r.mul(normalized, r.reduceKeep(ReduceKind::Mean,
+                                               r.mul(gs, normalized), axes)));
+  out.push_back(r.mul(rms, inner));
+  if (Value scale = op.getScale())
+    out.push_back(r.sumTo(r.mul(g, normalized), Rule::typeOf(scale)));
 }
 
 /// d lhs = g rhs^T, d rhs = lhs^T g, each summed over the batch dimensions
@@ -356,6 +421,8 @@ LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     softmaxVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, MatmulOp>)
     matmulVjp(op, r, g, out);
+  else if constexpr (llvm::is_one_of<OpTy, LayerNormOp, RmsNormOp>::value)
+    normVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, WhereOp>)
     whereVjp(op, r, g, out);
   else
@@ -404,6 +471,6 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
   attach<AddOp, SubOp, MulOp, DivOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
          ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
-         LogSoftmaxOp, MatmulOp, WhereOp>(context);
+         LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }

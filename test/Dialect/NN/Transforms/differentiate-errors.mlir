@@ -30,12 +30,3 @@ func.func @no_parameter(%w: tensor<4xf32>) -> (tensor<f32> {partita.loss}) {
   %l = nn.reduce sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
-
-// -----
-
-// A max reduction has no rule yet (its ties).
-func.func @max(%w: tensor<4xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
-  // expected-error @+1 {{'nn.reduce' op cannot be differentiated: no vector-Jacobian product for a max reduction}}
-  %l = nn.reduce max %w axes = [0] : tensor<4xf32> -> tensor<f32>
-  return %l : tensor<f32>
-}
