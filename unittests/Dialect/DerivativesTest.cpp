@@ -299,6 +299,25 @@ const std::vector<Case> &cases() {
   %y = nn.mul %mx, %mnr : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>)",
        "tensor<3xf32>",
        {}},
+      {"cumsum",
+       {{"a", "tensor<3x4xf32>", true}},
+       R"(  %c = nn.cumsum %a axis = 1 : tensor<3x4xf32>
+  %e = nn.cumsum %a axis = 0 exclusive : tensor<3x4xf32>
+  %r = nn.cumsum %a axis = 1 exclusive reverse : tensor<3x4xf32>
+  %t = nn.mul %c, %e : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %y = nn.add %t, %r : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>)",
+       "tensor<3x4xf32>",
+       {"cumsum"}},
+      // Rotations of any tables: the rule is the adjoint, exact for any.
+      {"rope",
+       {{"x", "tensor<2x2x3x6xf32>", true},
+        {"c", "tensor<1x3x2xf32>", false},
+        {"s", "tensor<1x3x2xf32>", false}},
+       R"(  %h = nn.rope %x, %c, %s : (tensor<2x2x3x6xf32>, tensor<1x3x2xf32>, tensor<1x3x2xf32>) -> tensor<2x2x3x6xf32>
+  %i = nn.rope %h, %c, %s {interleaved} : (tensor<2x2x3x6xf32>, tensor<1x3x2xf32>, tensor<1x3x2xf32>) -> tensor<2x2x3x6xf32>
+  %y = nn.mul %i, %x : (tensor<2x2x3x6xf32>, tensor<2x2x3x6xf32>) -> tensor<2x2x3x6xf32>)",
+       "tensor<2x2x3x6xf32>",
+       {"rope"}},
       {"constant_operand",
        {{"a", "tensor<4xf32>", true}},
        R"(  %c = nn.constant dense<[1.0, -2.0, 0.5, 3.0]> : tensor<4xf32>

@@ -13,9 +13,10 @@
 // backward they build is sharded and lowered as the forward is.
 //
 // An op absent here (compare, the logical ops, the KV-cache write, and
-// the ops whose rules come with their kernels: attention, gather,
-// embedding, rope, cumsum) is refused by partita-differentiate where it
-// lies between a parameter and the loss.
+// the ops whose rules come with their kernels: attention, gather and
+// embedding) is refused by partita-differentiate where it lies between a
+// parameter and the loss; so is an operand a rule gives no cotangent (a
+// rotary table that depends on a parameter).
 //
 //===----------------------------------------------------------------------===//
 
@@ -380,6 +381,27 @@ void normVjp(RmsNormOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     out.push_back(r.sumTo(r.mul(g, normalized), Rule::typeOf(scale)));
 }
 
+/// The adjoint of a running sum is the running sum the other way: the
+/// same exclusiveness, the direction reversed.
+void scanVjp(CumsumOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(
+      CumsumOp::create(r.b, r.loc, g.getType(), g, op.getAxisAttr(),
+                       op.getExclusive() ? r.b.getUnitAttr() : UnitAttr(),
+                       op.getReverse() ? UnitAttr() : r.b.getUnitAttr()));
+}
+
+/// Each pair is rotated by [[c, -s], [s, c]], whose adjoint rotates by -s:
+/// the input's cotangent is rope(g, cos, -sin). The tables (gathered at
+/// positions, computed from constants) take none: the pass refuses them
+/// should one depend on a parameter.
+void ropeVjp(RopeOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(RopeOp::create(
+      r.b, r.loc, g.getType(), g, op.getCos(), r.unary<NegOp>(op.getSin()),
+      op.getInterleaved() ? r.b.getUnitAttr() : UnitAttr()));
+  out.push_back(Value());
+  out.push_back(Value());
+}
+
 /// d lhs = g rhs^T, d rhs = lhs^T g, each summed over the batch dimensions
 /// it was broadcast along; d bias = g summed to [n].
 void matmulVjp(MatmulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
@@ -423,6 +445,10 @@ LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     matmulVjp(op, r, g, out);
   else if constexpr (llvm::is_one_of<OpTy, LayerNormOp, RmsNormOp>::value)
     normVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, CumsumOp>)
+    scanVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, RopeOp>)
+    ropeVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, WhereOp>)
     whereVjp(op, r, g, out);
   else
@@ -471,6 +497,7 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
   attach<AddOp, SubOp, MulOp, DivOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
          ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
-         LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp>(context);
+         LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp, CumsumOp,
+         RopeOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }

@@ -149,9 +149,18 @@ struct DifferentiatePass
       SmallVector<Value> operandGrads;
       if (failed(rule.buildVjp(b, resultGrads, operandGrads)))
         return signalPassFailure();
-      for (auto [operand, g] : llvm::zip(op.getOperands(), operandGrads))
-        if (g && active(operand))
-          accumulate(operand, g, op.getLoc());
+      for (auto [index, operand, g] :
+           llvm::enumerate(op.getOperands(), operandGrads)) {
+        if (!active(operand))
+          continue;
+        // An active operand without a cotangent would lose its gradient.
+        if (!g) {
+          op.emitOpError("cannot be differentiated by its operand #")
+              << index << ", which depends on a parameter";
+          return signalPassFailure();
+        }
+        accumulate(operand, g, op.getLoc());
+      }
     }
 
     // One result per parameter, after the existing ones.

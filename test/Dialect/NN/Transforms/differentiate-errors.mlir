@@ -2,10 +2,21 @@
 
 // An op without a vector-Jacobian product between a parameter and the loss
 // is refused by name.
-func.func @no_rule(%w: tensor<4xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
-  // expected-error @+1 {{'nn.cumsum' op cannot be differentiated: it has no vector-Jacobian product, and it lies between a parameter and the loss}}
-  %c = nn.cumsum %w axis = 0 : tensor<4xf32>
-  %l = nn.reduce sum %c axes = [0] : tensor<4xf32> -> tensor<f32>
+func.func @no_rule(%w: tensor<4x2xf32> {partita.parameter = "w"}, %i: tensor<3xi64>) -> (tensor<f32> {partita.loss}) {
+  // expected-error @+1 {{'nn.gather' op cannot be differentiated: it has no vector-Jacobian product, and it lies between a parameter and the loss}}
+  %c = nn.gather %w, %i axis = 0 : (tensor<4x2xf32>, tensor<3xi64>) -> tensor<3x2xf32>
+  %l = nn.reduce sum %c axes = [0, 1] : tensor<3x2xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A rotary table that depends on a parameter has no cotangent yet: refused,
+// not dropped.
+func.func @rope_table(%x: tensor<1x1x2x4xf32>, %w: tensor<1x2x2xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
+  // expected-error @+1 {{'nn.rope' op cannot be differentiated by its operand #1, which depends on a parameter}}
+  %y = nn.rope %x, %w, %w : (tensor<1x1x2x4xf32>, tensor<1x2x2xf32>, tensor<1x2x2xf32>) -> tensor<1x1x2x4xf32>
+  %l = nn.reduce sum %y axes = [0, 1, 2, 3] : tensor<1x1x2x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
 
