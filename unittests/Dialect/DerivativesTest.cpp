@@ -123,8 +123,15 @@ struct Compiled {
 
 /// Lowers `module`'s @main (after `differentiate` when asked).
 testing::AssertionResult compile(MLIRContext &context, ModuleOp module,
-                                 bool differentiate, Compiled &out) {
+                                 bool differentiate, Compiled &out,
+                                 const std::string &loss = "") {
   PassManager pm(&context, ModuleOp::getOperationName());
+  if (!loss.empty()) {
+    mlir::partita::AddLossPassOptions options;
+    options.kind = loss;
+    options.output = "out";
+    pm.nest<func::FuncOp>().addPass(mlir::partita::createAddLossPass(options));
+  }
   if (differentiate)
     pm.nest<func::FuncOp>().addPass(mlir::partita::createDifferentiatePass());
   mlir::partita::ExecPipelineOptions exec;
@@ -419,6 +426,91 @@ TEST(Derivatives, RulesHaveCases) {
       EXPECT_TRUE(covered.count(name.getStringRef().str()))
           << name.getStringRef().str() << " has a rule and no case";
     }
+  }
+}
+
+/// partita-add-loss against a direct computation in double: the loss of
+/// random logits (labels with -100 among them) and its gradient by the
+/// logits, (softmax - onehot) / (positions counted), as torch computes
+/// F.cross_entropy(..., ignore_index=-100); and the mean squared error.
+TEST(Loss, MatchesADirectComputation) {
+  DialectRegistry registry;
+  mlir::partita::registerAllDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  const int64_t rows = 6, classes = 5;
+  const std::string ce =
+      "func.func @main(%x: tensor<6x5xf32> {partita.parameter = \"x\"}) -> "
+      "(tensor<6x5xf32> {onnx.name = \"out\"}) {\n"
+      "  return %x : tensor<6x5xf32>\n}\n";
+  for (const std::string kind : {"cross_entropy", "mse"}) {
+    OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ce, &context);
+    ASSERT_TRUE(module);
+    Compiled step;
+    ASSERT_TRUE(compile(context, *module, true, step, kind)) << kind;
+    std::mt19937 rng(11);
+    std::normal_distribution<double> normal;
+    std::vector<float> logits(rows * classes), target(rows * classes);
+    for (float &v : logits)
+      v = static_cast<float>(2 * normal(rng));
+    for (float &v : target)
+      v = static_cast<float>(normal(rng));
+    std::vector<int64_t> labels = {3, -100, 0, 4, -100, 1};
+    std::vector<rt::NamedTensor> in, out;
+    in.push_back(
+        {step.program.inputs(0).name(),
+         rt::Tensor{logits.data(), ::partita::program::F32, {rows, classes}}});
+    if (kind == "cross_entropy")
+      in.push_back(
+          {step.program.inputs(1).name(),
+           rt::Tensor{labels.data(), ::partita::program::I64, {rows}}});
+    else
+      in.push_back(
+          {step.program.inputs(1).name(), rt::Tensor{target.data(),
+                                                     ::partita::program::F32,
+                                                     {rows, classes}}});
+    float loss = 0;
+    std::vector<float> grad(rows * classes);
+    out.push_back({step.program.outputs(0).name(),
+                   rt::Tensor{&loss, ::partita::program::F32, {}}});
+    out.push_back(
+        {step.program.outputs(1).name(),
+         rt::Tensor{grad.data(), ::partita::program::F32, {rows, classes}}});
+    rt::Status ran = step.executor->run(in, out);
+    ASSERT_TRUE(ran) << ran.message();
+
+    double want = 0;
+    std::vector<double> wantGrad(rows * classes, 0.0);
+    if (kind == "cross_entropy") {
+      int counted = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        counted += labels[r] != -100;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (labels[r] == -100)
+          continue;
+        double top = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < classes; ++c)
+          top = std::max(top, double(logits[r * classes + c]));
+        for (int64_t c = 0; c < classes; ++c)
+          sum += std::exp(logits[r * classes + c] - top);
+        want -=
+            (logits[r * classes + labels[r]] - top - std::log(sum)) / counted;
+        for (int64_t c = 0; c < classes; ++c)
+          wantGrad[r * classes + c] =
+              (std::exp(logits[r * classes + c] - top) / sum -
+               (c == labels[r])) /
+              counted;
+      }
+    } else {
+      for (int64_t i = 0; i < rows * classes; ++i) {
+        double d = double(logits[i]) - target[i];
+        want += d * d / (rows * classes);
+        wantGrad[i] = 2 * d / (rows * classes);
+      }
+    }
+    EXPECT_NEAR(loss, want, 1e-5 * std::fabs(want) + 1e-6) << kind;
+    for (int64_t i = 0; i < rows * classes; ++i)
+      EXPECT_NEAR(grad[i], wantGrad[i], 1e-5) << kind << " [" << i << "]";
   }
 }
 

@@ -169,6 +169,46 @@ def ConvertFloatPass : Pass<"partita-convert-float", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::partita::nn::NNDialect"];
 }
 
+def AddLossPass : Pass<"partita-add-loss", "::mlir::func::FuncOp"> {
+  let summary = "Replace a model's outputs with its training loss";
+  let description = [{
+    The training step's loss (`--loss KIND:OUTPUT`, docs/training.md): the
+    function's result named `output` (its `onnx.name`) becomes the loss,
+    the one result left, marked `partita.loss` and named `loss`; the other
+    outputs go.
+
+    - `cross_entropy`: the output is `[..., classes]` logits; an argument
+      `labels` (i64, the output's shape without its last dimension) is
+      added, and the loss is the mean over the positions whose label is
+      not -100 of `-log_softmax(logits)[label]`: torch's
+      `F.cross_entropy(logits.flatten(0, -2), labels.flatten(),
+      ignore_index=-100)` on labels the caller has already shifted. With
+      every label -100 it is 0/0, NaN, as torch's. The label's entry is
+      picked by comparing it with the class index (a one-hot product),
+      which shards with the classes. A label outside `[0, classes)` other
+      than -100 picks nothing here: the runtime refuses it before a step
+      (planned with the training runtime).
+    - `mse`: an argument `target` shaped like the output is added, and the
+      loss is the mean of `(output - target)^2`.
+
+    ```mlir
+    func.func @main(%x: tensor<2x8xi64> {onnx.name = "input_ids"})
+        -> (tensor<2x8x128xf32> {onnx.name = "logits"})
+    // with kind=cross_entropy output=logits becomes
+    func.func @main(%x: tensor<2x8xi64> {onnx.name = "input_ids"},
+                    %labels: tensor<2x8xi64> {onnx.name = "labels"})
+        -> (tensor<f32> {onnx.name = "loss", partita.loss})
+    ```
+  }];
+  let options = [
+    Option<"kind", "kind", "std::string", /*default=*/"\"cross_entropy\"",
+           "cross_entropy or mse">,
+    Option<"output", "output", "std::string", /*default=*/"\"\"",
+           "The ONNX name of the output the loss reads">
+  ];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+}
+
 def DifferentiatePass : Pass<"partita-differentiate", "::mlir::func::FuncOp"> {
   let summary = "Reverse-mode differentiation of the loss by the parameters";
   let description = [{
