@@ -325,6 +325,16 @@ const std::vector<Case> &cases() {
   %y = nn.mul %i, %x : (tensor<2x2x3x6xf32>, tensor<2x2x3x6xf32>) -> tensor<2x2x3x6xf32>)",
        "tensor<2x2x3x6xf32>",
        {"rope"}},
+      // Rows used twice, once, and not at all.
+      {"embedding",
+       {{"t", "tensor<5x3xf32>", true}},
+       R"(  %ids = nn.constant dense<[[0, 2], [4, 2]]> : tensor<2x2xi64>
+  %e = nn.embedding %t, %ids : (tensor<5x3xf32>, tensor<2x2xi64>) -> tensor<2x2x3xf32>
+  %ids32 = nn.constant dense<[1, 2]> : tensor<2xi32>
+  %f = nn.embedding %t, %ids32 : (tensor<5x3xf32>, tensor<2xi32>) -> tensor<2x3xf32>
+  %y = nn.mul %e, %f : (tensor<2x2x3xf32>, tensor<2x3xf32>) -> tensor<2x2x3xf32>)",
+       "tensor<2x2x3xf32>",
+       {"embedding"}},
       {"constant_operand",
        {{"a", "tensor<4xf32>", true}},
        R"(  %c = nn.constant dense<[1.0, -2.0, 0.5, 3.0]> : tensor<4xf32>

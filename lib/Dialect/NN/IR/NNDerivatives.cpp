@@ -13,10 +13,10 @@
 // backward they build is sharded and lowered as the forward is.
 //
 // An op absent here (compare, the logical ops, the KV-cache write, and
-// the ops whose rules come with their kernels: attention, gather and
-// embedding) is refused by partita-differentiate where it lies between a
-// parameter and the loss; so is an operand a rule gives no cotangent (a
-// rotary table that depends on a parameter).
+// the ops whose rules come with their kernels: attention and gather) is refused
+// by partita-differentiate where it lies between a parameter and the loss; so
+// is an operand a rule gives no cotangent (a rotary table that depends on a
+// parameter).
 //
 //===----------------------------------------------------------------------===//
 
@@ -402,6 +402,37 @@ void ropeVjp(RopeOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   out.push_back(Value());
 }
 
+/// The table's cotangent is a scatter-add of g's rows at the indices,
+/// built as onehot(indices)^T g: a [rows, tokens] one-hot against the row
+/// index, which shards with the rows as the table does under tp. It holds
+/// rows x tokens elements; a scatter-add kernel is to replace it. The
+/// indices take none.
+void embeddingVjp(EmbeddingOp op, Rule &r, Value g,
+                  SmallVectorImpl<Value> &out) {
+  RankedTensorType table = Rule::typeOf(op.getTable());
+  RankedTensorType indices = Rule::typeOf(op.getIndices());
+  int64_t rows = table.getDimSize(0), width = table.getDimSize(1);
+  int64_t tokens = indices.getNumElements();
+  Value ids = op.getIndices();
+  if (!indices.getElementType().isInteger(64))
+    ids = CastOp::create(r.b, r.loc, indices.clone(r.b.getI64Type()), ids);
+  Value column = r.reshape(ids, {tokens, 1});
+  SmallVector<int64_t> rowIndex(rows);
+  std::iota(rowIndex.begin(), rowIndex.end(), 0);
+  Value rowIds = ConstantOp::create(
+      r.b, r.loc,
+      getIndexConstant(r.b.getContext(), {rows}, rowIndex, "embedding_rows"));
+  Value hit = CompareOp::create(
+      r.b, r.loc, RankedTensorType::get({tokens, rows}, r.b.getI1Type()),
+      CompareDirection::EQ, column, rowIds);
+  Value oneHot = CastOp::create(
+      r.b, r.loc, RankedTensorType::get({tokens, rows}, table.getElementType()),
+      hit);
+  Value rowsOfG = r.reshape(g, {tokens, width});
+  out.push_back(r.matmul(r.transposeLast(oneHot), rowsOfG));
+  out.push_back(Value());
+}
+
 /// d lhs = g rhs^T, d rhs = lhs^T g, each summed over the batch dimensions
 /// it was broadcast along; d bias = g summed to [n].
 void matmulVjp(MatmulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
@@ -449,6 +480,8 @@ LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     scanVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, RopeOp>)
     ropeVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, EmbeddingOp>)
+    embeddingVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, WhereOp>)
     whereVjp(op, r, g, out);
   else
@@ -498,6 +531,6 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
          ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
          LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp, CumsumOp,
-         RopeOp>(context);
+         RopeOp, EmbeddingOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }
