@@ -335,6 +335,16 @@ const std::vector<Case> &cases() {
   %y = nn.mul %e, %f : (tensor<2x2x3xf32>, tensor<2x3xf32>) -> tensor<2x2x3xf32>)",
        "tensor<2x2x3xf32>",
        {"embedding"}},
+      // GPT-2's fused QKV: split, the pieces sliced and put back together.
+      {"split_slice_concat",
+       {{"a", "tensor<2x6xf32>", true}, {"b", "tensor<2x2xf32>", true}},
+       R"(  %q, %k, %v = nn.split %a axis = 1 : tensor<2x6xf32> -> tensor<2x2xf32>, tensor<2x3xf32>, tensor<2x1xf32>
+  %ks = nn.slice %k start = [0, 1] limit = [1, 3] stride = [1, 1] : tensor<2x3xf32> -> tensor<1x2xf32>
+  %c = nn.concat %q, %b, %v axis = 1 : (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x1xf32>) -> tensor<2x5xf32>
+  %cs = nn.slice %c start = [1, 0] limit = [2, 2] stride = [1, 1] : tensor<2x5xf32> -> tensor<1x2xf32>
+  %y = nn.mul %ks, %cs : (tensor<1x2xf32>, tensor<1x2xf32>) -> tensor<1x2xf32>)",
+       "tensor<1x2xf32>",
+       {"split", "slice", "concat"}},
       {"constant_operand",
        {{"a", "tensor<4xf32>", true}},
        R"(  %c = nn.constant dense<[1.0, -2.0, 0.5, 3.0]> : tensor<4xf32>

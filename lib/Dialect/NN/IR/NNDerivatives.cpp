@@ -89,6 +89,18 @@ public:
     return reshape(summed, target.getShape());
   }
 
+  /// Zeros of `type`, one splat constant.
+  Value zeros(RankedTensorType type) {
+    return ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            type, b.getFloatAttr(type.getElementType(), 0.0))));
+  }
+
+  static bool isFloatTensor(Value v) {
+    return isa<FloatType>(typeOf(v).getElementType());
+  }
+
   Value reshape(Value x, ArrayRef<int64_t> shape) {
     RankedTensorType type = typeOf(x);
     if (type.getShape() == shape)
@@ -433,6 +445,82 @@ void embeddingVjp(EmbeddingOp op, Rule &r, Value g,
   out.push_back(Value());
 }
 
+/// A unit-stride slice's input cotangent is g padded back with zeros, one
+/// concatenation per dimension it cut; a strided one has no rule yet.
+LogicalResult sliceVjp(SliceOp op, Rule &r, Value g,
+                       SmallVectorImpl<Value> &out) {
+  if (!Rule::isFloatTensor(op.getInput())) {
+    out.push_back(Value());
+    return success();
+  }
+  if (llvm::any_of(op.getStride(), [](int64_t s) { return s != 1; }))
+    return op.emitOpError("cannot be differentiated: no vector-Jacobian "
+                          "product for a strided slice yet");
+  RankedTensorType in = Rule::typeOf(op.getInput());
+  Value grad = g;
+  SmallVector<int64_t> shape(Rule::typeOf(g).getShape());
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    int64_t before = op.getStart()[d],
+            after = in.getDimSize(d) - op.getLimit()[d];
+    if (before == 0 && after == 0)
+      continue;
+    SmallVector<Value> pieces;
+    auto zerosOf = [&](int64_t size) {
+      SmallVector<int64_t> piece(shape);
+      piece[d] = size;
+      pieces.push_back(r.zeros(in.clone(piece)));
+    };
+    if (before)
+      zerosOf(before);
+    pieces.push_back(grad);
+    if (after)
+      zerosOf(after);
+    shape[d] = in.getDimSize(d);
+    grad = ConcatOp::create(r.b, r.loc, in.clone(shape), pieces,
+                            static_cast<uint64_t>(d));
+  }
+  out.push_back(grad);
+  return success();
+}
+
+/// Each input's cotangent is its block of g along the axis.
+void concatVjp(ConcatOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  int64_t axis = op.getAxis(), offset = 0;
+  RankedTensorType type = Rule::typeOf(g);
+  for (Value input : op.getInputs()) {
+    RankedTensorType in = Rule::typeOf(input);
+    int64_t size = in.getDimSize(axis);
+    if (!Rule::isFloatTensor(input)) {
+      out.push_back(Value());
+      offset += size;
+      continue;
+    }
+    SmallVector<int64_t> start(type.getRank(), 0), limit(type.getShape()),
+        stride(type.getRank(), 1);
+    start[axis] = offset;
+    limit[axis] = offset + size;
+    out.push_back(SliceOp::create(r.b, r.loc, in, g, start, limit, stride));
+    offset += size;
+  }
+}
+
+/// The pieces' cotangents put back together (zeros for a piece that has
+/// none).
+LogicalResult splitVjp(SplitOp op, Rule &r, ArrayRef<Value> grads,
+                       SmallVectorImpl<Value> &out) {
+  if (!Rule::isFloatTensor(op.getInput()) ||
+      llvm::none_of(grads, [](Value g) { return static_cast<bool>(g); })) {
+    out.push_back(Value());
+    return success();
+  }
+  SmallVector<Value> pieces;
+  for (auto [result, g] : llvm::zip(op.getResults(), grads))
+    pieces.push_back(g ? g : r.zeros(Rule::typeOf(result)));
+  out.push_back(ConcatOp::create(r.b, r.loc, op.getInput().getType(), pieces,
+                                 static_cast<uint64_t>(op.getAxis())));
+  return success();
+}
+
 /// d lhs = g rhs^T, d rhs = lhs^T g, each summed over the batch dimensions
 /// it was broadcast along; d bias = g summed to [n].
 void matmulVjp(MatmulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
@@ -465,6 +553,10 @@ template <typename OpTy>
 LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   if constexpr (std::is_same_v<OpTy, ReduceOp>)
     return reduceVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, SliceOp>)
+    return sliceVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, ConcatOp>)
+    concatVjp(op, r, g, out);
   else if constexpr (llvm::is_one_of<OpTy, AddOp, SubOp, MulOp, DivOp>::value)
     elementwiseVjp(op, r, g, out);
   else if constexpr (llvm::is_one_of<OpTy, ReshapeOp, TransposeOp,
@@ -496,18 +588,22 @@ struct VjpModel
                          ArrayRef<Value> resultGrads,
                          SmallVectorImpl<Value> &operandGrads) const {
     Rule rule(builder, op);
-    Value g = resultGrads.front();
-    if (!g) { // No cotangent: none for the operands either.
-      operandGrads.append(op->getNumOperands(), Value());
+    if constexpr (std::is_same_v<OpTy, SplitOp>) {
+      return splitVjp(cast<SplitOp>(op), rule, resultGrads, operandGrads);
+    } else {
+      Value g = resultGrads.front();
+      if (!g) { // No cotangent: none for the operands either.
+        operandGrads.append(op->getNumOperands(), Value());
+        return success();
+      }
+      size_t before = operandGrads.size();
+      if (failed(callRule(cast<OpTy>(op), rule, g, operandGrads)))
+        return failure();
+      assert(operandGrads.size() - before == op->getNumOperands() &&
+             "a rule gives one cotangent (or null) per operand");
+      (void)before;
       return success();
     }
-    size_t before = operandGrads.size();
-    if (failed(callRule(cast<OpTy>(op), rule, g, operandGrads)))
-      return failure();
-    assert(operandGrads.size() - before == op->getNumOperands() &&
-           "a rule gives one cotangent (or null) per operand");
-    (void)before;
-    return success();
   }
 };
 
@@ -531,6 +627,6 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
          ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
          LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp, CumsumOp,
-         RopeOp, EmbeddingOp>(context);
+         RopeOp, EmbeddingOp, SliceOp, ConcatOp, SplitOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }
