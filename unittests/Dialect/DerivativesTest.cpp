@@ -345,6 +345,17 @@ const std::vector<Case> &cases() {
   %y = nn.mul %ks, %cs : (tensor<1x2xf32>, tensor<1x2xf32>) -> tensor<1x2xf32>)",
        "tensor<1x2xf32>",
        {"split", "slice", "concat"}},
+      // Along a middle axis with a negative index, and a scalar index.
+      {"gather",
+       {{"a", "tensor<3x4x2xf32>", true}},
+       R"(  %i = nn.constant dense<[[1, -1], [0, 1]]> : tensor<2x2xi64>
+  %g = nn.gather %a, %i axis = 1 : (tensor<3x4x2xf32>, tensor<2x2xi64>) -> tensor<3x2x2x2xf32>
+  %j = nn.constant dense<2> : tensor<i32>
+  %h = nn.gather %a, %j axis = 0 : (tensor<3x4x2xf32>, tensor<i32>) -> tensor<4x2xf32>
+  %hs = nn.slice %h start = [0, 0] limit = [2, 2] stride = [1, 1] : tensor<4x2xf32> -> tensor<2x2xf32>
+  %y = nn.mul %g, %hs : (tensor<3x2x2x2xf32>, tensor<2x2xf32>) -> tensor<3x2x2x2xf32>)",
+       "tensor<3x2x2x2xf32>",
+       {"gather"}},
       {"constant_operand",
        {{"a", "tensor<4xf32>", true}},
        R"(  %c = nn.constant dense<[1.0, -2.0, 0.5, 3.0]> : tensor<4xf32>

@@ -13,10 +13,10 @@
 // backward they build is sharded and lowered as the forward is.
 //
 // An op absent here (compare, the logical ops, the KV-cache write, and
-// the ops whose rules come with their kernels: attention and gather) is refused
-// by partita-differentiate where it lies between a parameter and the loss; so
-// is an operand a rule gives no cotangent (a rotary table that depends on a
-// parameter).
+// attention, whose rule comes with its backward kernel) is refused by
+// partita-differentiate where it lies between a parameter and the loss; so
+// is an operand a rule gives no cotangent (a rotary table that depends on
+// a parameter).
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +47,13 @@ public:
     return ConstantOp::create(b, loc,
                               cast<ElementsAttr>(DenseElementsAttr::get(
                                   type, b.getFloatAttr(element, value))));
+  }
+  /// A scalar (rank 0) integer constant of `element` type.
+  Value scalar(int64_t value, IntegerType element) {
+    auto type = RankedTensorType::get({}, element);
+    return ConstantOp::create(b, loc,
+                              cast<ElementsAttr>(DenseElementsAttr::get(
+                                  type, b.getIntegerAttr(element, value))));
   }
   Value scalarLike(double value, Value like) {
     return scalar(value, typeOf(like).getElementType());
@@ -521,6 +528,58 @@ LogicalResult splitVjp(SplitOp op, Rule &r, ArrayRef<Value> grads,
   return success();
 }
 
+/// ONNX Gather along `axis`: the data's cotangent scatters g back, as
+/// embedding's does, through a one-hot of the indices (negative ones
+/// counting from the end): with data [P, D, Q] and N indices, g [P, N, Q]
+/// becomes [P, Q, N] x onehot [N, D], then [P, D, Q].
+void gatherVjp(GatherOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  RankedTensorType data = Rule::typeOf(op.getData());
+  RankedTensorType indices = Rule::typeOf(op.getIndices());
+  if (!Rule::isFloatTensor(op.getData())) {
+    out.append(2, Value());
+    return;
+  }
+  int64_t axis = op.getAxis();
+  int64_t before = 1, after = 1, rows = data.getDimSize(axis);
+  for (int64_t d = 0; d < axis; ++d)
+    before *= data.getDimSize(d);
+  for (int64_t d = axis + 1; d < data.getRank(); ++d)
+    after *= data.getDimSize(d);
+  int64_t count = indices.getNumElements();
+  Value ids = op.getIndices();
+  auto i64 = r.b.getI64Type();
+  if (!indices.getElementType().isInteger(64))
+    ids = CastOp::create(r.b, r.loc, indices.clone(i64), ids);
+  ids = r.reshape(ids, {count, 1});
+  auto column = RankedTensorType::get({count, 1}, i64);
+  Value negative =
+      CompareOp::create(r.b, r.loc, column.clone(r.b.getI1Type()),
+                        CompareDirection::LT, ids, r.scalar(0, i64));
+  Value wrapped = AddOp::create(r.b, r.loc, column, ids, r.scalar(rows, i64));
+  ids = WhereOp::create(r.b, r.loc, column, negative, wrapped, ids);
+  SmallVector<int64_t> rowIndex(rows);
+  std::iota(rowIndex.begin(), rowIndex.end(), 0);
+  Value rowIds = ConstantOp::create(
+      r.b, r.loc,
+      getIndexConstant(r.b.getContext(), {rows}, rowIndex, "gather_rows"));
+  Value oneHot = CastOp::create(
+      r.b, r.loc, RankedTensorType::get({count, rows}, data.getElementType()),
+      CompareOp::create(r.b, r.loc,
+                        RankedTensorType::get({count, rows}, r.b.getI1Type()),
+                        CompareDirection::EQ, ids, rowIds));
+  auto element = data.getElementType();
+  Value pnq = r.reshape(g, {before, count, after});
+  Value pqn = TransposeOp::create(
+      r.b, r.loc, RankedTensorType::get({before, after, count}, element), pnq,
+      r.b.getDenseI64ArrayAttr({0, 2, 1}));
+  Value pqd = r.matmul(pqn, oneHot);
+  Value pdq = TransposeOp::create(
+      r.b, r.loc, RankedTensorType::get({before, rows, after}, element), pqd,
+      r.b.getDenseI64ArrayAttr({0, 2, 1}));
+  out.push_back(r.reshape(pdq, data.getShape()));
+  out.push_back(Value());
+}
+
 /// d lhs = g rhs^T, d rhs = lhs^T g, each summed over the batch dimensions
 /// it was broadcast along; d bias = g summed to [n].
 void matmulVjp(MatmulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
@@ -574,6 +633,8 @@ LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     ropeVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, EmbeddingOp>)
     embeddingVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, GatherOp>)
+    gatherVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, WhereOp>)
     whereVjp(op, r, g, out);
   else
@@ -627,6 +688,6 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
          ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
          LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp, CumsumOp,
-         RopeOp, EmbeddingOp, SliceOp, ConcatOp, SplitOp>(context);
+         RopeOp, EmbeddingOp, SliceOp, ConcatOp, SplitOp, GatherOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }

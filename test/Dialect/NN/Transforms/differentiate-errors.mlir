@@ -2,10 +2,12 @@
 
 // An op without a vector-Jacobian product between a parameter and the loss
 // is refused by name.
-func.func @no_rule(%w: tensor<4x2xf32> {partita.parameter = "w"}, %i: tensor<3xi64>) -> (tensor<f32> {partita.loss}) {
-  // expected-error @+1 {{'nn.gather' op cannot be differentiated: it has no vector-Jacobian product, and it lies between a parameter and the loss}}
-  %c = nn.gather %w, %i axis = 0 : (tensor<4x2xf32>, tensor<3xi64>) -> tensor<3x2xf32>
-  %l = nn.reduce sum %c axes = [0, 1] : tensor<3x2xf32> -> tensor<f32>
+func.func @no_rule(%w: tensor<4xf32> {partita.parameter = "w"}, %slot: tensor<1xi64>) -> (tensor<f32> {partita.loss}) {
+  %cache = nn.constant dense<0.0> : tensor<1x1x8x4xf32>
+  %u = nn.reshape %w : tensor<4xf32> -> tensor<1x1x1x4xf32>
+  // expected-error @+1 {{'nn.kv_cache_write' op cannot be differentiated: it has no vector-Jacobian product, and it lies between a parameter and the loss}}
+  %c = nn.kv_cache_write %cache, %u, %slot axis = 2 : (tensor<1x1x8x4xf32>, tensor<1x1x1x4xf32>, tensor<1xi64>) -> tensor<1x1x8x4xf32>
+  %l = nn.reduce sum %c axes = [0, 1, 2, 3] : tensor<1x1x8x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
 
