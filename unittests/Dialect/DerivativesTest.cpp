@@ -356,6 +356,38 @@ const std::vector<Case> &cases() {
   %y = nn.mul %g, %hs : (tensor<3x2x2x2xf32>, tensor<2x2xf32>) -> tensor<3x2x2x2xf32>)",
        "tensor<3x2x2x2xf32>",
        {"gather"}},
+      {"pow_abs_erf_trig",
+       {{"a", "tensor<2x4xf32>", true, 0.5, 2.0},
+        {"e", "tensor<4xf32>", true, 0.5, 2.5},
+        {"b", "tensor<2x4xf32>", true}},
+       // abs of values 0.5 or more from its kink, of both signs.
+       R"(  %p = nn.pow %a, %e : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  %sign = nn.constant dense<[[1.0, -1.0, 1.0, -1.0], [-1.0, 1.0, -1.0, 1.0]]> : tensor<2x4xf32>
+  %away = nn.mul %a, %sign : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %ab = nn.abs %away : tensor<2x4xf32>
+  %er = nn.erf %b : tensor<2x4xf32>
+  %s = nn.sin %b : tensor<2x4xf32>
+  %c = nn.cos %a : tensor<2x4xf32>
+  %t1 = nn.add %p, %ab : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %t2 = nn.mul %er, %s : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %t3 = nn.add %t1, %t2 : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %y = nn.add %t3, %c : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>)",
+       "tensor<2x4xf32>",
+       {"pow", "abs", "erf", "sin", "cos"}},
+      // Elementwise max and min away from ties (b is a shifted by 0.5 or
+      // more either way).
+      {"max_min",
+       {{"a", "tensor<2x3xf32>", true},
+        {"d", "tensor<2x3xf32>", true, 0.5, 1.5}},
+       R"(  %up = nn.add %a, %d : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %sign = nn.constant dense<[[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0]]> : tensor<2x3xf32>
+  %shift = nn.mul %d, %sign : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %b = nn.add %a, %shift : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %mx = nn.max %up, %b : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %mn = nn.min %a, %b : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %y = nn.mul %mx, %mn : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>)",
+       "tensor<2x3xf32>",
+       {"max", "min"}},
       {"constant_operand",
        {{"a", "tensor<4xf32>", true}},
        R"(  %c = nn.constant dense<[1.0, -2.0, 0.5, 3.0]> : tensor<4xf32>

@@ -185,6 +185,72 @@ void elementwiseVjp(DivOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
                         Rule::typeOf(op.getRhs())));
 }
 
+/// d x^e = e x^(e-1) (as x^(e-1), so that x = 0 gives what torch gives),
+/// d e = y log x.
+void elementwiseVjp(PowOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getLhs(), e = op.getRhs();
+  Value lower = r.binary<PowOp>(x, r.sub(e, r.scalarLike(1.0, e)));
+  out.push_back(r.sumTo(r.mul(g, r.mul(e, lower)), Rule::typeOf(x)));
+  out.push_back(r.sumTo(r.mul(g, r.mul(op.getResult(), r.unary<LogOp>(x))),
+                        Rule::typeOf(e)));
+}
+
+/// Elementwise max and min: g to the side chosen, half to each on a tie
+/// (torch's maximum and minimum).
+template <typename OpTy>
+void extremeVjp(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getLhs(), y = op.getRhs();
+  auto boolType = Rule::typeOf(g).clone(r.b.getI1Type());
+  auto direction =
+      std::is_same_v<OpTy, MaxOp> ? CompareDirection::GT : CompareDirection::LT;
+  Value xWins = CompareOp::create(r.b, r.loc, boolType, direction, x, y);
+  Value tie =
+      CompareOp::create(r.b, r.loc, boolType, CompareDirection::EQ, x, y);
+  Value half = r.mul(g, r.scalarLike(0.5, g)), zero = r.scalarLike(0.0, g);
+  Value toX = WhereOp::create(
+      r.b, r.loc, g.getType(), xWins, g,
+      WhereOp::create(r.b, r.loc, g.getType(), tie, half, zero));
+  out.push_back(r.sumTo(toX, Rule::typeOf(x)));
+  out.push_back(r.sumTo(r.sub(g, toX), Rule::typeOf(y)));
+}
+
+void elementwiseVjp(MaxOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  extremeVjp(op, r, g, out);
+}
+
+void elementwiseVjp(MinOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  extremeVjp(op, r, g, out);
+}
+
+/// d |x| = sign(x) (0 at 0, as torch).
+void unaryVjp(AbsOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput(), zero = r.scalarLike(0.0, g);
+  auto boolType = Rule::typeOf(x).clone(r.b.getI1Type());
+  Value positive =
+      CompareOp::create(r.b, r.loc, boolType, CompareDirection::GT, x, zero);
+  Value negative =
+      CompareOp::create(r.b, r.loc, boolType, CompareDirection::LT, x, zero);
+  out.push_back(
+      WhereOp::create(r.b, r.loc, g.getType(), positive, g,
+                      WhereOp::create(r.b, r.loc, g.getType(), negative,
+                                      r.unary<NegOp>(g), zero)));
+}
+
+/// d erf = 2/sqrt(pi) exp(-x^2).
+void unaryVjp(ErfOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  Value x = op.getInput();
+  Value bell = r.unary<ExpOp>(r.unary<NegOp>(r.mul(x, x)));
+  out.push_back(r.mul(g, r.mul(r.scalarLike(M_2_SQRTPI, x), bell)));
+}
+
+void unaryVjp(SinOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.mul(g, r.unary<CosOp>(op.getInput())));
+}
+
+void unaryVjp(CosOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  out.push_back(r.unary<NegOp>(r.mul(g, r.unary<SinOp>(op.getInput()))));
+}
+
 void unaryVjp(NegOp, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   out.push_back(r.unary<NegOp>(g));
 }
@@ -616,7 +682,8 @@ LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     return sliceVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, ConcatOp>)
     concatVjp(op, r, g, out);
-  else if constexpr (llvm::is_one_of<OpTy, AddOp, SubOp, MulOp, DivOp>::value)
+  else if constexpr (llvm::is_one_of<OpTy, AddOp, SubOp, MulOp, DivOp, PowOp,
+                                     MaxOp, MinOp>::value)
     elementwiseVjp(op, r, g, out);
   else if constexpr (llvm::is_one_of<OpTy, ReshapeOp, TransposeOp,
                                      BroadcastToOp>::value)
@@ -688,6 +755,7 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
          ReciprocalOp, TanhOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp,
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
          LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp, CumsumOp,
-         RopeOp, EmbeddingOp, SliceOp, ConcatOp, SplitOp, GatherOp>(context);
+         RopeOp, EmbeddingOp, SliceOp, ConcatOp, SplitOp, GatherOp, PowOp,
+         MaxOp, MinOp, AbsOp, ErfOp, SinOp, CosOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }
