@@ -112,6 +112,16 @@ std::string functionText(const Case &c) {
   return text;
 }
 
+/// A context with every Partita dialect loaded.
+struct Context : MLIRContext {
+  Context() : MLIRContext(registry()) { loadAllAvailableDialects(); }
+  static DialectRegistry registry() {
+    DialectRegistry registry;
+    mlir::partita::registerAllDialects(registry);
+    return registry;
+  }
+};
+
 /// A function lowered for one host rank and ready to run.
 struct Compiled {
   ::partita::program::Program program;
@@ -402,10 +412,7 @@ class Derivatives : public testing::TestWithParam<Case> {};
 
 TEST_P(Derivatives, MatchFiniteDifferences) {
   const Case &c = GetParam();
-  DialectRegistry registry;
-  mlir::partita::registerAllDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
+  Context context;
   std::string text = functionText(c);
   OwningOpRef<ModuleOp> forward = parseSourceString<ModuleOp>(text, &context);
   ASSERT_TRUE(forward) << text;
@@ -474,10 +481,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, Derivatives, testing::ValuesIn(cases()),
 /// Every op with a rule (the DifferentiableOpInterface attached) has a
 /// case above: a rule added without one fails here.
 TEST(Derivatives, RulesHaveCases) {
-  DialectRegistry registry;
-  mlir::partita::registerAllDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
+  Context context;
   std::set<std::string> covered;
   for (const Case &c : cases())
     for (const std::string &op : c.ops)
@@ -497,10 +501,7 @@ TEST(Derivatives, RulesHaveCases) {
 /// logits, (softmax - onehot) / (positions counted), as torch computes
 /// F.cross_entropy(..., ignore_index=-100); and the mean squared error.
 TEST(Loss, MatchesADirectComputation) {
-  DialectRegistry registry;
-  mlir::partita::registerAllDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
+  Context context;
   const int64_t rows = 6, classes = 5;
   const std::string ce =
       "func.func @main(%x: tensor<6x5xf32> {partita.parameter = \"x\"}) -> "

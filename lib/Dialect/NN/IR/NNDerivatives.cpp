@@ -487,37 +487,6 @@ void ropeVjp(RopeOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   out.push_back(Value());
 }
 
-/// The table's cotangent is a scatter-add of g's rows at the indices,
-/// built as onehot(indices)^T g: a [rows, tokens] one-hot against the row
-/// index, which shards with the rows as the table does under tp. It holds
-/// rows x tokens elements; a scatter-add kernel is to replace it. The
-/// indices take none.
-void embeddingVjp(EmbeddingOp op, Rule &r, Value g,
-                  SmallVectorImpl<Value> &out) {
-  RankedTensorType table = Rule::typeOf(op.getTable());
-  RankedTensorType indices = Rule::typeOf(op.getIndices());
-  int64_t rows = table.getDimSize(0), width = table.getDimSize(1);
-  int64_t tokens = indices.getNumElements();
-  Value ids = op.getIndices();
-  if (!indices.getElementType().isInteger(64))
-    ids = CastOp::create(r.b, r.loc, indices.clone(r.b.getI64Type()), ids);
-  Value column = r.reshape(ids, {tokens, 1});
-  SmallVector<int64_t> rowIndex(rows);
-  std::iota(rowIndex.begin(), rowIndex.end(), 0);
-  Value rowIds = ConstantOp::create(
-      r.b, r.loc,
-      getIndexConstant(r.b.getContext(), {rows}, rowIndex, "embedding_rows"));
-  Value hit = CompareOp::create(
-      r.b, r.loc, RankedTensorType::get({tokens, rows}, r.b.getI1Type()),
-      CompareDirection::EQ, column, rowIds);
-  Value oneHot = CastOp::create(
-      r.b, r.loc, RankedTensorType::get({tokens, rows}, table.getElementType()),
-      hit);
-  Value rowsOfG = r.reshape(g, {tokens, width});
-  out.push_back(r.matmul(r.transposeLast(oneHot), rowsOfG));
-  out.push_back(Value());
-}
-
 /// A unit-stride slice's input cotangent is g padded back with zeros, one
 /// concatenation per dimension it cut; a strided one has no rule yet.
 LogicalResult sliceVjp(SliceOp op, Rule &r, Value g,
@@ -594,28 +563,25 @@ LogicalResult splitVjp(SplitOp op, Rule &r, ArrayRef<Value> grads,
   return success();
 }
 
-/// ONNX Gather along `axis`: the data's cotangent scatters g back, as
-/// embedding's does, through a one-hot of the indices (negative ones
-/// counting from the end): with data [P, D, Q] and N indices, g [P, N, Q]
-/// becomes [P, Q, N] x onehot [N, D], then [P, D, Q].
-void gatherVjp(GatherOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
-  RankedTensorType data = Rule::typeOf(op.getData());
-  RankedTensorType indices = Rule::typeOf(op.getIndices());
-  if (!Rule::isFloatTensor(op.getData())) {
-    out.append(2, Value());
-    return;
-  }
-  int64_t axis = op.getAxis();
+/// g scattered back into `data`'s shape along `axis` at `indices` (ONNX
+/// Gather's: negative ones count from the end), summing where an index
+/// repeats: with data [P, D, Q] and N indices, g [P, N, Q] becomes
+/// [P, Q, N] x onehot [N, D], then [P, D, Q]. The one-hot, against the row
+/// index, shards with the rows as a tp-split table does; it holds N x D
+/// elements, which a scatter-add kernel is to replace.
+Value scatterBack(Rule &r, RankedTensorType data, Value indices, int64_t axis,
+                  Value g) {
+  RankedTensorType indexType = Rule::typeOf(indices);
   int64_t before = 1, after = 1, rows = data.getDimSize(axis);
   for (int64_t d = 0; d < axis; ++d)
     before *= data.getDimSize(d);
   for (int64_t d = axis + 1; d < data.getRank(); ++d)
     after *= data.getDimSize(d);
-  int64_t count = indices.getNumElements();
-  Value ids = op.getIndices();
+  int64_t count = indexType.getNumElements();
   auto i64 = r.b.getI64Type();
-  if (!indices.getElementType().isInteger(64))
-    ids = CastOp::create(r.b, r.loc, indices.clone(i64), ids);
+  Value ids = indices;
+  if (!indexType.getElementType().isInteger(64))
+    ids = CastOp::create(r.b, r.loc, indexType.clone(i64), ids);
   ids = r.reshape(ids, {count, 1});
   auto column = RankedTensorType::get({count, 1}, i64);
   Value negative =
@@ -627,13 +593,13 @@ void gatherVjp(GatherOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   std::iota(rowIndex.begin(), rowIndex.end(), 0);
   Value rowIds = ConstantOp::create(
       r.b, r.loc,
-      getIndexConstant(r.b.getContext(), {rows}, rowIndex, "gather_rows"));
+      getIndexConstant(r.b.getContext(), {rows}, rowIndex, "scatter_rows"));
+  Type element = data.getElementType();
   Value oneHot = CastOp::create(
-      r.b, r.loc, RankedTensorType::get({count, rows}, data.getElementType()),
+      r.b, r.loc, RankedTensorType::get({count, rows}, element),
       CompareOp::create(r.b, r.loc,
                         RankedTensorType::get({count, rows}, r.b.getI1Type()),
                         CompareDirection::EQ, ids, rowIds));
-  auto element = data.getElementType();
   Value pnq = r.reshape(g, {before, count, after});
   Value pqn = TransposeOp::create(
       r.b, r.loc, RankedTensorType::get({before, after, count}, element), pnq,
@@ -642,7 +608,27 @@ void gatherVjp(GatherOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   Value pdq = TransposeOp::create(
       r.b, r.loc, RankedTensorType::get({before, rows, after}, element), pqd,
       r.b.getDenseI64ArrayAttr({0, 2, 1}));
-  out.push_back(r.reshape(pdq, data.getShape()));
+  return r.reshape(pdq, data.getShape());
+}
+
+/// The data's cotangent is g scattered back along the axis; the indices
+/// take none.
+void gatherVjp(GatherOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
+  if (!Rule::isFloatTensor(op.getData())) {
+    out.append(2, Value());
+    return;
+  }
+  out.push_back(scatterBack(r, Rule::typeOf(op.getData()), op.getIndices(),
+                            op.getAxis(), g));
+  out.push_back(Value());
+}
+
+/// The table's cotangent is g's rows added at the indices (a gather along
+/// rows); the indices take none.
+void embeddingVjp(EmbeddingOp op, Rule &r, Value g,
+                  SmallVectorImpl<Value> &out) {
+  out.push_back(
+      scatterBack(r, Rule::typeOf(op.getTable()), op.getIndices(), 0, g));
   out.push_back(Value());
 }
 
