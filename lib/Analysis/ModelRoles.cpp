@@ -46,8 +46,19 @@ StringRef mlir::partita::getModelRoleName(ModelRole role) {
 
 namespace {
 
+/// A weight: a constant, or a training step's parameter (an argument
+/// marked partita.parameter, docs/training.md), whose roles are a
+/// weight's.
 bool isConstant(Value value) {
-  return value && value.getDefiningOp<nn::ConstantOp>();
+  if (!value)
+    return false;
+  if (value.getDefiningOp<nn::ConstantOp>())
+    return true;
+  auto arg = dyn_cast<BlockArgument>(value);
+  auto func =
+      arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()) : nullptr;
+  return func &&
+         func.getArgAttr(arg.getArgNumber(), nn::NNDialect::kParameterAttrName);
 }
 
 bool isElementwise(Operation *op) {
@@ -124,6 +135,8 @@ SmallVector<MlpInput> mlpInputsOf(Value value,
   llvm::SmallPtrSet<Operation *, 8> seen[2][2];
   while (!work.empty()) {
     Step step = work.pop_back_val();
+    if (isConstant(step.value))
+      continue;
     Operation *def = step.value.getDefiningOp();
     if (!def)
       return {};

@@ -85,7 +85,34 @@ int64_t stageOf(dist::MeshOp mesh,
 }
 
 /// Which of the function's arguments or results to list.
-enum class Listed { All, Interface, Cache };
+enum class Listed { All, Interface, Cache, Parameters, State };
+
+/// What an argument or result of a step is: a tensor the runtime keeps on
+/// the ranks (a KV cache, a training parameter or optimizer state, or its
+/// update), or the model's interface.
+Listed classify(func::FuncOp func, unsigned i, bool result) {
+  auto has = [&](StringRef name) {
+    return static_cast<bool>(result ? func.getResultAttr(i, name)
+                                    : func.getArgAttr(i, name));
+  };
+  if (has(nn::NNDialect::kKvCacheAttrName))
+    return Listed::Cache;
+  if (has(nn::NNDialect::kParameterAttrName))
+    return Listed::Parameters;
+  if (has(nn::NNDialect::kOptimizerStateAttrName))
+    return Listed::State;
+  if (result && has(nn::NNDialect::kUpdateAttrName)) {
+    // The update of the argument of its name.
+    StringAttr name =
+        func.getResultAttrOfType<StringAttr>(i, nn::NNDialect::kUpdateAttrName);
+    for (unsigned a = 0; a < func.getNumArguments(); ++a)
+      if (func.getArgAttr(a, nn::NNDialect::kOptimizerStateAttrName) &&
+          func.getArgAttrOfType<StringAttr>(a, "onnx.name") == name)
+        return Listed::State;
+    return Listed::Parameters;
+  }
+  return Listed::Interface;
+}
 
 /// The function's inputs or outputs with their global shapes and
 /// shardings (a partitioned function's types are the local ones): all of
@@ -97,13 +124,7 @@ std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results,
   ArrayRef<Type> types = results ? func.getFunctionType().getResults()
                                  : func.getFunctionType().getInputs();
   for (auto [i, type] : llvm::enumerate(types)) {
-    bool cache =
-        results ? static_cast<bool>(
-                      func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName))
-                : static_cast<bool>(
-                      func.getArgAttr(i, nn::NNDialect::kKvCacheAttrName));
-    if ((listed == Listed::Interface && cache) ||
-        (listed == Listed::Cache && !cache))
+    if (listed != Listed::All && classify(func, i, results) != listed)
       continue;
     auto tensor = cast<RankedTensorType>(type);
     StringAttr name = results
@@ -188,6 +209,40 @@ LogicalResult describeServing(func::FuncOp prefill,
   return success();
 }
 
+/// A training artifact's manifest entries: the batch and the scalars as
+/// inputs, the loss (and gradients) as outputs, and the parameters and
+/// state, whose updates each rank writes over them in place and must hold
+/// as the arguments they replace.
+LogicalResult describeTraining(func::FuncOp step, const rt::TrainingSpec &given,
+                               rt::Manifest &manifest) {
+  manifest.inputs = tensorSpecs(step, false, Listed::Interface);
+  manifest.outputs = tensorSpecs(step, true, Listed::Interface);
+  rt::TrainingSpec spec = given;
+  if (auto classes =
+          step->getAttrOfType<IntegerAttr>(nn::NNDialect::kLossClassesAttrName))
+    spec.classes = classes.getInt();
+  spec.parameters = tensorSpecs(step, false, Listed::Parameters);
+  spec.state = tensorSpecs(step, false, Listed::State);
+  for (Listed kind : {Listed::Parameters, Listed::State}) {
+    const std::vector<rt::TensorSpec> &held =
+        kind == Listed::Parameters ? spec.parameters : spec.state;
+    std::vector<rt::TensorSpec> updates = tensorSpecs(step, true, kind);
+    for (const rt::TensorSpec &update : updates) {
+      const rt::TensorSpec *arg = rt::findSpec(held, update.name);
+      if (!arg || !sameSpec(*arg, update))
+        return step.emitError()
+               << "the update of '" << update.name
+               << "' is not laid out as the value it replaces: a compiler "
+                  "bug";
+    }
+    if (updates.size() != held.size())
+      return step.emitError() << "a parameter or state of the training step "
+                                 "has no update: a compiler bug";
+  }
+  manifest.training = std::move(spec);
+  return success();
+}
+
 } // namespace
 
 LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
@@ -212,6 +267,9 @@ LogicalResult mlir::partita::writeArtifact(func::FuncOp global,
            dist::stringifyAxisRole(mesh.getAxisRole(index)).str()});
   if (serving) {
     if (failed(describeServing(global, *serving, manifest)))
+      return failure();
+  } else if (options.training) {
+    if (failed(describeTraining(global, *options.training, manifest)))
       return failure();
   } else {
     manifest.inputs = tensorSpecs(global, /*results=*/false);

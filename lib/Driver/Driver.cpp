@@ -17,6 +17,7 @@
 #include "partita/Dialect/Dist/Transforms/Passes.h"
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "partita/Dialect/NN/Transforms/Training.h"
 #include "partita/Frontend/ONNX/Import.h"
 #include "partita/InitAllDialects.h"
 #include "partita/Pipelines/Pipelines.h"
@@ -27,6 +28,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <google/protobuf/text_format.h>
@@ -121,6 +123,73 @@ std::string explanation(ArrayRef<std::string> weights,
   return text;
 }
 
+/// The training options: all or none of them with --train, spelled as
+/// docs/training.md says, on a mesh training supports.
+LogicalResult checkTrainingOptions(MLIRContext &context,
+                                   const DriverOptions &options) {
+  if (!options.train) {
+    for (auto [given, flag] :
+         {std::pair<bool, StringRef>{!options.loss.empty(), "--loss"},
+          {!options.optimizer.empty(), "--optimizer"},
+          {!options.freeze.empty(), "--freeze"},
+          {options.clipGradNorm != 0, "--clip-grad-norm"},
+          {options.outputGradients, "--output-gradients"}})
+      if (given)
+        return fail(context, flag + " needs --train");
+    return success();
+  }
+  if (options.loss.empty() || options.optimizer.empty())
+    return fail(context, "--train needs --loss cross_entropy:OUTPUT|mse:OUTPUT "
+                         "and --optimizer sgd:lr=L|adamw:lr=L");
+  std::string error;
+  if (!parseLossSpec(options.loss, error) ||
+      !parseOptimizerSpec(options.optimizer, error))
+    return fail(context, error);
+  if (!options.freeze.empty() && !llvm::Regex(options.freeze).isValid(error))
+    return fail(context, "--freeze '" + options.freeze +
+                             "' is not a regular expression: " + error);
+  if (!(options.clipGradNorm >= 0) || !std::isfinite(options.clipGradNorm))
+    return fail(context, "--clip-grad-norm must be 0 or more");
+  if (options.maxSeq > 0)
+    return fail(context, "--train compiles a training step; --max-seq a "
+                         "serving artifact: give one of them");
+  if (options.dtype != StorageType::FP32)
+    return fail(context, "--train trains fp32 parameters; --dtype " +
+                             std::string(::partita::optionName(options.dtype)) +
+                             " is for inference");
+  if (options.autoMesh)
+    return fail(context, "--mesh auto plans inference; give --train a mesh "
+                         "of dp, tp and sp axes");
+  if (options.mesh.roleSize("pp") > 1)
+    return fail(context,
+                "--train with a pp axis: pipeline-parallel training is not "
+                "supported yet; use dp, tp and sp");
+  return success();
+}
+
+/// The manifest's record of a training step's loss and optimizer (the
+/// options were checked).
+::partita::runtime::TrainingSpec
+describeTrainingStep(const DriverOptions &options) {
+  std::string error;
+  LossSpec loss = *parseLossSpec(options.loss, error);
+  OptimizerSpec optimizer = *parseOptimizerSpec(options.optimizer, error);
+  ::partita::runtime::TrainingSpec spec;
+  spec.lossKind = loss.kind;
+  spec.optimizer = optimizer.kindName().str();
+  spec.hyperparameters["lr"] = optimizer.lr;
+  spec.hyperparameters["weight_decay"] = optimizer.weightDecay;
+  if (optimizer.kind == OptimizerKind::SGD) {
+    spec.hyperparameters["momentum"] = optimizer.momentum;
+  } else {
+    spec.hyperparameters["beta1"] = optimizer.beta1;
+    spec.hyperparameters["beta2"] = optimizer.beta2;
+    spec.hyperparameters["eps"] = optimizer.eps;
+  }
+  spec.clipGradNorm = options.clipGradNorm;
+  return spec;
+}
+
 /// Checks every option against its declaration (the API's fields were
 /// set without a parser), then the rules between options.
 LogicalResult checkOptions(MLIRContext &context, DriverOptions &options) {
@@ -151,6 +220,8 @@ LogicalResult checkOptions(MLIRContext &context, DriverOptions &options) {
                       " needs a mesh with an sp (or, for megatron, tp) axis "
                       "larger than 1");
   }
+  if (failed(checkTrainingOptions(context, options)))
+    return failure();
   if (!options.autoMesh && options.devices != 0)
     return fail(context, "--devices needs --mesh auto");
   if (!options.autoMesh && options.emit == EmitStage::Plan)
@@ -428,6 +499,8 @@ LogicalResult ProgramCompiler::importModel(KvCacheForm form,
     import.bindings[name] = value;
   import.kvCache = form;
   import.maxSeq = options.maxSeq;
+  import.train = options.train;
+  import.freeze = options.freeze;
   compiled.module =
       options.inputBuffer
           ? importOnnxBuffer(&context, *options.inputBuffer, options.input,
@@ -787,6 +860,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   ArtifactOptions artifact;
   artifact.target = cuda ? "cuda" : "host";
   artifact.compileOptions = recordedOptions(options);
+  if (options.train)
+    artifact.training = describeTrainingStep(options);
   if (cuda) {
     artifact.compileOptions["cuda-arch"] = llvm::join(nvcc.archs, ",");
     artifact.cudaArchs = nvcc.archs;

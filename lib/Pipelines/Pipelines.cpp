@@ -14,6 +14,7 @@
 #include "partita/Dialect/Dist/Transforms/Passes.h"
 #include "partita/Dialect/Exec/Transforms/Passes.h"
 #include "partita/Dialect/NN/Transforms/Passes.h"
+#include "partita/Dialect/NN/Transforms/Training.h"
 
 using namespace mlir;
 using namespace mlir::partita;
@@ -37,6 +38,29 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
     KvCachePassOptions cache;
     cache.maxSeq = options.maxSeq;
     func.addPass(createKvCachePass(cache));
+  }
+  // A training step: the loss, its gradients and the updates, on the
+  // raised model (each rule is a transformer-level op's), before any
+  // sharding, so the backward is partitioned as the forward is.
+  if (options.train) {
+    std::string error;
+    std::optional<LossSpec> loss = parseLossSpec(options.loss, error);
+    AddLossPassOptions addLoss;
+    if (loss) {
+      addLoss.kind = loss->kind;
+      addLoss.output = loss->output;
+    } else {
+      // The pass refuses it with the same message.
+      addLoss.kind = options.loss;
+    }
+    func.addPass(createAddLossPass(addLoss));
+    func.addPass(createDifferentiatePass());
+    func.addPass(createCSEPass());
+    OptimizerPassOptions optimizer;
+    optimizer.optimizer = options.optimizer;
+    optimizer.clipGradNorm = options.clipGradNorm;
+    optimizer.outputGradients = options.outputGradients;
+    func.addPass(createOptimizerPass(optimizer));
   }
   // Last: the raising patterns match the model's fp32 subgraphs, which the
   // conversion's casts would break up.

@@ -40,6 +40,7 @@
 #include "partita/runtime/Generation.h"
 #include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
+#include "partita/runtime/Training.h"
 #include "partita/runtime/distributed/Launcher.h"
 #include "partita/runtime/tooling/TensorFile.h"
 #include "partita/runtime/tooling/TensorSummary.h"
@@ -52,6 +53,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <map>
 #include <mutex>
 #include <sys/stat.h>
@@ -69,6 +71,8 @@ constexpr const char *kUsage =
     "                   [--timeout SECONDS] [--threads N] [--verify]\n"
     "       partita-run ART --generate N --input input_ids=FILE\n"
     "                   [--input attention_mask=FILE] [--dump-logits]\n"
+    "                   [--output-dir DIR]\n"
+    "       partita-run ART --train-steps N --data DIR [--lr-schedule S]\n"
     "                   [--output-dir DIR]\n"
     "\n"
     "Runs the artifact directory ART (written by partita-compile). A host\n"
@@ -100,6 +104,18 @@ constexpr const char *kUsage =
     "                      throughput\n"
     "  --dump-logits       with --generate: also write DIR/logits.npy (f32\n"
     "                      [N, batch, vocab])\n"
+    "  --train-steps N     run N steps of a training artifact "
+    "(partita-compile\n"
+    "                      --train) on the batches of --data; writes\n"
+    "                      DIR/loss.npy (f32 [N], each step's loss before its\n"
+    "                      update) and the last step's other outputs\n"
+    "  --data DIR          the batches: DIR's .npz files in name order, "
+    "cycled,\n"
+    "                      each an array per batch input\n"
+    "  --lr-schedule S     constant (default), cosine:warmup=N,total=M,min=X "
+    "or\n"
+    "                      linear:warmup=N,total=M, peaking at the compiled "
+    "lr\n"
     "  --version           print the version and exit\n";
 
 struct Options {
@@ -117,6 +133,10 @@ struct Options {
   /// --generate N; -1 without it.
   int64_t generate = -1;
   bool dumpLogits = false;
+  /// --train-steps N; -1 without it.
+  int64_t trainSteps = -1;
+  std::string data;
+  std::string lrSchedule;
 };
 
 int fail(const std::string &message) {
@@ -170,8 +190,9 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
     std::string flag = arg.substr(0, equals);
     // An unknown flag is reported as such, not as one missing its value.
     static const char *const kValueFlags[] = {
-        "--input",  "--output-dir", "--ranks",   "--repeat",
-        "--warmup", "--threads",    "--timeout", "--generate"};
+        "--input",       "--output-dir", "--ranks",      "--repeat",
+        "--warmup",      "--threads",    "--timeout",    "--generate",
+        "--train-steps", "--data",       "--lr-schedule"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) ==
         std::end(kValueFlags))
       return Status::error("unknown option " + flag);
@@ -196,6 +217,15 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
                                   value.substr(split + 1));
     } else if (flag == "--output-dir") {
       options.outputDirectory = value;
+    } else if (flag == "--train-steps") {
+      if (!parseCount(value, options.trainSteps) || options.trainSteps < 1)
+        return Status::error("--train-steps takes a positive number of "
+                             "steps, not '" +
+                             value + "'");
+    } else if (flag == "--data") {
+      options.data = value;
+    } else if (flag == "--lr-schedule") {
+      options.lrSchedule = value;
     } else if (flag == "--ranks") {
       PARTITA_RETURN_IF_ERROR(count(options.ranks));
     } else if (flag == "--repeat") {
@@ -233,6 +263,20 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
   if (options.dumpLogits && options.outputDirectory.empty())
     return Status::error("--dump-logits writes DIR/logits.npy: give "
                          "--output-dir DIR");
+  if (options.trainSteps < 0 &&
+      (!options.data.empty() || !options.lrSchedule.empty()))
+    return Status::error(
+        std::string(options.data.empty() ? "--lr-schedule" : "--data") +
+        " needs --train-steps N");
+  if (options.trainSteps >= 0 &&
+      (options.generate >= 0 || !options.inputs.empty() || options.repeat > 0 ||
+       options.warmup >= 0))
+    return Status::error("--train-steps reads its batches from --data; it "
+                         "takes neither --input, --generate, --repeat nor "
+                         "--warmup");
+  if (options.trainSteps >= 0 && options.data.empty())
+    return Status::error("--train-steps needs --data DIR, a folder of .npz "
+                         "batches");
   if (options.generate >= 0 && (options.repeat > 0 || options.warmup >= 0))
     return Status::error("--repeat and --warmup time runs of the program; "
                          "--generate times its prefill and every step itself");
@@ -427,6 +471,146 @@ double quantile(std::vector<double> &values, double fraction) {
   return values[std::min(values.size(), std::max<size_t>(rank, 1)) - 1];
 }
 
+/// The names of the entries of `folder`.
+Status listDirectory(const std::string &folder,
+                     std::vector<std::string> &names) {
+  DIR *dir = ::opendir(folder.c_str());
+  if (!dir)
+    return Status::error("--data " + folder + ": " + std::strerror(errno));
+  while (const dirent *entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name != "." && name != "..")
+      names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  return Status::ok();
+}
+
+/// The batches of --data: the folder's .npz files in name order, each
+/// holding exactly the batch inputs of `trainer`.
+Status readBatches(
+    const Manifest &manifest, const Trainer &trainer, const std::string &folder,
+    std::vector<std::vector<std::pair<std::string, HostTensor>>> &batches) {
+  std::vector<std::string> files;
+  PARTITA_RETURN_IF_ERROR(listDirectory(folder, files));
+  std::sort(files.begin(), files.end());
+  for (const std::string &file : files) {
+    if (file.size() < 4 || file.compare(file.size() - 4, 4, ".npz") != 0)
+      continue;
+    std::string path = folder + "/" + file;
+    std::vector<std::pair<std::string, HostTensor>> arrays;
+    PARTITA_RETURN_IF_ERROR(readNpz(path, arrays));
+    for (const std::string &name : trainer.batchInputs()) {
+      auto found = std::find_if(arrays.begin(), arrays.end(),
+                                [&](const auto &a) { return a.first == name; });
+      const TensorSpec *spec = findSpec(manifest.inputs, name);
+      if (found == arrays.end())
+        return Status::error(path + " has no array '" + name +
+                             "'; a batch holds " + specList([&] {
+                               std::vector<TensorSpec> specs;
+                               for (const std::string &n :
+                                    trainer.batchInputs())
+                                 specs.push_back(*findSpec(manifest.inputs, n));
+                               return specs;
+                             }()));
+      if (found->second.dtype() != spec->dtype ||
+          found->second.shape() != spec->shape)
+        return Status::error(path + ": '" + name + "' is " +
+                             dtypeName(found->second.dtype()) + " " +
+                             shapeString(found->second.shape()) +
+                             "; the step takes " + specString(*spec));
+    }
+    for (const auto &[name, tensor] : arrays)
+      if (!findSpec(manifest.inputs, name) ||
+          std::find(trainer.batchInputs().begin(), trainer.batchInputs().end(),
+                    name) == trainer.batchInputs().end())
+        return Status::error(path + " holds '" + name +
+                             "', which is not an input of the step");
+    batches.push_back(std::move(arrays));
+  }
+  if (batches.empty())
+    return Status::error("--data " + folder + " holds no .npz file");
+  return Status::ok();
+}
+
+/// partita-run --train-steps: Trainer::step over an in-process runner.
+int runTraining(const LoadedArtifact &artifact, const Options &options,
+                const RunnerOptions &runnerOptions) {
+  const Manifest &manifest = artifact.manifest();
+  if (!manifest.training)
+    return fail(options.artifact +
+                " was not compiled with --train: --train-steps needs a "
+                "training artifact (partita-compile --train)");
+  LrSchedule schedule;
+  if (!options.lrSchedule.empty()) {
+    Status parsed = LrSchedule::parse(options.lrSchedule, schedule);
+    if (!parsed)
+      return fail(parsed.message());
+  }
+  std::unique_ptr<Runner> runner;
+  std::unique_ptr<Trainer> trainer;
+  Status created = Runner::create(artifact, runnerOptions, runner);
+  if (created)
+    created = Trainer::create(*runner, trainer);
+  if (!created)
+    return fail(created.message());
+  std::vector<std::vector<std::pair<std::string, HostTensor>>> batches;
+  Status read = Status::ok();
+  {
+    Watchdog watchdog(options.timeoutSeconds, "reading the batches");
+    read = readBatches(manifest, *trainer, options.data, batches);
+  }
+  if (!read)
+    return fail(read.message());
+
+  std::vector<float> losses;
+  for (int64_t step = 0; step < options.trainSteps; ++step) {
+    const auto &arrays = batches[size_t(step) % batches.size()];
+    std::vector<NamedTensor> batch;
+    int64_t tokens = 0;
+    for (const auto &[name, tensor] : arrays) {
+      batch.push_back({name, tensor.tensor()});
+      if (name == "labels" || name == "target" ||
+          (tokens == 0 && name == "input_ids"))
+        tokens = tensor.tensor().numElements();
+    }
+    auto start = std::chrono::steady_clock::now();
+    float loss = 0;
+    Status stepped =
+        trainer->step(batch, schedule.at(trainer->baseLr(), step), loss);
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+    if (!stepped)
+      return fail("step " + std::to_string(step + 1) + ": " +
+                  stepped.message());
+    losses.push_back(loss);
+    std::printf("step %lld/%lld loss %.6g  (%.1f ms, %.0f tokens/s)\n",
+                static_cast<long long>(step + 1),
+                static_cast<long long>(options.trainSteps), double(loss), ms,
+                double(tokens) * 1000.0 / std::max(ms, 1e-9));
+    std::fflush(stdout);
+  }
+
+  Watchdog watchdog(options.timeoutSeconds, "writing the outputs");
+  if (options.outputDirectory.empty())
+    return 0;
+  Status made = makeDirectories(options.outputDirectory);
+  if (!made)
+    return fail(made.message());
+  Tensor lossTensor{
+      losses.data(), program::F32, {static_cast<int64_t>(losses.size())}};
+  Status written = writeNpy(options.outputDirectory + "/loss.npy", lossTensor);
+  for (const auto &[name, tensor] : trainer->lastOutputs())
+    if (written && name != manifest.training->loss)
+      written =
+          writeNpy(options.outputDirectory + "/" + fileNameFor(name) + ".npy",
+                   tensor.tensor());
+  if (!written)
+    return fail(written.message());
+  return 0;
+}
+
 /// partita-run --generate: Generation::generate over an in-process runner.
 int runGenerate(const LoadedArtifact &artifact, const Options &options,
                 const RunnerOptions &runnerOptions) {
@@ -612,6 +796,16 @@ int runMain(int argc, char **argv) {
   runnerOptions.singleGpu = options.singleGpu;
   if (options.generate >= 0)
     return runGenerate(*artifact, options, runnerOptions);
+  if (options.trainSteps >= 0) {
+    if (cuda && worldSize > 1 && !options.singleGpu)
+      return fail("--train-steps runs a multi-rank cuda artifact with "
+                  "--single-gpu only, for now");
+    return runTraining(*artifact, options, runnerOptions);
+  }
+  if (manifest.training)
+    return fail(options.artifact +
+                " is a training artifact: run its steps with --train-steps N "
+                "--data DIR");
 
   std::map<std::string, HostTensor> inputs;
   Status read = Status::ok();

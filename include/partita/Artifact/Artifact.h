@@ -17,8 +17,10 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "partita/Analysis/Planner.h"
 #include "partita/Target/ExecProgram/ExecProgram.h"
+#include "partita/runtime/Manifest.h"
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace mlir::partita {
@@ -44,6 +46,9 @@ struct ArtifactOptions {
   std::vector<std::string> cudaArchs;
   /// The flags the artifact was compiled with, recorded in its manifest.
   std::map<std::string, std::string> compileOptions;
+  /// A training step's loss and optimizer (--train); the writer adds the
+  /// parameters and the state from the function.
+  std::optional<::partita::runtime::TrainingSpec> training;
 };
 
 /// A serving artifact's second program (partita-compile --max-seq): the

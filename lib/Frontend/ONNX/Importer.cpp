@@ -33,6 +33,7 @@
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 
 #include <cstring>
 
@@ -183,6 +184,10 @@ private:
   LogicalResult checkModel();
   LogicalResult checkOpsets();
   LogicalResult importInitializers();
+  /// --train: the trainable initializers as arguments of `func`, their
+  /// types appended to `inputTypes` (OnnxImportOptions::train).
+  LogicalResult makeParameters(func::FuncOp func,
+                               SmallVector<Type> &inputTypes);
 
   /// For a KV-cache form, adds the cached length and sequence to
   /// `bindings`.
@@ -395,6 +400,53 @@ GraphImporter::tensorFromProto(onnx::TensorProto &proto, Location loc,
       return mismatch(out.size());
   }
   return tensor;
+}
+
+LogicalResult GraphImporter::makeParameters(func::FuncOp func,
+                                            SmallVector<Type> &inputTypes) {
+  std::optional<llvm::Regex> freeze;
+  if (!options.freeze.empty()) {
+    freeze.emplace(options.freeze);
+    std::string error;
+    if (!freeze->isValid(error))
+      return emitError(fileLoc) << "--freeze '" << options.freeze
+                                << "' is not a regular expression: " << error;
+  }
+  Block &body = func.getBody().front();
+  for (const onnx::TensorProto &proto : model->graph().initializer()) {
+    ValueInfo *info = lookup(proto.name());
+    if (!info || !info->constant || !info->constant->isFloat() ||
+        (freeze && freeze->match(proto.name())))
+      continue;
+    Location loc =
+        NameLoc::get(StringAttr::get(context, proto.name()), fileLoc);
+    if (info->constant->dataType != onnx::TensorProto_DataType_FLOAT)
+      return emitError(loc)
+             << "initializer '" << proto.name() << "' is "
+             << dataTypeName(info->constant->dataType)
+             << "; --train trains float32 parameters (freeze it with "
+                "--freeze)";
+    FailureOr<ElementsAttr> initial =
+        toElementsAttr(*info->constant, proto.name(), loc);
+    if (failed(initial))
+      return failure();
+    Type type = initial->getType();
+    StringAttr name = builder.getStringAttr(proto.name());
+    unsigned position = func.getNumArguments();
+    if (failed(func.insertArgument(
+            position, type,
+            builder.getDictionaryAttr(
+                {builder.getNamedAttr("onnx.name", name),
+                 builder.getNamedAttr(nn::NNDialect::kParameterAttrName, name),
+                 builder.getNamedAttr(nn::NNDialect::kInitialValueAttrName,
+                                      *initial)}),
+            loc)))
+      return failure();
+    inputTypes.push_back(type);
+    info->constant.reset();
+    define(proto.name(), body.getArgument(position));
+  }
+  return success();
 }
 
 LogicalResult GraphImporter::importInitializers() {
@@ -958,6 +1010,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     func.setArgAttr(i, "onnx.name", builder.getStringAttr(name));
   }
   builder.setInsertionPointToEnd(body);
+  if (options.train && failed(makeParameters(func, inputTypes)))
+    return nullptr;
 
   for (auto [i, node] : llvm::enumerate(order))
     if (failed(importNode(*node, i)))

@@ -185,6 +185,8 @@ private:
   /// collectives without their group, transfers without their peer.
   LogicalResult checkPlanned();
   FailureOr<::partita::runtime::WeightView> hostView(Value value);
+  LogicalResult recordInitialValue(BlockArgument arg,
+                                   program::Binding &binding);
   int32_t bufferOf(Value value);
   program::Instruction *addInstruction(Operation *op);
   void emitKernel(Operation *head, ArrayRef<Operation *> steps, Value result);
@@ -261,6 +263,59 @@ FailureOr<rt::WeightView> Translator::hostView(Value value) {
            << "the bytes of this constant do not match its type " << type;
   viewOf_[value] = view;
   return view;
+}
+
+/// A training parameter's input: the rank's block of its initializer,
+/// stored as a weight of its own that the binding names.
+LogicalResult Translator::recordInitialValue(BlockArgument arg,
+                                             program::Binding &binding) {
+  unsigned i = arg.getArgNumber();
+  auto initial = func.getArgAttrOfType<ElementsAttr>(
+      i, nn::NNDialect::kInitialValueAttrName);
+  if (!initial)
+    return success();
+  auto blocks = func.getArgAttrOfType<DenseI64ArrayAttr>(
+      i, exec::ExecDialect::kInitialBlocksAttr);
+  auto global = cast<RankedTensorType>(initial.getType());
+  if (!blocks || blocks.size() != 2 * global.getRank())
+    return func.emitError() << "argument " << i << " has no "
+                            << exec::ExecDialect::kInitialBlocksAttr
+                            << " (run --partita-specialize-rank first)";
+  rt::WeightView view;
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(initial)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return func.emitError()
+             << "parameter '" << binding.name() << "' has no data";
+    ArrayRef<char> bytes = blob->getData();
+    view = viewOf(bytes.data(), bytes.size(), global, nullptr);
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(initial)) {
+    auto bytes =
+        std::make_shared<std::vector<char>>(exec::serializeDense(dense));
+    view = viewOf(bytes->data(), bytes->size(), global, bytes);
+  } else {
+    return func.emitError() << "parameter '" << binding.name()
+                            << "' has an initial value of an unsupported kind";
+  }
+  // Named by the block, so that ranks holding the same block share it.
+  std::string name = "initial/" + binding.name();
+  for (int64_t d = 0; d < global.getRank(); ++d) {
+    int64_t parts = blocks[2 * d], block = blocks[2 * d + 1];
+    if (parts == 1)
+      continue;
+    view = view.block(d, parts, block);
+    name += "." + std::to_string(d) + ":" + std::to_string(block) + "/" +
+            std::to_string(parts);
+  }
+  if (!view.valid() ||
+      ArrayRef<int64_t>(view.shape()) != tensorOf(arg).getShape())
+    return func.emitError()
+           << "parameter '" << binding.name()
+           << "': its initial value's block does not match " << tensorOf(arg);
+  binding.set_initial_weight(name);
+  if (weightNames.insert(name).second)
+    result.weights.push_back({name, std::move(view)});
+  return success();
 }
 
 LogicalResult Translator::collectBuffers() {
@@ -553,6 +608,8 @@ LogicalResult Translator::run() {
                                           exec::ExecDialect::kBindingAttr)
             .str());
     binding->set_buffer(bufferOf(arg));
+    if (failed(recordInitialValue(arg, *binding)))
+      return failure();
   }
   Block &body = func.getBody().front();
   for (Operation &op : body.without_terminator()) {

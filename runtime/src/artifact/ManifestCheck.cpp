@@ -59,9 +59,9 @@ Status checkEntryBindings(const Manifest &manifest,
                           const std::vector<TensorSpec> &inputs,
                           const std::vector<TensorSpec> &outputs,
                           const std::string &where, const std::string &entry) {
-  static const std::vector<TensorSpec> kNoCache;
-  const std::vector<TensorSpec> &cache =
-      manifest.serving ? manifest.serving->cache : kNoCache;
+  const std::vector<TensorSpec> cache = residentSpecs(manifest);
+  const std::string residentKind =
+      manifest.training ? "training state" : "cache";
   if (outputs.empty())
     return Status::error(where + (entry.empty() ? "the model has no outputs"
                                                 : "the decode step has no "
@@ -79,7 +79,7 @@ Status checkEntryBindings(const Manifest &manifest,
       if (spec && !input)
         produced[size_t(spec - outputs.data())] = true;
       if (!spec && (spec = specNamed(cache, binding.name()))) {
-        kind = "cache";
+        kind = residentKind;
         (input ? cacheInputs : cacheOutputs).insert(spec->name);
       }
       if (!spec)
@@ -118,10 +118,10 @@ Status checkEntryBindings(const Manifest &manifest,
     for (const TensorSpec &spec : cache)
       if (cacheInputs.count(spec.name) != cacheOutputs.count(spec.name))
         return Status::error(
-            where + binds + "cache '" + spec.name + "' as an " +
+            where + binds + residentKind + " '" + spec.name + "' as an " +
             (cacheInputs.count(spec.name) ? "input" : "output") +
-            " only; a cache tensor is bound as both an input and an "
-            "output, to one memory");
+            " only; it is bound as both an input and an output, to one "
+            "memory");
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (!produced[i])

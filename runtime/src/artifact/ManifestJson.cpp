@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <exception>
 #include <set>
 
@@ -193,6 +194,44 @@ ServingSpec parseServing(const json &serving, const std::string &where) {
   return spec;
 }
 
+TrainingSpec parseTraining(const json &training, const std::string &where) {
+  if (!training.is_object())
+    fail(where, "not a JSON object");
+  TrainingSpec spec;
+  spec.loss = getString(training, "loss", where);
+  spec.lossKind = getString(training, "loss_kind", where);
+  spec.classes = getInt(training, "classes", where);
+  spec.optimizer = getString(training, "optimizer", where);
+  const json &hyper = field(training, "hyperparameters", where);
+  if (!hyper.is_object())
+    fail(where + ".hyperparameters", "not a JSON object");
+  for (auto it = hyper.begin(); it != hyper.end(); ++it) {
+    if (!it.value().is_number())
+      fail(where + ".hyperparameters." + it.key(), "not a number");
+    spec.hyperparameters[it.key()] = it.value().get<double>();
+  }
+  const json &clip = field(training, "clip_grad_norm", where);
+  if (!clip.is_number())
+    fail(where + ".clip_grad_norm", "not a number");
+  spec.clipGradNorm = clip.get<double>();
+  spec.parameters = parseTensorSpecs(training, "parameters", where);
+  spec.state = parseTensorSpecs(training, "state", where);
+  return spec;
+}
+
+json trainingToJson(const TrainingSpec &spec) {
+  json training = json::object();
+  training["loss"] = spec.loss;
+  training["loss_kind"] = spec.lossKind;
+  training["classes"] = spec.classes;
+  training["optimizer"] = spec.optimizer;
+  training["hyperparameters"] = spec.hyperparameters;
+  training["clip_grad_norm"] = spec.clipGradNorm;
+  training["parameters"] = tensorSpecsToJson(spec.parameters);
+  training["state"] = tensorSpecsToJson(spec.state);
+  return training;
+}
+
 json servingToJson(const ServingSpec &spec) {
   auto nullable = [](const std::string &name) {
     return name.empty() ? json(nullptr) : json(name);
@@ -299,6 +338,8 @@ void parseManifest(const json &root, const std::string &where,
   // has none (the writer fills these in, so they are checked here).
   if (root.contains("serving"))
     manifest.serving = parseServing(root["serving"], where + ".serving");
+  if (root.contains("training"))
+    manifest.training = parseTraining(root["training"], where + ".training");
   for (size_t i = 0; i < manifest.ranks.size(); ++i) {
     std::string at = where + ".ranks[" + std::to_string(i) + "]";
     bool named = !manifest.ranks[i].decodeProgram.empty();
@@ -385,6 +426,44 @@ Status checkTensorSpecs(const std::vector<TensorSpec> &specs,
   return Status::ok();
 }
 
+/// The training spec's names: the loss is an output, the learning rate an
+/// input, and no parameter or state is also an input or output.
+Status checkTraining(const Manifest &manifest,
+                     const std::set<std::string> &axisNames) {
+  const TrainingSpec &training = *manifest.training;
+  if (training.optimizer != "sgd" && training.optimizer != "adamw")
+    return Status::error("training: optimizer '" + training.optimizer +
+                         "' is neither sgd nor adamw");
+  if (training.classes < 0)
+    return Status::error("training: classes must be 0 or more");
+  if (!std::isfinite(training.clipGradNorm) || training.clipGradNorm < 0)
+    return Status::error("training: clip_grad_norm must be 0 or more");
+  for (const auto &[name, value] : training.hyperparameters)
+    if (!std::isfinite(value))
+      return Status::error("training: hyperparameter '" + name +
+                           "' is not finite");
+  if (!findSpec(manifest.outputs, training.loss))
+    return Status::error("training: the loss '" + training.loss +
+                         "' is not an output");
+  if (!findSpec(manifest.inputs, "lr"))
+    return Status::error("training: the step takes no input 'lr'");
+  if (manifest.serving)
+    return Status::error("an artifact is either a training or a serving one");
+  PARTITA_RETURN_IF_ERROR(
+      checkTensorSpecs(training.parameters, "parameter", axisNames));
+  PARTITA_RETURN_IF_ERROR(checkTensorSpecs(training.state, "state", axisNames));
+  for (const std::vector<TensorSpec> *list :
+       {&training.parameters, &training.state})
+    for (const TensorSpec &spec : *list)
+      if (findSpec(manifest.inputs, spec.name) ||
+          findSpec(manifest.outputs, spec.name) ||
+          (list == &training.state && findSpec(training.parameters, spec.name)))
+        return Status::error("training: '" + spec.name +
+                             "' is listed twice; the runtime binds the "
+                             "parameters and state itself");
+  return Status::ok();
+}
+
 /// The serving spec's own sizes and names, and that each name it gives is
 /// an input or output of the entries that use it.
 Status checkServing(const Manifest &manifest,
@@ -464,6 +543,20 @@ bool TensorSharding::isReplicated() const {
     if (!axes.empty())
       return false;
   return partial.empty();
+}
+
+std::vector<TensorSpec>
+partita::runtime::residentSpecs(const Manifest &manifest) {
+  std::vector<TensorSpec> specs;
+  if (manifest.serving)
+    specs = manifest.serving->cache;
+  if (manifest.training) {
+    specs.insert(specs.end(), manifest.training->parameters.begin(),
+                 manifest.training->parameters.end());
+    specs.insert(specs.end(), manifest.training->state.begin(),
+                 manifest.training->state.end());
+  }
+  return specs;
 }
 
 const TensorSpec *
@@ -570,6 +663,8 @@ Status partita::runtime::validateManifest(const Manifest &manifest) {
       checkTensorSpecs(manifest.inputs, "input", axisNames));
   PARTITA_RETURN_IF_ERROR(
       checkTensorSpecs(manifest.outputs, "output", axisNames));
+  if (manifest.training)
+    PARTITA_RETURN_IF_ERROR(checkTraining(manifest, axisNames));
   if (manifest.serving)
     return checkServing(manifest, axisNames);
   return Status::ok();
@@ -628,6 +723,8 @@ Status partita::runtime::manifestToJson(const Manifest &manifest,
     root["outputs"] = tensorSpecsToJson(manifest.outputs);
     if (manifest.serving)
       root["serving"] = servingToJson(*manifest.serving);
+    if (manifest.training)
+      root["training"] = trainingToJson(*manifest.training);
     if (!manifest.cudaArchs.empty())
       root["cuda"] = {{"archs", manifest.cudaArchs}};
     root["schedule"] = schedule;

@@ -67,9 +67,32 @@ std::chrono::milliseconds timeoutOf(double seconds) {
   return std::chrono::milliseconds(int64_t(std::ceil(seconds * 1000)));
 }
 
-/// Whether `name` is one of a serving artifact's cache tensors.
+/// Whether `name` is a tensor the ranks keep between runs: a serving
+/// artifact's KV cache, a training artifact's parameters and state.
 bool isCache(const Manifest &manifest, const std::string &name) {
-  return manifest.serving && findSpec(manifest.serving->cache, name);
+  return (manifest.serving && findSpec(manifest.serving->cache, name)) ||
+         (manifest.training && (findSpec(manifest.training->parameters, name) ||
+                                findSpec(manifest.training->state, name)));
+}
+
+/// The weight holding the rank's block of resident tensor `name` before
+/// the first run (a training parameter's initializer), or empty: zeros.
+std::string initialWeightOf(const program::Program &program,
+                            const std::string &name) {
+  for (const program::Binding &binding : program.inputs())
+    if (binding.name() == name)
+      return binding.initial_weight();
+  return "";
+}
+
+/// Reads the weight `weight` that `name`'s block starts as, of `block`'s
+/// dtype and shape.
+Status initialValue(const LoadedArtifact &artifact, int32_t rank,
+                    const std::string &name, const std::string &weight,
+                    const Tensor &block, const Tensor *&initial) {
+  return artifact.weights().find(
+      weight, block.dtype, block.shape,
+      "rank " + std::to_string(rank) + ": '" + name + "'", initial);
 }
 
 /// The tensor named `name` in `states`, or null.
@@ -278,14 +301,23 @@ Status rankCacheBlocks(
     std::vector<std::pair<const TensorSpec *, std::vector<int64_t>>> &blocks) {
   const Manifest &manifest = artifact.manifest();
   blocks.clear();
-  if (!manifest.serving)
-    return Status::ok();
   std::set<std::string> bound;
   for (const program::Program *program :
        {&artifact.program(rank), artifact.decodeProgram(rank)})
     for (int i = 0; program && i < program->inputs_size(); ++i)
       bound.insert(program->inputs(i).name());
-  for (const TensorSpec &spec : manifest.serving->cache) {
+  // Spec pointers into the manifest (residentSpecs returns copies).
+  std::vector<const TensorSpec *> resident;
+  if (manifest.serving)
+    for (const TensorSpec &spec : manifest.serving->cache)
+      resident.push_back(&spec);
+  if (manifest.training)
+    for (const auto *list :
+         {&manifest.training->parameters, &manifest.training->state})
+      for (const TensorSpec &spec : *list)
+        resident.push_back(&spec);
+  for (const TensorSpec *resident_spec : resident) {
+    const TensorSpec &spec = *resident_spec;
     if (!bound.count(spec.name))
       continue;
     std::vector<int64_t> shape;
@@ -325,7 +357,15 @@ Status partita::runtime::allocateRankCache(const LoadedArtifact &artifact,
     if (!allocated)
       return Status::error("rank " + std::to_string(rank) + ": cache '" +
                            spec->name + "': " + allocated.message());
-    states.push_back({spec->name, memory.back().tensor()});
+    Tensor block = memory.back().tensor();
+    std::string weight = initialWeightOf(artifact.program(rank), spec->name);
+    if (!weight.empty()) {
+      const Tensor *initial = nullptr;
+      PARTITA_RETURN_IF_ERROR(
+          initialValue(artifact, rank, spec->name, weight, block, initial));
+      std::memcpy(block.data, initial->data, block.byteSize());
+    }
+    states.push_back({spec->name, block});
   }
   return Status::ok();
 }
@@ -345,8 +385,18 @@ Status partita::runtime::allocateRankDeviceCache(
                    : device.allocate((bytes + 255) / 256 * 256, 256, &block);
     if (allocated && block)
       memory.push_back(block);
-    if (allocated && block)
+    std::string weight = initialWeightOf(artifact.program(rank), spec->name);
+    if (allocated && block && weight.empty())
       allocated = zeroOnDevice(device, block, bytes);
+    if (allocated && block && !weight.empty()) {
+      const Tensor *initial = nullptr;
+      allocated = initialValue(artifact, rank, spec->name, weight,
+                               Tensor{block, spec->dtype, shape}, initial);
+      if (allocated)
+        allocated = device.copyToDevice(block, initial->data, bytes);
+      if (allocated)
+        allocated = device.synchronize();
+    }
     if (!allocated)
       return Status::error("rank " + std::to_string(rank) + ": cache '" +
                            spec->name + "' on " + device.name() + ": " +

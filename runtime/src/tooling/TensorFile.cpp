@@ -16,7 +16,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string_view>
 #include <unistd.h>
+#include <zlib.h>
 
 using namespace partita::runtime;
 namespace program = partita::program;
@@ -424,4 +426,115 @@ Status partita::runtime::readTensorFile(const std::string &path,
     return readOnnxTensor(path, tensor);
   return Status::error(path + ": unknown tensor file type (expected .npy or "
                               "an ONNX TensorProto .pb)");
+}
+
+//===----------------------------------------------------------------------===//
+// .npz
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+uint32_t readLe(const std::string &bytes, size_t at, int width) {
+  uint32_t value = 0;
+  for (int i = 0; i < width; ++i)
+    value |= uint32_t(static_cast<unsigned char>(bytes[at + size_t(i)]))
+             << (8 * i);
+  return value;
+}
+
+/// Inflates `size` raw-deflate bytes at `data` into exactly `expected`
+/// bytes.
+Status inflateRaw(const char *data, size_t size, size_t expected,
+                  std::string &out) {
+  out.assign(expected, '\0');
+  z_stream stream{};
+  if (inflateInit2(&stream, -MAX_WBITS) != Z_OK)
+    return Status::error("cannot start inflating");
+  stream.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data));
+  stream.avail_in = static_cast<uInt>(size);
+  stream.next_out = reinterpret_cast<Bytef *>(out.data());
+  stream.avail_out = static_cast<uInt>(expected);
+  int result = inflate(&stream, Z_FINISH);
+  size_t produced = stream.total_out;
+  inflateEnd(&stream);
+  if (result != Z_STREAM_END || produced != expected)
+    return Status::error("corrupt deflated data");
+  return Status::ok();
+}
+
+} // namespace
+
+Status partita::runtime::readNpz(
+    const std::string &path,
+    std::vector<std::pair<std::string, HostTensor>> &arrays) {
+  arrays.clear();
+  std::string bytes;
+  PARTITA_RETURN_IF_ERROR(readFile(path, SIZE_MAX, bytes));
+  auto fail = [&](const std::string &message) {
+    return Status::error(path + ": " + message);
+  };
+  // The central directory, from the end-of-directory record (ZIP64 and
+  // archive comments are not written by numpy).
+  constexpr size_t kEndBytes = 22;
+  if (bytes.size() < kEndBytes)
+    return fail("not a .npz archive (too short)");
+  size_t end = bytes.size() - kEndBytes;
+  if (readLe(bytes, end, 4) != 0x06054b50)
+    return fail("not a .npz archive (no zip end record)");
+  size_t entries = readLe(bytes, end + 10, 2);
+  size_t directory = readLe(bytes, end + 16, 4);
+  if (directory > end)
+    return fail("corrupt zip directory");
+  size_t at = directory;
+  for (size_t i = 0; i < entries; ++i) {
+    if (at + 46 > end || readLe(bytes, at, 4) != 0x02014b50)
+      return fail("corrupt zip directory entry");
+    uint32_t method = readLe(bytes, at + 10, 2);
+    size_t compressed = readLe(bytes, at + 20, 4);
+    size_t size = readLe(bytes, at + 24, 4);
+    size_t nameBytes = readLe(bytes, at + 28, 2);
+    size_t extraBytes = readLe(bytes, at + 30, 2);
+    size_t commentBytes = readLe(bytes, at + 32, 2);
+    size_t local = readLe(bytes, at + 42, 4);
+    if (at + 46 + nameBytes > end)
+      return fail("corrupt zip directory entry");
+    std::string name = bytes.substr(at + 46, nameBytes);
+    at += 46 + nameBytes + extraBytes + commentBytes;
+    if (compressed == 0xffffffffu || size == 0xffffffffu)
+      return fail("'" + name + "' is too large (ZIP64 is not supported)");
+    if (local + 30 > bytes.size() || readLe(bytes, local, 4) != 0x04034b50)
+      return fail("'" + name + "': corrupt local header");
+    size_t data = local + 30 + readLe(bytes, local + 26, 2) +
+                  readLe(bytes, local + 28, 2);
+    if (data > bytes.size() || compressed > bytes.size() - data)
+      return fail("'" + name + "' is truncated");
+    std::string npy;
+    if (method == 0) {
+      if (compressed != size)
+        return fail("'" + name + "': stored sizes differ");
+      npy = bytes.substr(data, size);
+    } else if (method == 8) {
+      Status inflated = inflateRaw(bytes.data() + data, compressed, size, npy);
+      if (!inflated)
+        return fail("'" + name + "': " + inflated.message());
+    } else {
+      return fail("'" + name + "' is compressed with zip method " +
+                  std::to_string(method) +
+                  " (numpy writes stored or deflated entries)");
+    }
+    constexpr std::string_view kSuffix = ".npy";
+    if (name.size() <= kSuffix.size() ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix))
+      return fail("'" + name + "' is not a .npy entry");
+    name.resize(name.size() - kSuffix.size());
+    for (const auto &[other, tensor] : arrays)
+      if (other == name)
+        return fail("'" + name + "' is stored twice");
+    HostTensor tensor;
+    Status parsed = parseNpy(npy, tensor);
+    if (!parsed)
+      return fail("'" + name + "': " + parsed.message());
+    arrays.emplace_back(std::move(name), std::move(tensor));
+  }
+  return Status::ok();
 }

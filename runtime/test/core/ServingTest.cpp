@@ -196,8 +196,8 @@ TEST(ServingArtifact, WriterRefusesInconsistentPrograms) {
   onlyInput.cacheOnlyAsInput = true;
   EXPECT_ERROR_CONTAINS(
       commit(onlyInput, nullptr),
-      "rank 0's program binds cache 'past' as an input only; a cache tensor "
-      "is bound as both an input and an output, to one memory");
+      "rank 0's program binds cache 'past' as an input only; it is bound as "
+      "both an input and an output, to one memory");
   ServingModelOptions unsplit = tp2;
   unsplit.unsplitCache = true;
   EXPECT_ERROR_CONTAINS(

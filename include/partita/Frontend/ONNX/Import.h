@@ -43,6 +43,14 @@ struct OnnxImportOptions {
   /// itself; `bindings` must not give the cached length.
   KvCacheForm kvCache = KvCacheForm::None;
   int64_t maxSeq = 0;
+  /// A training step (partita-compile --train): every floating-point
+  /// initializer whose name `freeze` (a regular expression, searched in
+  /// the name; empty: none) does not match becomes an argument marked
+  /// `partita.parameter` with its name, holding the initializer as
+  /// `partita.initial_value`, instead of a constant; nothing is folded
+  /// through it. Parameters must be f32.
+  bool train = false;
+  std::string freeze;
 };
 
 /// Imports the model at `path`. External data files are looked up next to

@@ -152,6 +152,12 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
     if (auto constant = getConstant(value))
       if (std::string name = weightName(constant); !name.empty())
         what = "weight '" + name + "'";
+    if (auto arg = dyn_cast<BlockArgument>(value))
+      if (auto name =
+              cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                  .getArgAttrOfType<StringAttr>(
+                      arg.getArgNumber(), nn::NNDialect::kParameterAttrName))
+        what = "parameter '" + name.str() + "'";
     return user->emitError()
            << "cannot split " << what << " (" << role << ") over " << axis
            << "=" << size << ": dimension " << dim << " has size "
@@ -443,6 +449,14 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
       // (heads over tp, the batch over dp): it never moves.
       if (func.getArgAttr(arg.getArgNumber(), nn::NNDialect::kKvCacheAttrName))
         continue;
+      // A training parameter and its optimizer state are weights, not
+      // batches: they take the shardings of their uses (replicated over
+      // dp, whose ranks each update their copy alike).
+      if (func.getArgAttr(arg.getArgNumber(),
+                          nn::NNDialect::kParameterAttrName) ||
+          func.getArgAttr(arg.getArgNumber(),
+                          nn::NNDialect::kOptimizerStateAttrName))
+        continue;
       // The cache slot is one for the batch: every rank reads it whole.
       if (func.getArgAttr(arg.getArgNumber(),
                           nn::NNDialect::kCachePositionAttrName)) {
@@ -475,7 +489,9 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
     if (!type)
       continue;
     unsigned i = operand.getOperandNumber();
-    if (func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName))
+    if (func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName) ||
+        func.getResultAttr(i, nn::NNDialect::kUpdateAttrName) ||
+        func.getResultAttr(i, nn::NNDialect::kGradientAttrName))
       continue;
     if (failed(
             checkBatch(type, nameOf(func.getResultAttrDict(i), "output", i))))

@@ -123,6 +123,17 @@ LogicalResult ExecDialect::verifyRegionArgAttribute(Operation *op,
       return op->emitError() << "'" << name << "' must be a string";
     return success();
   }
+  if (name == kInitialBlocksAttr) {
+    auto blocks = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!blocks || blocks.size() % 2 != 0)
+      return op->emitError()
+             << "'" << name << "' must be (parts, block) pairs of i64";
+    for (int64_t i = 0; i < blocks.size(); i += 2)
+      if (blocks[i] < 1 || blocks[i + 1] < 0 || blocks[i + 1] >= blocks[i])
+        return op->emitError() << "'" << name << "': block " << blocks[i + 1]
+                               << " of " << blocks[i] << " parts";
+    return success();
+  }
   return op->emitError() << "unknown exec argument attribute '" << name << "'";
 }
 

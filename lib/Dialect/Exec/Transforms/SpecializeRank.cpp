@@ -14,6 +14,7 @@
 #include "partita/Dialect/Exec/Transforms/Passes.h"
 
 #include "mlir/IR/Matchers.h"
+#include "partita/Dialect/Dist/IR/DistDialect.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Exec/IR/ExecOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
@@ -72,6 +73,14 @@ public:
     return p;
   }
 
+  /// The ranks in the group spanned by `axes`.
+  int64_t groupSize(ArrayRef<StringRef> axes) const {
+    int64_t size = 1;
+    for (StringRef axis : axes)
+      size *= sizes[*mesh.getAxisIndex(axis)];
+    return size;
+  }
+
   /// The global ranks of the rank's group spanned by `axes`, in group order.
   SmallVector<int32_t> group(ArrayRef<StringRef> axes) const {
     SmallVector<int64_t> c(coords);
@@ -118,6 +127,7 @@ public:
 
 private:
   void recordBindings();
+  void recordInitialBlocks();
   LogicalResult selectStages();
   void foldRankDependent();
 
@@ -125,6 +135,29 @@ private:
   const RankPlace &place;
   int64_t rank;
 };
+
+/// A training step's parameter holds the rank's block of its initial
+/// value: each dimension's (parts, block), which the translator cuts from
+/// the initializer.
+void Specializer::recordInitialBlocks() {
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    if (!func.getArgAttr(i, nn::NNDialect::kInitialValueAttrName))
+      continue;
+    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
+    auto sharding =
+        func.getArgAttrOfType<dist::ShardingAttr>(i, dist::kShardingAttr);
+    SmallVector<int64_t> blocks;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      SmallVector<StringRef> axes;
+      if (sharding)
+        axes = llvm::to_vector(sharding.getAxesOfDim(d));
+      blocks.push_back(axes.empty() ? 1 : place.groupSize(axes));
+      blocks.push_back(axes.empty() ? 0 : place.position(axes));
+    }
+    func.setArgAttr(i, exec::ExecDialect::kInitialBlocksAttr,
+                    DenseI64ArrayAttr::get(func.getContext(), blocks));
+  }
+}
 
 void Specializer::recordBindings() {
   MLIRContext *context = func.getContext();
@@ -266,6 +299,7 @@ LogicalResult Specializer::run() {
     return func.emitError()
            << "the exec lowering needs a single-block function";
   recordBindings();
+  recordInitialBlocks();
   if (failed(selectStages()))
     return failure();
   // A KV cache stays with the stage that writes it: the other stages' ranks

@@ -171,6 +171,12 @@ struct AddLossPass : mlir::partita::impl::AddLossPassBase<AddLossPass> {
       loss = meanSquaredError(b, loc, value, argument);
     }
 
+    if (kind == "cross_entropy")
+      func->setAttr(
+          nn::NNDialect::kLossClassesAttrName,
+          IntegerAttr::get(
+              IntegerType::get(&getContext(), 64),
+              cast<RankedTensorType>(value.getType()).getShape().back()));
     // The loss is the step's one output.
     ret->setOperands(loss);
     func.setType(FunctionType::get(&getContext(), func.getArgumentTypes(),

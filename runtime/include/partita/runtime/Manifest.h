@@ -114,6 +114,37 @@ struct ServingSpec {
   std::vector<TensorSpec> decodeOutputs;
 };
 
+/// A training step (partita-compile --train, docs/training.md). The
+/// parameters and the optimizer's state are neither inputs nor outputs:
+/// each rank holds its block of each between steps, both bound by name as
+/// an input and an output of the same memory, which the step's update
+/// writes last. A parameter starts as the weight its program binding
+/// names (the rank's block of the initializer), a state at zero. The
+/// top-level inputs are the batch's (the model's, and `labels` or
+/// `target`) and the scalars the runtime computes each step: `lr`, and for
+/// AdamW `bias_correction1` and `bias_correction2` (1 - beta^t, t the
+/// step's number from 1).
+struct TrainingSpec {
+  /// The output holding the loss.
+  std::string loss = "loss";
+  /// `cross_entropy` or `mse`.
+  std::string lossKind;
+  /// cross_entropy: the classes of the logits, so that a label outside
+  /// [0, classes) other than -100 is refused before a step, as torch
+  /// refuses it; 0 otherwise.
+  int64_t classes = 0;
+  /// `sgd` or `adamw`, and its hyperparameters by torch's names (lr,
+  /// momentum, weight_decay, beta1, beta2, eps).
+  std::string optimizer;
+  std::map<std::string, double> hyperparameters;
+  /// --clip-grad-norm; 0: none.
+  double clipGradNorm = 0;
+  /// By ONNX initializer name, with global shapes and shardings.
+  std::vector<TensorSpec> parameters;
+  /// `NAME/exp_avg`, `NAME/exp_avg_sq`, `NAME/momentum_buffer`.
+  std::vector<TensorSpec> state;
+};
+
 /// The spec named `name`, or null.
 const TensorSpec *findSpec(const std::vector<TensorSpec> &specs,
                            const std::string &name);
@@ -137,11 +168,18 @@ struct Manifest {
   std::vector<std::string> cudaArchs;
   /// Set for a serving artifact; then every rank has a decode program.
   std::optional<ServingSpec> serving;
+  /// Set for a training artifact.
+  std::optional<TrainingSpec> training;
   /// Filled by ArtifactWriter::commit and by the loader: the weights files
   /// (paths relative to the artifact), and every file's `sha256:<hex>`.
   std::vector<std::string> weightFiles;
   std::map<std::string, std::string> files;
 };
+
+/// The tensors each rank keeps between runs, bound by name as both an
+/// input and an output of one memory: a serving artifact's KV cache, or a
+/// training artifact's parameters and optimizer state.
+std::vector<TensorSpec> residentSpecs(const Manifest &manifest);
 
 } // namespace partita::runtime
 

@@ -55,6 +55,10 @@ def Exec_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGroupAttr = "exec.group";
     static constexpr ::llvm::StringLiteral kPeerAttr = "exec.peer";
     static constexpr ::llvm::StringLiteral kBindingAttr = "exec.binding";
+    /// On a training parameter's argument: the rank's block of its
+    /// initial value, as (parts, block) per dimension.
+    static constexpr ::llvm::StringLiteral kInitialBlocksAttr =
+        "exec.initial_blocks";
     static constexpr ::llvm::StringLiteral kOutputsElsewhereAttr =
         "exec.outputs_elsewhere";
     static constexpr ::llvm::StringLiteral kBufferAttr = "exec.buffer";

@@ -83,6 +83,20 @@ def NN_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kLossAttrName = "partita.loss";
     static constexpr ::llvm::StringLiteral kGradientAttrName =
         "partita.gradient";
+    /// On the function: the classes a cross-entropy loss's labels index.
+    static constexpr ::llvm::StringLiteral kLossClassesAttrName =
+        "partita.loss_classes";
+    /// The training step's state (partita-optimizer): an argument that is
+    /// a parameter's optimizer state (the value: `NAME/exp_avg`, ...), a
+    /// result that is the updated value of the argument of its name, and
+    /// a parameter's value before the first step (the initializer; the
+    /// artifact stores each rank's block).
+    static constexpr ::llvm::StringLiteral kOptimizerStateAttrName =
+        "partita.optimizer_state";
+    static constexpr ::llvm::StringLiteral kUpdateAttrName =
+        "partita.update";
+    static constexpr ::llvm::StringLiteral kInitialValueAttrName =
+        "partita.initial_value";
   }];
 }
 

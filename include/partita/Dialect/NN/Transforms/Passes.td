@@ -243,4 +243,50 @@ def DifferentiatePass : Pass<"partita-differentiate", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::partita::nn::NNDialect"];
 }
 
+def OptimizerPass : Pass<"partita-optimizer", "::mlir::func::FuncOp"> {
+  let summary = "Append the optimizer's update of every parameter";
+  let description = [{
+    The last pass of a training step (`--optimizer`, docs/training.md), on
+    the function partita-differentiate left: for each argument marked
+    `partita.parameter` and its result marked `partita.gradient`, the
+    updated parameter is appended as a result named like the parameter
+    and marked `partita.update`; the optimizer's state of each parameter
+    is an argument marked `partita.optimizer_state` (named
+    `NAME/exp_avg`, `NAME/exp_avg_sq` or `NAME/momentum_buffer`, as
+    torch's `optimizer.state` keys them) with its update a result marked
+    likewise. The runtime keeps both on the ranks between steps, each
+    argument and the result of its name in the same memory; the updates
+    are built last, after every other use of the old values, so that the
+    program may write them in place.
+
+    The learning rate is an argument `lr` (f32 scalar) that the runtime
+    gives each step (a schedule is the caller's); AdamW adds
+    `bias_correction1` and `bias_correction2`, `1 - beta^t` of the step's
+    number t computed in double by the runtime, as torch computes them.
+    The update is torch's, elementwise in f32:
+
+    - `sgd`: d = g + weight_decay * p; with momentum, buf = momentum * buf
+      + d (the buffer starts at zero, so the first step's is d) and d =
+      buf; p -= lr * d.
+    - `adamw`: p *= 1 - lr * weight_decay; m = beta1 m + (1 - beta1) g;
+      v = beta2 v + (1 - beta2) g^2; p -= lr / bias_correction1 * m /
+      (sqrt(v) / sqrt(bias_correction2) + eps).
+
+    With `clip-grad-norm` C > 0 every gradient is first scaled by
+    min(1, C / (norm + 1e-6)), norm the 2-norm of all gradients together
+    (`torch.nn.utils.clip_grad_norm_`). The gradient results go, unless
+    `output-gradients` keeps each (unclipped) as an output `NAME.grad`.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"\"",
+           "sgd:lr=L[,momentum=M,weight_decay=W] or adamw:lr=L[,beta1=B1,"
+           "beta2=B2,eps=E,weight_decay=W]">,
+    Option<"clipGradNorm", "clip-grad-norm", "double", /*default=*/"0",
+           "Clip the gradients' global norm to this (0: no clipping)">,
+    Option<"outputGradients", "output-gradients", "bool", /*default=*/"false",
+           "Keep each gradient as an output NAME.grad">
+  ];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+}
+
 #endif // PARTITA_DIALECT_NN_TRANSFORMS_PASSES_TD

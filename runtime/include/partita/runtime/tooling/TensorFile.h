@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace partita::runtime {
@@ -36,6 +37,12 @@ Status readOnnxTensor(const std::string &path, HostTensor &tensor);
 
 /// readNpy for `.npy`, readOnnxTensor for `.pb`; other suffixes are refused.
 Status readTensorFile(const std::string &path, HostTensor &tensor);
+
+/// The arrays of a NumPy .npz archive (numpy.savez, stored, or
+/// numpy.savez_compressed, deflated), by name without the `.npy` suffix,
+/// in the archive's order.
+Status readNpz(const std::string &path,
+               std::vector<std::pair<std::string, HostTensor>> &arrays);
 
 } // namespace partita::runtime
 

@@ -1,0 +1,243 @@
+"""Training equals torch's own training (issue 35): each fixture of
+test/models/train/ is compiled with --train and run for 5 steps by
+partita-run --train-steps on its batches; the losses of SGD (momentum and
+weight decay) and AdamW, the step-0 gradient of every parameter and
+--clip-grad-norm's run equal torch's, on one rank and sharded over dp and
+tp. The references come from torch (make_train.py), never from Partita."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import BUILD, ROOT
+
+TRAIN = ROOT / "test" / "models" / "train"
+MANIFEST = json.loads((TRAIN / "manifest.json").read_text())
+NAMES = sorted(MANIFEST["models"])
+OPTIMIZERS = MANIFEST["optimizers"]
+MESHES = [None, "dp=2", "tp=2", "dp=2,tp=2"]
+# Attention is trained decomposed (its matmuls and softmax) until
+# nn.attention has its vector-Jacobian product.
+RAISE = ["--no-raise"]
+
+
+def reference(name):
+    return np.load(TRAIN / f"{name}.train.npz")
+
+
+def write_batches(directory, name):
+    """The fixture's batches as --data expects them: one .npz per batch."""
+    data = reference(name)
+    directory.mkdir(parents=True, exist_ok=True)
+    for step in range(5):
+        np.savez(directory / f"batch{step}.npz",
+                 **{key.split("/", 1)[1]: data[key] for key in data.files
+                    if key.startswith(f"batch{step}/")})
+    return directory
+
+
+def compile_step(tmp_path, name, *flags, mesh=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    art = tmp_path / "art"
+    compiled = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(TRAIN / f"{name}.onnx"),
+         "--train", "--loss", MANIFEST["loss"], *RAISE, *flags,
+         *(["--mesh", mesh] if mesh else []), "-o", str(art)],
+        capture_output=True, text=True, timeout=300)
+    assert compiled.returncode == 0, compiled.stderr
+    return art
+
+
+def run_steps(tmp_path, art, steps, data, *flags):
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [str(BUILD / "bin" / "partita-run"), str(art), "--train-steps",
+         str(steps), "--data", str(data), "--output-dir", str(out), *flags],
+        capture_output=True, text=True, timeout=300)
+    return run, out
+
+
+def train(tmp_path, name, steps, *flags, mesh=None):
+    art = compile_step(tmp_path, name, *flags, mesh=mesh)
+    run, out = run_steps(tmp_path, art, steps,
+                         write_batches(tmp_path / "data", name))
+    assert run.returncode == 0, run.stderr
+    return run, out
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("name", NAMES)
+def test_losses_match_torch(tmp_path, name, optimizer, mesh):
+    run, out = train(tmp_path, name, 5, "--optimizer",
+                     OPTIMIZERS[optimizer]["flag"], mesh=mesh)
+    losses = np.load(out / "loss.npy")
+    assert losses.dtype == np.float32 and losses.shape == (5,)
+    np.testing.assert_allclose(losses, reference(name)[f"{optimizer}/loss"],
+                               rtol=1e-4)
+    # One line per step, as docs/training.md shows it.
+    lines = [line for line in run.stdout.splitlines()
+             if line.startswith("step ")]
+    assert len(lines) == 5 and lines[0].startswith("step 1/5 loss ")
+    assert "tokens/s)" in lines[0]
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_match_torch(tmp_path, name, mesh):
+    _, out = train(tmp_path, name, 1, "--optimizer", "sgd:lr=0",
+                   "--output-gradients", mesh=mesh)
+    data = reference(name)
+    names = [key[len("grad/"):] for key in data.files
+             if key.startswith("grad/")]
+    for parameter in names:
+        got = np.load(out / f"{parameter}.grad.npy")
+        # atol: gradients that are zero in exact arithmetic (a key bias
+        # under softmax) are rounding noise of 1e-10 on both sides.
+        np.testing.assert_allclose(got, data[f"grad/{parameter}"], rtol=1e-4,
+                                   atol=1e-6, err_msg=parameter)
+
+
+@pytest.mark.parametrize("mesh", [None, "dp=2,tp=2"])
+@pytest.mark.parametrize("name", NAMES)
+def test_clip_grad_norm_matches_torch(tmp_path, name, mesh):
+    clip = OPTIMIZERS["clip"]
+    _, out = train(tmp_path, name, 5, "--optimizer",
+                   OPTIMIZERS[clip["optimizer"]]["flag"], "--clip-grad-norm",
+                   str(clip["clip_grad_norm"]), mesh=mesh)
+    np.testing.assert_allclose(np.load(out / "loss.npy"),
+                               reference(name)["clip/loss"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("mesh", [None, "dp=2", "tp=2"])
+def test_labels_out_of_range_are_refused_on_every_mesh(tmp_path, mesh):
+    """torch raises IndexError for a label outside [0, classes) other than
+    -100; every mesh refuses the step with the same message."""
+    data = write_batches(tmp_path / "data", "gpt2")
+    batch = dict(np.load(data / "batch0.npz"))
+    batch["labels"][1, 3] = 128
+    np.savez(data / "batch0.npz", **batch)
+    art = compile_step(tmp_path, "gpt2", "--optimizer", "sgd:lr=0.1",
+                       mesh=mesh)
+    run, _ = run_steps(tmp_path, art, 1, data)
+    assert run.returncode == 1
+    assert ("label 128 at element 19 is outside [0, 128) and not -100"
+            in run.stderr)
+
+
+@pytest.mark.parametrize("mesh", [None, "dp=2,tp=2"])
+def test_all_labels_ignored_gives_nan_as_torch(tmp_path, mesh):
+    """Every label -100: torch's mean over no positions is 0/0, NaN; the
+    SGD step then writes NaN into every parameter, as torch's does."""
+    data = write_batches(tmp_path / "data", "gpt2")
+    for step in range(5):
+        batch = dict(np.load(data / f"batch{step}.npz"))
+        batch["labels"][:] = -100
+        np.savez(data / f"batch{step}.npz", **batch)
+    art = compile_step(tmp_path, "gpt2", "--optimizer", "sgd:lr=0.1",
+                       mesh=mesh)
+    run, out = run_steps(tmp_path, art, 2, data)
+    assert run.returncode == 0, run.stderr
+    assert np.isnan(np.load(out / "loss.npy")).all()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--loss", "cross_entropy:logits"], "--loss needs --train"),
+    (["--train", "--optimizer", "sgd:lr=1"],
+     "--train needs --loss cross_entropy:OUTPUT|mse:OUTPUT"),
+    (["--train", "--loss", "hinge:logits", "--optimizer", "sgd:lr=1"],
+     "unknown loss 'hinge'"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer",
+      "adamw:lr=1,momentum=0.9"], "adamw has no key 'momentum'"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "lamb:lr=1"],
+     "unknown optimizer 'lamb'"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd"],
+     "gives no learning rate"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer",
+      "sgd:lr=nan"], "lr='nan' is not a finite number"),
+    (["--train", "--loss", "cross_entropy:nope", "--optimizer", "sgd:lr=1"],
+     "nope"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
+      "--mesh", "pp=2"], "pipeline-parallel training is not supported yet"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
+      "--freeze", "("], "--freeze '(' is not a regular expression"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
+      "--clip-grad-norm", "-1"], "--clip-grad-norm must be 0 or more"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
+      "--dtype", "bf16"], "--train trains fp32 parameters"),
+])
+def test_training_flags_are_checked(tmp_path, flags, message):
+    compiled = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(TRAIN / "gpt2.onnx"),
+         *flags, "-o", str(tmp_path / "art")],
+        capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 1
+    assert message in compiled.stderr
+    assert not (tmp_path / "art").exists()
+
+
+def test_freeze_keeps_weights_as_they_are(tmp_path):
+    """A frozen initializer is a weight of the program, not a parameter:
+    it gets no update and no gradient output."""
+    art = compile_step(tmp_path, "gpt2", "--optimizer", "sgd:lr=0.1",
+                       "--output-gradients", "--freeze", r"\.ln_")
+    manifest = json.loads((art / "manifest.json").read_text())
+    names = {p["name"] for p in manifest["training"]["parameters"]}
+    assert len(names) == 28 - 10
+    assert not any(".ln_" in name for name in names)
+    assert {o["name"] for o in manifest["outputs"]} == (
+        {"loss"} | {name + ".grad" for name in names})
+
+
+def test_run_errors(tmp_path):
+    art = compile_step(tmp_path, "gpt2", "--optimizer", "sgd:lr=0.1")
+    data = write_batches(tmp_path / "data", "gpt2")
+    run = subprocess.run(
+        [str(BUILD / "bin" / "partita-run"), str(art), "--input",
+         f"input_ids={tmp_path}/x.npy"], capture_output=True, text=True)
+    assert run.returncode == 1 and "is a training artifact" in run.stderr
+    for flags, message in [
+        (["--train-steps", "2"], "--train-steps needs --data DIR"),
+        (["--data", str(data)], "--data needs --train-steps N"),
+        (["--train-steps", "0", "--data", str(data)],
+         "--train-steps takes a positive number"),
+        (["--train-steps", "1", "--data", str(tmp_path / "none")],
+         "No such file or directory"),
+        (["--train-steps", "1", "--data", str(data), "--lr-schedule",
+          "cosine:warmup=2"], "needs total=M"),
+        (["--train-steps", "1", "--data", str(data), "--lr-schedule",
+          "step:total=3"], "expected constant, cosine"),
+    ]:
+        run = subprocess.run(
+            [str(BUILD / "bin" / "partita-run"), str(art), *flags],
+            capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1, flags
+        assert message in run.stderr, (flags, run.stderr)
+    # A batch without labels, and one with an array the step does not take.
+    batch = dict(np.load(data / "batch0.npz"))
+    labels = batch.pop("labels")
+    np.savez(data / "batch0.npz", **batch)
+    run, _ = run_steps(tmp_path, art, 1, data)
+    assert run.returncode == 1 and "has no array 'labels'" in run.stderr
+    np.savez(data / "batch0.npz", labels=labels, extra=labels, **batch)
+    run, _ = run_steps(tmp_path, art, 1, data)
+    assert run.returncode == 1 and "holds 'extra'" in run.stderr
+
+
+def test_lr_schedule(tmp_path):
+    """A schedule scales the compiled rate: linear warm-up over 2 steps of
+    SGD without momentum halves the first step, which a constant schedule
+    of half the rate reproduces."""
+    data = write_batches(tmp_path / "data", "gpt2")
+    half = compile_step(tmp_path / "half", "gpt2", "--optimizer",
+                        "sgd:lr=0.05")
+    run, out = run_steps(tmp_path / "half", half, 2, data)
+    assert run.returncode == 0, run.stderr
+    full = compile_step(tmp_path / "full", "gpt2", "--optimizer", "sgd:lr=0.1")
+    run, warm = run_steps(tmp_path / "full", full, 2, data, "--lr-schedule",
+                          "linear:warmup=2,total=10")
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_allclose(np.load(warm / "loss.npy")[:2],
+                               np.load(out / "loss.npy")[:2], rtol=1e-6)
