@@ -8,8 +8,9 @@
 // a way their sharding rule cannot say: a constant stays global and each
 // device slices its block; attention planned as a ring passes its key and
 // value blocks around the ring and merges the partial results by online
-// softmax. Both reach the mesh and the collectives only through
-// PartitionContext, which the dist partitioner implements.
+// softmax; attention's backward reads its operands whole over the factors
+// its cotangents sum over. They reach the mesh and the collectives only
+// through PartitionContext, which the dist partitioner implements.
 //
 //===----------------------------------------------------------------------===//
 
