@@ -34,6 +34,18 @@ template <typename OpTy> double attentionFlops(OpTy op, bool causal) {
   return causal ? flops / 2 : flops;
 }
 
+/// The flash-attention backward as the kernels run it: Q K^T twice (the
+/// statistics, then the probabilities), dout V^T, dS K, dS^T Q and
+/// P^T dout per head, plus a few flops per score.
+double attentionGradFlops(nn::AttentionGradOp op) {
+  ArrayRef<int64_t> q = op.getQuery().getType().getShape();
+  ArrayRef<int64_t> k = op.getKey().getType().getShape();
+  ArrayRef<int64_t> v = op.getValue().getType().getShape();
+  double scores = static_cast<double>(q[0]) * q[1] * q[2] * k[2];
+  double flops = scores * (8.0 * q[3] + 4.0 * v[3] + 10.0);
+  return op.getCausal() ? flops / 2 : flops;
+}
+
 } // namespace
 
 int64_t mlir::partita::tensorBytes(Type type) {
@@ -67,6 +79,7 @@ OpCost mlir::partita::estimateCost(Operation *op) {
           })
           .Case(
               [](nn::AttentionPartialOp a) { return attentionFlops(a, false); })
+          .Case([](nn::AttentionGradOp a) { return attentionGradFlops(a); })
           .Case<nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
                 nn::LogSoftmaxOp>([&](Operation *) { return 8 * out; })
           .Case<nn::GeluOp, nn::SiluOp, nn::ErfOp, nn::TanhOp, nn::ExpOp,

@@ -28,22 +28,27 @@ TEST(CostModelTest, MatmulAndAttention) {
                  %q: tensor<1x4x8x16xf32>) {
       %y = nn.matmul %x, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
       %a = nn.attention %q, %q, %q {causal} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+      %g:3 = nn.attention_grad %q, %q, %q out %a dout %a : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>)
       return
     })mlir",
                                                              &context);
   ASSERT_TRUE(module);
   SmallVector<Operation *> ops;
   module->walk([&](Operation *op) {
-    if (isa<nn::MatmulOp, nn::AttentionOp>(op))
+    if (isa<nn::MatmulOp, nn::AttentionOp, nn::AttentionGradOp>(op))
       ops.push_back(op);
   });
-  ASSERT_EQ(ops.size(), 2u);
+  ASSERT_EQ(ops.size(), 3u);
   OpCost matmul = estimateCost(ops[0]);
   EXPECT_EQ(matmul.flops, 2.0 * 2 * 8 * 32 * 16);
   EXPECT_EQ(matmul.bytes, 4.0 * (2 * 8 * 16 + 16 * 32 + 2 * 8 * 32));
   // Q K^T and P V (2d + 2dv per score) and a softmax (5), halved by causal.
   OpCost attention = estimateCost(ops[1]);
   EXPECT_EQ(attention.flops, 4.0 * 8 * 8 * (2 * 16 + 2 * 16 + 5) / 2);
+  // Its backward: Q K^T twice, dout V^T, dS K, dS^T Q, P^T dout (8d + 4dv
+  // per score) and 10 more, not causal.
+  OpCost backward = estimateCost(ops[2]);
+  EXPECT_EQ(backward.flops, 4.0 * 8 * 8 * (8 * 16 + 4 * 16 + 10));
   DeviceModel device{1e12, 1e9};
   EXPECT_DOUBLE_EQ(estimateSeconds(matmul, device), matmul.bytes / 1e9);
   EXPECT_EQ(

@@ -1,4 +1,4 @@
-//===- Attention.cpp - attention, attention_partial and rope --------------===//
+//===- Attention.cpp - attention, its partial form and backward, rope -----===//
 //
 // Part of the Partita project.
 //
@@ -17,6 +17,12 @@
 // per range and (batch, head), the last block of a (batch, head) merging
 // the ranges' partial max, sum and weighted values.
 //
+// attention_grad is one block of 4 warps per (batch, kv head), which owns
+// that head's dk and dv (pt::attention_grad): a warp per query row gives
+// the row's statistics and dq, then a warp per key dk and dv; the rows'
+// statistics pass between the two phases through a scratch array of the
+// function. Simple rather than fast.
+//
 // rope is one thread per output element: each reads its rotation pair.
 //
 //===----------------------------------------------------------------------===//
@@ -32,6 +38,29 @@ namespace {
 
 constexpr int64_t kWarps = 4;
 constexpr int64_t kMaxHeadDim = 128;
+
+/// Checks that `mask` is bool or float and broadcasts to `scores`
+/// ([b, hq, sq, skv]), and sets the element stride of each of the four
+/// dimensions (0 where it broadcasts).
+llvm::Error broadcastMask(const KernelContext &ctx, const BufferView &mask,
+                          const std::array<int64_t, 4> &scores,
+                          int64_t (&strides)[4]) {
+  if (mask.dtype != program::BOOL && !isFloat(mask.dtype))
+    return ctx.error("the mask has element type " + dtypeName(mask.dtype) +
+                     ", expected bool or a float type");
+  if (mask.rank() > 4)
+    return ctx.error("the mask has rank above 4: " + shapeString(mask.shape));
+  llvm::SmallVector<int64_t, 6> contiguous = contiguousStrides(mask.shape);
+  int64_t lead = 4 - mask.rank();
+  for (int64_t dim = 0; dim < 4; ++dim) {
+    int64_t size = dim < lead ? 1 : mask.shape[dim - lead];
+    if (size != scores[dim] && size != 1)
+      return ctx.error("the mask " + shapeString(mask.shape) +
+                       " does not broadcast to " + shapeString(scores));
+    strides[dim] = size == 1 || dim < lead ? 0 : contiguous[dim - lead];
+  }
+  return llvm::Error::success();
+}
 
 } // namespace
 
@@ -115,22 +144,8 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
   int next = 3;
   if (*hasMask) {
     const BufferView &mask = ops[next];
-    if (mask.dtype != program::BOOL && !isFloat(mask.dtype))
-      return ctx.error("the mask has element type " + dtypeName(mask.dtype) +
-                       ", expected bool or a float type");
-    if (mask.rank() > 4)
-      return ctx.error("the mask has rank above 4: " + shapeString(mask.shape));
-    int64_t target[4] = {batch, hq, sq, skv};
-    llvm::SmallVector<int64_t, 6> strides = contiguousStrides(mask.shape);
-    int64_t lead = 4 - mask.rank();
-    for (int64_t dim = 0; dim < 4; ++dim) {
-      int64_t size = dim < lead ? 1 : mask.shape[dim - lead];
-      if (size != target[dim] && size != 1)
-        return ctx.error("the mask " + shapeString(mask.shape) +
-                         " does not broadcast to " +
-                         shapeString({batch, hq, sq, skv}));
-      maskStrides[dim] = size == 1 || dim < lead ? 0 : strides[dim - lead];
-    }
+    if (auto err = broadcastMask(ctx, mask, {batch, hq, sq, skv}, maskStrides))
+      return std::move(err);
     maskMode = mask.dtype == program::BOOL ? 1 : 2;
     maskType = cudaType(mask.dtype);
     maskArg = sig.addInput(mask, "a" + std::to_string(next));
@@ -232,6 +247,131 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
   kernel.block = {static_cast<uint32_t>(kWarps * 32), 1, 1};
   kernel.arguments = sig.arguments();
   kernel.text = *sink + "extern \"C\" __global__ void __launch_bounds__(" +
+                literal(kWarps * 32) + ") @NAME@(" + sig.parameters() +
+                ") {\n  " + call + ";\n}\n";
+  return kernel;
+}
+
+llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx) {
+  auto hasMask = ctx.getBool("has_mask");
+  if (!hasMask)
+    return hasMask.takeError();
+  auto causal = ctx.getBool("causal");
+  if (!causal)
+    return causal.takeError();
+  int numOperands = 5 + int(*hasMask);
+  if (auto err = ctx.expectCounts(numOperands, 3))
+    return std::move(err);
+  if (ctx.getKernel().epilogue_size() != 0)
+    return ctx.error("takes no epilogue (it has three results)");
+  std::vector<BufferView> ops, results;
+  for (int i = 0; i < numOperands; ++i) {
+    auto view = ctx.operand(i);
+    if (!view)
+      return view.takeError();
+    ops.push_back(*view);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto view = ctx.result(i);
+    if (!view)
+      return view.takeError();
+    results.push_back(*view);
+  }
+  const BufferView &q = ops[0], &k = ops[1], &v = ops[2];
+  const BufferView &out = ops[3 + int(*hasMask)],
+                   &dout = ops[4 + int(*hasMask)];
+  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype ||
+      out.dtype != q.dtype || dout.dtype != q.dtype)
+    return ctx.error("q, k, v, out and dout need one float element type");
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
+                     ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
+  int64_t batch = q.shape[0], hq = q.shape[1], sq = q.shape[2], d = q.shape[3];
+  int64_t hkv = k.shape[1], skv = k.shape[2], dv = v.shape[3];
+  if (k.shape[0] != batch || v.shape[0] != batch || v.shape[1] != hkv ||
+      v.shape[2] != skv || k.shape[3] != d || hkv == 0 || hq % hkv != 0)
+    return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
+                     shapeString(k.shape) + ", v " + shapeString(v.shape));
+  llvm::SmallVector<int64_t, 4> outShape = {batch, hq, sq, dv};
+  if (out.shape != llvm::ArrayRef<int64_t>(outShape) ||
+      dout.shape != llvm::ArrayRef<int64_t>(outShape))
+    return ctx.error("out and dout must be [b, hq, sq, dv], got " +
+                     shapeString(out.shape) + " and " +
+                     shapeString(dout.shape));
+  for (int i = 0; i < 3; ++i)
+    if (results[i].dtype != q.dtype || results[i].shape != ops[i].shape)
+      return ctx.error(std::string(i == 0   ? "dq"
+                                   : i == 1 ? "dk"
+                                            : "dv") +
+                       " must have the type of " +
+                       (i == 0   ? "q"
+                        : i == 1 ? "k"
+                                 : "v"));
+  if (d > kMaxHeadDim || dv > kMaxHeadDim || d < 1 || dv < 1)
+    return ctx.error("head dimensions " + llvm::Twine(d) + " and " +
+                     llvm::Twine(dv) + " are outside 1 to 128");
+  if (batch * hkv == 0 || sq == 0)
+    return ctx.error("empty attention_grad");
+  if (batch * hkv >= (int64_t(1) << 31) ||
+      q.numElements() >= (int64_t(1) << 31) ||
+      k.numElements() >= (int64_t(1) << 31) ||
+      v.numElements() >= (int64_t(1) << 31) ||
+      out.numElements() >= (int64_t(1) << 31) ||
+      3 * batch * hq * sq >= (int64_t(1) << 31))
+    return ctx.error("tensors above 2^31 elements are not supported");
+
+  double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  if (ctx.getKernel().attributes().count("scale")) {
+    auto s = ctx.getFloat("scale");
+    if (!s)
+      return s.takeError();
+    scale = *s;
+  }
+
+  Signature sig;
+  sig.addInput(q, "a0");
+  sig.addInput(k, "a1");
+  sig.addInput(v, "a2");
+  std::string maskType = "float", maskArg = "(const float *)nullptr";
+  int maskMode = 0;
+  int64_t maskStrides[4] = {0, 0, 0, 0};
+  if (*hasMask) {
+    const BufferView &mask = ops[3];
+    if (auto err = broadcastMask(ctx, mask, {batch, hq, sq, skv}, maskStrides))
+      return std::move(err);
+    maskMode = mask.dtype == program::BOOL ? 1 : 2;
+    maskType = cudaType(mask.dtype);
+    maskArg = sig.addInput(mask, "a3");
+  }
+  std::string outArg =
+      sig.addInput(out, "a" + std::to_string(3 + int(*hasMask)));
+  std::string doutArg =
+      sig.addInput(dout, "a" + std::to_string(4 + int(*hasMask)));
+  for (int i = 0; i < 3; ++i)
+    sig.addOutput(results[i], "r" + std::to_string(i));
+
+  auto b = [](bool value) { return value ? "true" : "false"; };
+  std::string call =
+      "pt::attention_grad<" + std::string(cudaType(q.dtype)) + ", " + maskType +
+      ", " + literal(batch) + ", " + literal(hq) + ", " + literal(hkv) + ", " +
+      literal(sq) + ", " + literal(skv) + ", " + literal(d) + ", " +
+      literal(dv) + ", " + literal(kWarps) + ", " + b(*causal) + ", " +
+      std::to_string(maskMode) + ", " + std::to_string(maskStrides[0]) +
+      "LL, " + std::to_string(maskStrides[1]) + "LL, " +
+      std::to_string(maskStrides[2]) + "LL, " + std::to_string(maskStrides[3]) +
+      "LL>(a0, a1, a2, " + maskArg + ", " + outArg + ", " + doutArg + ", " +
+      floatLiteral(scale) + ", @NAME@_stats, r0, r1, r2)";
+
+  GeneratedKernel kernel;
+  kernel.label = ctx.op();
+  kernel.summary = ctx.summary();
+  kernel.grid = {static_cast<uint32_t>(batch * hkv), 1, 1};
+  kernel.block = {static_cast<uint32_t>(kWarps * 32), 1, 1};
+  kernel.arguments = sig.arguments();
+  // Each row's maximum, 1 / sum and D, between the kernel's two phases.
+  kernel.text = "__device__ float @NAME@_stats[" +
+                std::to_string(3 * batch * hq * sq) +
+                "];\nextern \"C\" __global__ void __launch_bounds__(" +
                 literal(kWarps * 32) + ") @NAME@(" + sig.parameters() +
                 ") {\n  " + call + ";\n}\n";
   return kernel;

@@ -286,6 +286,8 @@ llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx,
       return emitCumsum(ctx);
     if (op == "attention" || op == "attention_partial")
       return emitAttention(ctx, options.decodeKeySplit);
+    if (op == "attention_grad")
+      return emitAttentionGrad(ctx);
     if (op == "rope")
       return emitRope(ctx);
     if (llvm::is_contained({"transpose", "broadcast_to", "slice", "concat",

@@ -216,6 +216,7 @@ llvm::Expected<GeneratedKernel> emitCumsum(const KernelContext &ctx);
 /// `decodeKeySplit`: keys per block of the decode form (one query row).
 llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
                                               int64_t decodeKeySplit);
+llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitRope(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitDataMovement(const KernelContext &ctx);
 llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx);

@@ -650,6 +650,191 @@ __device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
 }
 
 //===----------------------------------------------------------------------===//
+// Attention's backward (Attention.cpp): attention_grad
+//===----------------------------------------------------------------------===//
+//
+// One block of WARPS warps per (batch, kv head), which owns that head's dk
+// and dv: no atomics. In every dot product the lanes split the columns
+// (lane + 32 c) and a shuffle sum adds them, as in decode attention.
+// Phase 1, a warp per query row of the group's heads: one walk over the
+// keys gives the row's maximum m and sum l of exp(score - m), D =
+// dout . out, and a second walk P = exp(score - m) / l, dP = dout . v_j,
+// dS = P (dP - D) scale and dq += dS k_j; the row's m, 1 / l and D go to
+// `stats` (3 floats per row, the function's scratch). Phase 2, after
+// __syncthreads, a warp per key: over the group's query rows that see it,
+// dk += dS q_i and dv += P dout_i. No score is stored; a row that sees no
+// key (m = -inf) has P = 0 and a zero dq. Simple rather than fast: each
+// score is computed three times and a (batch, kv head) is one block.
+
+/// The score of query row i of head h against key j (lane-split dot
+/// product `dot`, already summed), scaled and masked: -inf where masked.
+template <typename M, int SQ, int SKV, bool CAUSAL, int MASK, long long MS0,
+          long long MS1, long long MS2, long long MS3>
+__device__ __forceinline__ float
+grad_score(float dot, float scale, const M *mask, int b, int h, int i, int j) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  float s = dot * scale; // (q k) * scale, as the forward.
+  if constexpr (CAUSAL)
+    if (j > i + (SKV - SQ))
+      return kNegInf;
+  if constexpr (MASK != 0) {
+    const M *mp = mask + (long long)b * MS0 + (long long)h * MS1 +
+                  (long long)i * MS2 + (long long)j * MS3;
+    if constexpr (MASK == 1) {
+      if (*mp == 0)
+        return kNegInf;
+    } else {
+      s += ldf(mp);
+    }
+  }
+  return s;
+}
+
+template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
+          int D, int DV, int WARPS, bool CAUSAL, int MASK, long long MS0,
+          long long MS1, long long MS2, long long MS3>
+__device__ __forceinline__ void
+attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
+               const T *dout, float scale, float *stats, T *dq, T *dk, T *dv) {
+  constexpr int GROUP = HQ / HKV, ROWS = GROUP * SQ;
+  constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
+  static_assert(HQ % HKV == 0, "GQA needs hq to be a multiple of hkv");
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.x / HKV, hk = blockIdx.x % HKV;
+  const T *kBase = k + (u64)(b * HKV + hk) * SKV * D;
+  const T *vBase = v + (u64)(b * HKV + hk) * SKV * DV;
+  float *st = stats + (u64)blockIdx.x * ROWS * 3;
+  auto scoreOf = [&](float dot, int h, int i, int j) {
+    return grad_score<M, SQ, SKV, CAUSAL, MASK, MS0, MS1, MS2, MS3>(
+        dot, scale, mask, b, h, i, j);
+  };
+
+  // Phase 1: the rows' statistics and dq.
+  for (int r = warp; r < ROWS; r += WARPS) {
+    const int h = hk * GROUP + r / SQ, i = r % SQ;
+    const u64 row = (u64)(b * HQ + h) * SQ + i;
+    float qv[DL], gv[DVL], dqv[DL];
+    float dsum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < DL; ++c) {
+      qv[c] = lane + 32 * c < D ? ldf(q + row * D + lane + 32 * c) : 0.0f;
+      dqv[c] = 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < DVL; ++c) {
+      const bool in = lane + 32 * c < DV;
+      gv[c] = in ? ldf(dout + row * DV + lane + 32 * c) : 0.0f;
+      dsum += in ? gv[c] * ldf(out + row * DV + lane + 32 * c) : 0.0f;
+    }
+    dsum = warp_sum(dsum);
+    const int keyEnd = CAUSAL ? min(SKV, max(0, i + (SKV - SQ) + 1)) : SKV;
+    float m = kNegInf, l = 0.0f;
+    for (int j = 0; j < keyEnd; ++j) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int c = 0; c < DL; ++c)
+        if (lane + 32 * c < D)
+          dot += qv[c] * ldf(kBase + (u64)j * D + lane + 32 * c);
+      const float s = scoreOf(warp_sum(dot), h, i, j);
+      if (s == kNegInf) // Uniform over the warp.
+        continue;
+      const float mNew = fmax_nan(m, s);
+      l = l * expf(m - mNew) + expf(s - mNew); // expf(-inf) = 0 at first.
+      m = mNew;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int j = 0; j < keyEnd && m != kNegInf; ++j) {
+      float dot = 0.0f, dp = 0.0f;
+#pragma unroll
+      for (int c = 0; c < DL; ++c)
+        if (lane + 32 * c < D)
+          dot += qv[c] * ldf(kBase + (u64)j * D + lane + 32 * c);
+#pragma unroll
+      for (int c = 0; c < DVL; ++c)
+        if (lane + 32 * c < DV)
+          dp += gv[c] * ldf(vBase + (u64)j * DV + lane + 32 * c);
+      const float s = scoreOf(warp_sum(dot), h, i, j);
+      dp = warp_sum(dp);
+      const float p = s == kNegInf ? 0.0f : expf(s - m) * inv;
+      const float ds = p * (dp - dsum) * scale;
+#pragma unroll
+      for (int c = 0; c < DL; ++c)
+        if (lane + 32 * c < D)
+          dqv[c] += ds * ldf(kBase + (u64)j * D + lane + 32 * c);
+    }
+#pragma unroll
+    for (int c = 0; c < DL; ++c)
+      if (lane + 32 * c < D)
+        stf(dq + row * D + lane + 32 * c, dqv[c]);
+    if (lane == 0) {
+      st[r * 3] = m;
+      st[r * 3 + 1] = inv;
+      st[r * 3 + 2] = dsum;
+    }
+  }
+  __syncthreads(); // Every row's statistics are in `stats`.
+
+  // Phase 2: dk and dv, a key per warp.
+  for (int j = warp; j < SKV; j += WARPS) {
+    float kv[DL], vv[DVL], dkv[DL], dvv[DVL];
+#pragma unroll
+    for (int c = 0; c < DL; ++c) {
+      kv[c] =
+          lane + 32 * c < D ? ldf(kBase + (u64)j * D + lane + 32 * c) : 0.0f;
+      dkv[c] = 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < DVL; ++c) {
+      vv[c] =
+          lane + 32 * c < DV ? ldf(vBase + (u64)j * DV + lane + 32 * c) : 0.0f;
+      dvv[c] = 0.0f;
+    }
+    for (int r = 0; r < ROWS; ++r) {
+      const int h = hk * GROUP + r / SQ, i = r % SQ;
+      const float m = st[r * 3];
+      if (m == kNegInf || (CAUSAL && j > i + (SKV - SQ)))
+        continue; // Uniform over the warp.
+      const u64 row = (u64)(b * HQ + h) * SQ + i;
+      float qv[DL], gv[DVL], dot = 0.0f, dp = 0.0f;
+#pragma unroll
+      for (int c = 0; c < DL; ++c) {
+        qv[c] = lane + 32 * c < D ? ldf(q + row * D + lane + 32 * c) : 0.0f;
+        dot += qv[c] * kv[c];
+      }
+#pragma unroll
+      for (int c = 0; c < DVL; ++c) {
+        gv[c] =
+            lane + 32 * c < DV ? ldf(dout + row * DV + lane + 32 * c) : 0.0f;
+        dp += gv[c] * vv[c];
+      }
+      const float s = scoreOf(warp_sum(dot), h, i, j);
+      dp = warp_sum(dp);
+      if (s == kNegInf)
+        continue;
+      const float p = expf(s - m) * st[r * 3 + 1];
+      const float ds = p * (dp - st[r * 3 + 2]) * scale;
+#pragma unroll
+      for (int c = 0; c < DL; ++c)
+        dkv[c] += ds * qv[c];
+#pragma unroll
+      for (int c = 0; c < DVL; ++c)
+        dvv[c] += p * gv[c];
+    }
+#pragma unroll
+    for (int c = 0; c < DL; ++c)
+      if (lane + 32 * c < D)
+        stf(dk + (u64)(b * HKV + hk) * SKV * D + (u64)j * D + lane + 32 * c,
+            dkv[c]);
+#pragma unroll
+    for (int c = 0; c < DVL; ++c)
+      if (lane + 32 * c < DV)
+        stf(dv + (u64)(b * HKV + hk) * SKV * DV + (u64)j * DV + lane + 32 * c,
+            dvv[c]);
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Decode attention (Attention.cpp): flash-decoding
 //===----------------------------------------------------------------------===//
 //

@@ -150,6 +150,11 @@ void setAttributes(Operation *op,
         m["scale"] = floatAttr(o.getEffectiveScale());
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
       })
+      .Case([&](nn::AttentionGradOp o) {
+        m["causal"] = boolAttr(o.getCausal());
+        m["scale"] = floatAttr(o.getEffectiveScale());
+        m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+      })
       .Case([&](nn::AttentionPartialOp o) {
         m["scale"] = floatAttr(o.getEffectiveScale());
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));

@@ -691,6 +691,7 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
       {"matmul", 2, {"has_bias", nullptr}, {1, 0}},
       {"attention", 3, {"has_mask", nullptr}, {1, 0}},
       {"attention_partial", 3, {"has_mask", "has_positions"}, {1, 2}},
+      {"attention_grad", 5, {"has_mask", nullptr}, {1, 0}},
   };
   for (const FlagRule &rule : kFlagRules) {
     if (op != rule.op)

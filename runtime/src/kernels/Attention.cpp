@@ -1,4 +1,4 @@
-//===- Attention.cpp - blockwise attention and rotary embeddings ----------===//
+//===- Attention.cpp - blockwise attention, its backward, rotary ----------===//
 //
 // Part of the Partita project.
 //
@@ -201,6 +201,91 @@ struct AttentionShape {
   float *rowMax = nullptr, *rowSum = nullptr;
 };
 
+/// Where row `i0`'s mask elements start for batch `b`, query head `h`
+/// (null without a mask).
+const char *maskRowsOf(const AttentionShape &g, int64_t b, int64_t h,
+                       int64_t i0) {
+  if (!g.mask)
+    return nullptr;
+  return bytesOf(*g.mask) +
+         (b * g.maskStrides[0] + h * g.maskStrides[1] + i0 * g.maskStrides[2]) *
+             static_cast<int64_t>(dtypeSize(g.mask->dtype));
+}
+
+/// Whether a bool mask keeps no score of the block of rows [0, nq) and keys
+/// [j0, j0 + nk) from `maskRows`: the block is then skipped whole.
+bool boolMaskDropsBlock(const AttentionShape &g, const char *maskRows,
+                        int64_t nq, int64_t j0, int64_t nk) {
+  if (!g.mask || g.mask->dtype != program::BOOL)
+    return false;
+  const uint8_t *mk = reinterpret_cast<const uint8_t *>(maskRows);
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < nk; ++j)
+      if (mk[i * g.maskStrides[2] + (j0 + j) * g.maskStrides[3]])
+        return false;
+  return true;
+}
+
+/// Scales row `i` of a block of scores (query `i0 + i`, keys from `j0`)
+/// and masks it: causally, by positions, by the mask.
+void maskScoreRow(const AttentionShape &g, float *sRow, int64_t nk, int64_t i0,
+                  int64_t i, int64_t j0, const char *maskRows) {
+  for (int64_t j = 0; j < nk; ++j)
+    sRow[j] *= g.scale;
+  if (g.causal) {
+    int64_t firstMasked = i0 + i + (g.skv - g.sq) + 1 - j0;
+    for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
+      sRow[j] = kNegInf;
+  }
+  if (g.qPos) {
+    int64_t position = g.qPos[i0 + i];
+    for (int64_t j = 0; j < nk; ++j)
+      if (g.kPos[j0 + j] > position)
+        sRow[j] = kNegInf;
+  }
+  if (!g.mask)
+    return;
+  const char *mRow =
+      maskRows + (i * g.maskStrides[2] + j0 * g.maskStrides[3]) *
+                     static_cast<int64_t>(dtypeSize(g.mask->dtype));
+  int64_t stride = g.maskStrides[3];
+  switch (g.mask->dtype) {
+  case program::BOOL:
+    applyBoolMask(sRow, nk, reinterpret_cast<const uint8_t *>(mRow), stride);
+    break;
+  case program::F32:
+    addFloatMask(sRow, nk, reinterpret_cast<const float *>(mRow), stride);
+    break;
+  case program::F16:
+    addFloatMask(sRow, nk, reinterpret_cast<const Half *>(mRow), stride);
+    break;
+  default:
+    addFloatMask(sRow, nk, reinterpret_cast<const BFloat16 *>(mRow), stride);
+    break;
+  }
+}
+
+/// The scores of `nq` query rows `qs` ([nq, d], f32) against keys
+/// [j0, j0 + nk) of `kBase`, unscaled, into `s` (rows kKeyBlock apart), in
+/// the order the models write it, so that a product that overflows does so
+/// as onnxruntime's does (an inf, and NaN from inf - inf). One query row (a
+/// decode step) takes a dot product with each key row as it lies; more
+/// rows share a transposed block of K in `kt`, [d, keys].
+template <typename T>
+void blockScores(const float *qs, int64_t nq, const T *kBase, int64_t j0,
+                 int64_t nk, int64_t d, float *kt, float *s) {
+  if (nq == 1) {
+    scoreRow(qs, kBase + j0 * d, d, nk, s);
+    return;
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    const T *kRow = kBase + (j0 + j) * d;
+    for (int64_t t = 0; t < d; ++t)
+      kt[t * kKeyBlock + j] = loadFloat(kRow[t]);
+  }
+  smallGemm(nq, nk, d, qs, d, kt, kKeyBlock, s, kKeyBlock, false);
+}
+
 template <typename T>
 void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
                     const T *k, const T *v, T *out) {
@@ -241,14 +326,7 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
       if (g.qPos)
         for (int64_t i = 0; i < nq; ++i)
           lastQuery = std::max(lastQuery, g.qPos[i0 + i]);
-      const char *maskRows = nullptr;
-      if (g.mask)
-        maskRows = bytesOf(*g.mask) +
-                   (b * g.maskStrides[0] + h * g.maskStrides[1] +
-                    i0 * g.maskStrides[2]) *
-                       static_cast<int64_t>(dtypeSize(g.mask->dtype));
-      bool boolMask = g.mask && g.mask->dtype == program::BOOL;
-      size_t maskElement = g.mask ? dtypeSize(g.mask->dtype) : 0;
+      const char *maskRows = maskRowsOf(g, b, h, i0);
 
       for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
         int64_t nk = std::min(kKeyBlock, keyEnd - j0);
@@ -259,70 +337,13 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
           if (!any)
             continue;
         }
-        if (boolMask) {
-          bool any = false;
-          const uint8_t *mk = reinterpret_cast<const uint8_t *>(maskRows);
-          for (int64_t i = 0; i < nq && !any; ++i)
-            for (int64_t j = 0; j < nk && !any; ++j)
-              any = mk[i * g.maskStrides[2] + (j0 + j) * g.maskStrides[3]];
-          if (!any)
-            continue;
-        }
-        // Scores: (q K^T) * scale, in the order the models write it, so
-        // that a product that overflows does so as onnxruntime's does (an
-        // inf, and NaN from inf - inf). One query row (a decode step) takes
-        // a dot product with each key row as it lies; more rows share a
-        // transposed block of K, [d, keys].
-        if (nq == 1) {
-          scoreRow(qs.data(), kBase + j0 * d, d, nk, s.data());
-        } else {
-          for (int64_t j = 0; j < nk; ++j) {
-            const T *kRow = kBase + (j0 + j) * d;
-            for (int64_t t = 0; t < d; ++t)
-              kt[t * kKeyBlock + j] = loadFloat(kRow[t]);
-          }
-          smallGemm(nq, nk, d, qs.data(), d, kt.data(), kKeyBlock, s.data(),
-                    kKeyBlock, false);
-        }
+        if (boolMaskDropsBlock(g, maskRows, nq, j0, nk))
+          continue;
+        // Scores: (q K^T) * scale, masked.
+        blockScores(qs.data(), nq, kBase, j0, nk, d, kt.data(), s.data());
         for (int64_t i = 0; i < nq; ++i) {
           float *sRow = s.data() + i * kKeyBlock;
-          for (int64_t j = 0; j < nk; ++j)
-            sRow[j] *= g.scale;
-          if (g.causal) {
-            int64_t firstMasked = i0 + i + offset + 1 - j0;
-            for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
-              sRow[j] = kNegInf;
-          }
-          if (g.qPos) {
-            int64_t position = g.qPos[i0 + i];
-            for (int64_t j = 0; j < nk; ++j)
-              if (g.kPos[j0 + j] > position)
-                sRow[j] = kNegInf;
-          }
-          if (g.mask) {
-            const char *mRow =
-                maskRows + (i * g.maskStrides[2] + j0 * g.maskStrides[3]) *
-                               static_cast<int64_t>(maskElement);
-            int64_t stride = g.maskStrides[3];
-            switch (g.mask->dtype) {
-            case program::BOOL:
-              applyBoolMask(sRow, nk, reinterpret_cast<const uint8_t *>(mRow),
-                            stride);
-              break;
-            case program::F32:
-              addFloatMask(sRow, nk, reinterpret_cast<const float *>(mRow),
-                           stride);
-              break;
-            case program::F16:
-              addFloatMask(sRow, nk, reinterpret_cast<const Half *>(mRow),
-                           stride);
-              break;
-            default:
-              addFloatMask(sRow, nk, reinterpret_cast<const BFloat16 *>(mRow),
-                           stride);
-              break;
-            }
-          }
+          maskScoreRow(g, sRow, nk, i0, i, j0, maskRows);
           softmaxUpdate(sRow, nk, o.data() + i * dv, dv, m[i], l[i]);
         }
         // Output: o += P V.
@@ -351,6 +372,155 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
           g.rowSum[row + i] = l[i];
         }
       }
+    }
+  });
+}
+
+/// The operands and results of attention_grad beyond attention's.
+template <typename T> struct GradTensors {
+  const T *q, *k, *v, *out, *dout;
+  T *dq, *dk, *dv;
+};
+
+/// attention_grad, the flash-attention backward. One task per (batch, kv
+/// head) owns that head's dk and dv, accumulated in f32 over the query
+/// heads of its group, so tasks never write the same memory. For each block
+/// of kQueryBlock query rows, a first walk over the key blocks recomputes
+/// each row's maximum and sum of exp(score - max) (the forward's online
+/// softmax, without the output); a second recomputes the scores and, with
+/// P = exp(score - max) / sum, D = rowsum(dout * out), dP = dout V^T and
+/// dS = P (dP - D) * scale, adds dS K to the rows' dq, dS^T Q to dk and
+/// P^T dout to dv. Memory is a few blocks per task and its head's dk and
+/// dv; no [sq, skv] matrix. A row that sees no key has P = 0, as the
+/// forward gives it zeros: its dq is zero and it adds nothing to dk, dv.
+template <typename T>
+void attentionGradTyped(ThreadPool &pool, const AttentionShape &g,
+                        const GradTensors<T> &t) {
+  int64_t queryBlocks = (g.sq + kQueryBlock - 1) / kQueryBlock;
+  int64_t group = g.qHeads / g.kvHeads;
+  int64_t offset = g.skv - g.sq; // Causal: row i sees keys j <= i + offset.
+  int64_t d = g.d, dv = g.dv;
+  pool.parallelFor(g.batch * g.kvHeads, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> qs(kQueryBlock * d), dos(kQueryBlock * dv),
+        rowD(kQueryBlock), m(kQueryBlock), l(kQueryBlock), kt(d * kKeyBlock),
+        kb(kKeyBlock * d), vt(dv * kKeyBlock), s(kQueryBlock * kKeyBlock),
+        dp(kQueryBlock * kKeyBlock), st(kKeyBlock * kQueryBlock),
+        dqAcc(kQueryBlock * d), dkAcc(g.skv * d), dvAcc(g.skv * dv);
+    for (int64_t task = t0; task < t1; ++task) {
+      int64_t b = task / g.kvHeads, hk = task % g.kvHeads;
+      const T *kBase = t.k + (b * g.kvHeads + hk) * g.skv * d;
+      const T *vBase = t.v + (b * g.kvHeads + hk) * g.skv * dv;
+      std::fill(dkAcc.begin(), dkAcc.end(), 0.0f);
+      std::fill(dvAcc.begin(), dvAcc.end(), 0.0f);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int64_t qb = 0; qb < queryBlocks; ++qb) {
+          int64_t i0 = qb * kQueryBlock;
+          int64_t nq = std::min(kQueryBlock, g.sq - i0);
+          int64_t row0 = (b * g.qHeads + h) * g.sq + i0;
+          for (int64_t i = 0; i < nq * d; ++i)
+            qs[i] = loadFloat(t.q[row0 * d + i]);
+          for (int64_t i = 0; i < nq; ++i) {
+            float dot = 0.0f;
+            for (int64_t c = 0; c < dv; ++c) {
+              float g0 = loadFloat(t.dout[(row0 + i) * dv + c]);
+              dos[i * dv + c] = g0;
+              dot += g0 * loadFloat(t.out[(row0 + i) * dv + c]);
+            }
+            rowD[i] = dot;
+          }
+          int64_t keyEnd =
+              g.causal
+                  ? std::min(g.skv,
+                             std::max<int64_t>(0, i0 + nq - 1 + offset + 1))
+                  : g.skv;
+          const char *maskRows = maskRowsOf(g, b, h, i0);
+
+          // 1. Each row's maximum score and sum of exp(score - max).
+          std::fill(m.begin(), m.end(), kNegInf);
+          std::fill(l.begin(), l.end(), 0.0f);
+          for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
+            int64_t nk = std::min(kKeyBlock, keyEnd - j0);
+            if (boolMaskDropsBlock(g, maskRows, nq, j0, nk))
+              continue;
+            blockScores(qs.data(), nq, kBase, j0, nk, d, kt.data(), s.data());
+            for (int64_t i = 0; i < nq; ++i) {
+              float *sRow = s.data() + i * kKeyBlock;
+              maskScoreRow(g, sRow, nk, i0, i, j0, maskRows);
+              float mx = kNegInf;
+              for (int64_t j = 0; j < nk; ++j)
+                mx = sRow[j] > mx ? sRow[j] : mx;
+              if (mx == kNegInf)
+                continue;
+              float mNew = mx > m[i] ? mx : m[i];
+              float sum = 0.0f;
+              for (int64_t j = 0; j < nk; ++j)
+                sum += expApprox(sRow[j] - mNew);
+              l[i] = l[i] * expApprox(m[i] - mNew) + sum;
+              m[i] = mNew;
+            }
+          }
+
+          // 2. The cotangents, block by block.
+          std::fill(dqAcc.begin(), dqAcc.begin() + nq * d, 0.0f);
+          for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
+            int64_t nk = std::min(kKeyBlock, keyEnd - j0);
+            if (boolMaskDropsBlock(g, maskRows, nq, j0, nk))
+              continue;
+            blockScores(qs.data(), nq, kBase, j0, nk, d, kt.data(), s.data());
+            // V^T and K of the block, in f32.
+            for (int64_t j = 0; j < nk; ++j)
+              for (int64_t c = 0; c < dv; ++c)
+                vt[c * kKeyBlock + j] = loadFloat(vBase[(j0 + j) * dv + c]);
+            const float *kBlock;
+            if constexpr (std::is_same_v<T, float>) {
+              kBlock = kBase + j0 * d;
+            } else {
+              for (int64_t i = 0; i < nk * d; ++i)
+                kb[i] = loadFloat(kBase[j0 * d + i]);
+              kBlock = kb.data();
+            }
+            smallGemm(nq, nk, dv, dos.data(), dv, vt.data(), kKeyBlock,
+                      dp.data(), kKeyBlock, false);
+            for (int64_t i = 0; i < nq; ++i) {
+              float *sRow = s.data() + i * kKeyBlock;
+              float *dpRow = dp.data() + i * kKeyBlock;
+              maskScoreRow(g, sRow, nk, i0, i, j0, maskRows);
+              // s becomes P and dp becomes dS * scale; a row that sees no
+              // key has P = 0.
+              float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+              for (int64_t j = 0; j < nk; ++j) {
+                float p =
+                    m[i] == kNegInf ? 0.0f : expApprox(sRow[j] - m[i]) * inv;
+                sRow[j] = p;
+                dpRow[j] = p * (dpRow[j] - rowD[i]) * g.scale;
+              }
+            }
+            // dq += dS K.
+            smallGemm(nq, d, nk, dp.data(), kKeyBlock, kBlock, d, dqAcc.data(),
+                      d, true);
+            // dk += dS^T Q and dv += P^T dout, through [keys, rows]
+            // transposes.
+            for (int64_t i = 0; i < nq; ++i)
+              for (int64_t j = 0; j < nk; ++j)
+                st[j * kQueryBlock + i] = dp[i * kKeyBlock + j];
+            smallGemm(nk, d, nq, st.data(), kQueryBlock, qs.data(), d,
+                      dkAcc.data() + j0 * d, d, true);
+            for (int64_t i = 0; i < nq; ++i)
+              for (int64_t j = 0; j < nk; ++j)
+                st[j * kQueryBlock + i] = s[i * kKeyBlock + j];
+            smallGemm(nk, dv, nq, st.data(), kQueryBlock, dos.data(), dv,
+                      dvAcc.data() + j0 * dv, dv, true);
+          }
+          for (int64_t i = 0; i < nq * d; ++i)
+            t.dq[row0 * d + i] = storeFloat<T>(dqAcc[i]);
+        }
+      }
+      T *dkBase = t.dk + (b * g.kvHeads + hk) * g.skv * d;
+      T *dvBase = t.dv + (b * g.kvHeads + hk) * g.skv * dv;
+      for (int64_t i = 0; i < g.skv * d; ++i)
+        dkBase[i] = storeFloat<T>(dkAcc[i]);
+      for (int64_t i = 0; i < g.skv * dv; ++i)
+        dvBase[i] = storeFloat<T>(dvAcc[i]);
     }
   });
 }
@@ -387,15 +557,16 @@ void ropeTyped(ThreadPool &pool, const T *x, const T *cosTable,
 
 namespace {
 
-/// Checks q, k, v, the result and the mask (operand 3 when `hasMask`) and
-/// fills `g` with their shape.
-Status prepareAttention(KernelContext &ctx, bool hasMask, AttentionShape &g) {
+/// Checks q, k, v, `output` (shaped as attention's result, `what` in
+/// messages) and the mask (operand 3 when `hasMask`) and fills `g` with
+/// their shape.
+Status prepareAttention(KernelContext &ctx, bool hasMask, AttentionShape &g,
+                        const Tensor &output, const std::string &what) {
   const Tensor &q = ctx.operands[0], &k = ctx.operands[1], &v = ctx.operands[2];
-  const Tensor &result = ctx.results[0];
   PARTITA_RETURN_IF_ERROR(ctx.expectFloat(q, "q"));
   PARTITA_RETURN_IF_ERROR(ctx.expectDType(k, q.dtype, "k"));
   PARTITA_RETURN_IF_ERROR(ctx.expectDType(v, q.dtype, "v"));
-  PARTITA_RETURN_IF_ERROR(ctx.expectDType(result, q.dtype, "the result"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(output, q.dtype, what));
   if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
     return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
                      ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
@@ -412,7 +583,7 @@ Status prepareAttention(KernelContext &ctx, bool hasMask, AttentionShape &g) {
     return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
                      shapeString(k.shape) + ", v " + shapeString(v.shape));
   PARTITA_RETURN_IF_ERROR(
-      ctx.expectShape(result, {g.batch, g.qHeads, g.sq, g.dv}, "the result"));
+      ctx.expectShape(output, {g.batch, g.qHeads, g.sq, g.dv}, what));
   double scale =
       1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(g.d, 1)));
   if (ctx.attrs.has("scale"))
@@ -466,7 +637,8 @@ Status runAttention(KernelContext &ctx) {
         " operands for has_mask = " + (hasMask ? "true" : "false") + ", got " +
         std::to_string(ctx.operands.size()));
   AttentionShape g;
-  PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g));
+  PARTITA_RETURN_IF_ERROR(
+      prepareAttention(ctx, hasMask, g, ctx.results[0], "the result"));
   g.causal = causal;
   return dispatchAttention(ctx, g);
 }
@@ -484,7 +656,8 @@ Status runAttentionPartial(KernelContext &ctx) {
         ", has_positions = " + (hasPositions ? "true" : "false") + ", got " +
         std::to_string(ctx.operands.size()));
   AttentionShape g;
-  PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g));
+  PARTITA_RETURN_IF_ERROR(
+      prepareAttention(ctx, hasMask, g, ctx.results[0], "the result"));
   g.causal = false;
   if (ctx.results.size() != 3)
     return ctx.error("expected 3 results (the output, the row maxima and the "
@@ -514,6 +687,52 @@ Status runAttentionPartial(KernelContext &ctx) {
     g.kPos = kPos.as<int64_t>();
   }
   return dispatchAttention(ctx, g);
+}
+
+Status runAttentionGrad(KernelContext &ctx) {
+  bool causal, hasMask;
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("causal", causal, false));
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_mask", hasMask, false));
+  int expected = 5 + int(hasMask);
+  if (static_cast<int>(ctx.operands.size()) != expected)
+    return ctx.error(
+        "expected " + std::to_string(expected) + " operands (q, k, v, " +
+        (hasMask ? "the mask, " : "") +
+        "out, dout) for has_mask = " + (hasMask ? "true" : "false") + ", got " +
+        std::to_string(ctx.operands.size()));
+  if (ctx.results.size() != 3)
+    return ctx.error("expected 3 results (dq, dk, dv), got " +
+                     std::to_string(ctx.results.size()));
+  const Tensor &out = ctx.operands[3 + int(hasMask)],
+               &dout = ctx.operands[4 + int(hasMask)];
+  AttentionShape g;
+  PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g, out, "out"));
+  g.causal = causal;
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(dout, out.dtype, "dout"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(dout, out.shape, "dout"));
+  const char *names[] = {"dq", "dk", "dv"};
+  for (int r = 0; r < 3; ++r) {
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectDType(ctx.results[r], ctx.operands[r].dtype, names[r]));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectShape(ctx.results[r], ctx.operands[r].shape, names[r]));
+  }
+  if (ctx.results[0].numElements() == 0 && ctx.results[1].numElements() == 0 &&
+      ctx.results[2].numElements() == 0)
+    return Status::ok();
+  return visitFloat(ctx, out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    GradTensors<T> t{ctx.operands[0].as<T>(),
+                     ctx.operands[1].as<T>(),
+                     ctx.operands[2].as<T>(),
+                     out.as<T>(),
+                     dout.as<T>(),
+                     ctx.results[0].as<T>(),
+                     ctx.results[1].as<T>(),
+                     ctx.results[2].as<T>()};
+    attentionGradTyped<T>(ctx.pool, g, t);
+    return Status::ok();
+  });
 }
 
 Status runRope(KernelContext &ctx) {

@@ -190,6 +190,7 @@ KernelFn hostKernel(const OpInfo &op) {
       {"matmul", runMatmul},
       {"attention", runAttention},
       {"attention_partial", runAttentionPartial},
+      {"attention_grad", runAttentionGrad},
       {"rope", runRope},
       {"embedding", runEmbedding},
       {"gather", runGather},

@@ -337,6 +337,7 @@ Status runRmsNorm(KernelContext &ctx);
 Status runMatmul(KernelContext &ctx);
 Status runAttention(KernelContext &ctx);
 Status runAttentionPartial(KernelContext &ctx);
+Status runAttentionGrad(KernelContext &ctx);
 Status runRope(KernelContext &ctx);
 Status runEmbedding(KernelContext &ctx);
 Status runGather(KernelContext &ctx);

@@ -13,16 +13,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "EmulatedDevice.h"
-
-#include "partita/Target/CUDA/CodeGen.h"
+#include "OneKernel.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <random>
-#include <unistd.h>
 #include <vector>
 
 using namespace partita::runtime;
@@ -30,61 +26,6 @@ namespace program = partita::program;
 namespace cudatarget = partita::target::cuda;
 
 namespace {
-
-/// One kernel instruction over buffers of the given types, generated,
-/// built for the emulator and loaded.
-struct OneKernel {
-  program::Program program;
-  std::unique_ptr<EmulatedCudaDevice> device;
-  std::string source;
-
-  int32_t buffer(program::DType dtype, std::vector<int64_t> shape) {
-    program::Buffer &b = *program.add_buffers();
-    b.set_id(program.buffers_size() - 1);
-    b.set_kind(program::Buffer::ACTIVATION);
-    b.mutable_type()->set_dtype(dtype);
-    for (int64_t d : shape)
-      b.mutable_type()->add_shape(d);
-    return b.id();
-  }
-  program::Kernel &kernel(const std::string &op, std::vector<int32_t> operands,
-                          std::vector<int32_t> results) {
-    program::Kernel &k = *program.add_instructions()->mutable_kernel();
-    program.mutable_instructions(0)->set_location("/test");
-    k.set_op(op);
-    for (int32_t id : operands)
-      k.add_operands(id);
-    for (int32_t id : results)
-      k.add_results(id);
-    return k;
-  }
-  Status build(const cudatarget::CodeGenOptions &options,
-               const std::string &name) {
-    auto generated = cudatarget::generateCudaSource(program, options);
-    if (!generated)
-      return Status::error(llvm::toString(generated.takeError()));
-    source = *generated;
-    std::string root = ::testing::TempDir() + "partita-decode-" +
-                       std::to_string(getpid()) + "-" + name;
-    std::ofstream(root + ".cu") << source;
-    PARTITA_RETURN_IF_ERROR(buildEmulatedModule(
-        PARTITA_EMU_CXX, PARTITA_EMU_SHIM, PARTITA_EMU_CUDA_INCLUDE,
-        root + ".cu", root + ".so"));
-    Status created = EmulatedCudaDevice::create(root + ".so", device);
-    unlink((root + ".cu").c_str());
-    unlink((root + ".so").c_str());
-    return created;
-  }
-  Status run(std::vector<void *> memory) {
-    BufferResolver resolve = [&](int32_t id) {
-      const program::TensorType &type = program.buffers(id).type();
-      return Tensor{memory[size_t(id)],
-                    type.dtype(),
-                    {type.shape().begin(), type.shape().end()}};
-    };
-    return device->runKernel(program.instructions(0).kernel(), resolve);
-  }
-};
 
 struct DecodeShape {
   std::string name;

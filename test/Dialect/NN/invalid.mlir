@@ -642,6 +642,105 @@ func.func @attention_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v:
 
 // -----
 
+// attention_grad_c1
+func.func @attention_grad_c1(%q: tensor<2x8x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c1: query, key and value must have rank 4}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c2
+func.func @attention_grad_c2(%q: tensor<2x8x4x16xf32>, %k: tensor<3x2x4x16xf32>, %v: tensor<3x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c2: batch sizes differ (2, 3, 3)}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<3x2x4x16xf32>, tensor<3x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<3x2x4x16xf32>, tensor<3x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c3
+func.func @attention_grad_c3(%q: tensor<2x8x4x16xf32>, %k: tensor<2x3x4x16xf32>, %v: tensor<2x3x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c3: key/value heads (3, 3) must be equal and divide the 8 query heads}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x3x4x16xf32>, tensor<2x3x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x3x4x16xf32>, tensor<2x3x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c4
+func.func @attention_grad_c4(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x32xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c4: query head size 16 differs from key head size 32}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x32xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x32xf32>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c5
+func.func @attention_grad_c5(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x6x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c5: key sequence 4 differs from value sequence 6}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x6x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x6x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c6
+func.func @attention_grad_c6(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>, %m: tensor<2x1x4x5xi1>) {
+  // expected-error @+1 {{attention_grad_c6: mask shape [2, 1, 4, 5] does not broadcast to the scores' shape [2, 8, 4, 4]}}
+  %0:3 = nn.attention_grad %q, %k, %v mask %m out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x4x5xi1>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c7
+func.func @attention_grad_c7(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>, %m: tensor<4x4xi64>) {
+  // expected-error @+1 {{attention_grad_c7: mask element type 'i64' must be i1 or 'f32'}}
+  %0:3 = nn.attention_grad %q, %k, %v mask %m out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<4x4xi64>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c8
+func.func @attention_grad_c8(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xbf16>, %v: tensor<2x2x4x16xbf16>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c8: query, key and value element types differ}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>)
+  return
+}
+
+// -----
+
+// attention_grad_c9
+func.func @attention_grad_c9(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{attention_grad_c9: dout type 'tensor<2x8x4x8xf32>' differs from the expected 'tensor<2x8x4x16xf32>'}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c10
+func.func @attention_grad_c10(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c10: scale must be positive, got 0}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d {scale = 0.0 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c11
+func.func @attention_grad_c11(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %o: tensor<2x8x4x16xf32>, %d: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{attention_grad_c11: dk type 'tensor<2x2x4x16xbf16>' differs from the expected 'tensor<2x2x4x16xf32>'}}
+  %0:3 = nn.attention_grad %q, %k, %v out %o dout %d : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xf32>)
+  return
+}
+
+// -----
+
 // attention_partial_c1
 func.func @attention_partial_c1(%q: tensor<2x8x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {
   // expected-error @+1 {{attention_partial_c1: query, key and value must have rank 4}}

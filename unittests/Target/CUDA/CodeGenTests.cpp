@@ -467,6 +467,35 @@ TEST(CudaCodeGen, Attention) {
             (std::vector<int>{q2, k2, k2, qpos, kpos, o2, rowMax, rowSum}));
 }
 
+TEST(CudaCodeGen, AttentionGrad) {
+  Builder b;
+  int q = b.buffer(program::BF16, {2, 8, 40, 64});
+  int k = b.buffer(program::BF16, {2, 2, 50, 64});
+  int v = b.buffer(program::BF16, {2, 2, 50, 32});
+  int mask = b.buffer(program::F32, {40, 50});
+  int o = b.buffer(program::BF16, {2, 8, 40, 32});
+  int g = b.buffer(program::BF16, {2, 8, 40, 32});
+  int dq = b.buffer(program::BF16, {2, 8, 40, 64});
+  int dk = b.buffer(program::BF16, {2, 2, 50, 64});
+  int dv = b.buffer(program::BF16, {2, 2, 50, 32});
+  program::Kernel &a =
+      b.kernel("attention_grad", {q, k, v, mask, o, g}, {dq, dk, dv});
+  setBool(a, "causal", true);
+  setBool(a, "has_mask", true);
+  setFloat(a, "scale", 0.125);
+  std::string src = generate(b.prog);
+  // One block per (batch, kv head); the rows' statistics in the scratch.
+  EXPECT_EQ(grid(launch(b.prog, 0)), (std::vector<uint32_t>{4, 1, 1}));
+  EXPECT_EQ(block(launch(b.prog, 0)), (std::vector<uint32_t>{128, 1, 1}));
+  EXPECT_EQ(args(launch(b.prog, 0)),
+            (std::vector<int>{q, k, v, mask, o, g, dq, dk, dv}));
+  EXPECT_NE(src.find("pt::attention_grad<__nv_bfloat16, float, 2, 8, 2, 40, "
+                     "50, 64, 32, 4, true, 2, 0LL, 0LL, 50LL, 1LL>"),
+            std::string::npos);
+  EXPECT_NE(src.find("__device__ float partita_attention_grad_0_stats[1920];"),
+            std::string::npos);
+}
+
 TEST(CudaCodeGen, DataMovement) {
   Builder b;
   int x = b.buffer(program::BF16, {2, 16, 8, 32});
@@ -523,6 +552,23 @@ TEST(CudaCodeGen, Errors) {
     EXPECT_NE(generateError(b.prog).find(
                   "attention at /attn: head dimensions 256 and 256"),
               std::string::npos);
+  }
+  {
+    Builder b;
+    int q = b.buffer(program::F32, {1, 1, 4, 256});
+    b.kernel("attention_grad", {q, q, q, q, q}, {q, q, q}, "/grad");
+    EXPECT_NE(generateError(b.prog).find(
+                  "attention_grad at /grad: head dimensions 256 and 256"),
+              std::string::npos);
+  }
+  {
+    Builder b;
+    int q = b.buffer(program::F32, {1, 1, 4, 8});
+    program::Kernel &a =
+        b.kernel("attention_grad", {q, q, q, q, q}, {q, q, q}, "/grad");
+    step(a, "neg");
+    EXPECT_EQ(generateError(b.prog), "attention_grad at /grad: takes no "
+                                     "epilogue (it has three results)");
   }
 }
 
@@ -959,6 +1005,12 @@ TEST(CudaCodeGenNvcc, SyntheticModuleCompilesWithoutSpills) {
       program::Kernel &p = b.kernel("attention_partial", {q, k, k, qpos, qpos},
                                     {o2, rowMax, rowSum});
       setBool(p, "has_positions", true);
+      int dq = b.buffer(dtype, {1, 8, 256, d});
+      int dk = b.buffer(dtype, {1, 2, 256, d});
+      program::Kernel &g =
+          b.kernel("attention_grad", {q, k, k, mask, o, o}, {dq, dk, dk});
+      setBool(g, "causal", true);
+      setBool(g, "has_mask", true);
     }
     for (int64_t n : {768, 4096, 5000, 8192, 12288, 16384, 65536}) {
       int x = b.buffer(dtype, {4, n});

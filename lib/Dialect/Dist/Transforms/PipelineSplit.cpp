@@ -53,8 +53,8 @@ bool isReplicable(Operation *op, const llvm::DenseSet<Operation *> &known) {
     return true;
   if (op->getNumRegions() ||
       isa<nn::MatmulOp, nn::AttentionOp, nn::AttentionPartialOp,
-          nn::EmbeddingOp, nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
-          nn::LogSoftmaxOp>(op))
+          nn::AttentionGradOp, nn::EmbeddingOp, nn::LayerNormOp, nn::RmsNormOp,
+          nn::SoftmaxOp, nn::LogSoftmaxOp>(op))
     return false;
   if (!isa<nn::NNDialect>(op->getDialect()) && !isa<AllSliceOp>(op))
     return false;

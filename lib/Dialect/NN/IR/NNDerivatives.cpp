@@ -12,11 +12,11 @@
 // operand takes none. The rules are written once in nn, so that the
 // backward they build is sharded and lowered as the forward is.
 //
-// An op absent here (compare, the logical ops, the KV-cache write, and
-// attention, whose rule comes with its backward kernel) is refused by
+// An op absent here (compare, the logical ops, the KV-cache write, ring
+// attention's partial op, and nn.attention_grad itself) is refused by
 // partita-differentiate where it lies between a parameter and the loss; so
-// is an operand a rule gives no cotangent (a rotary table that depends on
-// a parameter).
+// is an operand a rule gives no cotangent (a rotary table or an attention
+// mask that depends on a parameter).
 //
 //===----------------------------------------------------------------------===//
 
@@ -642,6 +642,23 @@ void matmulVjp(MatmulOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     out.push_back(r.sumTo(g, Rule::typeOf(bias)));
 }
 
+/// The flash-attention backward, one op (nn.attention_grad) that
+/// recomputes the probabilities from q and k; it reads the forward's
+/// result for D = sum(dout * out). The mask takes none: the pass refuses
+/// one that depends on a parameter.
+void attentionVjp(AttentionOp op, Rule &r, Value g,
+                  SmallVectorImpl<Value> &out) {
+  auto grad = AttentionGradOp::create(
+      r.b, r.loc,
+      TypeRange{op.getQuery().getType(), op.getKey().getType(),
+                op.getValue().getType()},
+      op.getQuery(), op.getKey(), op.getValue(), op.getMask(), op.getResult(),
+      g, op.getCausalAttr(), op.getScaleAttr());
+  out.append(grad.getResults().begin(), grad.getResults().end());
+  if (op.getMask())
+    out.push_back(Value());
+}
+
 /// The where's condition takes none; each side g where it was chosen.
 void whereVjp(WhereOp op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
   Value zero = r.scalarLike(0.0, g);
@@ -690,6 +707,8 @@ LogicalResult callRule(OpTy op, Rule &r, Value g, SmallVectorImpl<Value> &out) {
     gatherVjp(op, r, g, out);
   else if constexpr (std::is_same_v<OpTy, WhereOp>)
     whereVjp(op, r, g, out);
+  else if constexpr (std::is_same_v<OpTy, AttentionOp>)
+    attentionVjp(op, r, g, out);
   else
     unaryVjp(op, r, g, out);
   return success();
@@ -742,6 +761,6 @@ void mlir::partita::nn::registerDerivatives(MLIRContext *context) {
          ReshapeOp, TransposeOp, BroadcastToOp, ReduceOp, SoftmaxOp,
          LogSoftmaxOp, MatmulOp, WhereOp, LayerNormOp, RmsNormOp, CumsumOp,
          RopeOp, EmbeddingOp, SliceOp, ConcatOp, SplitOp, GatherOp, PowOp,
-         MaxOp, MinOp, AbsOp, ErfOp, SinOp, CosOp>(context);
+         MaxOp, MinOp, AbsOp, ErfOp, SinOp, CosOp, AttentionOp>(context);
   ConstantOp::attachInterface<ConstantVjp>(*context);
 }

@@ -353,10 +353,13 @@ LogicalResult MatmulOp::verify() {
 //===----------------------------------------------------------------------===//
 
 namespace {
-/// What nn.attention and nn.attention_partial check alike; constraint ids
-/// are `<stem>_c1` to `<stem>_c10`.
+/// What nn.attention, nn.attention_partial and nn.attention_grad check
+/// alike; constraint ids are `<stem>_c1` to `<stem>_c10`. `outputs` are the
+/// tensors shaped like attention's result (c9), each with its name.
 template <typename OpTy>
-LogicalResult verifyAttentionLike(OpTy op, StringRef stem) {
+LogicalResult
+verifyAttentionLike(OpTy op, StringRef stem,
+                    ArrayRef<std::pair<StringRef, Value>> outputs) {
   auto error = [&](unsigned n) {
     return op.emitOpError() << stem << "_c" << n << ": ";
   };
@@ -400,9 +403,10 @@ LogicalResult verifyAttentionLike(OpTy op, StringRef stem) {
     return error(8) << "query, key and value element types differ";
   auto expected =
       RankedTensorType::get({b, hq, sq, v.getDimSize(3)}, q.getElementType());
-  if (op.getResult().getType() != expected)
-    return error(9) << "result type " << op.getResult().getType()
-                    << " differs from the expected " << expected;
+  for (auto [name, output] : outputs)
+    if (output.getType() != expected)
+      return error(9) << name << " type " << output.getType()
+                      << " differs from the expected " << expected;
   if (std::optional<APFloat> scale = op.getScale())
     if (!(scale->convertToDouble() > 0.0))
       return error(10) << "scale must be positive, got "
@@ -421,7 +425,7 @@ template <typename OpTy> double effectiveScale(OpTy op) {
 double AttentionOp::getEffectiveScale() { return effectiveScale(*this); }
 
 LogicalResult AttentionOp::verify() {
-  return verifyAttentionLike(*this, "attention");
+  return verifyAttentionLike(*this, "attention", {{"result", getResult()}});
 }
 
 //===----------------------------------------------------------------------===//
@@ -431,7 +435,8 @@ LogicalResult AttentionOp::verify() {
 double AttentionPartialOp::getEffectiveScale() { return effectiveScale(*this); }
 
 LogicalResult AttentionPartialOp::verify() {
-  if (failed(verifyAttentionLike(*this, "attention_partial")))
+  if (failed(verifyAttentionLike(*this, "attention_partial",
+                                 {{"result", getResult()}})))
     return failure();
   RankedTensorType q = getQuery().getType();
   int64_t sq = q.getDimSize(2), skv = getKey().getType().getDimSize(2);
@@ -459,6 +464,27 @@ LogicalResult AttentionPartialOp::verify() {
       return emitOpError() << "attention_partial_c12: " << name << " type "
                            << value.getType() << " differs from the expected "
                            << stats;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionGradOp
+//===----------------------------------------------------------------------===//
+
+double AttentionGradOp::getEffectiveScale() { return effectiveScale(*this); }
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionLike(*this, "attention_grad",
+                                 {{"out", getOut()}, {"dout", getDout()}})))
+    return failure();
+  for (auto [name, grad, primal] :
+       {std::tuple<StringRef, Value, Value>{"dq", getDq(), getQuery()},
+        std::tuple<StringRef, Value, Value>{"dk", getDk(), getKey()},
+        std::tuple<StringRef, Value, Value>{"dv", getDv(), getValue()}})
+    if (grad.getType() != primal.getType())
+      return emitOpError() << "attention_grad_c11: " << name << " type "
+                           << grad.getType() << " differs from the expected "
+                           << primal.getType();
   return success();
 }
 

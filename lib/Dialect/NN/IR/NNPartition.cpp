@@ -8,8 +8,9 @@
 // a way their sharding rule cannot say: a constant stays global and each
 // device slices its block; attention planned as a ring passes its key and
 // value blocks around the ring and merges the partial results by online
-// softmax. Both reach the mesh and the collectives only through
-// PartitionContext, which the dist partitioner implements.
+// softmax; attention's backward reads its operands whole over the factors
+// its cotangents sum over. They reach the mesh and the collectives only
+// through PartitionContext, which the dist partitioner implements.
 //
 //===----------------------------------------------------------------------===//
 
@@ -319,4 +320,33 @@ void RingAttention::merge(AttentionPartialOp next) {
   out = DivOp::create(b, loc, sum, asColumn(safe));
   rowMax = most;
   rowSum = total;
+}
+
+//===----------------------------------------------------------------------===//
+// nn.attention_grad
+//===----------------------------------------------------------------------===//
+
+/// The cotangents of a shard are partial sums over the split reduction
+/// factors (query rows, the query heads of a kv group, value features),
+/// but the operands are the softmax's inputs, not terms of those sums:
+/// each device takes its block of every operand, none of them partial
+/// (what the default would ask of k and v, which lack the factors), and
+/// its results are the partial sums the plan records.
+LogicalResult AttentionGradOp::partition(PartitionContext &context) {
+  const FactorAxes &assignment = context.getAssignment();
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < getNumOperands(); ++i)
+    operands.push_back(context.getOperand(i, assignment));
+  unsigned next = getMask() ? 4 : 3;
+  // dq, dk and dv are split as q, k and v are (the same factors).
+  auto local = AttentionGradOp::create(
+      context.getBuilder(), getLoc(),
+      TypeRange{operands[0].getType(), operands[1].getType(),
+                operands[2].getType()},
+      operands[0], operands[1], operands[2], getMask() ? operands[3] : Value(),
+      operands[next], operands[next + 1], getCausalAttr(), getScaleAttr());
+  for (unsigned i = 0; i < 3; ++i)
+    if (failed(context.setResult(i, local->getResult(i))))
+      return failure();
+  return success();
 }

@@ -324,6 +324,82 @@ ShardingRule AttentionPartialOp::getShardingRule() {
   return attentionRule(*this);
 }
 
+/// The rule of nn.attention_grad: attention's factors, with those that
+/// some cotangent sums over declared as reductions (each device then holds
+/// a partial sum of it, which the partitioner reduces where a user needs it
+/// whole). Batch and kv heads are parallel. The query rows, and the query
+/// heads of a kv group, are summed over by dk and dv; the value features
+/// by dq and dk (dS is linear in dP - D, both sums over them). The
+/// partition hook (NNPartition.cpp) keeps the operands whole over these:
+/// they are inputs of the softmax, not terms of the sum.
+///
+/// Not split: the key/value sequence (a block of keys would need the
+/// softmax statistics over all of them; the ring backward is to come), the
+/// head size (contracted inside the softmax), and the query rows of causal
+/// attention, which compare a row's global position with the keys'.
+ShardingRule AttentionGradOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> q = getQuery().getType().getShape();
+  ArrayRef<int64_t> k = getKey().getType().getShape();
+  ArrayRef<int64_t> v = getValue().getType().getShape();
+  unsigned next = 3;
+  std::optional<TensorRef> mask;
+  ArrayRef<int64_t> maskShape;
+  if (getMask()) {
+    mask = operand(next++);
+    maskShape = shapeOf(getMask());
+  }
+  TensorRef query = operand(0), key = operand(1), value = operand(2),
+            out = operand(next), dout = operand(next + 1), dq = result(0),
+            dk = result(1), dv = result(2);
+  // The mask broadcasts to [b, hq, sq, skv], as attention's.
+  auto withMask = [&](SmallVector<DimRef> dims, unsigned d, int64_t size) {
+    if (mask) {
+      int64_t md = static_cast<int64_t>(d) -
+                   (4 - static_cast<int64_t>(maskShape.size()));
+      if (md >= 0 && maskShape[md] == size)
+        dims.push_back({*mask, static_cast<unsigned>(md)});
+    }
+    return dims;
+  };
+  rule.addShared(q[0], FactorKind::Parallel,
+                 withMask({{query, 0},
+                           {key, 0},
+                           {value, 0},
+                           {out, 0},
+                           {dout, 0},
+                           {dq, 0},
+                           {dk, 0},
+                           {dv, 0}},
+                          0, q[0]));
+  // Query heads are [kv head, group], as for attention.
+  int64_t hkv = k[1], group = q[1] / k[1];
+  std::optional<unsigned> kvHeads = rule.addShared(
+      hkv, FactorKind::Parallel, {{key, 1}, {value, 1}, {dk, 1}, {dv, 1}});
+  std::optional<unsigned> groups =
+      group == 1 ? std::nullopt
+                 : std::optional<unsigned>(
+                       rule.addFactor(group, FactorKind::Reduction));
+  SmallVector<DimRef> maskHeads = withMask({}, 1, q[1]);
+  for (std::optional<unsigned> f : {kvHeads, groups}) {
+    if (!f)
+      continue;
+    for (TensorRef ref : {query, out, dout, dq})
+      rule.append(ref, 1, *f);
+    for (DimRef m : maskHeads)
+      rule.append(m.first, m.second, *f);
+  }
+  rule.addShared(q[2], getCausal() ? FactorKind::Opaque : FactorKind::Reduction,
+                 withMask({{query, 2}, {out, 2}, {dout, 2}, {dq, 2}}, 2, q[2]));
+  rule.addShared(k[2], FactorKind::Opaque,
+                 withMask({{key, 2}, {value, 2}, {dk, 2}, {dv, 2}}, 3, k[2]));
+  rule.addShared(q[3], FactorKind::Opaque,
+                 {{query, 3}, {key, 3}, {dq, 3}, {dk, 3}});
+  rule.addShared(v[3], FactorKind::Reduction,
+                 {{value, 3}, {out, 3}, {dout, 3}, {dv, 3}});
+  return rule;
+}
+
 ShardingRule RopeOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
   ArrayRef<int64_t> x = getInput().getType().getShape();

@@ -116,3 +116,34 @@ func.func @past_keys(%past: tensor<2x2x8x16xf32> {dist.sharding = #dist.sharding
   %r = dist.annotate %c sharding<@mesh, [{}, {tp}, {}, {}]> : tensor<2x2x16x16xf32>
   return %r : tensor<2x2x16x16xf32>
 }
+
+// attention_grad with the query heads of one kv head split over tp: each
+// device reads k and v whole (its hook asks no partial sum of them, as the
+// default would of operands without the factor), and dk and dv are sums
+// over the devices' heads.
+// CHECK-LABEL: func.func @attention_grad_group
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x3x4xf32> {{.*}}, %[[K:[^:]*]]: tensor<1x1x3x4xf32> {{.*}}, %[[V:[^:]*]]: tensor<1x1x3x4xf32>
+// CHECK-NOT: nn.where
+// CHECK: %{{.*}}, %[[DK:.*]], %[[DV:.*]] = nn.attention_grad %[[Q]], %[[K]], %[[V]] out
+// CHECK-SAME: -> (tensor<1x2x3x4xf32>, tensor<1x1x3x4xf32>, tensor<1x1x3x4xf32>)
+// CHECK: dist.all_reduce sum %[[DK]] on @mesh axes [tp]
+// CHECK: dist.all_reduce sum %[[DV]] on @mesh axes [tp]
+func.func @attention_grad_group(%q: tensor<1x4x3x4xf32>, %k: tensor<1x1x3x4xf32>, %v: tensor<1x1x3x4xf32>, %o: tensor<1x4x3x4xf32>, %g: tensor<1x4x3x4xf32>) -> (tensor<1x4x3x4xf32>, tensor<1x1x3x4xf32>, tensor<1x1x3x4xf32>) {
+  %qs = dist.annotate %q sharding<@mesh, [{}, {tp}, {}, {}]> : tensor<1x4x3x4xf32>
+  %dq, %dk, %dv = nn.attention_grad %qs, %k, %v out %o dout %g : (tensor<1x4x3x4xf32>, tensor<1x1x3x4xf32>, tensor<1x1x3x4xf32>, tensor<1x4x3x4xf32>, tensor<1x4x3x4xf32>) -> (tensor<1x4x3x4xf32>, tensor<1x1x3x4xf32>, tensor<1x1x3x4xf32>)
+  %dkr = dist.annotate %dk sharding<@mesh, [{}, {}, {}, {}]> : tensor<1x1x3x4xf32>
+  %dvr = dist.annotate %dv sharding<@mesh, [{}, {}, {}, {}]> : tensor<1x1x3x4xf32>
+  return %dq, %dkr, %dvr : tensor<1x4x3x4xf32>, tensor<1x1x3x4xf32>, tensor<1x1x3x4xf32>
+}
+
+// Causal attention_grad compares global row positions: its query rows are
+// not split, so a split q is gathered and every device computes all rows.
+// CHECK-LABEL: func.func @attention_grad_causal_rows
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x2x2x4xf32>
+// CHECK: %[[WHOLE:.*]] = dist.all_gather %[[Q]] on @mesh axes [dp] gather_dim 2
+// CHECK: nn.attention_grad %[[WHOLE]], %{{.*}}, %{{.*}} out %{{.*}} dout %{{.*}} {causal} : (tensor<1x2x4x4xf32>,
+func.func @attention_grad_causal_rows(%q: tensor<1x2x4x4xf32>, %k: tensor<1x2x6x4xf32>, %v: tensor<1x2x6x4xf32>, %o: tensor<1x2x4x4xf32>, %g: tensor<1x2x4x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>) {
+  %qs = dist.annotate %q sharding<@mesh, [{}, {}, {dp}, {}]> : tensor<1x2x4x4xf32>
+  %dq, %dk, %dv = nn.attention_grad %qs, %k, %v out %o dout %g {causal} : (tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>)
+  return %dq, %dk, %dv : tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>
+}

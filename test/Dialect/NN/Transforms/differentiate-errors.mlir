@@ -24,6 +24,17 @@ func.func @rope_table(%x: tensor<1x1x2x4xf32>, %w: tensor<1x2x2xf32> {partita.pa
 
 // -----
 
+// An attention mask that depends on a parameter (a learned additive bias)
+// takes no cotangent: refused, not dropped.
+func.func @attention_mask(%q: tensor<1x1x2x4xf32>, %w: tensor<2x2xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
+  // expected-error @+1 {{'nn.attention' op cannot be differentiated by its operand #3, which depends on a parameter}}
+  %o = nn.attention %q, %q, %q mask %w : (tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>, tensor<2x2xf32>) -> tensor<1x1x2x4xf32>
+  %l = nn.reduce sum %o axes = [0, 1, 2, 3] : tensor<1x1x2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // expected-error @+1 {{partita-differentiate: no result is marked partita.loss}}
 func.func @no_loss(%w: tensor<4xf32> {partita.parameter = "w"}) -> tensor<4xf32> {
   return %w : tensor<4xf32>

@@ -38,9 +38,10 @@ def NN_Dialect : Dialect {
     Every op implements `ShardingRuleOpInterface`: an einsum-like mapping of
     each operand and result dimension to *factors*. Sharding propagation
     and partitioning are written once against factors and never against
-    individual ops; the two ops whose shards combine in a way no factor
-    says (attention run as a ring, a constant that stays global) build
-    their local form through the interface's `partition` hook. A factor is:
+    individual ops; the ops whose shards combine in a way no factor says
+    (attention run as a ring, a constant that stays global, attention's
+    backward, whose operands are not terms of its sums) build their local
+    form through the interface's `partition` hook. A factor is:
 
     - `parallel`: each shard computes its part independently;
     - `reduction`: each shard computes a partial result that a collective

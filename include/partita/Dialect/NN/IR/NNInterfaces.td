@@ -20,9 +20,11 @@ def NN_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
     rule, and the `partition` hook, whose default builds the local op from
     the rule alone. An op overrides the hook where its shards combine in a
     way no factor says: `nn.attention` planned as a ring (blocks of keys
-    and values passed around it, merged by online softmax) and
+    and values passed around it, merged by online softmax),
     `nn.constant` (kept global, each device slicing its block, laid out in
-    ring attention's sequence order); `getOrderedFactors` tells the check
+    ring attention's sequence order) and `nn.attention_grad` (operands
+    read whole over the reduction factors its cotangents sum over, which
+    the default would make partial sums); `getOrderedFactors` tells the check
     of that order which ops compare positions. The hook reaches the mesh
     and the collectives through its `PartitionContext` argument
     (`PartitionContext.h`), which the dist partitioner implements, so the

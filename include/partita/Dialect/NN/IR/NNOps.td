@@ -588,6 +588,68 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
   }];
 }
 
+def NN_AttentionGradOp
+    : NN_Op<"attention_grad", [], ["partition"]> {
+  let summary = "the vector-Jacobian product of nn.attention";
+  let description = [{
+    The cotangents of `nn.attention`'s query, key and value, given its
+    operands, its result `out` and the result's cotangent `dout`: the
+    flash-attention backward. With `P = softmax(q k^T * scale + mask)` per
+    batch and query head, `D_i = sum(dout_i * out_i)`, `dP = dout v^T` and
+    `dS = P * (dP - D)`:
+
+    - `dq = scale * dS k`,
+    - `dk = scale * dS^T q`, summed over the query heads of each key/value
+      head (grouped-query attention),
+    - `dv = P^T dout`, likewise summed.
+
+    `P` is recomputed from `q` and `k` a block of query rows at a time (its
+    row maxima and sums recomputed too): no `[sq, skv]` tensor is kept. A
+    row that sees no key (every key masked out, or a causal row before the
+    first key) has `P = 0`, as `nn.attention` gives it zeros: it adds
+    nothing to any cotangent, and its `dq` row is zero. The mask takes no
+    cotangent. `causal`, `scale`, the mask and the grouped heads are as for
+    `nn.attention`, whose operands these are.
+
+    ```mlir
+    %dq, %dk, %dv = nn.attention_grad %q, %k, %v mask %m out %o dout %g {causal} : (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x1x1x16xi1>, tensor<2x8x16x64xf32>, tensor<2x8x16x64xf32>) -> (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>)
+    ```
+
+    **Constraints**
+
+    1. `attention_grad_c1`: `q`, `k` and `v` have rank 4.
+    2. `attention_grad_c2`: `q`, `k` and `v` have the same batch size.
+    3. `attention_grad_c3`: `k` and `v` have the same number of heads, which
+       divides the number of query heads.
+    4. `attention_grad_c4`: `q` and `k` have the same head size.
+    5. `attention_grad_c5`: `k` and `v` have the same sequence length.
+    6. `attention_grad_c6`: `mask` has rank at most 4 and broadcasts to
+       `[b, hq, sq, skv]`.
+    7. `attention_grad_c7`: `mask` is `i1` or has the element type of `q`.
+    8. `attention_grad_c8`: `q`, `k` and `v` have the same element type.
+    9. `attention_grad_c9`: `out` and `dout` have type `[b, hq, sq, dv]`
+       with the element type of `q`.
+    10. `attention_grad_c10`: `scale`, when given, is positive.
+    11. `attention_grad_c11`: `dq`, `dk` and `dv` have the types of `q`, `k`
+        and `v`.
+  }];
+  let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
+                       NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
+                       NN_FloatTensor:$out, NN_FloatTensor:$dout,
+                       UnitAttr:$causal, OptionalAttr<F32Attr>:$scale);
+  let results = (outs NN_FloatTensor:$dq, NN_FloatTensor:$dk,
+                      NN_FloatTensor:$dv);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)? `out` $out `dout` $dout
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scale applied to the scores: the attribute or 1/sqrt(head size).
+    double getEffectiveScale();
+  }];
+}
+
 def NN_RopeOp : NN_Op<"rope", [AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding";
   let description = [{

@@ -1,0 +1,226 @@
+//===- AttentionGradKernelTest.cpp - attention_grad's CUDA, emulated ------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The CUDA kernel of attention_grad (pt::attention_grad), generated for one
+// instruction and run on the emulator, against the host kernel on the same
+// inputs: causal with grouped heads and more queries than keys (rows that
+// see no key), a bool mask with fully masked rows, an additive float mask
+// per head with -inf entries, a head dimension of 128 (four columns per
+// lane), and bf16 storage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OneKernel.h"
+
+#include "partita/runtime/HostKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace partita::runtime;
+namespace program = partita::program;
+
+namespace {
+
+struct GradShape {
+  std::string name;
+  int64_t batch, hq, hkv, sq, skv, d, dv;
+  bool causal;
+  /// The mask: none, bool or f32, and its shape.
+  program::DType maskType = program::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> maskShape = {};
+  program::DType dtype = program::F32;
+};
+
+std::ostream &operator<<(std::ostream &os, const GradShape &s) {
+  return os << s.name;
+}
+
+int64_t countOf(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// A buffer's bytes: f32 values stored as `dtype` (bf16 by truncation
+/// after rounding to nearest even, bool as != 0).
+std::vector<uint8_t> bytesOf(const std::vector<float> &values,
+                             program::DType dtype) {
+  std::vector<uint8_t> bytes(values.size() * dtypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == program::F32) {
+      std::memcpy(&bytes[4 * i], &values[i], 4);
+    } else if (dtype == program::BF16) {
+      uint32_t u;
+      std::memcpy(&u, &values[i], 4);
+      uint16_t h = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      std::memcpy(&bytes[2 * i], &h, 2);
+    } else {
+      bytes[i] = values[i] != 0.0f;
+    }
+  }
+  return bytes;
+}
+
+float floatAt(const std::vector<uint8_t> &bytes, program::DType dtype,
+              size_t i) {
+  if (dtype == program::F32) {
+    float f;
+    std::memcpy(&f, &bytes[4 * i], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &bytes[2 * i], 2);
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+class AttentionGradKernel : public ::testing::TestWithParam<GradShape> {};
+
+TEST_P(AttentionGradKernel, MatchesTheHostKernel) {
+  const GradShape &s = GetParam();
+  bool hasMask = s.maskType != program::DTYPE_UNSPECIFIED;
+  std::vector<std::vector<int64_t>> shapes = {{s.batch, s.hq, s.sq, s.d},
+                                              {s.batch, s.hkv, s.skv, s.d},
+                                              {s.batch, s.hkv, s.skv, s.dv}};
+  if (hasMask)
+    shapes.push_back(s.maskShape);
+  shapes.push_back({s.batch, s.hq, s.sq, s.dv}); // out
+  shapes.push_back({s.batch, s.hq, s.sq, s.dv}); // dout
+
+  std::mt19937 rng(std::hash<std::string>()(s.name) & 0xffffffff);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<uint8_t>> operands;
+  std::vector<program::DType> types;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    bool mask = hasMask && i == 3;
+    program::DType dtype = mask ? s.maskType : s.dtype;
+    std::vector<float> values(size_t(countOf(shapes[i])));
+    for (size_t e = 0; e < values.size(); ++e) {
+      values[e] = normal(rng);
+      if (mask && dtype == program::BOOL) // Every third row fully masked.
+        values[e] = (e / size_t(shapes[i].back())) % 3 == 1 ? 0.0f
+                    : values[e] > -0.5f                     ? 1.0f
+                                                            : 0.0f;
+      else if (mask && e % 7 == 0)
+        values[e] = -INFINITY;
+    }
+    operands.push_back(bytesOf(values, dtype));
+    types.push_back(dtype);
+  }
+
+  OneKernel k;
+  std::vector<int32_t> operandIds, resultIds;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    operandIds.push_back(k.buffer(types[i], shapes[i]));
+  for (int i = 0; i < 3; ++i)
+    resultIds.push_back(k.buffer(s.dtype, shapes[size_t(i)]));
+  program::Kernel &kernel = k.kernel("attention_grad", operandIds, resultIds);
+  (*kernel.mutable_attributes())["has_mask"].set_b(hasMask);
+  (*kernel.mutable_attributes())["causal"].set_b(s.causal);
+  (*kernel.mutable_attributes())["scale"].set_f(0.3);
+  Status built = k.build({}, s.name);
+  ASSERT_TRUE(built) << built.message();
+  EXPECT_NE(k.source.find("pt::attention_grad<"), std::string::npos);
+  EXPECT_EQ(k.program.instructions(0).kernel().cuda(0).launch().grid(0),
+            uint32_t(s.batch * s.hkv));
+
+  // The results, NaN first so that an element never written shows.
+  std::vector<std::vector<uint8_t>> device(3), host(3);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> nan(size_t(countOf(shapes[size_t(i)])), NAN);
+    device[size_t(i)] = bytesOf(nan, s.dtype);
+    host[size_t(i)] = device[size_t(i)];
+  }
+  std::vector<void *> memory;
+  for (std::vector<uint8_t> &bytes : operands)
+    memory.push_back(bytes.data());
+  for (std::vector<uint8_t> &bytes : device)
+    memory.push_back(bytes.data());
+  Status ran = k.run(memory);
+  ASSERT_TRUE(ran) << ran.message();
+
+  // The host kernel on the same buffers.
+  std::vector<void *> hostMemory;
+  for (std::vector<uint8_t> &bytes : operands)
+    hostMemory.push_back(bytes.data());
+  for (std::vector<uint8_t> &bytes : host)
+    hostMemory.push_back(bytes.data());
+  BufferResolver resolve = [&](int32_t id) {
+    const program::TensorType &type = k.program.buffers(id).type();
+    return Tensor{hostMemory[size_t(id)],
+                  type.dtype(),
+                  {type.shape().begin(), type.shape().end()}};
+  };
+  ThreadPool pool(2);
+  Status hostRan =
+      runHostKernel(k.program.instructions(0).kernel(), resolve, pool);
+  ASSERT_TRUE(hostRan) << hostRan.message();
+
+  double tolerance = s.dtype == program::F32 ? 1e-4 : 2e-2;
+  const char *names[] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i)
+    for (int64_t e = 0; e < countOf(shapes[size_t(i)]); ++e) {
+      float got = floatAt(device[size_t(i)], s.dtype, size_t(e));
+      float want = floatAt(host[size_t(i)], s.dtype, size_t(e));
+      ASSERT_FALSE(std::isnan(got)) << names[i] << "[" << e << "]";
+      ASSERT_NEAR(got, want, tolerance * (1 + std::fabs(want)))
+          << names[i] << "[" << e << "]";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionGradKernel,
+    ::testing::Values(
+        // Row i sees keys j <= i - 3: the first three rows see none.
+        GradShape{"causal_gqa_early_rows", 2, 4, 2, 9, 6, 16, 8, true},
+        GradShape{"bool_mask_masked_rows",
+                  2,
+                  2,
+                  1,
+                  6,
+                  40,
+                  32,
+                  16,
+                  false,
+                  program::BOOL,
+                  {2, 1, 6, 40}},
+        GradShape{"float_mask_per_head",
+                  1,
+                  3,
+                  3,
+                  5,
+                  7,
+                  8,
+                  40,
+                  false,
+                  program::F32,
+                  {1, 3, 5, 7}},
+        GradShape{"head_dim_128", 1, 2, 1, 5, 9, 128, 72, true},
+        GradShape{"bf16",
+                  1,
+                  2,
+                  2,
+                  7,
+                  7,
+                  32,
+                  32,
+                  true,
+                  program::DTYPE_UNSPECIFIED,
+                  {},
+                  program::BF16}),
+    [](const ::testing::TestParamInfo<GradShape> &info) {
+      return info.param.name;
+    });
+
+} // namespace
