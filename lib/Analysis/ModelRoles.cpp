@@ -48,8 +48,14 @@ namespace {
 
 /// A weight: a constant, or a training step's parameter (an argument
 /// marked partita.parameter, docs/training.md), whose roles are a
-/// weight's.
+/// weight's, or either through transposes and reshapes.
 bool isConstant(Value value) {
+  // A weight seen through layout changes: an export without constant
+  // folding multiplies by transpose(W) (torch's Linear keeps W as
+  // [out, in]), which the importer folds only when W is a constant.
+  while (value &&
+         isa_and_present<nn::TransposeOp, nn::ReshapeOp>(value.getDefiningOp()))
+    value = value.getDefiningOp()->getOperand(0);
   if (!value)
     return false;
   if (value.getDefiningOp<nn::ConstantOp>())

@@ -17,10 +17,16 @@ TRAIN = ROOT / "test" / "models" / "train"
 MANIFEST = json.loads((TRAIN / "manifest.json").read_text())
 NAMES = sorted(MANIFEST["models"])
 OPTIMIZERS = MANIFEST["optimizers"]
-MESHES = [None, "dp=2", "tp=2", "dp=2,tp=2"]
-# Attention is trained decomposed (its matmuls and softmax) until
-# nn.attention has its vector-Jacobian product.
-RAISE = ["--no-raise"]
+# Each mesh with its sequence mode: Megatron-SP, Ulysses and ring.
+MESHES = [None, "dp=2", "tp=2", "dp=2,tp=2", "tp=2/megatron",
+          "sp=2/ulysses", "sp=2/ring"]
+
+
+def mesh_flags(mesh):
+    if not mesh:
+        return []
+    axes, _, mode = mesh.partition("/")
+    return ["--mesh", axes, *(["--sp-mode", mode] if mode else [])]
 
 
 def reference(name):
@@ -43,8 +49,8 @@ def compile_step(tmp_path, name, *flags, mesh=None):
     art = tmp_path / "art"
     compiled = subprocess.run(
         [str(BUILD / "bin" / "partita-compile"), str(TRAIN / f"{name}.onnx"),
-         "--train", "--loss", MANIFEST["loss"], *RAISE, *flags,
-         *(["--mesh", mesh] if mesh else []), "-o", str(art)],
+         "--train", "--loss", MANIFEST["loss"], *flags, *mesh_flags(mesh),
+         "-o", str(art)],
         capture_output=True, text=True, timeout=300)
     assert compiled.returncode == 0, compiled.stderr
     return art
@@ -84,6 +90,17 @@ def test_losses_match_torch(tmp_path, name, optimizer, mesh):
     assert "tokens/s)" in lines[0]
 
 
+@pytest.mark.parametrize("mesh", [None, "dp=2,tp=2"])
+@pytest.mark.parametrize("name", NAMES)
+def test_decomposed_attention_trains_alike(tmp_path, name, mesh):
+    """--no-raise: attention as its matmuls, mask and softmax, each op's
+    own rule instead of the flash backward."""
+    _, out = train(tmp_path, name, 5, "--no-raise", "--optimizer",
+                   OPTIMIZERS["adamw"]["flag"], mesh=mesh)
+    np.testing.assert_allclose(np.load(out / "loss.npy"),
+                               reference(name)["adamw/loss"], rtol=1e-4)
+
+
 @pytest.mark.parametrize("mesh", MESHES)
 @pytest.mark.parametrize("name", NAMES)
 def test_gradients_match_torch(tmp_path, name, mesh):
@@ -111,7 +128,7 @@ def test_clip_grad_norm_matches_torch(tmp_path, name, mesh):
                                reference(name)["clip/loss"], rtol=1e-4)
 
 
-@pytest.mark.parametrize("mesh", [None, "dp=2", "tp=2"])
+@pytest.mark.parametrize("mesh", [None, "dp=2", "tp=2", "sp=2/ring"])
 def test_labels_out_of_range_are_refused_on_every_mesh(tmp_path, mesh):
     """torch raises IndexError for a label outside [0, classes) other than
     -100; every mesh refuses the step with the same message."""
