@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _partita
+from .checkpoint import CheckpointError, export_onnx, read_checkpoint
 
 __all__ = [
     "Artifact",
@@ -37,9 +38,11 @@ __all__ = [
     "RunError",
     "TensorSpec",
     "compile",
+    "export_onnx",
     "load",
     "options",
     "plan",
+    "read_checkpoint",
     "version",
 ]
 

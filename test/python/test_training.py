@@ -258,3 +258,135 @@ def test_lr_schedule(tmp_path):
     assert run.returncode == 0, run.stderr
     np.testing.assert_allclose(np.load(warm / "loss.npy")[:2],
                                np.load(out / "loss.npy")[:2], rtol=1e-6)
+
+
+def read_checkpoint(path):
+    import partita
+    return partita.read_checkpoint(path)
+
+
+@pytest.mark.parametrize("mesh", [None, "dp=2,tp=2", "sp=2/ring"])
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_after_adamw_match_torch(tmp_path, name, mesh):
+    """--save after 5 AdamW steps, read back as global tensors. AdamW
+    divides each gradient by its running magnitude, so an element whose
+    gradient is small (an embedding row a batch barely uses) moves by a
+    full step on a gradient known to a few digits: each element must agree
+    within 1% of one step (lr 0.01, so atol 1e-4) or rtol 1e-4. Elements
+    whose gradient is zero in exact arithmetic (a key bias under softmax:
+    |torch's step-0 gradient| < 1e-6, rounding noise on both sides) move
+    by AdamW's normalized noise, differently in any two programs, and are
+    not compared."""
+    art = compile_step(tmp_path, name, "--optimizer",
+                       OPTIMIZERS["adamw"]["flag"], mesh=mesh)
+    run, _ = run_steps(tmp_path, art, 5, write_batches(tmp_path / "data", name),
+                       "--save", str(tmp_path / "ckpt"))
+    assert run.returncode == 0, run.stderr
+    trained = read_checkpoint(tmp_path / "ckpt")
+    data = reference(name)
+    names = [key[len("adamw/param/"):] for key in data.files
+             if key.startswith("adamw/param/")]
+    assert sorted(n for n in trained if "/" not in n) == sorted(names)
+    for parameter in names:
+        want = data[f"adamw/param/{parameter}"]
+        signal = np.abs(data[f"grad/{parameter}"]) > 1e-6
+        np.testing.assert_allclose(trained[parameter][signal], want[signal],
+                                   rtol=1e-4, atol=1e-4, err_msg=parameter)
+        for state in ("exp_avg", "exp_avg_sq"):
+            assert trained[f"{parameter}/{state}"].shape == want.shape
+
+
+@pytest.mark.parametrize("mesh", [None, "dp=2,tp=2"])
+def test_checkpoint_resumes_bit_for_bit(tmp_path, mesh):
+    data = write_batches(tmp_path / "data", "gpt2")
+    art = compile_step(tmp_path, "gpt2", "--optimizer",
+                       OPTIMIZERS["adamw"]["flag"], mesh=mesh)
+    run, whole = run_steps(tmp_path / "whole", art, 5, data)
+    assert run.returncode == 0, run.stderr
+    run, first = run_steps(tmp_path / "first", art, 3, data, "--save",
+                           str(tmp_path / "ckpt"))
+    assert run.returncode == 0, run.stderr
+    run, rest = run_steps(tmp_path / "rest", art, 5, data, "--load",
+                          str(tmp_path / "ckpt"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0].startswith("step 4/5 loss ")
+    resumed = np.concatenate([np.load(first / "loss.npy"),
+                              np.load(rest / "loss.npy")])
+    np.testing.assert_array_equal(resumed, np.load(whole / "loss.npy"))
+
+
+def test_checkpoint_refusals(tmp_path):
+    data = write_batches(tmp_path / "data", "gpt2")
+    art = compile_step(tmp_path / "one", "gpt2", "--optimizer", "sgd:lr=0.1")
+    run, _ = run_steps(tmp_path, art, 1, data, "--save",
+                       str(tmp_path / "ckpt"))
+    assert run.returncode == 0, run.stderr
+    # Saving over an existing directory.
+    run, _ = run_steps(tmp_path, art, 1, data, "--save",
+                       str(tmp_path / "ckpt"))
+    assert run.returncode == 1 and "exists" in run.stderr
+    # Nothing left to run.
+    run, _ = run_steps(tmp_path, art, 1, data, "--load",
+                       str(tmp_path / "ckpt"))
+    assert run.returncode == 1 and "none is left" in run.stderr
+    # Another mesh.
+    other = compile_step(tmp_path / "dp", "gpt2", "--optimizer", "sgd:lr=0.1",
+                         mesh="dp=2")
+    run, _ = run_steps(tmp_path, other, 2, data, "--load",
+                       str(tmp_path / "ckpt"))
+    assert run.returncode == 1
+    assert "onto another mesh is not supported yet" in run.stderr
+    # Another optimizer.
+    adamw = compile_step(tmp_path / "adamw", "gpt2", "--optimizer",
+                         "adamw:lr=0.1")
+    run, _ = run_steps(tmp_path, adamw, 2, data, "--load",
+                       str(tmp_path / "ckpt"))
+    assert run.returncode == 1 and "holds sgd state" in run.stderr
+    # A changed file.
+    shard = tmp_path / "ckpt" / "rank0.safetensors"
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 1
+    shard.write_bytes(bytes(raw))
+    run, _ = run_steps(tmp_path, art, 2, data, "--load",
+                       str(tmp_path / "ckpt"))
+    assert run.returncode == 1 and "does not match its hash" in run.stderr
+    import partita
+    with pytest.raises(partita.CheckpointError, match="does not match"):
+        partita.read_checkpoint(tmp_path / "ckpt")
+
+
+def test_export_onnx_serves_the_trained_model(tmp_path):
+    """The trained weights back in the ONNX model: onnxruntime on the
+    export equals onnxruntime on the model with torch's trained weights
+    put in by hand."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    import partita
+    art = compile_step(tmp_path, "gpt2", "--optimizer",
+                       OPTIMIZERS["adamw"]["flag"], mesh="dp=2,tp=2")
+    run, _ = run_steps(tmp_path, art, 5, write_batches(tmp_path / "data",
+                                                       "gpt2"),
+                       "--save", str(tmp_path / "ckpt"))
+    assert run.returncode == 0, run.stderr
+    partita.export_onnx(tmp_path / "ckpt", TRAIN / "gpt2.onnx",
+                        tmp_path / "trained.onnx")
+    assert (tmp_path / "trained.onnx.data").exists()
+    data = reference("gpt2")
+    model = onnx.load(TRAIN / "gpt2.onnx")
+    for init in model.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(
+            data[f"adamw/param/{init.name}"], init.name))
+    onnx.save(model, tmp_path / "torch.onnx")
+    feeds = {key.split("/", 1)[1]: data[key] for key in data.files
+             if key.startswith("batch0/") and not key.endswith("labels")}
+    got = ort.InferenceSession(str(tmp_path / "trained.onnx"),
+                               providers=["CPUExecutionProvider"]).run(
+                                   None, feeds)[0]
+    want = ort.InferenceSession(str(tmp_path / "torch.onnx"),
+                                providers=["CPUExecutionProvider"]).run(
+                                    None, feeds)[0]
+    # The key biases' noise moves the scores by a constant per row, which
+    # softmax removes: the logits agree closely.
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)

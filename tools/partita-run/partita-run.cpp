@@ -35,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "partita/Support/Version.h"
+#include "partita/runtime/Checkpoint.h"
 #include "partita/runtime/FileUtil.h"
 #include "partita/runtime/Float16.h"
 #include "partita/runtime/Generation.h"
@@ -73,7 +74,7 @@ constexpr const char *kUsage =
     "                   [--input attention_mask=FILE] [--dump-logits]\n"
     "                   [--output-dir DIR]\n"
     "       partita-run ART --train-steps N --data DIR [--lr-schedule S]\n"
-    "                   [--output-dir DIR]\n"
+    "                   [--save DIR] [--load DIR] [--output-dir DIR]\n"
     "\n"
     "Runs the artifact directory ART (written by partita-compile). A host\n"
     "artifact runs its ranks as threads of this process; a cuda artifact\n"
@@ -137,6 +138,8 @@ struct Options {
   int64_t trainSteps = -1;
   std::string data;
   std::string lrSchedule;
+  std::string save;
+  std::string load;
 };
 
 int fail(const std::string &message) {
@@ -190,9 +193,10 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
     std::string flag = arg.substr(0, equals);
     // An unknown flag is reported as such, not as one missing its value.
     static const char *const kValueFlags[] = {
-        "--input",       "--output-dir", "--ranks",      "--repeat",
-        "--warmup",      "--threads",    "--timeout",    "--generate",
-        "--train-steps", "--data",       "--lr-schedule"};
+        "--input",       "--output-dir", "--ranks",       "--repeat",
+        "--warmup",      "--threads",    "--timeout",     "--generate",
+        "--train-steps", "--data",       "--lr-schedule", "--save",
+        "--load"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) ==
         std::end(kValueFlags))
       return Status::error("unknown option " + flag);
@@ -226,6 +230,10 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
       options.data = value;
     } else if (flag == "--lr-schedule") {
       options.lrSchedule = value;
+    } else if (flag == "--save") {
+      options.save = value;
+    } else if (flag == "--load") {
+      options.load = value;
     } else if (flag == "--ranks") {
       PARTITA_RETURN_IF_ERROR(count(options.ranks));
     } else if (flag == "--repeat") {
@@ -263,11 +271,13 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
   if (options.dumpLogits && options.outputDirectory.empty())
     return Status::error("--dump-logits writes DIR/logits.npy: give "
                          "--output-dir DIR");
-  if (options.trainSteps < 0 &&
-      (!options.data.empty() || !options.lrSchedule.empty()))
-    return Status::error(
-        std::string(options.data.empty() ? "--lr-schedule" : "--data") +
-        " needs --train-steps N");
+  for (const auto &[given, flag] :
+       {std::pair{!options.data.empty(), "--data"},
+        {!options.lrSchedule.empty(), "--lr-schedule"},
+        {!options.save.empty(), "--save"},
+        {!options.load.empty(), "--load"}})
+    if (given && options.trainSteps < 0)
+      return Status::error(std::string(flag) + " needs --train-steps N");
   if (options.trainSteps >= 0 &&
       (options.generate >= 0 || !options.inputs.empty() || options.repeat > 0 ||
        options.warmup >= 0))
@@ -563,8 +573,18 @@ int runTraining(const LoadedArtifact &artifact, const Options &options,
   if (!read)
     return fail(read.message());
 
+  if (!options.load.empty()) {
+    Status loaded = loadCheckpoint(*runner, *trainer, options.load);
+    if (!loaded)
+      return fail("--load: " + loaded.message());
+    if (trainer->steps() >= options.trainSteps)
+      return fail("--load " + options.load + " is at step " +
+                  std::to_string(trainer->steps()) + ": --train-steps " +
+                  std::to_string(options.trainSteps) +
+                  " counts the run's steps in total, so none is left");
+  }
   std::vector<float> losses;
-  for (int64_t step = 0; step < options.trainSteps; ++step) {
+  for (int64_t step = trainer->steps(); step < options.trainSteps; ++step) {
     const auto &arrays = batches[size_t(step) % batches.size()];
     std::vector<NamedTensor> batch;
     int64_t tokens = 0;
@@ -592,6 +612,11 @@ int runTraining(const LoadedArtifact &artifact, const Options &options,
     std::fflush(stdout);
   }
 
+  if (!options.save.empty()) {
+    Status saved = saveCheckpoint(*runner, *trainer, options.save);
+    if (!saved)
+      return fail("--save: " + saved.message());
+  }
   Watchdog watchdog(options.timeoutSeconds, "writing the outputs");
   if (options.outputDirectory.empty())
     return 0;

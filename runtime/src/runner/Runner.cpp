@@ -1073,6 +1073,9 @@ Status Runner::runDecode(const std::vector<NamedTensor> &inputs,
 
 Status Runner::resetCache() {
   std::lock_guard<std::mutex> lock(impl->running);
+  if (manifest().training)
+    return Status::error("a training artifact's ranks hold its parameters, "
+                         "not a KV cache: there is nothing to reset");
   for (std::vector<HostTensor> &cache : impl->cacheMemory)
     for (HostTensor &tensor : cache)
       if (tensor.byteSize() > 0)
@@ -1084,6 +1087,65 @@ Status Runner::resetCache() {
           PARTITA_RETURN_IF_ERROR(zeroOnDevice(*device, state.tensor.data,
                                                state.tensor.byteSize()));
   return Status::ok();
+}
+
+/// `rank`'s block of resident tensor `name`, and the device holding it
+/// (null: host memory).
+static Status findResident(const std::vector<std::vector<NamedTensor>> &views,
+                           const std::vector<Device *> &devices, int32_t rank,
+                           const std::string &name, const Tensor *&block,
+                           Device *&device) {
+  if (rank < 0 || size_t(rank) >= views.size())
+    return Status::error("rank " + std::to_string(rank) +
+                         " is not held by this process");
+  block = stateOf(views[size_t(rank)], name);
+  if (!block)
+    return Status::error("rank " + std::to_string(rank) + " holds no '" + name +
+                         "'");
+  device = size_t(rank) < devices.size() ? devices[size_t(rank)] : nullptr;
+  return Status::ok();
+}
+
+Status Runner::readResident(int32_t rank, const std::string &name,
+                            HostTensor &out) const {
+  std::lock_guard<std::mutex> lock(impl->running);
+  const Tensor *block = nullptr;
+  Device *device = nullptr;
+  PARTITA_RETURN_IF_ERROR(findResident(impl->cacheViews, impl->cacheDevices,
+                                       rank, name, block, device));
+  PARTITA_RETURN_IF_ERROR(out.allocate(block->dtype, block->shape));
+  if (block->byteSize() == 0)
+    return Status::ok();
+  if (!device) {
+    std::memcpy(out.data(), block->data, block->byteSize());
+    return Status::ok();
+  }
+  PARTITA_RETURN_IF_ERROR(
+      device->copyToHost(out.data(), block->data, block->byteSize()));
+  return device->synchronize();
+}
+
+Status Runner::writeResident(int32_t rank, const std::string &name,
+                             const Tensor &in) {
+  std::lock_guard<std::mutex> lock(impl->running);
+  const Tensor *block = nullptr;
+  Device *device = nullptr;
+  PARTITA_RETURN_IF_ERROR(findResident(impl->cacheViews, impl->cacheDevices,
+                                       rank, name, block, device));
+  if (in.dtype != block->dtype || in.shape != block->shape)
+    return Status::error("'" + name + "' of rank " + std::to_string(rank) +
+                         " is " + dtypeName(block->dtype) + " " +
+                         shapeString(block->shape) + ", not " +
+                         dtypeName(in.dtype) + " " + shapeString(in.shape));
+  if (block->byteSize() == 0)
+    return Status::ok();
+  if (!device) {
+    std::memcpy(block->data, in.data, block->byteSize());
+    return Status::ok();
+  }
+  PARTITA_RETURN_IF_ERROR(
+      device->copyToDevice(block->data, in.data, block->byteSize()));
+  return device->synchronize();
 }
 
 uint64_t Runner::cacheBytes() const {

@@ -131,6 +131,12 @@ public:
                    const std::vector<NamedTensor> &outputs);
   /// Zeroes every rank's KV cache (a new generation).
   Status resetCache();
+  /// Copies `rank`'s block of resident tensor `name` (a KV cache tensor,
+  /// a training parameter or optimizer state) into `out`, or `in` into
+  /// it. Only for ranks this process holds, between runs.
+  Status readResident(int32_t rank, const std::string &name,
+                      HostTensor &out) const;
+  Status writeResident(int32_t rank, const std::string &name, const Tensor &in);
   /// Bytes of KV cache this process holds, summed over its ranks (0
   /// without `serving`).
   uint64_t cacheBytes() const;
