@@ -1874,6 +1874,198 @@ class Api:
             self.findings.add(cls, signature, record, lambda path: None)
 
 
+class Training:
+    """Training inputs (issue 35): --data batches and --load checkpoints,
+    tampered one way per case, on a GPT-2 training step compiled for one
+    rank and for dp=2. A run must end in a step or a message, never a
+    crash or a hang; an input known to be invalid (a label out of range,
+    a checkpoint whose bytes no longer match its hash) must be refused;
+    and both meshes must give the same outcome (the same loss, or both a
+    refusal), as every mesh must for every input."""
+
+    MESHES = {"one": [], "dp2": ["--mesh", "dp=2"]}
+
+    def __init__(self, tools, findings, work, seed, timeout=60.0):
+        self.tools, self.findings = tools, findings
+        self.work, self.seed, self.timeout = work / "training", seed, timeout
+
+    def prepare(self):
+        self.work.mkdir(parents=True, exist_ok=True)
+        train = ROOT / "test" / "models" / "train"
+        shutil.copyfile(train / "gpt2.onnx", self.work / "gpt2.onnx")
+        data = np.load(train / "gpt2.train.npz")
+        self.batch = {key.split("/", 1)[1]: data[key] for key in data.files
+                      if key.startswith("batch0/")}
+        (self.work / "data").mkdir(exist_ok=True)
+        np.savez(self.work / "data" / "batch0.npz", **self.batch)
+        for name, flags in self.MESHES.items():
+            subprocess.run(self.tools.resolve(
+                ["partita-compile", "gpt2.onnx", "--train", "--loss",
+                 "cross_entropy:logits", "--optimizer",
+                 "adamw:lr=0.01", *flags, "-o", f"art-{name}"]),
+                cwd=self.work, check=True, capture_output=True)
+            subprocess.run(self.tools.resolve(
+                ["partita-run", f"art-{name}", "--train-steps", "1",
+                 "--data", "data", "--save", f"ckpt-{name}"]),
+                cwd=self.work, check=True, capture_output=True)
+
+    # Each returns (files to write into the case's data folder, the
+    # checkpoint tamper or None, whether the input is invalid).
+    def _batch_case(self, rng):
+        batch = {k: v.copy() for k, v in self.batch.items()}
+        kind = rng.randrange(9)
+        if kind == 0:
+            batch["labels"].flat[rng.randrange(batch["labels"].size)] = \
+                rng.choice([128, -1, -101, 2**62, -2**63])
+            return {"b.npz": ("npz", batch)}, None, True
+        if kind == 1:
+            del batch[rng.choice(sorted(batch))]
+            return {"b.npz": ("npz", batch)}, None, True
+        if kind == 2:
+            name = rng.choice(sorted(batch))
+            batch[name] = batch[name].astype(rng.choice(
+                [np.int32, np.float32, np.float64, np.uint8, np.bool_]))
+            return {"b.npz": ("npz", batch)}, None, True
+        if kind == 3:
+            name = rng.choice(sorted(batch))
+            batch[name] = batch[name].reshape(-1)[:rng.randrange(1, 40)]
+            return {"b.npz": ("npz", batch)}, None, True
+        if kind == 4:
+            batch["extra"] = np.zeros(3)
+            return {"b.npz": ("npz", batch)}, None, True
+        if kind == 5:
+            raw = bytearray(self._npz_bytes(batch))
+            for _ in range(rng.randrange(1, 8)):
+                raw[rng.randrange(len(raw))] = rng.randrange(256)
+            cut = rng.choice([len(raw), rng.randrange(len(raw))])
+            return {"b.npz": ("raw", bytes(raw[:cut]))}, None, None
+        if kind == 6:
+            batch["input_ids"].flat[rng.randrange(32)] = rng.choice(
+                [128, -129, 2**40, -2**63])
+            return {"b.npz": ("npz", batch)}, None, None
+        if kind == 7:
+            return {"b.npz": ("raw", rng.choice(
+                [b"", b"PK", b"PK\x05\x06" + bytes(18), b"\x93NUMPY"]))}, \
+                None, True
+        # A valid batch, compressed: must train as the stored one does.
+        return {"b.npz": ("npz-compressed", batch)}, None, False
+
+    def _npz_bytes(self, batch):
+        import io
+        buffer = io.BytesIO()
+        np.savez(buffer, **batch)
+        return buffer.getvalue()
+
+    def _checkpoint_case(self, rng):
+        kind = rng.randrange(6)
+        data = {"b.npz": ("npz", self.batch)}
+        if kind == 0:
+            return data, ("flip", rng.randrange(1 << 16)), True
+        if kind == 1:
+            return data, ("truncate", rng.randrange(1 << 16)), True
+        if kind == 2:
+            field = rng.choice(["step", "format", "mesh", "optimizer",
+                                "parameters", "ranks"])
+            value = rng.choice([None, -1, 2**70, "x", [], {}, 1e400 if False
+                                else 1.5, [[[[]]]]])
+            return data, ("json", field, value), True
+        if kind == 3:
+            return data, ("slice", rng.randrange(1 << 16)), None
+        if kind == 4:
+            return data, ("remove", "rank0.safetensors"), True
+        return data, ("json-text", rng.choice(
+            ["", "{", "[]", "null", '{"format": "partita-checkpoint/1"}',
+             "[" * 50000])), True
+
+    def _tamper(self, ckpt, tamper):
+        import json as _json
+        what = tamper[0]
+        if what in ("flip", "truncate"):
+            files = sorted(ckpt.glob("*.safetensors"))
+            path = files[tamper[1] % len(files)]
+            raw = bytearray(path.read_bytes())
+            if what == "flip":
+                raw[tamper[1] % len(raw)] ^= 0x40
+            else:
+                raw = raw[:tamper[1] % len(raw)]
+            path.write_bytes(bytes(raw))
+        elif what == "json":
+            meta = _json.loads((ckpt / "checkpoint.json").read_text())
+            meta[tamper[1]] = tamper[2]
+            (ckpt / "checkpoint.json").write_text(_json.dumps(meta))
+        elif what == "slice":
+            meta = _json.loads((ckpt / "checkpoint.json").read_text())
+            shard = meta["ranks"][0]
+            name = sorted(shard["slices"])[tamper[1] % len(shard["slices"])]
+            shard["slices"][name] = [[0, 10**9]]
+            (ckpt / "checkpoint.json").write_text(_json.dumps(meta))
+        elif what == "remove":
+            (ckpt / tamper[1]).unlink()
+        elif what == "json-text":
+            (ckpt / "checkpoint.json").write_text(tamper[1])
+
+    def run_case(self, index):
+        import random
+        rng = random.Random(f"{self.seed}:training:{index}")
+        checkpoint = rng.randrange(3) == 0
+        files, tamper, invalid = (self._checkpoint_case(rng) if checkpoint
+                                  else self._batch_case(rng))
+        outcomes = {}
+        for mesh in self.MESHES:
+            case = self.work / f"case{index}-{mesh}"
+            (case / "data").mkdir(parents=True)
+            for name, (kind, value) in files.items():
+                path = case / "data" / name
+                if kind == "raw":
+                    path.write_bytes(value)
+                elif kind == "npz-compressed":
+                    np.savez_compressed(path, **value)
+                else:
+                    np.savez(path, **value)
+            cmd = ["partita-run", str(self.work / f"art-{mesh}"),
+                   "--train-steps", "2" if checkpoint else "1", "--data",
+                   str(case / "data"), "--output-dir", str(case / "out"),
+                   "--timeout", "20"]
+            if checkpoint:
+                shutil.copytree(self.work / f"ckpt-{mesh}", case / "ckpt")
+                self._tamper(case / "ckpt", tamper)
+                cmd += ["--load", str(case / "ckpt")]
+            res = run_tool(self.tools.resolve(cmd), self.timeout)
+            cls = res.classify()
+            loss = None
+            if cls == "accepted":
+                loss = np.load(case / "out" / "loss.npy").tobytes()
+            outcomes[mesh] = (cls, loss, res)
+            shutil.rmtree(case, ignore_errors=True)
+        verdicts = []
+        for mesh, (cls, _, res) in outcomes.items():
+            if cls in ("crash", "hang", "empty-diagnostic"):
+                verdicts.append((cls, mesh, res))
+            elif cls == "accepted" and invalid:
+                verdicts.append(("accepted-invalid", mesh, res))
+        (one, loss_one, res), (dp2, loss_dp2, _) = outcomes.values()
+        # A mesh's loss may differ in the last bits from another's (the
+        # reduction order); a refusal on one and a step on the other is
+        # a difference no rounding explains.
+        if (one == "accepted") != (dp2 == "accepted") or (
+                loss_one is not None and loss_dp2 is not None and not
+                np.allclose(np.frombuffer(loss_one, np.float32),
+                            np.frombuffer(loss_dp2, np.float32),
+                            rtol=1e-4, equal_nan=True)):
+            verdicts.append(("mesh-mismatch", "one vs dp2", res))
+        for cls, where, res in verdicts:
+            detail = (f"{'checkpoint ' + repr(tamper) if checkpoint else 'batch'}"
+                      f" on {where}: {res.err.strip()[-300:]}")
+            record = {"detail": detail, "command": shlex.join(
+                          str(c) for c in res.cmd),
+                      "returncode": res.rc, "stderr": res.err[-2000:],
+                      "target": "training", "case": [self.seed, index],
+                      "digest": hashlib.sha256(
+                          f"{self.seed}:{index}".encode()).hexdigest()[:10]}
+            signature = f"training {cls} {'checkpoint' if checkpoint else 'batch'}"
+            self.findings.add(cls, signature, record, lambda path: None)
+
+
 def fuzz_build_dir():
     return pathlib.Path(os.environ.get("PARTITA_FUZZ_BUILD_DIR",
                                        ROOT / "build-fuzz"))
@@ -2024,7 +2216,7 @@ def _run_target(target, count, deadline, jobs, findings, label, start):
 
 def campaign(build, targets, findings_dir, seed="0", cases=300,
              runtime_cases=80, seconds=0, jobs=2, minimize=0,
-             option_cases=100, api_cases=60):
+             option_cases=100, api_cases=60, training_cases=40):
     """Runs the campaign; returns (Findings, seconds)."""
     tools = Tools(build)
     findings = Findings(findings_dir)
@@ -2060,6 +2252,12 @@ def campaign(build, targets, findings_dir, seed="0", cases=300,
             a.prepare()
             _run_target(a, api_cases, time.monotonic() + share if seconds
                         else None, jobs, findings, "api", start)
+        if "training" in targets:
+            t = Training(tools, findings, work, seed)
+            t.prepare()
+            _run_target(t, training_cases, time.monotonic() + share
+                        if seconds else None, jobs, findings, "training",
+                        start)
         if "runtime" in targets:
             r = Runtime(tools, findings, work, seed)
             r.prepare()
@@ -2075,7 +2273,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="all",
                    choices=["importer", "structured", "options", "api",
-                            "runtime", "all"])
+                            "training", "runtime", "all"])
     p.add_argument("--seconds", type=float, default=0,
                    help="run this long, split between the targets "
                         "(0: the fixed case counts)")
@@ -2085,6 +2283,7 @@ def main(argv=None):
     p.add_argument("--runtime-cases", type=int, default=80)
     p.add_argument("--option-cases", type=int, default=100)
     p.add_argument("--api-cases", type=int, default=60)
+    p.add_argument("--training-cases", type=int, default=40)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--minimize", type=int, default=0, metavar="N",
                    help="minimize each written model finding with up to N "
@@ -2113,13 +2312,14 @@ def main(argv=None):
             close_workers()
         return 1 if bad else 0
     findings_dir = args.findings or tempfile.mkdtemp(prefix="partita-findings-")
-    targets = (["importer", "structured", "options", "api", "runtime"]
-               if args.target == "all" else [args.target])
+    targets = (["importer", "structured", "options", "api", "training",
+                "runtime"] if args.target == "all" else [args.target])
     findings, seconds = campaign(args.build, targets, findings_dir,
                                  seed=args.seed, cases=args.cases,
                                  runtime_cases=args.runtime_cases,
                                  option_cases=args.option_cases,
                                  api_cases=args.api_cases,
+                                 training_cases=args.training_cases,
                                  seconds=args.seconds, jobs=args.jobs,
                                  minimize=args.minimize)
     print(findings.summary())

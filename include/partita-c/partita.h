@@ -412,6 +412,28 @@ PARTITA_C_EXPORT partita_status *
 partita_session_step(partita_session *session, const partita_tensor *tokens,
                      const partita_tensor *logits);
 
+/* Training artifacts (compiled with --train): one optimizer step on a
+ * batch, `batch` naming every batch input once (the model's inputs and
+ * `labels` or `target`: the session's inputs but `lr`,
+ * `bias_correction1` and `bias_correction2`, which the runtime computes),
+ * at learning rate `lr` (NaN: the compiled one). Writes the loss before
+ * the update to `*loss`. The ranks keep the parameters and optimizer
+ * state between steps. */
+PARTITA_C_EXPORT partita_status *
+partita_session_train_step(partita_session *session,
+                           const partita_tensor *batch, size_t num_batch,
+                           double lr, float *loss);
+/* The steps taken; 0 for an artifact that is not a training one. */
+PARTITA_C_EXPORT int64_t
+partita_session_training_steps(const partita_session *session);
+/* A checkpoint of the parameters and optimizer state, written to a new
+ * directory; loading one saved on the same mesh continues bit for bit. */
+PARTITA_C_EXPORT partita_status *
+partita_session_save_checkpoint(const partita_session *session,
+                                const char *path);
+PARTITA_C_EXPORT partita_status *
+partita_session_load_checkpoint(partita_session *session, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -273,6 +273,25 @@ public:
   int64_t maxSeq() const;
   int64_t cachePosition() const;
 
+  /// Training artifacts (compiled with `train`, docs/training.md): one
+  /// optimizer step on `batch`, which names every input of batchInputs()
+  /// (the model's and `labels` or `target`) once, at learning rate `lr`
+  /// (NaN: the compiled one); `loss` receives the loss before the update.
+  /// The ranks keep the parameters and the optimizer state. A label
+  /// outside [0, classes) other than -100 is refused before the step.
+  Status trainStep(const std::vector<TensorRef> &batch, double lr, float &loss);
+  /// The inputs a training step's batch gives (inputs() without the
+  /// scalars the runtime computes: lr and AdamW's bias corrections).
+  std::vector<TensorInfo> batchInputs() const;
+  /// Whether the artifact is a training one, and its steps taken.
+  bool training() const;
+  int64_t trainingSteps() const;
+  /// Writes a checkpoint of the parameters and the optimizer state to a
+  /// new directory `path`; loadCheckpoint continues from one saved on the
+  /// same mesh, bit for bit.
+  Status saveCheckpoint(const std::string &path) const;
+  Status loadCheckpoint(const std::string &path);
+
 private:
   Session();
   Status open(const std::string &path, const SessionOptions &options);

@@ -14,6 +14,7 @@
 #include "partita/Analysis/Cluster.h"
 #include "partita/Partita.h"
 
+#include <cmath>
 #include <memory>
 #include <new>
 #include <optional>
@@ -848,6 +849,49 @@ partita_status *partita_session_step(partita_session *session,
   if (partita_status *error = toTensorRef(__func__, "logits", 0, *logits, out))
     return error;
   return fromStatus(session->session->step(in, out));
+}
+
+partita_status *partita_session_train_step(partita_session *session,
+                                           const partita_tensor *batch,
+                                           size_t num_batch, double lr,
+                                           float *loss) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(loss);
+  if (num_batch > 0)
+    PARTITA_CHECK_ARG(batch);
+  size_t inputs = session->session->inputs().size();
+  if (num_batch > inputs)
+    return makeError(std::string(__func__) + ": " + std::to_string(num_batch) +
+                     " tensors given; the step has " + std::to_string(inputs) +
+                     " inputs");
+  if (!std::isnan(lr) && !(std::isfinite(lr) && lr >= 0))
+    return makeError(std::string(__func__) +
+                     ": lr must be a finite number of 0 or more, or NaN for "
+                     "the compiled one");
+  std::vector<partita::TensorRef> refs(num_batch);
+  for (size_t i = 0; i < num_batch; ++i)
+    if (partita_status *error =
+            toTensorRef(__func__, "batch", i, batch[i], refs[i]))
+      return error;
+  return fromStatus(session->session->trainStep(refs, lr, *loss));
+}
+
+int64_t partita_session_training_steps(const partita_session *session) {
+  return session ? session->session->trainingSteps() : 0;
+}
+
+partita_status *partita_session_save_checkpoint(const partita_session *session,
+                                                const char *path) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(path);
+  return fromStatus(session->session->saveCheckpoint(path));
+}
+
+partita_status *partita_session_load_checkpoint(partita_session *session,
+                                                const char *path) {
+  PARTITA_CHECK_ARG(session);
+  PARTITA_CHECK_ARG(path);
+  return fromStatus(session->session->loadCheckpoint(path));
 }
 
 } // extern "C"

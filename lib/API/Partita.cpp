@@ -19,15 +19,20 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/Timing.h"
 #include "partita/Driver/Driver.h"
+#include "partita/runtime/Checkpoint.h"
 #include "partita/runtime/Generation.h"
 #include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
+#include "partita/runtime/Training.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <optional>
 
 using namespace partita;
 namespace rt = partita::runtime;
@@ -443,6 +448,8 @@ struct Session::Impl {
   std::unique_ptr<rt::Runner> runner;
   /// Serving artifacts: the generation over `runner`.
   std::unique_ptr<rt::Generation> generation;
+  /// Training artifacts: the steps over `runner`.
+  std::unique_ptr<rt::Trainer> trainer;
   std::vector<TensorInfo> inputs, outputs;
 };
 
@@ -450,6 +457,7 @@ Session::Session() : impl(std::make_unique<Impl>()) {}
 Session::~Session() {
   // The runner reads the artifact, which reads the directory.
   if (impl) {
+    impl->trainer.reset();
     impl->generation.reset();
     impl->runner.reset();
     impl->artifact.reset();
@@ -475,6 +483,10 @@ Status Session::open(const std::string &path, const SessionOptions &options) {
     return Status::error(created.message());
   if (impl.artifact->manifest().serving)
     if (rt::Status made = rt::Generation::create(*impl.runner, impl.generation);
+        !made)
+      return Status::error(made.message());
+  if (impl.artifact->manifest().training)
+    if (rt::Status made = rt::Trainer::create(*impl.runner, impl.trainer);
         !made)
       return Status::error(made.message());
   impl.inputs = infos(impl.artifact->manifest().inputs);
@@ -526,6 +538,9 @@ Status Session::run(const std::vector<TensorRef> &inputs,
     }
     return named;
   };
+  if (impl->trainer)
+    return Status::error("a training artifact runs one step at a time: "
+                         "call trainStep with a batch");
   for (const auto *refs : {&inputs, &outputs})
     for (const TensorRef &ref : *refs)
       if (!ref.data &&
@@ -614,4 +629,63 @@ Status Session::step(const TensorRef &tokens, const TensorRef &logits) {
     return notServing();
   return fromRuntime(
       impl->generation->step(toTensor(tokens), toTensor(logits)));
+}
+
+//===----------------------------------------------------------------------===//
+// Training
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+Status notTraining() {
+  return Status::error("the artifact was not compiled with --train "
+                       "(CompileOptions::train): it has no training step");
+}
+
+} // namespace
+
+bool Session::training() const { return impl->trainer != nullptr; }
+
+int64_t Session::trainingSteps() const {
+  return impl->trainer ? impl->trainer->steps() : 0;
+}
+
+std::vector<TensorInfo> Session::batchInputs() const {
+  std::vector<TensorInfo> batch;
+  if (!impl->trainer)
+    return batch;
+  for (const std::string &name : impl->trainer->batchInputs())
+    for (const TensorInfo &info : impl->inputs)
+      if (info.name == name)
+        batch.push_back(info);
+  return batch;
+}
+
+Status Session::trainStep(const std::vector<TensorRef> &batch, double lr,
+                          float &loss) {
+  if (!impl->trainer)
+    return notTraining();
+  std::vector<rt::NamedTensor> named;
+  for (const TensorRef &ref : batch) {
+    if (!ref.data &&
+        rt::Tensor{nullptr, toRuntime(ref.dtype), ref.shape}.numElements() != 0)
+      return Status::error("tensor '" + ref.name + "' has no memory");
+    named.push_back({ref.name, toTensor(ref)});
+  }
+  std::optional<double> rate;
+  if (!std::isnan(lr))
+    rate = lr;
+  return fromRuntime(impl->trainer->step(named, rate, loss));
+}
+
+Status Session::saveCheckpoint(const std::string &path) const {
+  if (!impl->trainer)
+    return notTraining();
+  return fromRuntime(rt::saveCheckpoint(*impl->runner, *impl->trainer, path));
+}
+
+Status Session::loadCheckpoint(const std::string &path) {
+  if (!impl->trainer)
+    return notTraining();
+  return fromRuntime(rt::loadCheckpoint(*impl->runner, *impl->trainer, path));
 }

@@ -755,6 +755,86 @@ class Artifact:
         with self._lock:
             return int(self._serving_session().cache_position)
 
+    def _training_session(self) -> Any:
+        session = self._get_session()
+        if not session.training:
+            raise RunError(
+                "the artifact was not compiled with train=True (--train): it "
+                "has no training step")
+        return session
+
+    def train_step(self, batch: Mapping[str, Any],
+                   lr: Optional[float] = None) -> float:
+        """Runs one optimizer step (a ``train=True`` artifact,
+        docs/training.md) and returns the loss before its update.
+
+        Args:
+          batch: every batch input by name (the model's inputs and
+            ``labels`` or ``target``), global arrays.
+          lr: this step's learning rate (a schedule is the caller's);
+            None: the compiled one.
+
+        Raises:
+          RunError: a missing or unknown input, a wrong dtype or shape, a
+            label outside [0, classes) other than -100 (refused before the
+            step), or a failure of the runtime.
+        """
+        if not isinstance(batch, Mapping):
+            raise TypeError("batch expects a mapping of input names to "
+                            f"arrays, got {type(batch).__name__}")
+        if lr is not None and (isinstance(lr, bool) or
+                               not isinstance(lr, (int, float)) or
+                               not np.isfinite(lr) or lr < 0):
+            raise ValueError(f"lr must be a finite number of 0 or more, "
+                             f"not {lr!r}")
+        with self._lock:
+            session = self._training_session()
+            specs = [TensorSpec(*t) for t in session.batch_inputs]
+            known = {s.name for s in specs}
+            unknown = sorted(set(batch) - known)
+            if unknown:
+                raise RunError(
+                    f"the step has no batch input "
+                    f"{', '.join(map(repr, unknown))}; its batch inputs are: "
+                    f"{', '.join(sorted(known))}")
+            feeds = []
+            for spec in specs:
+                if spec.name not in batch:
+                    raise RunError(
+                        f"missing batch input '{spec.name}' "
+                        f"({spec.partita_dtype} {list(spec.shape)})")
+                feeds.append((spec.name, spec.partita_dtype,
+                              _input_array(spec, batch[spec.name])))
+            try:
+                return float(session.train_step(
+                    feeds, float("nan") if lr is None else float(lr)))
+            except _partita.Error as error:
+                raise RunError(str(error)) from None
+
+    @property
+    def training_steps(self) -> int:
+        """The optimizer steps taken (0 before the first)."""
+        with self._lock:
+            return int(self._training_session().training_steps)
+
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes the parameters and optimizer state after the steps taken
+        to a new directory (``partita.read_checkpoint`` reads it back as
+        global tensors). :meth:`save` writes the artifact itself."""
+        with self._lock:
+            try:
+                self._training_session().save_checkpoint(os.fspath(path))
+            except _partita.Error as error:
+                raise RunError(str(error)) from None
+
+    def load_checkpoint(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Continues from a checkpoint saved on the same mesh."""
+        with self._lock:
+            try:
+                self._training_session().load_checkpoint(os.fspath(path))
+            except _partita.Error as error:
+                raise RunError(str(error)) from None
+
     def run(self, inputs: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Runs the model once.
 
@@ -777,6 +857,9 @@ class Artifact:
                             f"arrays, got {type(inputs).__name__}")
         with self._lock:
             session = self._get_session()
+            if session.training:
+                raise RunError("a training artifact runs one step at a "
+                               "time: call train_step with a batch")
             specs = [TensorSpec(*t) for t in session.inputs]
             known = {s.name for s in specs}
             unknown = sorted(set(inputs) - known)

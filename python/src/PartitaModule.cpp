@@ -433,5 +433,57 @@ NB_MODULE(_partita, m) {
             }
             check(status);
           },
-          "tokens"_a, "logits"_a);
+          "tokens"_a, "logits"_a)
+      .def_prop_ro(
+          "training",
+          [](const PySession &self) { return self.session->training(); })
+      .def_prop_ro(
+          "training_steps",
+          [](const PySession &self) { return self.session->trainingSteps(); })
+      .def_prop_ro("batch_inputs",
+                   [](const PySession &self) {
+                     return describe(self.session->batchInputs());
+                   })
+      // train_step([(name, dtype, array)], lr or NaN) -> loss
+      .def(
+          "train_step",
+          [](PySession &self,
+             std::vector<std::tuple<std::string, std::string, InputArray>>
+                 batch,
+             double lr) {
+            std::vector<partita::TensorRef> refs;
+            for (auto &[name, dtype, array] : batch)
+              refs.push_back(toTensorRef(name, dtype, array));
+            float loss = 0;
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = self.session->trainStep(refs, lr, loss);
+            }
+            check(status);
+            return loss;
+          },
+          "batch"_a, "lr"_a)
+      .def(
+          "save_checkpoint",
+          [](const PySession &self, const std::string &path) {
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = self.session->saveCheckpoint(path);
+            }
+            check(status);
+          },
+          "path"_a)
+      .def(
+          "load_checkpoint",
+          [](PySession &self, const std::string &path) {
+            partita::Status status;
+            {
+              nb::gil_scoped_release released;
+              status = self.session->loadCheckpoint(path);
+            }
+            check(status);
+          },
+          "path"_a);
 }

@@ -31,6 +31,7 @@ STRUCTURED_CASES = 450
 RUNTIME_CASES = 180
 OPTION_CASES = 150
 API_CASES = 80
+TRAINING_CASES = 60
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +42,12 @@ def tools():
 
 def test_bounded_campaign(tmp_path, tools):
     findings, seconds = campaign.campaign(
-        BUILD, ["structured", "options", "api", "runtime"], tmp_path,
-        seed=SEED, cases=STRUCTURED_CASES, runtime_cases=RUNTIME_CASES,
-        option_cases=OPTION_CASES, api_cases=API_CASES, jobs=2)
+        BUILD, ["structured", "options", "api", "training", "runtime"],
+        tmp_path, seed=SEED, cases=STRUCTURED_CASES,
+        runtime_cases=RUNTIME_CASES, option_cases=OPTION_CASES,
+        api_cases=API_CASES, training_cases=TRAINING_CASES, jobs=2)
     assert findings.cases == (STRUCTURED_CASES + OPTION_CASES + API_CASES +
-                              RUNTIME_CASES)
+                              TRAINING_CASES + RUNTIME_CASES)
     assert findings.oracle_errors == 0, "the oracle failed (see stderr)"
     written = "\n".join(f"  {p}" for p in findings.written[:60])
     assert findings.total() == 0, (

@@ -390,3 +390,109 @@ def test_export_onnx_serves_the_trained_model(tmp_path):
     # The key biases' noise moves the scores by a constant per row, which
     # softmax removes: the logits agree closely.
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def batches(name):
+    data = reference(name)
+    return [{key.split("/", 1)[1]: data[key] for key in data.files
+             if key.startswith(f"batch{step}/")} for step in range(5)]
+
+
+@pytest.mark.parametrize("mesh", [None, {"dp": 2, "tp": 2}])
+def test_python_train_step_matches_torch(tmp_path, mesh):
+    """Artifact.train_step: the same steps from Python, and a checkpoint
+    saved there, read back, and loaded to continue."""
+    import partita
+    art = partita.compile(str(TRAIN / "llama.onnx"), train=True,
+                          loss=MANIFEST["loss"],
+                          optimizer=OPTIMIZERS["sgd"]["flag"], mesh=mesh)
+    losses = [art.train_step(batch) for batch in batches("llama")]
+    np.testing.assert_allclose(losses, reference("llama")["sgd/loss"],
+                               rtol=1e-4)
+    assert art.training_steps == 5
+    art.save_checkpoint(tmp_path / "ckpt")
+    trained = partita.read_checkpoint(tmp_path / "ckpt")
+    assert "model.lm_head.weight/momentum_buffer" in trained
+    again = partita.compile(str(TRAIN / "llama.onnx"), train=True,
+                            loss=MANIFEST["loss"],
+                            optimizer=OPTIMIZERS["sgd"]["flag"], mesh=mesh)
+    again.load_checkpoint(tmp_path / "ckpt")
+    assert again.training_steps == 5
+    batch = batches("llama")[0]
+    assert again.train_step(batch) == art.train_step(batch)
+
+
+def test_python_train_step_errors(tmp_path):
+    import partita
+    art = partita.compile(str(TRAIN / "gpt2.onnx"), train=True,
+                          loss=MANIFEST["loss"], optimizer="sgd:lr=0.1")
+    batch = batches("gpt2")[0]
+    with pytest.raises(partita.RunError, match="runs one step at a time"):
+        art.run({"input_ids": batch["input_ids"]})
+    with pytest.raises(partita.RunError, match="missing batch input 'labels'"):
+        art.train_step({k: v for k, v in batch.items() if k != "labels"})
+    with pytest.raises(partita.RunError, match="no batch input 'lr'"):
+        art.train_step({**batch, "lr": np.float32(1)})
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        art.train_step(batch, lr=float("nan"))
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        art.train_step(batch, lr=-1.0)
+    bad = dict(batch, labels=np.full_like(batch["labels"], 500))
+    with pytest.raises(partita.RunError, match="label 500 at element 0"):
+        art.train_step(bad)
+    assert art.training_steps == 0
+    with pytest.raises(partita.RunError, match="exists"):
+        (tmp_path / "there").mkdir()
+        art.save_checkpoint(tmp_path / "there")
+    inference = partita.compile(str(TRAIN / "gpt2.onnx"))
+    with pytest.raises(partita.RunError, match="has no training step"):
+        inference.train_step(batch)
+
+
+def test_c_api_train_step(tmp_path):
+    """partita_session_train_step through ctypes, as a C caller makes it."""
+    import ctypes
+    import sys
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    from api import I64, P, SIZE, Tensor
+
+    art = compile_step(tmp_path, "gpt2", "--optimizer",
+                       OPTIMIZERS["sgd"]["flag"], mesh="dp=2")
+    lib = ctypes.CDLL(str(BUILD / "lib" / "libpartita.so"))
+    lib.partita_session_load_path.argtypes = [ctypes.c_char_p, P,
+                                              ctypes.POINTER(P)]
+    lib.partita_session_load_path.restype = P
+    lib.partita_session_train_step.argtypes = [
+        P, ctypes.POINTER(Tensor), SIZE, ctypes.c_double,
+        ctypes.POINTER(ctypes.c_float)]
+    lib.partita_session_train_step.restype = P
+    lib.partita_session_training_steps.argtypes = [P]
+    lib.partita_session_training_steps.restype = I64
+    lib.partita_status_message.argtypes = [P]
+    lib.partita_status_message.restype = ctypes.c_char_p
+    lib.partita_session_destroy.argtypes = [P]
+    session = P()
+    assert not lib.partita_session_load_path(str(art).encode(), None,
+                                             ctypes.byref(session))
+    losses = []
+    for batch in batches("gpt2"):
+        arrays = [np.ascontiguousarray(batch[name])
+                  for name in ("input_ids", "attention_mask", "labels")]
+        shapes = [(ctypes.c_int64 * a.ndim)(*a.shape) for a in arrays]
+        tensors = (Tensor * 3)(*[
+            Tensor(name.encode(), 3, a.ndim, shape, a.ctypes.data)
+            for name, a, shape in zip(("input_ids", "attention_mask",
+                                       "labels"), arrays, shapes)])
+        loss = ctypes.c_float()
+        status = lib.partita_session_train_step(session, tensors, 3,
+                                                float("nan"),
+                                                ctypes.byref(loss))
+        assert not status, lib.partita_status_message(status)
+        losses.append(loss.value)
+    assert lib.partita_session_training_steps(session) == 5
+    status = lib.partita_session_train_step(session, tensors, 3, -1.0,
+                                            ctypes.byref(loss))
+    assert b"lr must be a finite number" in lib.partita_status_message(status)
+    lib.partita_session_destroy(session)
+    np.testing.assert_allclose(losses, reference("gpt2")["sgd/loss"],
+                               rtol=1e-4)

@@ -7,6 +7,7 @@
 #include "partita/runtime/Checkpoint.h"
 
 #include "ManifestJson.h"
+#include "partita/runtime/JsonDepth.h"
 #include "partita/runtime/Tensor.h"
 
 #include <nlohmann/json.hpp>
@@ -94,9 +95,14 @@ Status partita::runtime::checkpointToJson(const CheckpointManifest &checkpoint,
 Status partita::runtime::checkpointFromJson(const std::string &text,
                                             const std::string &where,
                                             CheckpointManifest &checkpoint) {
+  // nlohmann's parser recurses per nesting level.
+  if (std::string deep = checkJsonDepth(text, where); !deep.empty())
+    return Status::error(deep);
   try {
     json root = json::parse(text);
-    if (!root.is_object() || root.value("format", "") != kCheckpointFormat)
+    if (!root.is_object() || !root.contains("format") ||
+        !root["format"].is_string() ||
+        root["format"].get<std::string>() != kCheckpointFormat)
       return Status::error(where + ": not a Partita checkpoint (format '" +
                            std::string(kCheckpointFormat) + "' expected)");
     checkpoint = CheckpointManifest();
@@ -134,7 +140,7 @@ Status partita::runtime::checkpointFromJson(const std::string &text,
       checkpoint.shards.push_back(std::move(shard));
     }
   } catch (const std::exception &e) {
-    return Status::error(where + ": " + e.what());
+    return Status::error(where + ": malformed checkpoint: " + e.what());
   }
   return Status::ok();
 }

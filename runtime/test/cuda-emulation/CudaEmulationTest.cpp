@@ -20,6 +20,7 @@
 #include "partita/runtime/HostCommunicator.h"
 #include "partita/runtime/LoadedArtifact.h"
 #include "partita/runtime/Runner.h"
+#include "partita/runtime/Training.h"
 #include "partita/runtime/tooling/TensorFile.h"
 
 #include <gtest/gtest.h>
@@ -296,5 +297,119 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"overflow_tp2", "overflow", "--mesh tp=2", false, "",
              "make_overflow_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+} // namespace
+
+namespace {
+
+/// One training step of the GPT-2 training fixture (issue 35) compiled for
+/// --target cuda, its forward, backward and update kernels run on the
+/// emulator: the loss and every parameter's gradient equal torch's (the
+/// fixture's reference, which the host run equals too).
+class CudaEmulationTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEmulationTraining, MatchesTorch) {
+  std::string compiler =
+      envOr("PARTITA_EMULATION_COMPILE", PARTITA_EMU_COMPILE);
+  std::string nvcc = envOr("PARTITA_NVCC", PARTITA_EMU_NVCC);
+  if (!exists(compiler))
+    GTEST_SKIP() << compiler << " is not built";
+  if (nvcc.empty() || !exists(nvcc))
+    GTEST_SKIP() << "no nvcc (a cuda artifact holds a fatbin)";
+  Workspace &workspace = Workspace::get();
+  std::string train = std::string(PARTITA_EMU_MODELS) + "/train";
+  std::string artifactPath =
+      workspace.root + "/train" + (GetParam().empty() ? "" : "_tp2");
+  std::string output;
+  ASSERT_EQ(runCommand("PARTITA_NVCC='" + nvcc + "' PARTITA_CACHE_DIR='" +
+                           workspace.root + "/nvcc-cache' '" + compiler +
+                           "' '" + train +
+                           "/gpt2.onnx' --train --loss cross_entropy:logits "
+                           "--optimizer sgd:lr=0 --output-gradients " +
+                           GetParam() +
+                           " --target cuda --cuda-arch sm_80 -o '" +
+                           artifactPath + "'",
+                       output),
+            0)
+      << output;
+  std::unique_ptr<LoadedArtifact> artifact;
+  Status opened = LoadedArtifact::open(artifactPath, artifact);
+  ASSERT_TRUE(opened) << opened.message();
+  const Manifest &manifest = artifact->manifest();
+  std::vector<std::unique_ptr<EmulatedCudaDevice>> devices(
+      size_t(manifest.worldSize));
+  RunnerOptions options;
+  for (int32_t rank = 0; rank < manifest.worldSize; ++rank) {
+    std::string library;
+    Status built = workspace.library(
+        artifactPath, manifest.ranks[size_t(rank)].cudaSource, library);
+    ASSERT_TRUE(built) << built.message();
+    Status created = EmulatedCudaDevice::create(library, devices[rank]);
+    ASSERT_TRUE(created) << created.message();
+    options.devices.push_back(devices[rank].get());
+  }
+  std::vector<std::pair<std::string, HostTensor>> reference;
+  Status read = readNpz(train + "/gpt2.train.npz", reference);
+  ASSERT_TRUE(read) << read.message();
+  auto find = [&](const std::string &name) -> const HostTensor * {
+    for (const auto &[key, tensor] : reference)
+      if (key == name)
+        return &tensor;
+    return nullptr;
+  };
+  std::vector<NamedTensor> batch;
+  for (const char *name : {"input_ids", "attention_mask", "labels"}) {
+    const HostTensor *tensor = find(std::string("batch0/") + name);
+    ASSERT_NE(tensor, nullptr) << name;
+    batch.push_back({name, tensor->tensor()});
+  }
+
+  float loss = 0;
+  {
+    std::unique_ptr<Runner> runner;
+    std::unique_ptr<Trainer> trainer;
+    Status created = Runner::create(*artifact, options, runner);
+    ASSERT_TRUE(created) << created.message();
+    created = Trainer::create(*runner, trainer);
+    ASSERT_TRUE(created) << created.message();
+    Status stepped = trainer->step(batch, std::nullopt, loss);
+    ASSERT_TRUE(stepped) << stepped.message();
+    const HostTensor *losses = find("sgd/loss");
+    ASSERT_NE(losses, nullptr);
+    float want = static_cast<const float *>(losses->data())[0];
+    EXPECT_NEAR(loss, want, 1e-4 * std::fabs(want));
+    int64_t launches = 0;
+    for (const auto &device : devices)
+      launches += device->launches();
+    EXPECT_GT(launches, 0);
+    int compared = 0;
+    for (const auto &[name, tensor] : trainer->lastOutputs()) {
+      if (name == "loss")
+        continue;
+      std::string parameter = name.substr(0, name.size() - 5); // ".grad"
+      const HostTensor *expected = find("grad/" + parameter);
+      ASSERT_NE(expected, nullptr) << name;
+      ASSERT_EQ(expected->shape(), tensor.shape()) << name;
+      const float *got = static_cast<const float *>(tensor.data());
+      const float *want = static_cast<const float *>(expected->data());
+      double worst = 0;
+      for (int64_t i = 0, n = tensor.tensor().numElements(); i < n; ++i)
+        worst = std::max(worst, std::fabs(double(got[i]) - want[i]) /
+                                    (1e-6 + 1e-4 * std::fabs(want[i])));
+      EXPECT_LE(worst, 1.0) << name;
+      ++compared;
+    }
+    EXPECT_EQ(compared, 28);
+    std::printf("[ gpt2 training %s ] loss %.6f, torch %.6f, %lld launches\n",
+                GetParam().empty() ? "one rank" : GetParam().c_str(),
+                double(loss), double(want), (long long)launches);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Training, CudaEmulationTraining,
+                         ::testing::Values("", "--mesh tp=2"),
+                         [](const ::testing::TestParamInfo<std::string> &info) {
+                           return info.param.empty() ? "one_rank" : "tp2";
+                         });
 
 } // namespace
