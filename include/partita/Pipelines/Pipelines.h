@@ -67,7 +67,10 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
 };
 
 /// From freshly imported nn to clean transformer-level nn, stored as
-/// `dtype` (partita-compile --emit nn): reads `raise`, `max-seq` and `dtype`.
+/// `dtype` (partita-compile --emit nn): reads `raise`, `max-seq` and
+/// `dtype`, and with `train` builds the training step after raising:
+/// `loss`, the gradients, the `optimizer`'s update (`clip-grad-norm`,
+/// `output-gradients`; docs/training.md).
 void buildNNPipeline(OpPassManager &pm, const PipelineOptions &options);
 
 /// --mesh auto, between the nn and the dist stage: partita-plan-mesh

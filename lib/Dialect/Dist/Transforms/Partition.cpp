@@ -595,8 +595,11 @@ private:
                                 const FactorAxes &assignment);
   ShardingAttr getOperandNeed(Operation *op, const ShardingRule &rule,
                               const FactorAxes &assignment, unsigned index);
+  /// The op on its local operands; each result's local sharding is
+  /// `computed[i]` (what the op computes), or the recorded one.
   LogicalResult cloneLocal(OpBuilder &b, Operation *op,
-                           ArrayRef<Value> operands);
+                           ArrayRef<Value> operands,
+                           ArrayRef<ShardingAttr> computed = {});
   LogicalResult partitionLookup(OpBuilder &b, Operation *op,
                                 const ShardingRule &rule,
                                 const FactorAxes &assignment,
@@ -779,7 +782,17 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
   for (unsigned f = 0; f < rule.getNumFactors(); ++f)
     if (rule.getFactor(f).kind == FactorKind::Lookup && !assignment[f].empty())
       return partitionLookup(b, op, rule, assignment, f, operands);
-  return cloneLocal(b, op, operands);
+  // The results hold what the assignment computes: the sharding
+  // propagation recorded, unless an operand arrived without the split its
+  // partial sums come from (a partial operand reduced, or gathered, for
+  // the op to read whole), in which case the result is whole too and the
+  // users must not reduce it again.
+  SmallVector<ShardingAttr> computed;
+  for (unsigned i = 0; i < op->getNumResults(); ++i)
+    computed.push_back(getTensorSharding(rule, ShardingRule::result(i),
+                                         assignment, mesh,
+                                         /*withPartial=*/true));
+  return cloneLocal(b, op, operands, computed);
 }
 
 /// The sharding operand `index` needs. Split sum-reduction factors make
@@ -808,14 +821,16 @@ ShardingAttr Partitioner::getOperandNeed(Operation *op,
 
 /// The op cloned onto its local operands, with local result types.
 LogicalResult Partitioner::cloneLocal(OpBuilder &b, Operation *op,
-                                      ArrayRef<Value> operands) {
+                                      ArrayRef<Value> operands,
+                                      ArrayRef<ShardingAttr> computed) {
   IRMapping mapping;
   for (auto [old, now] : llvm::zip(op->getOperands(), operands))
     mapping.map(old, now);
   Operation *clone = b.clone(*op, mapping);
   dropPlan(clone);
   for (auto [i, result] : llvm::enumerate(op->getResults())) {
-    ShardingAttr sharding = getValueSharding(result, mesh);
+    ShardingAttr sharding =
+        i < computed.size() ? computed[i] : getValueSharding(result, mesh);
     auto global = cast<RankedTensorType>(result.getType());
     clone->getResult(i).setType(localType(global, sharding));
     setLocal(result, clone->getResult(i), sharding);
