@@ -94,7 +94,12 @@ TEST_F(ShardingTest, ShardableKinds) {
   EXPECT_TRUE(isShardable({8, FactorKind::Lookup}));
   EXPECT_TRUE(isShardable({8, FactorKind::Reduction, FactorCombiner::Sum}));
   EXPECT_FALSE(isShardable({8, FactorKind::Reduction, FactorCombiner::Mean}));
-  EXPECT_FALSE(isShardable({8, FactorKind::Reduction, FactorCombiner::Max}));
+  // A split max or min reduces its blocks itself (an all-reduce max or
+  // min in the op's partition), so its result is never partial.
+  EXPECT_TRUE(isShardable({8, FactorKind::Reduction, FactorCombiner::Max}));
+  EXPECT_TRUE(isSelfReduced({8, FactorKind::Reduction, FactorCombiner::Max}));
+  EXPECT_TRUE(isSelfReduced({8, FactorKind::Reduction, FactorCombiner::Min}));
+  EXPECT_FALSE(isSelfReduced({8, FactorKind::Reduction, FactorCombiner::Sum}));
   EXPECT_FALSE(isShardable({8, FactorKind::Normalization}));
   EXPECT_FALSE(isShardable({8, FactorKind::KeyValueSequence}));
   EXPECT_FALSE(isShardable({8, FactorKind::Opaque}));

@@ -792,7 +792,33 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
     computed.push_back(getTensorSharding(rule, ShardingRule::result(i),
                                          assignment, mesh,
                                          /*withPartial=*/true));
-  return cloneLocal(b, op, operands, computed);
+  if (failed(cloneLocal(b, op, operands, computed)))
+    return failure();
+  // A split max or min: each device reduced its block; the blocks' results
+  // combine by the same reduction, at once.
+  for (unsigned f = 0; f < rule.getNumFactors(); ++f) {
+    const ShardingFactor &factor = rule.getFactor(f);
+    if (!isSelfReduced(factor) || assignment[f].empty())
+      continue;
+    auto kind = ReductionKindAttr::get(b.getContext(),
+                                       factor.combiner == FactorCombiner::Max
+                                           ? ReductionKind::Max
+                                           : ReductionKind::Min);
+    SmallVector<StringRef> axes(assignment[f].begin(), assignment[f].end());
+    for (auto [i, result] : llvm::enumerate(op->getResults())) {
+      Value blockwise = local.lookup(result);
+      auto reduced =
+          AllReduceOp::create(b, op->getLoc(), blockwise.getType(), blockwise,
+                              FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                              b.getStrArrayAttr(axes), kind);
+      reduced->setAttr(kReasonAttr, b.getStringAttr(describe(op) + ": its " +
+                                                    stringifyFactorCombiner(
+                                                        factor.combiner) +
+                                                    " over a split dimension"));
+      setLocal(result, reduced.getResult(), computed[i]);
+    }
+  }
+  return success();
 }
 
 /// The sharding operand `index` needs. Split sum-reduction factors make

@@ -43,10 +43,18 @@ bool dist::isShardable(const ShardingFactor &factor) {
   case FactorKind::Lookup:
     return true;
   case FactorKind::Reduction:
-    return factor.combiner == FactorCombiner::Sum;
+    // A mean's blocks would need their counts; a max or min is complete
+    // once the op's own all-reduce has combined the blocks' (isSelfReduced).
+    return factor.combiner != FactorCombiner::Mean;
   default:
     return false;
   }
+}
+
+bool dist::isSelfReduced(const ShardingFactor &factor) {
+  return factor.kind == FactorKind::Reduction &&
+         (factor.combiner == FactorCombiner::Max ||
+          factor.combiner == FactorCombiner::Min);
 }
 
 SmallVector<AxisList> dist::projectDim(const ShardingRule &rule,
@@ -112,6 +120,7 @@ ShardingAttr dist::getTensorSharding(const ShardingRule &rule,
     for (unsigned f = 0; f < rule.getNumFactors(); ++f) {
       FactorKind kind = rule.getFactor(f).kind;
       if (present.contains(f) || !isShardable(rule.getFactor(f)) ||
+          isSelfReduced(rule.getFactor(f)) ||
           (kind != FactorKind::Reduction && kind != FactorKind::Lookup))
         continue;
       partial.append(assignment[f].begin(), assignment[f].end());
@@ -171,6 +180,10 @@ FactorAxes dist::inferAssignment(const ShardingRule &rule,
     if (i < operands.size())
       take(tensor, operands[i], [&](unsigned factor, StringRef axis) {
         FactorKind kind = rule.getFactor(factor).kind;
+        // A max or min over a split dimension reduces its blocks itself:
+        // reading the operand as it is split is never wrong.
+        if (isSelfReduced(rule.getFactor(factor)))
+          return true;
         return (kind == FactorKind::Reduction || kind == FactorKind::Lookup) &&
                partial.contains(axis);
       });

@@ -54,8 +54,25 @@ struct AddLossPass : mlir::partita::impl::AddLossPassBase<AddLossPass> {
     int64_t classes = type.getShape().back();
     auto labelType = cast<RankedTensorType>(labels.getType());
     int64_t axis = type.getRank() - 1;
-    Value logProbs = nn::LogSoftmaxOp::create(b, loc, type, logits,
-                                              static_cast<uint64_t>(axis));
+    // log_softmax spelled out, x - m - log(sum(exp(x - m))) with m the
+    // row's largest logit, so that a vocabulary split over tp stays split:
+    // the max and the sum are reductions whose partial results the
+    // partitioner all-reduces (two scalars per position, Megatron's
+    // vocabulary-parallel cross-entropy), where nn.log_softmax over a split
+    // axis would gather the logits.
+    SmallVector<int64_t> rowShape(type.getShape());
+    rowShape.back() = 1;
+    auto rowType = type.clone(rowShape);
+    Value rowMax = nn::ReduceOp::create(b, loc, rowType, nn::ReduceKind::Max,
+                                        logits, ArrayRef<int64_t>{axis},
+                                        /*keepdims=*/true);
+    Value shifted = nn::SubOp::create(b, loc, type, logits, rowMax);
+    Value sumExp = nn::ReduceOp::create(
+        b, loc, rowType, nn::ReduceKind::Sum,
+        nn::ExpOp::create(b, loc, type, shifted), ArrayRef<int64_t>{axis},
+        /*keepdims=*/true);
+    Value logProbs = nn::SubOp::create(
+        b, loc, type, shifted, nn::LogOp::create(b, loc, rowType, sumExp));
     // labels[..., None] == arange(classes): the one-hot of each position.
     SmallVector<int64_t> column(labelType.getShape());
     column.push_back(1);
