@@ -22,6 +22,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -162,6 +163,7 @@ struct Executor::Impl {
                     const WeightStore &weights);
   Status resolveAliases();
   Status checkInstructions() const;
+  Status checkResidentOrder() const;
   Status checkBindings() const;
   Status
   bind(const std::vector<NamedTensor> &tensors,
@@ -463,6 +465,91 @@ Status Executor::Impl::checkInstructions() const {
   return Status::ok();
 }
 
+/// A resident tensor's input and output bindings share one memory, which
+/// the program updates (a training parameter): it must read the input for
+/// the last time no later than the instruction that first writes the
+/// output, or it would read the new value as the old one. An asynchronous
+/// instruction reads its operand until its wait. A KV cache's
+/// kv_cache_write updates it in place by definition, and what follows
+/// reads the written cache.
+Status Executor::Impl::checkResidentOrder() const {
+  for (const auto &[name, tensor] : resident) {
+    std::optional<int32_t> in, out;
+    for (const program::Binding &binding : program->inputs())
+      if (binding.name() == name)
+        in = slots[size_t(binding.buffer())].root;
+    for (const program::Binding &binding : program->outputs())
+      if (binding.name() == name)
+        out = slots[size_t(binding.buffer())].root;
+    if (!in || !out)
+      continue;
+    auto rootOf = [&](int32_t id) { return slots[size_t(id)].root; };
+    int lastRead = -1, firstWrite = -1;
+    // kv_cache_write declares the update in place: the program reads the
+    // written cache through either binding afterwards, by design.
+    bool inPlace = false;
+    std::set<int32_t> readingTokens;
+    auto read = [&](int32_t id, int index) {
+      if (rootOf(id) == *in)
+        lastRead = std::max(lastRead, index);
+    };
+    auto write = [&](int32_t id, int index) {
+      if (rootOf(id) == *out && firstWrite < 0)
+        firstWrite = index;
+    };
+    for (int index = 0; index < program->instructions_size(); ++index) {
+      const program::Instruction &instruction = program->instructions(index);
+      switch (instruction.op_case()) {
+      case program::Instruction::kKernel:
+        for (int32_t id : instruction.kernel().operands())
+          read(id, index);
+        for (const program::ElementwiseStep &step :
+             instruction.kernel().epilogue())
+          if (step.operand() != -1)
+            read(step.operand(), index);
+        for (int32_t id : instruction.kernel().results()) {
+          if (rootOf(id) == *out && firstWrite < 0)
+            inPlace = instruction.kernel().op() == "kv_cache_write";
+          write(id, index);
+        }
+        break;
+      case program::Instruction::kCollective: {
+        const program::Collective &collective = instruction.collective();
+        read(collective.operand(), index);
+        if (collective.async() && rootOf(collective.operand()) == *in)
+          readingTokens.insert(collective.token());
+        write(collective.result(), index);
+        break;
+      }
+      case program::Instruction::kP2P: {
+        const program::PointToPoint &p2p = instruction.p2p();
+        if (p2p.kind() == program::PointToPoint::SEND) {
+          read(p2p.buffer(), index);
+          if (p2p.async() && rootOf(p2p.buffer()) == *in)
+            readingTokens.insert(p2p.token());
+        } else {
+          write(p2p.buffer(), index);
+        }
+        break;
+      }
+      case program::Instruction::kWait:
+        if (readingTokens.erase(instruction.wait().token()))
+          lastRead = std::max(lastRead, index);
+        break;
+      default:
+        break;
+      }
+    }
+    if (!inPlace && firstWrite >= 0 && lastRead > firstWrite)
+      return Status::error(where(size_t(lastRead)) + " reads '" + name +
+                           "' after " + where(size_t(firstWrite)) +
+                           " wrote its new value over it (the input and "
+                           "output of a resident tensor share memory): a "
+                           "compiler bug");
+  }
+  return Status::ok();
+}
+
 Status Executor::Impl::checkBindings() const {
   std::vector<int> bindingCount(slots.size(), 0);
   auto check =
@@ -528,6 +615,7 @@ Status Executor::Impl::load(const WeightStore &weights) {
   PARTITA_RETURN_IF_ERROR(resolveAliases());
   PARTITA_RETURN_IF_ERROR(checkBindings());
   PARTITA_RETURN_IF_ERROR(checkInstructions());
+  PARTITA_RETURN_IF_ERROR(checkResidentOrder());
   // Uploads are asynchronous: finish them here, where their errors belong.
   PARTITA_RETURN_IF_ERROR(device->synchronize());
   communication = std::make_unique<CommunicationThread>();

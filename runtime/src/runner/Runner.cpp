@@ -69,7 +69,7 @@ std::chrono::milliseconds timeoutOf(double seconds) {
 
 /// Whether `name` is a tensor the ranks keep between runs: a serving
 /// artifact's KV cache, a training artifact's parameters and state.
-bool isCache(const Manifest &manifest, const std::string &name) {
+bool isResident(const Manifest &manifest, const std::string &name) {
   return (manifest.serving && findSpec(manifest.serving->cache, name)) ||
          (manifest.training && (findSpec(manifest.training->parameters, name) ||
                                 findSpec(manifest.training->state, name)));
@@ -179,7 +179,7 @@ Status partita::runtime::prepareRank(const LoadedArtifact &artifact,
   std::vector<NamedTensor> resident;
   for (const auto *bindings : {&program.inputs(), &program.outputs()})
     for (const program::Binding &binding : *bindings) {
-      if (!isCache(manifest, binding.name()))
+      if (!isResident(manifest, binding.name()))
         continue;
       const Tensor *state = nullptr;
       PARTITA_RETURN_IF_ERROR(checkState(program, binding, where, run, state));
@@ -210,7 +210,7 @@ Status partita::runtime::prepareRank(const LoadedArtifact &artifact,
                                              run.executor, resident));
   }
   for (const program::Binding &binding : program.inputs()) {
-    if (isCache(manifest, binding.name()))
+    if (isResident(manifest, binding.name()))
       continue;
     const TensorSpec *spec = findSpec(manifest.inputs, binding.name());
     if (!spec)
@@ -240,7 +240,7 @@ Status partita::runtime::prepareRank(const LoadedArtifact &artifact,
     const program::Binding &binding = program.outputs(i);
     // A cache tensor's output is its input's memory, resident in the
     // executor: the program updates the cache in place.
-    if (isCache(manifest, binding.name()))
+    if (isResident(manifest, binding.name()))
       continue;
     if (binding.buffer() < 0 || binding.buffer() >= program.buffers_size())
       return Status::error(where + ": output '" + binding.name() +
@@ -267,7 +267,7 @@ Status partita::runtime::bindRankInputs(const LoadedArtifact &artifact,
   run.inputMemory.clear();
   run.inputMemory.reserve(size_t(program.inputs_size()));
   for (const program::Binding &binding : program.inputs()) {
-    if (isCache(manifest, binding.name()))
+    if (isResident(manifest, binding.name()))
       continue; // Resident in the executor (prepareRank).
     const TensorSpec *spec = findSpec(manifest.inputs, binding.name());
     auto given = std::find_if(
@@ -316,8 +316,8 @@ Status rankCacheBlocks(
          {&manifest.training->parameters, &manifest.training->state})
       for (const TensorSpec &spec : *list)
         resident.push_back(&spec);
-  for (const TensorSpec *resident_spec : resident) {
-    const TensorSpec &spec = *resident_spec;
+  for (const TensorSpec *residentSpec : resident) {
+    const TensorSpec &spec = *residentSpec;
     if (!bound.count(spec.name))
       continue;
     std::vector<int64_t> shape;

@@ -452,3 +452,42 @@ TEST(Executor, RefusesInvalidPrograms) {
 }
 
 } // namespace
+
+/// A resident tensor (a training parameter, a KV cache) is bound as an
+/// input and an output of one memory: an update written in place must
+/// come after the last read of the old value, or the executor refuses the
+/// program (a compiler bug would otherwise read the new value as the old).
+TEST(Executor, ResidentUpdatesComeAfterTheLastRead) {
+  auto build = [](bool readAfterUpdate) {
+    ProgramBuilder b;
+    int32_t w = b.input("w", program::F32, {2});
+    int32_t x = b.input("x", program::F32, {2});
+    int32_t updated = b.output("w", program::F32, {2});
+    int32_t y = b.output("y", program::F32, {2});
+    if (!readAfterUpdate)
+      b.kernel("mul", {w, x}, {y});
+    b.kernel("add", {w, x}, {updated});
+    if (readAfterUpdate)
+      b.kernel("mul", {w, x}, {y});
+    return b.p;
+  };
+  SingleRank rank;
+  std::vector<float> memory = {1, 2}, xs = {3, 4}, ys(2);
+  std::vector<NamedTensor> resident = {{"w", view(memory, {2})}};
+  for (bool late : {false, true}) {
+    program::Program p = build(late);
+    std::unique_ptr<Executor> executor;
+    Status created =
+        Executor::create(p, rank.weights, rank.world.communicator(0), rank.pool,
+                         executor, resident);
+    if (late) {
+      EXPECT_ERROR_CONTAINS(created, "reads 'w' after");
+      EXPECT_ERROR_CONTAINS(created, "wrote its new value over it");
+      continue;
+    }
+    ASSERT_OK(created);
+    ASSERT_OK(executor->run({{"x", view(xs, {2})}}, {{"y", view(ys, {2})}}));
+    EXPECT_EQ(ys, (std::vector<float>{3, 8}));
+    EXPECT_EQ(memory, (std::vector<float>{4, 6}));
+  }
+}
