@@ -165,6 +165,27 @@ def _input_array(spec: TensorSpec, value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def _feeds(described: Sequence[Any], given: Mapping[str, Any], owner: str,
+           what: str) -> List[Tuple[str, str, np.ndarray]]:
+    """(name, dtype, array) for each tensor the session describes, from
+    `given`, which must name each once and nothing else."""
+    specs = [TensorSpec(*t) for t in described]
+    known = {s.name for s in specs}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise RunError(
+            f"{owner} has no {what} {', '.join(map(repr, unknown))}; its "
+            f"{what}s are: {', '.join(sorted(known))}")
+    feeds = []
+    for spec in specs:
+        if spec.name not in given:
+            raise RunError(f"missing {what} '{spec.name}' "
+                           f"({spec.partita_dtype} {list(spec.shape)})")
+        feeds.append((spec.name, spec.partita_dtype,
+                      _input_array(spec, given[spec.name])))
+    return feeds
+
+
 def _cast_integers(array: np.ndarray, want: Any, what: str) -> np.ndarray:
     """`array` as `want`; integers that `want` cannot hold (a uint64 id of
     2^64-1 wraps to -1 as int64) are refused, not wrapped."""
@@ -789,22 +810,8 @@ class Artifact:
                              f"not {lr!r}")
         with self._lock:
             session = self._training_session()
-            specs = [TensorSpec(*t) for t in session.batch_inputs]
-            known = {s.name for s in specs}
-            unknown = sorted(set(batch) - known)
-            if unknown:
-                raise RunError(
-                    f"the step has no batch input "
-                    f"{', '.join(map(repr, unknown))}; its batch inputs are: "
-                    f"{', '.join(sorted(known))}")
-            feeds = []
-            for spec in specs:
-                if spec.name not in batch:
-                    raise RunError(
-                        f"missing batch input '{spec.name}' "
-                        f"({spec.partita_dtype} {list(spec.shape)})")
-                feeds.append((spec.name, spec.partita_dtype,
-                              _input_array(spec, batch[spec.name])))
+            feeds = _feeds(session.batch_inputs, batch, "the step",
+                           "batch input")
             try:
                 return float(session.train_step(
                     feeds, float("nan") if lr is None else float(lr)))
@@ -860,21 +867,7 @@ class Artifact:
             if session.training:
                 raise RunError("a training artifact runs one step at a "
                                "time: call train_step with a batch")
-            specs = [TensorSpec(*t) for t in session.inputs]
-            known = {s.name for s in specs}
-            unknown = sorted(set(inputs) - known)
-            if unknown:
-                raise RunError(
-                    f"the model has no input {', '.join(map(repr, unknown))}; "
-                    f"its inputs are: {', '.join(sorted(known))}")
-            feeds = []
-            for spec in specs:
-                if spec.name not in inputs:
-                    raise RunError(
-                        f"missing input '{spec.name}' ({spec.partita_dtype} "
-                        f"{list(spec.shape)})")
-                feeds.append((spec.name, spec.partita_dtype,
-                              _input_array(spec, inputs[spec.name])))
+            feeds = _feeds(session.inputs, inputs, "the model", "input")
             results = []
             for name, dtype, shape in session.outputs:
                 storage = np.uint16 if dtype == "bf16" else _NUMPY_DTYPES[dtype]

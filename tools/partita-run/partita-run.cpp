@@ -587,12 +587,16 @@ int runTraining(const LoadedArtifact &artifact, const Options &options,
   for (int64_t step = trainer->steps(); step < options.trainSteps; ++step) {
     const auto &arrays = batches[size_t(step) % batches.size()];
     std::vector<NamedTensor> batch;
+    // Tokens: the labels' positions, or the target's rows (its last
+    // dimension is the features), or the input ids'.
     int64_t tokens = 0;
     for (const auto &[name, tensor] : arrays) {
       batch.push_back({name, tensor.tensor()});
-      if (name == "labels" || name == "target" ||
-          (tokens == 0 && name == "input_ids"))
+      const std::vector<int64_t> &shape = tensor.shape();
+      if (name == "labels" || (tokens == 0 && name == "input_ids"))
         tokens = tensor.tensor().numElements();
+      else if (name == "target" && !shape.empty() && shape.back() > 0)
+        tokens = tensor.tensor().numElements() / shape.back();
     }
     auto start = std::chrono::steady_clock::now();
     float loss = 0;
