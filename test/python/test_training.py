@@ -146,8 +146,8 @@ def test_labels_out_of_range_are_refused_on_every_mesh(tmp_path, mesh):
 
 @pytest.mark.parametrize("mesh", [None, "dp=2,tp=2"])
 def test_all_labels_ignored_gives_nan_as_torch(tmp_path, mesh):
-    """Every label -100: torch's mean over no positions is 0/0, NaN; the
-    SGD step then writes NaN into every parameter, as torch's does."""
+    """Every label -100: torch's mean over no positions is 0/0, NaN, on
+    every mesh and every step."""
     data = write_batches(tmp_path / "data", "gpt2")
     for step in range(5):
         batch = dict(np.load(data / f"batch{step}.npz"))
