@@ -10,6 +10,7 @@
 #include "partita/runtime/Runner.h"
 #include "partita/runtime/Safetensors.h"
 #include "partita/runtime/Sha256.h"
+#include "partita/runtime/TensorShards.h"
 #include "partita/runtime/Training.h"
 
 #include <cstdlib>
@@ -203,15 +204,26 @@ Status partita::runtime::loadCheckpoint(Runner &runner, Trainer &trainer,
     files.emplace_back();
     PARTITA_RETURN_IF_ERROR(SafetensorsFile::open(file, files.back()));
   }
+  // Every block is checked before any is written: a refused load leaves
+  // the ranks as they were.
   for (size_t r = 0; r < files.size(); ++r)
     for (const TensorSpec *spec : specs) {
+      std::string where = path + "/" + checkpoint.shards[r].file;
       const Tensor *block = files[r]->find(spec->name);
       if (!block)
-        return Status::error(path + "/" + checkpoint.shards[r].file +
-                             " holds no '" + spec->name + "'");
-      PARTITA_RETURN_IF_ERROR(
-          runner.writeResident(int32_t(r), spec->name, *block));
+        return Status::error(where + " holds no '" + spec->name + "'");
+      std::vector<int64_t> shape;
+      PARTITA_RETURN_IF_ERROR(localShape(*spec, manifest, int32_t(r), shape));
+      if (block->dtype != spec->dtype || block->shape != shape)
+        return Status::error(
+            where + ": '" + spec->name + "' is " + dtypeName(block->dtype) +
+            " " + shapeString(block->shape) + ", rank " + std::to_string(r) +
+            " holds " + dtypeName(spec->dtype) + " " + shapeString(shape));
     }
+  for (size_t r = 0; r < files.size(); ++r)
+    for (const TensorSpec *spec : specs)
+      PARTITA_RETURN_IF_ERROR(runner.writeResident(
+          int32_t(r), spec->name, *files[r]->find(spec->name)));
   trainer.setSteps(checkpoint.step);
   return Status::ok();
 }
