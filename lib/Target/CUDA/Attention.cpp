@@ -62,6 +62,78 @@ llvm::Error broadcastMask(const KernelContext &ctx, const BufferView &mask,
   return llvm::Error::success();
 }
 
+/// The sizes of an attention kernel's q [b, hq, sq, d], k [b, hkv, skv, d]
+/// and v [b, hkv, skv, dv].
+struct AttentionSizes {
+  int64_t batch, hq, hkv, sq, skv, d, dv;
+};
+
+/// Checks q, k and v (one float type, rank 4, grouped heads, head sizes
+/// 1 to kMaxHeadDim) and returns their sizes.
+llvm::Expected<AttentionSizes> checkQueryKeyValue(const KernelContext &ctx,
+                                                  const BufferView &q,
+                                                  const BufferView &k,
+                                                  const BufferView &v) {
+  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype)
+    return ctx.error("q, k and v need one float element type, got " +
+                     dtypeName(q.dtype) + ", " + dtypeName(k.dtype) + ", " +
+                     dtypeName(v.dtype));
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
+                     ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
+  AttentionSizes s{q.shape[0], q.shape[1], k.shape[1], q.shape[2],
+                   k.shape[2], q.shape[3], v.shape[3]};
+  if (k.shape[0] != s.batch || v.shape[0] != s.batch || v.shape[1] != s.hkv ||
+      v.shape[2] != s.skv || k.shape[3] != s.d || s.hkv == 0 ||
+      s.hq % s.hkv != 0)
+    return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
+                     shapeString(k.shape) + ", v " + shapeString(v.shape));
+  if (s.d > kMaxHeadDim || s.dv > kMaxHeadDim || s.d < 1 || s.dv < 1)
+    return ctx.error("head dimensions " + llvm::Twine(s.d) + " and " +
+                     llvm::Twine(s.dv) + " are outside 1 to 128");
+  return s;
+}
+
+/// How the kernel templates take the scores' scale and mask.
+struct ScoreArguments {
+  double scale = 1;
+  std::string maskType = "float", maskArg = "(const float *)nullptr";
+  /// 0: no mask, 1: bool (keep where true), 2: added to the scores.
+  int maskMode = 0;
+  int64_t maskStrides[4] = {0, 0, 0, 0};
+};
+
+/// Adds q, k and v to `sig` as a0, a1 and a2, and the mask (operand
+/// `maskIndex`, when `hasMask`) as a<maskIndex>; reads the scale (the
+/// attribute, or 1/sqrt(d)).
+llvm::Expected<ScoreArguments> addScoreOperands(const KernelContext &ctx,
+                                                Signature &sig,
+                                                llvm::ArrayRef<BufferView> ops,
+                                                bool hasMask, int maskIndex,
+                                                const AttentionSizes &s) {
+  ScoreArguments args;
+  args.scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  if (ctx.getKernel().attributes().count("scale")) {
+    auto scale = ctx.getFloat("scale");
+    if (!scale)
+      return scale.takeError();
+    args.scale = *scale;
+  }
+  sig.addInput(ops[0], "a0");
+  sig.addInput(ops[1], "a1");
+  sig.addInput(ops[2], "a2");
+  if (!hasMask)
+    return args;
+  const BufferView &mask = ops[maskIndex];
+  if (auto err = broadcastMask(ctx, mask, {s.batch, s.hq, s.sq, s.skv},
+                               args.maskStrides))
+    return std::move(err);
+  args.maskMode = mask.dtype == program::BOOL ? 1 : 2;
+  args.maskType = cudaType(mask.dtype);
+  args.maskArg = sig.addInput(mask, "a" + std::to_string(maskIndex));
+  return args;
+}
+
 } // namespace
 
 llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
@@ -96,25 +168,14 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
   if (!out)
     return out.takeError();
   const BufferView &q = ops[0], &k = ops[1], &v = ops[2];
-  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype)
-    return ctx.error("q, k and v need one float element type, got " +
-                     dtypeName(q.dtype) + ", " + dtypeName(k.dtype) + ", " +
-                     dtypeName(v.dtype));
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
-    return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
-                     ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
-  int64_t batch = q.shape[0], hq = q.shape[1], sq = q.shape[2], d = q.shape[3];
-  int64_t hkv = k.shape[1], skv = k.shape[2], dv = v.shape[3];
-  if (k.shape[0] != batch || v.shape[0] != batch || v.shape[1] != hkv ||
-      v.shape[2] != skv || k.shape[3] != d || hkv == 0 || hq % hkv != 0)
-    return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
-                     shapeString(k.shape) + ", v " + shapeString(v.shape));
+  auto sizes = checkQueryKeyValue(ctx, q, k, v);
+  if (!sizes)
+    return sizes.takeError();
+  int64_t batch = sizes->batch, hq = sizes->hq, sq = sizes->sq, d = sizes->d;
+  int64_t hkv = sizes->hkv, skv = sizes->skv, dv = sizes->dv;
   if (out->shape != llvm::ArrayRef<int64_t>{batch, hq, sq, dv})
     return ctx.error("the result " + shapeString(out->shape) +
                      " is not [b, hq, sq, dv]");
-  if (d > kMaxHeadDim || dv > kMaxHeadDim || d < 1 || dv < 1)
-    return ctx.error("head dimensions " + llvm::Twine(d) + " and " +
-                     llvm::Twine(dv) + " are outside 1 to 128");
   int64_t rowsPerWarp = d <= 64 && dv <= 64 ? 8 : 4;
   int64_t blockRows = kWarps * rowsPerWarp;
   int64_t qBlocks = (sq + blockRows - 1) / blockRows;
@@ -126,31 +187,15 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
   if (batch * hq * qBlocks == 0)
     return ctx.error("empty attention");
 
-  double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  if (ctx.getKernel().attributes().count("scale")) {
-    auto s = ctx.getFloat("scale");
-    if (!s)
-      return s.takeError();
-    scale = *s;
-  }
-
   Signature sig;
-  sig.addInput(q, "a0");
-  sig.addInput(k, "a1");
-  sig.addInput(v, "a2");
-  std::string maskType = "float", maskArg = "(const float *)nullptr";
-  int maskMode = 0;
-  int64_t maskStrides[4] = {0, 0, 0, 0};
-  int next = 3;
-  if (*hasMask) {
-    const BufferView &mask = ops[next];
-    if (auto err = broadcastMask(ctx, mask, {batch, hq, sq, skv}, maskStrides))
-      return std::move(err);
-    maskMode = mask.dtype == program::BOOL ? 1 : 2;
-    maskType = cudaType(mask.dtype);
-    maskArg = sig.addInput(mask, "a" + std::to_string(next));
-    ++next;
-  }
+  auto scores = addScoreOperands(ctx, sig, ops, *hasMask, 3, *sizes);
+  if (!scores)
+    return scores.takeError();
+  double scale = scores->scale;
+  const std::string &maskType = scores->maskType, &maskArg = scores->maskArg;
+  int maskMode = scores->maskMode;
+  const int64_t (&maskStrides)[4] = scores->maskStrides;
+  int next = 3 + int(*hasMask);
   std::string qposArg = "(const long long *)nullptr", kposArg = qposArg;
   if (hasPositions) {
     const BufferView &qpos = ops[next], &kpos = ops[next + 1];
@@ -280,18 +325,13 @@ llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx) {
   const BufferView &q = ops[0], &k = ops[1], &v = ops[2];
   const BufferView &out = ops[3 + int(*hasMask)],
                    &dout = ops[4 + int(*hasMask)];
-  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype ||
-      out.dtype != q.dtype || dout.dtype != q.dtype)
-    return ctx.error("q, k, v, out and dout need one float element type");
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
-    return ctx.error("q, k and v need rank 4, got " + shapeString(q.shape) +
-                     ", " + shapeString(k.shape) + ", " + shapeString(v.shape));
-  int64_t batch = q.shape[0], hq = q.shape[1], sq = q.shape[2], d = q.shape[3];
-  int64_t hkv = k.shape[1], skv = k.shape[2], dv = v.shape[3];
-  if (k.shape[0] != batch || v.shape[0] != batch || v.shape[1] != hkv ||
-      v.shape[2] != skv || k.shape[3] != d || hkv == 0 || hq % hkv != 0)
-    return ctx.error("inconsistent shapes q " + shapeString(q.shape) + ", k " +
-                     shapeString(k.shape) + ", v " + shapeString(v.shape));
+  auto sizes = checkQueryKeyValue(ctx, q, k, v);
+  if (!sizes)
+    return sizes.takeError();
+  if (out.dtype != q.dtype || dout.dtype != q.dtype)
+    return ctx.error("out and dout need the element type of q, k and v");
+  int64_t batch = sizes->batch, hq = sizes->hq, sq = sizes->sq, d = sizes->d;
+  int64_t hkv = sizes->hkv, skv = sizes->skv, dv = sizes->dv;
   llvm::SmallVector<int64_t, 4> outShape = {batch, hq, sq, dv};
   if (out.shape != llvm::ArrayRef<int64_t>(outShape) ||
       dout.shape != llvm::ArrayRef<int64_t>(outShape))
@@ -307,9 +347,6 @@ llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx) {
                        (i == 0   ? "q"
                         : i == 1 ? "k"
                                  : "v"));
-  if (d > kMaxHeadDim || dv > kMaxHeadDim || d < 1 || dv < 1)
-    return ctx.error("head dimensions " + llvm::Twine(d) + " and " +
-                     llvm::Twine(dv) + " are outside 1 to 128");
   if (batch * hkv == 0 || sq == 0)
     return ctx.error("empty attention_grad");
   if (batch * hkv >= (int64_t(1) << 31) ||
@@ -320,29 +357,14 @@ llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx) {
       3 * batch * hq * sq >= (int64_t(1) << 31))
     return ctx.error("tensors above 2^31 elements are not supported");
 
-  double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  if (ctx.getKernel().attributes().count("scale")) {
-    auto s = ctx.getFloat("scale");
-    if (!s)
-      return s.takeError();
-    scale = *s;
-  }
-
   Signature sig;
-  sig.addInput(q, "a0");
-  sig.addInput(k, "a1");
-  sig.addInput(v, "a2");
-  std::string maskType = "float", maskArg = "(const float *)nullptr";
-  int maskMode = 0;
-  int64_t maskStrides[4] = {0, 0, 0, 0};
-  if (*hasMask) {
-    const BufferView &mask = ops[3];
-    if (auto err = broadcastMask(ctx, mask, {batch, hq, sq, skv}, maskStrides))
-      return std::move(err);
-    maskMode = mask.dtype == program::BOOL ? 1 : 2;
-    maskType = cudaType(mask.dtype);
-    maskArg = sig.addInput(mask, "a3");
-  }
+  auto scores = addScoreOperands(ctx, sig, ops, *hasMask, 3, *sizes);
+  if (!scores)
+    return scores.takeError();
+  double scale = scores->scale;
+  const std::string &maskType = scores->maskType, &maskArg = scores->maskArg;
+  int maskMode = scores->maskMode;
+  const int64_t (&maskStrides)[4] = scores->maskStrides;
   std::string outArg =
       sig.addInput(out, "a" + std::to_string(3 + int(*hasMask)));
   std::string doutArg =
