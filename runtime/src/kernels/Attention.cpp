@@ -103,6 +103,20 @@ PARTITA_HOT void smallGemm(int64_t rows, int64_t cols, int64_t depth,
              c + fullCols, ldc, accumulate);
 }
 
+/// `count` contiguous elements of `data` as f32: the data itself, or its
+/// conversion in `scratch` (which holds at least `count`).
+template <typename T>
+const float *rowsAsFloat(const T *data, int64_t count,
+                         std::vector<float> &scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    return data;
+  } else {
+    for (int64_t i = 0; i < count; ++i)
+      scratch[i] = loadFloat(data[i]);
+    return scratch.data();
+  }
+}
+
 /// s[j] = q . k[j] for the `n` rows of k (each `d` long, contiguous): one
 /// query row's scores against a block of keys, without transposing it.
 template <typename T>
@@ -347,14 +361,7 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
           softmaxUpdate(sRow, nk, o.data() + i * dv, dv, m[i], l[i]);
         }
         // Output: o += P V.
-        const float *vBlock;
-        if constexpr (std::is_same_v<T, float>) {
-          vBlock = vBase + j0 * dv;
-        } else {
-          for (int64_t i = 0; i < nk * dv; ++i)
-            vb[i] = loadFloat(vBase[j0 * dv + i]);
-          vBlock = vb.data();
-        }
+        const float *vBlock = rowsAsFloat(vBase + j0 * dv, nk * dv, vb);
         smallGemm(nq, dv, nk, s.data(), kKeyBlock, vBlock, dv, o.data(), dv,
                   true);
       }
@@ -471,14 +478,7 @@ void attentionGradTyped(ThreadPool &pool, const AttentionShape &g,
             for (int64_t j = 0; j < nk; ++j)
               for (int64_t c = 0; c < dv; ++c)
                 vt[c * kKeyBlock + j] = loadFloat(vBase[(j0 + j) * dv + c]);
-            const float *kBlock;
-            if constexpr (std::is_same_v<T, float>) {
-              kBlock = kBase + j0 * d;
-            } else {
-              for (int64_t i = 0; i < nk * d; ++i)
-                kb[i] = loadFloat(kBase[j0 * d + i]);
-              kBlock = kb.data();
-            }
+            const float *kBlock = rowsAsFloat(kBase + j0 * d, nk * d, kb);
             smallGemm(nq, nk, dv, dos.data(), dv, vt.data(), kKeyBlock,
                       dp.data(), kKeyBlock, false);
             for (int64_t i = 0; i < nq; ++i) {
