@@ -102,6 +102,17 @@ struct Workspace {
   }
 };
 
+/// The partita-compile and nvcc the cases run; what is missing, or empty.
+std::string findTools(std::string &compiler, std::string &nvcc) {
+  compiler = envOr("PARTITA_EMULATION_COMPILE", PARTITA_EMU_COMPILE);
+  nvcc = envOr("PARTITA_NVCC", PARTITA_EMU_NVCC);
+  if (!exists(compiler))
+    return compiler + " is not built";
+  if (nvcc.empty() || !exists(nvcc))
+    return "no nvcc (a cuda artifact holds a fatbin)";
+  return "";
+}
+
 struct Case {
   std::string name;
   std::string model;
@@ -123,13 +134,9 @@ class CudaEmulation : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaEmulation, MatchesOnnxRuntime) {
   const Case &c = GetParam();
-  std::string compiler =
-      envOr("PARTITA_EMULATION_COMPILE", PARTITA_EMU_COMPILE);
-  std::string nvcc = envOr("PARTITA_NVCC", PARTITA_EMU_NVCC);
-  if (!exists(compiler))
-    GTEST_SKIP() << compiler << " is not built";
-  if (nvcc.empty() || !exists(nvcc))
-    GTEST_SKIP() << "no nvcc (a cuda artifact holds a fatbin)";
+  std::string compiler, nvcc;
+  if (std::string missing = findTools(compiler, nvcc); !missing.empty())
+    GTEST_SKIP() << missing;
   std::string probe;
   if (runCommand("python3 -c 'import numpy'", probe) != 0)
     GTEST_SKIP() << "no python3 with numpy to read the .npz references";
@@ -309,13 +316,9 @@ namespace {
 class CudaEmulationTraining : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaEmulationTraining, MatchesTorch) {
-  std::string compiler =
-      envOr("PARTITA_EMULATION_COMPILE", PARTITA_EMU_COMPILE);
-  std::string nvcc = envOr("PARTITA_NVCC", PARTITA_EMU_NVCC);
-  if (!exists(compiler))
-    GTEST_SKIP() << compiler << " is not built";
-  if (nvcc.empty() || !exists(nvcc))
-    GTEST_SKIP() << "no nvcc (a cuda artifact holds a fatbin)";
+  std::string compiler, nvcc;
+  if (std::string missing = findTools(compiler, nvcc); !missing.empty())
+    GTEST_SKIP() << missing;
   Workspace &workspace = Workspace::get();
   std::string train = std::string(PARTITA_EMU_MODELS) + "/train";
   std::string artifactPath =
