@@ -59,7 +59,13 @@ Status checkEntryBindings(const Manifest &manifest,
                           const std::vector<TensorSpec> &inputs,
                           const std::vector<TensorSpec> &outputs,
                           const std::string &where, const std::string &entry) {
-  const std::vector<TensorSpec> cache = residentSpecs(manifest);
+  const std::vector<const TensorSpec *> cache = residentSpecs(manifest);
+  auto residentNamed = [&](const std::string &name) -> const TensorSpec * {
+    for (const TensorSpec *spec : cache)
+      if (spec->name == name)
+        return spec;
+    return nullptr;
+  };
   const std::string residentKind =
       manifest.training ? "training state" : "cache";
   if (outputs.empty())
@@ -78,7 +84,7 @@ Status checkEntryBindings(const Manifest &manifest,
           specNamed(input ? inputs : outputs, binding.name());
       if (spec && !input)
         produced[size_t(spec - outputs.data())] = true;
-      if (!spec && (spec = specNamed(cache, binding.name()))) {
+      if (!spec && (spec = residentNamed(binding.name()))) {
         kind = residentKind;
         (input ? cacheInputs : cacheOutputs).insert(spec->name);
       }
@@ -115,13 +121,15 @@ Status checkEntryBindings(const Manifest &manifest,
       PARTITA_RETURN_IF_ERROR(check(binding, false));
     // The runtime binds a cache tensor's one memory as both, so that the
     // program updates it in place.
-    for (const TensorSpec &spec : cache)
-      if (cacheInputs.count(spec.name) != cacheOutputs.count(spec.name))
+    for (const TensorSpec *resident : cache) {
+      const std::string &name = resident->name;
+      if (cacheInputs.count(name) != cacheOutputs.count(name))
         return Status::error(
-            where + binds + residentKind + " '" + spec.name + "' as an " +
-            (cacheInputs.count(spec.name) ? "input" : "output") +
+            where + binds + residentKind + " '" + name + "' as an " +
+            (cacheInputs.count(name) ? "input" : "output") +
             " only; it is bound as both an input and an output, to one "
             "memory");
+    }
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (!produced[i])

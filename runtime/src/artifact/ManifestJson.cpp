@@ -545,17 +545,17 @@ bool TensorSharding::isReplicated() const {
   return partial.empty();
 }
 
-std::vector<TensorSpec>
+std::vector<const TensorSpec *>
 partita::runtime::residentSpecs(const Manifest &manifest) {
-  std::vector<TensorSpec> specs;
+  std::vector<const TensorSpec *> specs;
   if (manifest.serving)
-    specs = manifest.serving->cache;
-  if (manifest.training) {
-    specs.insert(specs.end(), manifest.training->parameters.begin(),
-                 manifest.training->parameters.end());
-    specs.insert(specs.end(), manifest.training->state.begin(),
-                 manifest.training->state.end());
-  }
+    for (const TensorSpec &spec : manifest.serving->cache)
+      specs.push_back(&spec);
+  if (manifest.training)
+    for (const auto *list :
+         {&manifest.training->parameters, &manifest.training->state})
+      for (const TensorSpec &spec : *list)
+        specs.push_back(&spec);
   return specs;
 }
 

@@ -70,9 +70,10 @@ std::chrono::milliseconds timeoutOf(double seconds) {
 /// Whether `name` is a tensor the ranks keep between runs: a serving
 /// artifact's KV cache, a training artifact's parameters and state.
 bool isResident(const Manifest &manifest, const std::string &name) {
-  return (manifest.serving && findSpec(manifest.serving->cache, name)) ||
-         (manifest.training && (findSpec(manifest.training->parameters, name) ||
-                                findSpec(manifest.training->state, name)));
+  for (const TensorSpec *spec : residentSpecs(manifest))
+    if (spec->name == name)
+      return true;
+  return false;
 }
 
 /// The weight holding the rank's block of resident tensor `name` before
@@ -306,17 +307,7 @@ Status rankCacheBlocks(
        {&artifact.program(rank), artifact.decodeProgram(rank)})
     for (int i = 0; program && i < program->inputs_size(); ++i)
       bound.insert(program->inputs(i).name());
-  // Spec pointers into the manifest (residentSpecs returns copies).
-  std::vector<const TensorSpec *> resident;
-  if (manifest.serving)
-    for (const TensorSpec &spec : manifest.serving->cache)
-      resident.push_back(&spec);
-  if (manifest.training)
-    for (const auto *list :
-         {&manifest.training->parameters, &manifest.training->state})
-      for (const TensorSpec &spec : *list)
-        resident.push_back(&spec);
-  for (const TensorSpec *residentSpec : resident) {
+  for (const TensorSpec *residentSpec : residentSpecs(manifest)) {
     const TensorSpec &spec = *residentSpec;
     if (!bound.count(spec.name))
       continue;

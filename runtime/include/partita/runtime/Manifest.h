@@ -179,7 +179,7 @@ struct Manifest {
 /// The tensors each rank keeps between runs, bound by name as both an
 /// input and an output of one memory: a serving artifact's KV cache, or a
 /// training artifact's parameters and optimizer state.
-std::vector<TensorSpec> residentSpecs(const Manifest &manifest);
+std::vector<const TensorSpec *> residentSpecs(const Manifest &manifest);
 
 } // namespace partita::runtime
 
