@@ -356,6 +356,19 @@ Value scalarConstant(OpBuilder &b, Location loc, Type element, double value) {
   return nn::ConstantOp::create(b, loc, cast<ElementsAttr>(attr));
 }
 
+/// `sharding` with `axes` added to its partial axes.
+ShardingAttr withPartialAxes(ShardingAttr sharding, ArrayRef<StringRef> axes) {
+  SmallVector<SmallVector<StringRef>> dims;
+  for (int64_t d = 0; d < sharding.getRank(); ++d)
+    dims.push_back(sharding.getAxesOfDim(d));
+  SmallVector<StringRef> partial = sharding.getPartialAxisNames();
+  for (StringRef axis : axes)
+    if (!llvm::is_contained(partial, axis))
+      partial.push_back(axis);
+  return ShardingAttr::get(sharding.getContext(), sharding.getMesh().getValue(),
+                           dims, partial);
+}
+
 /// Builds the collectives that move a local value from one sharding to
 /// another, in the fixed order of the file comment. `dims` and `partial`
 /// track the value's sharding after each step.
@@ -553,6 +566,36 @@ void ReshardBuilder::sliceGained() {
   }
 }
 
+/// The sets of operands `op` is jointly linear in, its other operands held
+/// fixed: f(sum_j a_j) = sum_j f(a_j) over the set's operands. Partial sums
+/// over the same axes in every operand of a set may pass through the op
+/// unreduced (Partitioner::findPassThrough).
+SmallVector<SmallVector<unsigned>> getLinearOperandSets(Operation *op) {
+  auto all = [&] {
+    return llvm::to_vector(llvm::seq<unsigned>(0, op->getNumOperands()));
+  };
+  if (isa<nn::AddOp, nn::SubOp, nn::ConcatOp>(op))
+    return {all()};
+  if (isa<nn::NegOp, nn::ReshapeOp, nn::TransposeOp, nn::BroadcastToOp,
+          nn::SliceOp, nn::SplitOp, nn::CumsumOp, nn::RopeOp>(op))
+    return {{0}};
+  if (auto reduce = dyn_cast<nn::ReduceOp>(op))
+    if (reduce.getKind() == nn::ReduceKind::Sum ||
+        reduce.getKind() == nn::ReduceKind::Mean)
+      return {{0}};
+  if (isa<nn::WhereOp>(op))
+    return {{1, 2}};
+  if (isa<nn::MulOp>(op))
+    return {{0}, {1}};
+  if (isa<nn::DivOp>(op))
+    return {{0}};
+  // A bias is added to the product once: it is partial with the product.
+  if (auto matmul = dyn_cast<nn::MatmulOp>(op))
+    return matmul.getBias() ? SmallVector<SmallVector<unsigned>>{{0, 2}, {1, 2}}
+                            : SmallVector<SmallVector<unsigned>>{{0}, {1}};
+  return {};
+}
+
 class OpContext;
 
 /// Rewrites one function into the program of every device: local values
@@ -595,6 +638,15 @@ private:
                                 const FactorAxes &assignment);
   ShardingAttr getOperandNeed(Operation *op, const ShardingRule &rule,
                               const FactorAxes &assignment, unsigned index);
+  /// Partial sums that flow through `op` unreduced: the operands that
+  /// keep them and their axes.
+  struct PassThrough {
+    SmallVector<unsigned> operands;
+    SmallVector<StringRef> axes;
+  };
+  std::optional<PassThrough> findPassThrough(Operation *op,
+                                             const ShardingRule &rule,
+                                             const FactorAxes &assignment);
   /// The op on its local operands; each result's local sharding is
   /// `computed[i]` (what the op computes), or the recorded one.
   LogicalResult cloneLocal(OpBuilder &b, Operation *op,
@@ -775,10 +827,14 @@ LogicalResult Partitioner::partitionAnnotation(Operation *op) {
 LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
                                            const ShardingRule &rule,
                                            const FactorAxes &assignment) {
+  std::optional<PassThrough> pass = findPassThrough(op, rule, assignment);
   SmallVector<Value> operands;
-  for (unsigned i = 0; i < op->getNumOperands(); ++i)
-    operands.push_back(
-        localOperand(b, op, i, getOperandNeed(op, rule, assignment, i)));
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    ShardingAttr need = getOperandNeed(op, rule, assignment, i);
+    if (pass && llvm::is_contained(pass->operands, i))
+      need = withPartialAxes(need, pass->axes);
+    operands.push_back(localOperand(b, op, i, need));
+  }
   for (unsigned f = 0; f < rule.getNumFactors(); ++f)
     if (rule.getFactor(f).kind == FactorKind::Lookup && !assignment[f].empty())
       return partitionLookup(b, op, rule, assignment, f, operands);
@@ -788,10 +844,13 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
   // the op to read whole), in which case the result is whole too and the
   // users must not reduce it again.
   SmallVector<ShardingAttr> computed;
-  for (unsigned i = 0; i < op->getNumResults(); ++i)
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
     computed.push_back(getTensorSharding(rule, ShardingRule::result(i),
                                          assignment, mesh,
                                          /*withPartial=*/true));
+    if (pass)
+      computed.back() = withPartialAxes(computed.back(), pass->axes);
+  }
   if (failed(cloneLocal(b, op, operands, computed)))
     return failure();
   // A split max or min: each device reduced its block; the blocks' results
@@ -843,6 +902,75 @@ ShardingAttr Partitioner::getOperandNeed(Operation *op,
   for (int64_t d = 0; d < need.getRank(); ++d)
     dims.push_back(need.getAxesOfDim(d));
   return ShardingAttr::get(op->getContext(), mesh.getSymName(), dims, partial);
+}
+
+/// A partial sum is reduced where it is read by an op that is not linear
+/// in it; an op that is (getLinearOperandSets) computes on the partial
+/// values, and its result is the partial sum, reduced later. That pays
+/// where sums meet: the cotangents of a value used several times (a tied
+/// weight's two uses over dp, the query, key and value projections' input
+/// gradients over tp) are added before one reduction, not each reduced.
+/// It is taken only where it moves no more bytes:
+/// - every operand of the set is partial over the same axes, none of
+///   which the op splits a dimension over;
+/// - each is read only here (another reader would reduce it anyway, and
+///   the result a second time);
+/// - the results are no larger than those operands (a broadcast reduces
+///   first).
+/// The op's other operands are read whole, as without partial sums.
+std::optional<Partitioner::PassThrough>
+Partitioner::findPassThrough(Operation *op, const ShardingRule &rule,
+                             const FactorAxes &assignment) {
+  auto partialAxes = [&](Value v) {
+    ShardingAttr s = shardingOf.lookup(v);
+    return s ? s.getPartialAxisNames() : SmallVector<StringRef>();
+  };
+  if (llvm::all_of(op->getOperands(),
+                   [&](Value v) { return partialAxes(v).empty(); }))
+    return std::nullopt;
+  auto localCount = [&](Value global) {
+    return localType(cast<RankedTensorType>(global.getType()),
+                     shardingOf.lookup(global))
+        .getNumElements();
+  };
+  for (ArrayRef<unsigned> set : getLinearOperandSets(op)) {
+    SmallVector<StringRef> axes = partialAxes(op->getOperand(set.front()));
+    if (axes.empty())
+      continue;
+    llvm::sort(axes);
+    auto sameAxes = [&](unsigned i) {
+      SmallVector<StringRef> other = partialAxes(op->getOperand(i));
+      llvm::sort(other);
+      return other == axes;
+    };
+    bool othersWhole = llvm::all_of(
+        llvm::seq<unsigned>(0, op->getNumOperands()), [&](unsigned i) {
+          return llvm::is_contained(set, i) ||
+                 partialAxes(op->getOperand(i)).empty();
+        });
+    bool readOnce = llvm::all_of(
+        set, [&](unsigned i) { return op->getOperand(i).hasOneUse(); });
+    bool unsplit = llvm::none_of(assignment, [&](const AxisList &used) {
+      return llvm::any_of(
+          used, [&](StringRef a) { return llvm::is_contained(axes, a); });
+    });
+    if (!othersWhole || !readOnce || !unsplit || !llvm::all_of(set, sameAxes))
+      continue;
+    int64_t in = 0, out = 0;
+    for (unsigned i : set)
+      in += localCount(op->getOperand(i));
+    for (auto [i, result] : llvm::enumerate(op->getResults()))
+      out += localType(cast<RankedTensorType>(result.getType()),
+                       getTensorSharding(rule, ShardingRule::result(i),
+                                         assignment, mesh,
+                                         /*withPartial=*/false))
+                 .getNumElements();
+    if (out > in)
+      continue;
+    return PassThrough{SmallVector<unsigned>(set),
+                       partialAxes(op->getOperand(set.front()))};
+  }
+  return std::nullopt;
 }
 
 /// The op cloned onto its local operands, with local result types.

@@ -2,20 +2,23 @@
 
 // The partitioner on shardings propagation recorded (a data-parallel
 // gradient's, issue 35): the matmul's contraction is split over dp, so
-// its result is a partial sum with no split dimension, and the reduce
-// over the batch that propagation recorded as partial over dp reads its
-// operand reduced, whole. The reduce then computes the whole sum: its
-// users must not reduce it again (they did, doubling the gradient).
+// its result is a partial sum with no split dimension. The reduce over
+// the batch and the reshape are linear in it and its only readers, so the
+// partial sum passes through them and is reduced once, where the result
+// needs it whole: a reduce-scatter of the 32 sums, not an all-reduce of
+// the 2x16x32 products. It is reduced exactly once (it once was twice,
+// doubling the gradient).
 
 // CHECK-LABEL: func.func @partial_operand_read_whole
 // CHECK: %[[M:.*]] = nn.matmul
-// CHECK: %[[R:.*]] = dist.all_reduce sum %[[M]]
-// CHECK: %[[S:.*]] = nn.reduce sum %[[R]]
+// CHECK-NOT: dist.all_reduce
+// CHECK: %[[S:.*]] = nn.reduce sum %[[M]]
 // CHECK-NOT: dist.all_reduce
 // CHECK: %[[V:.*]] = nn.reshape %[[S]]
-// CHECK: dist.all_slice %[[V]]
+// CHECK: %[[R:.*]] = dist.reduce_scatter sum %[[V]] on @mesh axes [dp] scatter_dim 0
+// CHECK-SAME: tensor<32xf32> -> tensor<16xf32>
 // CHECK-NOT: dist.all_reduce
-// CHECK: return
+// CHECK: return %[[R]]
 module {
   dist.mesh @mesh [dp = 2]
   func.func @partial_operand_read_whole(
