@@ -221,6 +221,16 @@ bool Propagation::visit(Operation *op) {
       if (priority == kOpen)
         continue;
       AxisList axes = getDimAxes(rule, factors, assignment, mesh);
+      // A dimension that merges factors shows a minor factor's axes only
+      // when the major ones are split whole; one that cannot show the
+      // assignment (a sequence split in [batch * sequence]) proposes
+      // nothing rather than "whole" at the factor's priority, which would
+      // undo the split everywhere the factor reaches.
+      size_t assigned = 0;
+      for (unsigned factor : factors)
+        assigned += assignment[factor].size();
+      if (axes.size() < assigned)
+        continue;
       changed |= update(value, dim, axes, priority);
     }
   }

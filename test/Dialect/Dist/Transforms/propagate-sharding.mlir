@@ -89,3 +89,26 @@ func.func @vocab(%ids: tensor<2x4xi64>, %table: tensor<32x8xf32>) -> tensor<2x4x
   %e = nn.embedding %t, %ids : (tensor<32x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
   return %e : tensor<2x4x8xf32>
 }
+
+// -----
+
+// A sequence split that a reshape merges with the batch ([2, 16] into
+// [32], as the embedding's gradient flattens the tokens) cannot be shown
+// on the merged dimension, whose major factor is whole. The reshape
+// proposes nothing there: before, it proposed "whole" at the split's
+// priority, which undid the split of the residual stream everywhere
+// (sp training ran replicated).
+dist.mesh @mesh [sp = 2]
+// CHECK-LABEL: func.func @merged_sequence
+// CHECK: nn.add {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{}, {sp}, {}]>]}
+// CHECK: nn.reshape {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{}, {}]>]}
+// CHECK: nn.matmul {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{}, {}]>]}
+// CHECK: nn.mul {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{}, {sp}, {}]>]}
+func.func @merged_sequence(%x: tensor<2x16x8xf32>, %y: tensor<2x16x8xf32>, %w: tensor<8x4xf32>) -> (tensor<32x4xf32>, tensor<2x16x8xf32>) {
+  %s = nn.add %x, %y : (tensor<2x16x8xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  %r = nn.reshape %s : tensor<2x16x8xf32> -> tensor<32x8xf32>
+  %m = nn.matmul %r, %w : (tensor<32x8xf32>, tensor<8x4xf32>) -> tensor<32x4xf32>
+  %a = dist.annotate %s sharding<@mesh, [{}, {sp}, {}]> {dist.priority = 2 : i64} : tensor<2x16x8xf32>
+  %n = nn.mul %a, %a : (tensor<2x16x8xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  return %m, %n : tensor<32x4xf32>, tensor<2x16x8xf32>
+}
