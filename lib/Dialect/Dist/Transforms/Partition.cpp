@@ -643,6 +643,8 @@ private:
   struct PassThrough {
     SmallVector<unsigned> operands;
     SmallVector<StringRef> axes;
+    /// The op's assignment without those axes.
+    FactorAxes assignment;
   };
   std::optional<PassThrough> findPassThrough(Operation *op,
                                              const ShardingRule &rule,
@@ -826,8 +828,9 @@ LogicalResult Partitioner::partitionAnnotation(Operation *op) {
 
 LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
                                            const ShardingRule &rule,
-                                           const FactorAxes &assignment) {
-  std::optional<PassThrough> pass = findPassThrough(op, rule, assignment);
+                                           const FactorAxes &planned) {
+  std::optional<PassThrough> pass = findPassThrough(op, rule, planned);
+  const FactorAxes &assignment = pass ? pass->assignment : planned;
   SmallVector<Value> operands;
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     ShardingAttr need = getOperandNeed(op, rule, assignment, i);
@@ -911,13 +914,17 @@ ShardingAttr Partitioner::getOperandNeed(Operation *op,
 /// weight's two uses over dp, the query, key and value projections' input
 /// gradients over tp) are added before one reduction, not each reduced.
 /// It is taken only where it moves no more bytes:
-/// - every operand of the set is partial over the same axes, none of
-///   which the op splits a dimension over;
+/// - every operand of the set is partial over the same axes;
 /// - each is read only here (another reader would reduce it anyway, and
 ///   the result a second time);
 /// - the results are no larger than those operands (a broadcast reduces
 ///   first).
-/// The op's other operands are read whole, as without partial sums.
+/// Where the plan splits a dimension of the op over those axes (Megatron-SP
+/// splits the residual stream's sequence over tp), the op computes whole
+/// instead and its result is reduce-scattered later; that is taken only
+/// where it moves fewer bytes (the sum of two cotangents), not for the
+/// same bytes and more arithmetic. The op's other operands are read as
+/// without partial sums.
 std::optional<Partitioner::PassThrough>
 Partitioner::findPassThrough(Operation *op, const ShardingRule &rule,
                              const FactorAxes &assignment) {
@@ -950,25 +957,31 @@ Partitioner::findPassThrough(Operation *op, const ShardingRule &rule,
         });
     bool readOnce = llvm::all_of(
         set, [&](unsigned i) { return op->getOperand(i).hasOneUse(); });
-    bool unsplit = llvm::none_of(assignment, [&](const AxisList &used) {
-      return llvm::any_of(
-          used, [&](StringRef a) { return llvm::is_contained(axes, a); });
-    });
-    if (!othersWhole || !readOnce || !unsplit || !llvm::all_of(set, sameAxes))
+    if (!othersWhole || !readOnce || !llvm::all_of(set, sameAxes))
       continue;
+    // Each factor keeps its axes up to the first partial one.
+    FactorAxes unsplit = assignment;
+    bool dropped = false;
+    for (AxisList &used : unsplit) {
+      auto first = llvm::find_if(
+          used, [&](StringRef a) { return llvm::is_contained(axes, a); });
+      dropped |= first != used.end();
+      used.erase(first, used.end());
+    }
     int64_t in = 0, out = 0;
     for (unsigned i : set)
       in += localCount(op->getOperand(i));
     for (auto [i, result] : llvm::enumerate(op->getResults()))
       out += localType(cast<RankedTensorType>(result.getType()),
-                       getTensorSharding(rule, ShardingRule::result(i),
-                                         assignment, mesh,
+                       getTensorSharding(rule, ShardingRule::result(i), unsplit,
+                                         mesh,
                                          /*withPartial=*/false))
                  .getNumElements();
-    if (out > in)
+    if (out > in || (dropped && out == in))
       continue;
     return PassThrough{SmallVector<unsigned>(set),
-                       partialAxes(op->getOperand(set.front()))};
+                       partialAxes(op->getOperand(set.front())),
+                       std::move(unsplit)};
   }
   return std::nullopt;
 }

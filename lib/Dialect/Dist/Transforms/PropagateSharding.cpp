@@ -221,15 +221,23 @@ bool Propagation::visit(Operation *op) {
       if (priority == kOpen)
         continue;
       AxisList axes = getDimAxes(rule, factors, assignment, mesh);
-      // A dimension that merges factors shows a minor factor's axes only
-      // when the major ones are split whole; one that cannot show the
-      // assignment (a sequence split in [batch * sequence]) proposes
-      // nothing rather than "whole" at the factor's priority, which would
-      // undo the split everywhere the factor reaches.
+      // A dimension that merges factors ([batch * sequence]) shows a minor
+      // factor's axes only when the major ones are split whole. One that
+      // cannot show the assignment (the sequence split, the batch whole)
+      // proposes nothing; nor does one left whole while some factor is
+      // still open: "whole" at one factor's priority would claim the
+      // others whole too, and undo a split everywhere they reach (the
+      // embedding's gradient flattens the tokens, and undid the sequence
+      // split of sp training).
       size_t assigned = 0;
       for (unsigned factor : factors)
         assigned += assignment[factor].size();
       if (axes.size() < assigned)
+        continue;
+      if (axes.empty() && factors.size() > 1 &&
+          llvm::any_of(factors, [&](unsigned f) {
+            return isShardable(rule.getFactor(f)) && priorities[f] == kOpen;
+          }))
         continue;
       changed |= update(value, dim, axes, priority);
     }
