@@ -113,7 +113,7 @@ private:
   ShardingAttr batchAnd(RankedTensorType type, int64_t dim,
                         ArrayRef<StringRef> axes);
   LogicalResult annotateSequence(func::FuncOp func);
-  LogicalResult ulyssesAttention(nn::AttentionOp attention);
+  LogicalResult ulyssesAttention(Operation *attention);
   LogicalResult planRing(func::FuncOp func);
 
   LogicalResult splitSegments(nn::SplitOp split);
@@ -569,21 +569,29 @@ LogicalResult Megatron::annotateSequence(func::FuncOp func) {
                                 /*contiguous_imbalance=*/{}));
   if (sequence != SequenceMode::Ulysses)
     return success();
-  SmallVector<nn::AttentionOp> attentions;
+  // Forward attentions first: a backward reads the forward's result.
+  SmallVector<Operation *> attentions;
   func.walk([&](nn::AttentionOp a) { attentions.push_back(a); });
-  for (nn::AttentionOp attention : attentions)
+  func.walk([&](nn::AttentionGradOp a) { attentions.push_back(a); });
+  for (Operation *attention : attentions)
     if (failed(ulyssesAttention(attention)))
       return failure();
   return success();
 }
 
-LogicalResult Megatron::ulyssesAttention(nn::AttentionOp attention) {
-  // Around attention, heads instead of the sequence are split over sp: one
-  // all-to-all per input before, one for the output after.
+/// Around attention, heads instead of the sequence are split over sp: one
+/// all-to-all per input before, one per output after. Its backward
+/// (nn.attention_grad) does the same: its query, key and value are the
+/// forward's (their all-to-alls are shared), its `out` is the forward's
+/// result while still split by heads, and the output gradient and the
+/// three input gradients each take one all-to-all, as DeepSpeed-Ulysses'
+/// backward does.
+LogicalResult Megatron::ulyssesAttention(Operation *attention) {
+  auto grad = dyn_cast<nn::AttentionGradOp>(attention);
   for (unsigned i : {0u, 1u, 2u}) {
     auto type = cast<RankedTensorType>(attention->getOperand(i).getType());
     if (type.getDimSize(kAttentionHeadsDim) % headSplit() != 0)
-      return attention.emitError()
+      return attention->emitError()
              << "--sp-mode ulysses splits attention heads over "
              << (tp > 1 ? tpAxis.str() + "×" : "") << spAxis << "="
              << headSplit() << ", but "
@@ -596,25 +604,38 @@ LogicalResult Megatron::ulyssesAttention(nn::AttentionOp attention) {
     headAxes.push_back(tpAxis);
   headAxes.push_back(spAxis);
   OpBuilder b(attention);
-  for (unsigned i : {0u, 1u, 2u}) {
-    Value input = attention->getOperand(i);
+  auto byHeads = [&](OpOperand &operand) {
+    Value input = operand.get();
     auto type = cast<RankedTensorType>(input.getType());
-    attention->setOperand(
-        i, ReshardOp::create(b, attention.getLoc(), input,
-                             batchAnd(type, kAttentionHeadsDim, headAxes)));
+    operand.set(
+        ReshardOp::create(b, attention->getLoc(), input,
+                          batchAnd(type, kAttentionHeadsDim, headAxes)));
+  };
+  for (unsigned i : {0u, 1u, 2u})
+    byHeads(attention->getOpOperand(i));
+  if (grad) {
+    // The forward's result before its reshard back to the sequence split.
+    auto back = grad.getOut().getDefiningOp<ReshardOp>();
+    if (back && back.getInput().getDefiningOp<nn::AttentionOp>())
+      grad.getOutMutable().assign(back.getInput());
+    else
+      byHeads(grad.getOutMutable());
+    byHeads(grad.getDoutMutable());
   }
   b.setInsertionPointAfter(attention);
-  auto type = cast<RankedTensorType>(attention.getType());
-  ShardingAttr back = batchAnd(type, kAttentionSequenceDim, {spAxis});
-  if (tp > 1) {
-    SmallVector<SmallVector<StringRef>> dims;
-    for (int64_t d = 0; d < back.getRank(); ++d)
-      dims.push_back(back.getAxesOfDim(d));
-    dims[kAttentionHeadsDim].push_back(tpAxis);
-    back = ShardingAttr::get(b.getContext(), mesh.getSymName(), dims);
+  for (Value result : attention->getResults()) {
+    auto type = cast<RankedTensorType>(result.getType());
+    ShardingAttr back = batchAnd(type, kAttentionSequenceDim, {spAxis});
+    if (tp > 1) {
+      SmallVector<SmallVector<StringRef>> dims;
+      for (int64_t d = 0; d < back.getRank(); ++d)
+        dims.push_back(back.getAxesOfDim(d));
+      dims[kAttentionHeadsDim].push_back(tpAxis);
+      back = ShardingAttr::get(b.getContext(), mesh.getSymName(), dims);
+    }
+    auto reshard = ReshardOp::create(b, attention->getLoc(), result, back);
+    result.replaceAllUsesExcept(reshard, reshard);
   }
-  auto reshard = ReshardOp::create(b, attention.getLoc(), attention, back);
-  attention.getResult().replaceAllUsesExcept(reshard, reshard);
   return success();
 }
 
