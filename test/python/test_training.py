@@ -496,3 +496,53 @@ def test_c_api_train_step(tmp_path):
     lib.partita_session_destroy(session)
     np.testing.assert_allclose(losses, reference("gpt2")["sgd/loss"],
                                rtol=1e-4)
+
+
+def report_collectives(tmp_path, name, mesh):
+    """Rank 0's collectives in the report of a step: (kind, axes) ->
+    (count, payload bytes)."""
+    report = tmp_path / "report.json"
+    compile_step(tmp_path, name, "--optimizer", "adamw:lr=1e-3",
+                 "--report", str(report), mesh=mesh)
+    rank = json.loads(report.read_text())["ranks"][0]
+    return {(c["kind"], tuple(c["axes"])): (c["count"], c["payload"])
+            for c in rank["collectives"]}
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "gpt_neox"])
+def test_data_parallel_reduces_each_gradient_once(tmp_path, name):
+    # The closed form: 2(n-1)/n x the gradients' bytes (the payload, at
+    # n=2), plus the loss's two scalars. Rows of an embedding that no
+    # position of the batch reads have a zero gradient on every rank, and
+    # are not reduced (GPT-2's and BERT's 64 positions, 16 read). GPT-NeoX
+    # adds attention and MLP to the same residual, so the two output
+    # biases of a layer have one gradient, reduced once for both.
+    collectives = report_collectives(tmp_path, name, "dp=2")
+    assert set(collectives) == {("all_reduce", ("dp",))}
+    count, payload = collectives[("all_reduce", ("dp",))]
+    model = MANIFEST["models"][name]
+    gradient_bytes = 4 * model["parameter_elements"]
+    unread = shared = 0
+    if name in ("gpt2", "bert"):
+        unread = (64 - model["sequence"]) * 32 * 4
+    if name == "gpt_neox":
+        shared = 2
+    assert count == model["parameters"] - shared + 2
+    assert payload == gradient_bytes - unread - shared * 32 * 4 + 8
+
+
+def test_tensor_parallel_layer_reduces_twice_each_way(tmp_path):
+    # Llama at tp=2: per layer two all-reduces of b*s*h in the forward and
+    # two in the backward (Megatron's), plus the vocabulary-parallel
+    # embedding's and the LM head's input gradient; the loss moves scalars
+    # per position (max, sum of exponentials) and the loss itself.
+    model = MANIFEST["models"]["llama"]
+    bsh = model["batch"] * model["sequence"] * 32 * 4
+    collectives = report_collectives(tmp_path, "llama", "tp=2")
+    assert set(collectives) == {("all_reduce", ("tp",))}
+    count, payload = collectives[("all_reduce", ("tp",))]
+    layers = 2
+    positions = model["batch"] * model["sequence"] * 4
+    big = 4 * layers + 2
+    assert count == big + 5 + 1
+    assert payload == big * bsh + 5 * positions + 4
