@@ -36,8 +36,6 @@ struct Case {
   std::vector<Arg> args;
   /// The body: defines %y of `resultType` from the arguments.
   std::string body, resultType;
-  /// The nn ops whose rules it checks.
-  std::vector<std::string> ops;
   /// The step of the f32 central difference: larger where the function is
   /// linear and rounds (a cast to f16), so that rounding does not swamp it.
   double h = 1e-2;
