@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "DerivativeCases.h"
+#include "NNInterpreter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -181,6 +182,68 @@ TEST_P(Derivatives, MatchFiniteDifferences) {
     EXPECT_NEAR(analytic, numeric,
                 1e-2 * std::max(std::fabs(analytic), std::fabs(numeric)) + 2e-3)
         << c.name << ", direction " << direction;
+  }
+}
+
+/// The fp64 check's reference interpreter (NNInterpreter.h) computes what
+/// the runtime's kernels compute: the differentiated function's loss and
+/// gradients agree on the same inputs, to f32's accuracy (f16's where the
+/// case rounds to f16, which the interpreter does not), so that the fp64
+/// check is of the ops' real semantics (rope's layout, causal alignment).
+TEST_P(Derivatives, InterpreterAgreesWithTheRuntime) {
+  const Case &c = GetParam();
+  Context context;
+  std::string text = functionText(c);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
+  ASSERT_TRUE(module) << text;
+  OwningOpRef<ModuleOp> lowered = module->clone();
+  Compiled compiled;
+  ASSERT_TRUE(compile(context, *lowered, true, compiled)) << text;
+  PassManager pm(&context, ModuleOp::getOperationName());
+  pm.nest<func::FuncOp>().addPass(mlir::partita::createDifferentiatePass());
+  ASSERT_TRUE(succeeded(pm.run(*module)));
+  auto func = module->lookupSymbol<func::FuncOp>("main");
+  bool rounds16 = false;
+  func.walk([&](Operation *op) {
+    for (Type type : op->getResultTypes())
+      if (auto tensor = dyn_cast<RankedTensorType>(type))
+        rounds16 |=
+            tensor.getElementType().isF16() || tensor.getElementType().isBF16();
+  });
+
+  std::mt19937 rng(std::hash<std::string>()(c.name) & 0xffffffff);
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DoubleTensor> doubles;
+  std::normal_distribution<double> normal;
+  for (size_t i = 0; i <= c.args.size(); ++i) {
+    bool cotangent = i == c.args.size();
+    shapes.push_back(shapeOf(cotangent ? c.resultType : c.args[i].type));
+    std::vector<float> values(countOf(shapes.back()));
+    std::uniform_real_distribution<double> dist(
+        cotangent ? -1.0 : c.args[i].low, cotangent ? 1.0 : c.args[i].high);
+    for (float &v : values)
+      v = static_cast<float>(cotangent ? normal(rng) : dist(rng));
+    doubles.push_back({shapes.back(), {values.begin(), values.end()}});
+    inputs.push_back(std::move(values));
+  }
+  std::vector<std::vector<float>> outputs;
+  ASSERT_TRUE(run(compiled, inputs, shapes, outputs));
+  llvm::Expected<std::vector<DoubleTensor>> reference =
+      interpretInDouble(func, doubles);
+  ASSERT_TRUE(static_cast<bool>(reference))
+      << llvm::toString(reference.takeError());
+  ASSERT_EQ(reference->size(), outputs.size());
+  const double relative = rounds16 ? 2e-3 : 1e-4;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    double size = 0;
+    for (double x : (*reference)[k].values)
+      size = std::max(size, std::fabs(x));
+    ASSERT_EQ((*reference)[k].values.size(), outputs[k].size());
+    for (size_t i = 0; i < outputs[k].size(); ++i)
+      EXPECT_NEAR(outputs[k][i], (*reference)[k].values[i],
+                  relative * size + 1e-6)
+          << c.name << ", result " << k << " [" << i << "]";
   }
 }
 
