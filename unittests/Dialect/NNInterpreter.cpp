@@ -7,13 +7,11 @@
 #include "NNInterpreter.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 using namespace mlir;
@@ -250,35 +248,9 @@ llvm::Error Interpreter::constant(nn::ConstantOp op) {
     }
     return bind(op.getResult(), std::move(r));
   }
-  // A blob (an index table above nn.constant's inline limit): its bytes
-  // as the element type lays them out.
-  if (auto resource = dyn_cast<DenseResourceElementsAttr>(value)) {
-    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
-    if (!blob)
-      return fail(op, "a resource without a blob");
-    ArrayRef<char> bytes = blob->getData();
-    auto read = [&](auto zero) -> llvm::Error {
-      using T = decltype(zero);
-      if (bytes.size() != r.values.size() * sizeof(T))
-        return fail(op, "a blob of the wrong size");
-      for (size_t i = 0; i < r.values.size(); ++i) {
-        T x;
-        std::memcpy(&x, bytes.data() + i * sizeof(T), sizeof(T));
-        r.values[i] = static_cast<double>(x);
-      }
-      return llvm::Error::success();
-    };
-    llvm::Error readError = element.isF32()         ? read(float())
-                            : element.isInteger(64) ? read(int64_t())
-                            : element.isInteger(32)
-                                ? read(int32_t())
-                                : fail(op, "a blob of an element type the "
-                                           "interpreter does not read");
-    if (readError)
-      return readError;
-    return bind(op.getResult(), std::move(r));
-  }
-  return fail(op, "a value the interpreter cannot read (a weight view?)");
+  // A blob or a weight view: a case keeps its constants inline (up to
+  // nn.constant's inline limit, which the rules' index tables stay under).
+  return fail(op, "a value other than an inline dense one");
 }
 
 llvm::Error Interpreter::reduce(nn::ReduceOp op) {
