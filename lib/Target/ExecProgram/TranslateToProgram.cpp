@@ -103,9 +103,10 @@ program::Attribute intsAttr(ArrayRef<int64_t> v) {
   return a;
 }
 
-/// The attributes docs/exec-program.md gives each kernel.
-void setAttributes(Operation *op,
-                   google::protobuf::Map<std::string, program::Attribute> &m) {
+} // namespace
+
+void mlir::partita::setKernelAttributes(
+    Operation *op, google::protobuf::Map<std::string, program::Attribute> &m) {
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::CompareOp o) {
         m["direction"] =
@@ -175,6 +176,8 @@ void setAttributes(Operation *op,
       .Case<nn::ConcatOp, nn::SplitOp, nn::KvCacheWriteOp>(
           [&](auto o) { m["axis"] = intAttr(o.getAxis()); });
 }
+
+namespace {
 
 class Translator {
 public:
@@ -483,7 +486,7 @@ void Translator::emitKernel(Operation *head, ArrayRef<Operation *> steps,
       kernel->add_results(bufferOf(res));
   else
     kernel->add_results(bufferOf(resultValue));
-  setAttributes(head, *kernel->mutable_attributes());
+  setKernelAttributes(head, *kernel->mutable_attributes());
   Value chain = head->getResult(0);
   for (Operation *step : steps) {
     program::ElementwiseStep *s = kernel->add_epilogue();
@@ -494,7 +497,7 @@ void Translator::emitKernel(Operation *head, ArrayRef<Operation *> steps,
       s->set_operand(bufferOf(step->getOperand(chainFirst ? 1 : 0)));
       s->set_operand_first(!chainFirst);
     }
-    setAttributes(step, *s->mutable_attributes());
+    setKernelAttributes(step, *s->mutable_attributes());
     chain = step->getResult(0);
   }
   ++result.numKernels;

@@ -112,6 +112,14 @@ ExecCollectiveStat getCollectiveStat(Operation *op, int64_t groupSize);
 /// planned function of a module.
 void registerToExecProgramTranslation();
 
+/// Writes into `attributes` those the kernel of nn op `op` takes
+/// (docs/exec-program.md; OpVocabulary.def lists them), as the translation
+/// gives them to a kernel or an epilogue step.
+void setKernelAttributes(
+    Operation *op,
+    google::protobuf::Map<std::string, ::partita::program::Attribute>
+        &attributes);
+
 /// The exec DType of an nn element type, or DTYPE_UNSPECIFIED.
 ::partita::program::DType getExecDType(Type elementType);
 
