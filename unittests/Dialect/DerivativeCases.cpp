@@ -206,6 +206,15 @@ const std::vector<Case> &mlir::partita::test::cases() {
   %cs = nn.slice %c start = [1, 0] limit = [2, 2] stride = [1, 1] : tensor<2x5xf32> -> tensor<1x2xf32>
   %y = nn.mul %ks, %cs : (tensor<1x2xf32>, tensor<1x2xf32>) -> tensor<1x2xf32>)",
        "tensor<1x2xf32>"},
+      // Strided slices: strides 2 and 3 from nonzero starts, one whose
+      // last stride runs past the input's end, and a stride of a stride.
+      {"strided_slice",
+       {{"a", "tensor<3x7xf32>", true}},
+       R"(  %s1 = nn.slice %a start = [0, 1] limit = [3, 7] stride = [2, 3] : tensor<3x7xf32> -> tensor<2x2xf32>
+  %s2 = nn.slice %a start = [1, 2] limit = [3, 7] stride = [1, 2] : tensor<3x7xf32> -> tensor<2x3xf32>
+  %s3 = nn.slice %s2 start = [0, 0] limit = [2, 3] stride = [1, 2] : tensor<2x3xf32> -> tensor<2x2xf32>
+  %y = nn.mul %s1, %s3 : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>)",
+       "tensor<2x2xf32>"},
       // Along a middle axis with a negative index, and a scalar index.
       {"gather",
        {{"a", "tensor<3x4x2xf32>", true}},

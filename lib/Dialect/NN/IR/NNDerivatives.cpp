@@ -495,28 +495,51 @@ LogicalResult sliceVjp(SliceOp op, Rule &r, Value g,
     out.push_back(Value());
     return success();
   }
-  if (llvm::any_of(op.getStride(), [](int64_t s) { return s != 1; }))
-    return op.emitOpError("cannot be differentiated: no vector-Jacobian "
-                          "product for a strided slice yet");
   RankedTensorType in = Rule::typeOf(op.getInput());
   Value grad = g;
   SmallVector<int64_t> shape(Rule::typeOf(g).getShape());
+  auto zeros = [&](int64_t d, int64_t size) {
+    SmallVector<int64_t> piece(shape);
+    piece[d] = size;
+    return r.zeros(in.clone(piece));
+  };
   for (int64_t d = 0; d < in.getRank(); ++d) {
-    int64_t before = op.getStart()[d],
-            after = in.getDimSize(d) - op.getLimit()[d];
-    if (before == 0 && after == 0)
+    int64_t start = op.getStart()[d], stride = op.getStride()[d];
+    int64_t taken = shape[d];
+    if (stride != 1) {
+      // Element i of g goes to position i * stride of a run of
+      // taken * stride: each followed by stride - 1 zeros, ([taken, 1]
+      // beside [taken, stride - 1], flattened), cut where the input ends.
+      SmallVector<int64_t> split(shape);
+      split.insert(split.begin() + d + 1, 1);
+      Value column = ReshapeOp::create(r.b, r.loc, in.clone(split), grad);
+      split[d + 1] = stride - 1;
+      Value gaps = r.zeros(in.clone(split));
+      split[d + 1] = stride;
+      Value spread = ConcatOp::create(r.b, r.loc, in.clone(split),
+                                      ValueRange{column, gaps},
+                                      static_cast<uint64_t>(d + 1));
+      shape[d] = taken * stride;
+      grad = ReshapeOp::create(r.b, r.loc, in.clone(shape), spread);
+      int64_t kept = std::min(shape[d], in.getDimSize(d) - start);
+      if (kept < shape[d]) {
+        SmallVector<int64_t> from(shape.size(), 0), to(shape),
+            step(shape.size(), 1);
+        to[d] = kept;
+        shape[d] = kept;
+        grad =
+            SliceOp::create(r.b, r.loc, in.clone(shape), grad, from, to, step);
+      }
+    }
+    int64_t after = in.getDimSize(d) - start - shape[d];
+    if (start == 0 && after == 0)
       continue;
     SmallVector<Value> pieces;
-    auto zerosOf = [&](int64_t size) {
-      SmallVector<int64_t> piece(shape);
-      piece[d] = size;
-      pieces.push_back(r.zeros(in.clone(piece)));
-    };
-    if (before)
-      zerosOf(before);
+    if (start)
+      pieces.push_back(zeros(d, start));
     pieces.push_back(grad);
     if (after)
-      zerosOf(after);
+      pieces.push_back(zeros(d, after));
     shape[d] = in.getDimSize(d);
     grad = ConcatOp::create(r.b, r.loc, in.clone(shape), pieces,
                             static_cast<uint64_t>(d));

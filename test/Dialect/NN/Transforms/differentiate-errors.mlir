@@ -54,13 +54,3 @@ func.func @no_parameter(%w: tensor<4xf32>) -> (tensor<f32> {partita.loss}) {
   %l = nn.reduce sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
-
-// -----
-
-// A strided slice has no rule yet.
-func.func @strided(%w: tensor<4xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
-  // expected-error @+1 {{'nn.slice' op cannot be differentiated: no vector-Jacobian product for a strided slice yet}}
-  %s = nn.slice %w start = [0] limit = [4] stride = [2] : tensor<4xf32> -> tensor<2xf32>
-  %l = nn.reduce sum %s axes = [0] : tensor<2xf32> -> tensor<f32>
-  return %l : tensor<f32>
-}
