@@ -461,33 +461,21 @@ bool isFloatTensor(Value v) {
   return type && isa<FloatType>(type.getElementType());
 }
 
-/// Adds `func`'s ops whose rule partita-differentiate calls, found as the
-/// pass finds them: a float result depends on a parameter and reaches the
-/// loss. An op without operands (nn.constant) counts where it is.
+/// Adds `func`'s ops whose rule partita-differentiate calls: those with an
+/// active result (getActiveValues, the pass's own analysis). An op without
+/// operands (nn.constant) counts where it is.
 void scan(func::FuncOp func, Coverage &coverage) {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  llvm::DenseSet<Value> varied, useful;
+  SmallVector<Value> parameters;
   for (BlockArgument arg : body.getArguments())
     if (func.getArgAttr(arg.getArgNumber(), nn::NNDialect::kParameterAttrName))
-      varied.insert(arg);
-  for (Operation &op : body.without_terminator())
-    if (llvm::any_of(op.getOperands(),
-                     [&](Value v) { return varied.contains(v); }))
-      for (Value result : op.getResults())
-        if (isFloatTensor(result))
-          varied.insert(result);
+      parameters.push_back(arg);
+  llvm::DenseSet<Value> activeValues;
   for (unsigned i = 0; i < func.getNumResults(); ++i)
     if (func.getResultAttr(i, nn::NNDialect::kLossAttrName))
-      useful.insert(ret.getOperand(i));
-  for (Operation &op : llvm::reverse(body.without_terminator()))
-    if (llvm::any_of(op.getResults(),
-                     [&](Value v) { return useful.contains(v); }))
-      for (Value operand : op.getOperands())
-        useful.insert(operand);
-  auto active = [&](Value v) {
-    return varied.contains(v) && useful.contains(v);
-  };
+      activeValues = getActiveValues(body, parameters, ret.getOperand(i));
+  auto active = [&](Value v) { return activeValues.contains(v); };
 
   for (Operation &op : body.without_terminator()) {
     if (op.getNumOperands() && llvm::none_of(op.getResults(), active))

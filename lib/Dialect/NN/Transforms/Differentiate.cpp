@@ -29,6 +29,34 @@ bool isFloatTensor(Value v) {
   return type && isa<FloatType>(type.getElementType());
 }
 
+} // namespace
+
+llvm::DenseSet<Value> mlir::partita::getActiveValues(Block &body,
+                                                     ArrayRef<Value> parameters,
+                                                     Value loss) {
+  // Forward: what depends on a parameter; backward: what reaches the loss.
+  llvm::DenseSet<Value> varied(parameters.begin(), parameters.end());
+  for (Operation &op : body.without_terminator())
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return varied.contains(v); }))
+      for (Value result : op.getResults())
+        if (isFloatTensor(result))
+          varied.insert(result);
+  llvm::DenseSet<Value> useful{loss};
+  for (Operation &op : llvm::reverse(body.without_terminator()))
+    if (llvm::any_of(op.getResults(),
+                     [&](Value v) { return useful.contains(v); }))
+      for (Value operand : op.getOperands())
+        useful.insert(operand);
+  llvm::DenseSet<Value> active;
+  for (Value v : varied)
+    if (useful.contains(v))
+      active.insert(v);
+  return active;
+}
+
+namespace {
+
 struct DifferentiatePass
     : mlir::partita::impl::DifferentiatePassBase<DifferentiatePass> {
   using Base::Base;
@@ -91,24 +119,9 @@ struct DifferentiatePass
       return signalPassFailure();
     }
 
-    // The active values: float values that depend on a parameter (forward)
-    // and reach the loss (backward).
-    llvm::DenseSet<Value> varied(parameters.begin(), parameters.end());
-    for (Operation &op : body.without_terminator())
-      if (llvm::any_of(op.getOperands(),
-                       [&](Value v) { return varied.contains(v); }))
-        for (Value result : op.getResults())
-          if (isFloatTensor(result))
-            varied.insert(result);
-    llvm::DenseSet<Value> useful{loss};
-    for (Operation &op : llvm::reverse(body.without_terminator()))
-      if (llvm::any_of(op.getResults(),
-                       [&](Value v) { return useful.contains(v); }))
-        for (Value operand : op.getOperands())
-          useful.insert(operand);
-    auto active = [&](Value v) {
-      return varied.contains(v) && useful.contains(v);
-    };
+    llvm::DenseSet<Value> activeValues = getActiveValues(
+        body, SmallVector<Value>(parameters.begin(), parameters.end()), loss);
+    auto active = [&](Value v) { return activeValues.contains(v); };
 
     OpBuilder b(ret);
     // The backward's ops are those built before the return from here on.

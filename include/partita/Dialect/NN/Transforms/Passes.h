@@ -11,11 +11,18 @@
 #include "mlir/Pass/Pass.h"
 #include "partita/Dialect/NN/IR/NNDialect.h"
 #include "partita/Options/CommandLine.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace mlir::partita {
 
 #define GEN_PASS_DECL
 #include "partita/Dialect/NN/Transforms/Passes.h.inc"
+
+/// The values partita-differentiate differentiates through in `body`: float
+/// values that depend on one of `parameters` and reach `loss`. An op is
+/// given its vector-Jacobian product where one of its results is active.
+llvm::DenseSet<Value> getActiveValues(Block &body, ArrayRef<Value> parameters,
+                                      Value loss);
 
 } // namespace mlir::partita
 
