@@ -913,18 +913,17 @@ ShardingAttr Partitioner::getOperandNeed(Operation *op,
 /// where sums meet: the cotangents of a value used several times (a tied
 /// weight's two uses over dp, the query, key and value projections' input
 /// gradients over tp) are added before one reduction, not each reduced.
-/// It is taken only where it moves no more bytes:
+/// It is taken only where it moves fewer bytes, or as many through a
+/// reshape or transpose (on the way to a sum):
 /// - every operand of the set is partial over the same axes;
 /// - each is read only here (another reader would reduce it anyway, and
 ///   the result a second time);
-/// - the results are no larger than those operands (a broadcast reduces
+/// - the results are smaller than those operands (a broadcast reduces
 ///   first).
 /// Where the plan splits a dimension of the op over those axes (Megatron-SP
 /// splits the residual stream's sequence over tp), the op computes whole
-/// instead and its result is reduce-scattered later; that is taken only
-/// where it moves fewer bytes (the sum of two cotangents), not for the
-/// same bytes and more arithmetic. The op's other operands are read as
-/// without partial sums.
+/// instead and its result is reduce-scattered later. The op's other
+/// operands are read as without partial sums.
 std::optional<Partitioner::PassThrough>
 Partitioner::findPassThrough(Operation *op, const ShardingRule &rule,
                              const FactorAxes &assignment) {
@@ -977,7 +976,14 @@ Partitioner::findPassThrough(Operation *op, const ShardingRule &rule,
                                          mesh,
                                          /*withPartial=*/false))
                  .getNumElements();
-    if (out > in || (dropped && out == in))
+    // Moving a reduction later for the same bytes pays only where a later
+    // op merges it (the sum of two cotangents); through a reshape or a
+    // transpose it may reach one. Through arithmetic it would not, and
+    // would start later: a gradient scaled by the learning rate in the
+    // optimizer would be reduced there, not where the backward computes
+    // it, and overlap nothing.
+    bool view = isa<nn::ReshapeOp, nn::TransposeOp>(op) && !dropped;
+    if (out > in || (out == in && !view))
       continue;
     return PassThrough{SmallVector<unsigned>(set),
                        partialAxes(op->getOperand(set.front())),
