@@ -133,7 +133,9 @@ LogicalResult checkTrainingOptions(MLIRContext &context,
           {!options.optimizer.empty(), "--optimizer"},
           {!options.freeze.empty(), "--freeze"},
           {options.clipGradNorm != 0, "--clip-grad-norm"},
-          {options.outputGradients, "--output-gradients"}})
+          {options.outputGradients, "--output-gradients"},
+          {options.gradBucketBytes != CompilerOptions().gradBucketBytes,
+           "--grad-bucket-bytes"}})
       if (given)
         return fail(context, flag + " needs --train");
     return success();

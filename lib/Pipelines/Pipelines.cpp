@@ -114,6 +114,12 @@ void mlir::partita::buildPartitionPipeline(OpPassManager &pm,
     windowed.force = options.collectiveMatmul == CollectiveMatmulMode::Always;
     pm.addPass(createCollectiveMatmulPass(windowed));
   }
+  // A training step's gradients all-reduced together, in buckets.
+  if (options.train && options.gradBucketBytes > 0) {
+    BucketCollectivesPassOptions buckets;
+    buckets.bucketBytes = options.gradBucketBytes;
+    pm.addPass(createBucketCollectivesPass(buckets));
+  }
   // Stages are cut last, on local shapes and with the collectives in place,
   // so that the cost model sees what each stage really runs.
   PipelineSplitPassOptions split;

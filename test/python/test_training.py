@@ -184,6 +184,7 @@ def test_all_labels_ignored_gives_nan_as_torch(tmp_path, mesh):
       "--clip-grad-norm", "-1"], "--clip-grad-norm must be 0 or more"),
     (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
       "--dtype", "bf16"], "--train trains fp32 parameters"),
+    (["--grad-bucket-bytes", "1024"], "--grad-bucket-bytes needs --train"),
 ])
 def test_training_flags_are_checked(tmp_path, flags, message):
     compiled = subprocess.run(
@@ -498,12 +499,12 @@ def test_c_api_train_step(tmp_path):
                                rtol=1e-4)
 
 
-def report_collectives(tmp_path, name, mesh):
+def report_collectives(tmp_path, name, mesh, *flags):
     """Rank 0's collectives in the report of a step: (kind, axes) ->
     (count, payload bytes)."""
     report = tmp_path / "report.json"
     compile_step(tmp_path, name, "--optimizer", "adamw:lr=1e-3",
-                 "--report", str(report), mesh=mesh)
+                 "--report", str(report), *flags, mesh=mesh)
     rank = json.loads(report.read_text())["ranks"][0]
     return {(c["kind"], tuple(c["axes"])): (c["count"], c["payload"])
             for c in rank["collectives"]}
@@ -516,8 +517,10 @@ def test_data_parallel_reduces_each_gradient_once(tmp_path, name):
     # position of the batch reads have a zero gradient on every rank, and
     # are not reduced (GPT-2's and BERT's 64 positions, 16 read). GPT-NeoX
     # adds attention and MLP to the same residual, so the two output
-    # biases of a layer have one gradient, reduced once for both.
-    collectives = report_collectives(tmp_path, name, "dp=2")
+    # biases of a layer have one gradient, reduced once for both. Without
+    # buckets, so that each reduction is counted.
+    collectives = report_collectives(tmp_path, name, "dp=2",
+                                     "--grad-bucket-bytes", "0")
     assert set(collectives) == {("all_reduce", ("dp",))}
     count, payload = collectives[("all_reduce", ("dp",))]
     model = MANIFEST["models"][name]
@@ -538,7 +541,8 @@ def test_tensor_parallel_layer_reduces_twice_each_way(tmp_path):
     # per position (max, sum of exponentials) and the loss itself.
     model = MANIFEST["models"]["llama"]
     bsh = model["batch"] * model["sequence"] * 32 * 4
-    collectives = report_collectives(tmp_path, "llama", "tp=2")
+    collectives = report_collectives(tmp_path, "llama", "tp=2",
+                                     "--grad-bucket-bytes", "0")
     assert set(collectives) == {("all_reduce", ("tp",))}
     count, payload = collectives[("all_reduce", ("tp",))]
     layers = 2
@@ -546,3 +550,38 @@ def test_tensor_parallel_layer_reduces_twice_each_way(tmp_path):
     big = 4 * layers + 2
     assert count == big + 5 + 1
     assert payload == big * bsh + 5 * positions + 4
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_gradients_are_reduced_in_buckets(tmp_path, name):
+    # The same bytes as one reduction per gradient, in fewer collectives:
+    # at the default 25 MiB, one bucket of every gradient and one of the
+    # loss's two scalars; at 4 KiB, a bucket closes before it would pass
+    # 4,096 bytes (a gradient larger than that is reduced alone). GPT-2's
+    # position embedding gradient is reduced at the 16 rows the batch
+    # reads and then spread over the table inside the backward, before the
+    # tied token embedding's gradient is complete: that use closes the
+    # bucket, and the token embedding's gradient is reduced alone.
+    single = report_collectives(tmp_path / "single", name, "dp=2",
+                                "--grad-bucket-bytes", "0")
+    default = report_collectives(tmp_path / "default", name, "dp=2")
+    small = report_collectives(tmp_path / "small", name, "dp=2",
+                               "--grad-bucket-bytes", "4096")
+    key = ("all_reduce", ("dp",))
+    count, payload = single[key]
+    assert default[key] == ({"gpt2": 3, "llama": 2}[name], payload)
+    assert small[key][1] == payload
+    assert 2 < small[key][0] < count
+
+
+@pytest.mark.parametrize("mesh", ["dp=2", "dp=2,tp=2"])
+def test_bucket_size_leaves_training_unchanged(tmp_path, mesh):
+    # Buckets sum each element over the same ranks: the losses of 5 AdamW
+    # steps equal torch's whatever the bucket size.
+    for size in ("0", "256"):
+        _, out = train(tmp_path / size, "llama", 5, "--optimizer",
+                       OPTIMIZERS["adamw"]["flag"], "--grad-bucket-bytes",
+                       size, mesh=mesh)
+        np.testing.assert_allclose(np.load(out / "loss.npy"),
+                                   reference("llama")["adamw/loss"],
+                                   rtol=1e-4)

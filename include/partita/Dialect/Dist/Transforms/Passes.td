@@ -273,6 +273,32 @@ def VerifyPipelinePass : Pass<"partita-verify-pipeline", "::mlir::ModuleOp"> {
   }];
 }
 
+def BucketCollectivesPass : Pass<"partita-bucket-collectives",
+                                 "::mlir::ModuleOp"> {
+  let summary = "All-reduce independent sums together, in buckets";
+  let description = [{
+    Groups the `dist.all_reduce sum`s of each block that reduce the same
+    element type over the same axes of the same mesh into buckets of at
+    most `bucket-bytes` (a reduction larger than that is a bucket of its
+    own), as PyTorch's DistributedDataParallel buckets gradients: the
+    members are taken in the order their operands are computed, each
+    flattened and concatenated, reduced by one `dist.all_reduce` placed
+    right after the last member's operand is computed, and sliced back
+    out just before each member's first use. A member joins a bucket only
+    if no use of the bucket's earlier members comes before its operand is
+    computed, so that no use waits on a later gradient. Each element is
+    summed over the same devices as before, so results are unchanged.
+    A bucket carries `dist.reason` naming how many reductions it holds.
+  }];
+  let options = [
+    Option<"bucketBytes", "bucket-bytes", "int64_t",
+           /*default=*/"int64_t(25) << 20",
+           "The most bytes one bucket reduces (0: no buckets)">,
+  ];
+  let dependentDialects = ["::mlir::partita::dist::DistDialect",
+                           "::mlir::partita::nn::NNDialect"];
+}
+
 def AsyncCollectivesPass : Pass<"partita-async-collectives",
                                 "::mlir::ModuleOp"> {
   let summary = "Start collectives early and wait for them late";
