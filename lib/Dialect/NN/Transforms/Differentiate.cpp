@@ -13,6 +13,8 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace mlir::partita {
 #define GEN_PASS_DEF_DIFFERENTIATEPASS
@@ -56,6 +58,41 @@ llvm::DenseSet<Value> mlir::partita::getActiveValues(Block &body,
 }
 
 namespace {
+
+/// Marks the forward values `backward` (the ops the pass built, less
+/// `erased`) reads: each defining op gets the indices of those results,
+/// the function their bytes in all. They are what the step keeps alive
+/// from its forward to its backward: the rules decide it by what they
+/// read (docs/training.md).
+void recordSaved(func::FuncOp func, ArrayRef<Operation *> backward,
+                 const llvm::SmallPtrSetImpl<Operation *> &erased) {
+  llvm::SmallPtrSet<Operation *, 32> built(backward.begin(), backward.end());
+  llvm::MapVector<Operation *, SmallVector<int64_t>> saved;
+  int64_t bytes = 0;
+  for (Operation *op : backward) {
+    if (erased.contains(op))
+      continue;
+    for (Value operand : op->getOperands()) {
+      auto result = dyn_cast<OpResult>(operand);
+      if (!result || built.contains(result.getOwner()) ||
+          result.getOwner()->hasTrait<OpTrait::ConstantLike>())
+        continue;
+      SmallVector<int64_t> &indices = saved[result.getOwner()];
+      if (llvm::is_contained(indices, result.getResultNumber()))
+        continue;
+      indices.push_back(result.getResultNumber());
+      auto type = cast<RankedTensorType>(result.getType());
+      bytes += type.getNumElements() *
+               llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+    }
+  }
+  Builder b(func.getContext());
+  for (auto &[op, indices] : saved) {
+    llvm::sort(indices);
+    op->setAttr(nn::NNDialect::kSavedAttrName, b.getDenseI64ArrayAttr(indices));
+  }
+  func->setAttr(nn::NNDialect::kSavedBytesAttrName, b.getI64IntegerAttr(bytes));
+}
 
 struct DifferentiatePass
     : mlir::partita::impl::DifferentiatePassBase<DifferentiatePass> {
@@ -200,9 +237,13 @@ struct DifferentiatePass
                                      : &body.front();
          op != ret; op = op->getNextNode())
       backward.push_back(op);
+    llvm::SmallPtrSet<Operation *, 32> erased;
     for (Operation *op : llvm::reverse(backward))
-      if (isOpTriviallyDead(op))
+      if (isOpTriviallyDead(op)) {
+        erased.insert(op);
         op->erase();
+      }
+    recordSaved(func, backward, erased);
     func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),
                                    resultTypes));
     for (auto [i, name] : llvm::enumerate(names))

@@ -68,3 +68,27 @@ func.func @cross_entropy(%x: tensor<4x3xf32>, %onehot: tensor<4x5xf32>,
   %loss = nn.neg %mean : tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// What the backward keeps from the forward, as the rules decide by what
+// they read: relu's rule reads its input (the matmul's result), tanh's its
+// result; the input x is an argument, held anyway. Each such op lists the
+// results it keeps, the function their bytes (2 x 2x4 f32).
+// CHECK-LABEL: func.func @saved
+// CHECK-SAME: attributes {partita.saved_bytes = 64 : i64}
+// CHECK: nn.matmul %arg0, %arg1 {partita.saved = array<i64: 0>}
+// CHECK-NEXT: nn.relu
+// CHECK-NOT: partita.saved
+// CHECK-SAME: tensor<2x4xf32>
+// CHECK-NEXT: nn.tanh {{.*}} {partita.saved = array<i64: 0>}
+// CHECK-NEXT: nn.reduce sum
+// CHECK-NOT: partita.saved
+// CHECK: return
+func.func @saved(%x: tensor<2x3xf32>, %w: tensor<3x4xf32> {partita.parameter = "w"}) -> (tensor<f32> {partita.loss}) {
+  %h = nn.matmul %x, %w : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %r = nn.relu %h : tensor<2x4xf32>
+  %t = nn.tanh %r : tensor<2x4xf32>
+  %l = nn.reduce sum %t axes = [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -84,6 +84,12 @@ def NN_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kLossAttrName = "partita.loss";
     static constexpr ::llvm::StringLiteral kGradientAttrName =
         "partita.gradient";
+    /// On a forward op: the indices of its results the backward reads
+    /// (the values a training step keeps from its forward for its
+    /// backward); on the function, their bytes in all.
+    static constexpr ::llvm::StringLiteral kSavedAttrName = "partita.saved";
+    static constexpr ::llvm::StringLiteral kSavedBytesAttrName =
+        "partita.saved_bytes";
     /// On the function: the classes a cross-entropy loss's labels index.
     static constexpr ::llvm::StringLiteral kLossClassesAttrName =
         "partita.loss_classes";
