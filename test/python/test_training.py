@@ -101,7 +101,7 @@ def test_decomposed_attention_trains_alike(tmp_path, name, mesh):
                                reference(name)["adamw/loss"], rtol=1e-4)
 
 
-@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("mesh", MESHES + ["sp=4/ring", "dp=2,sp=2/ring"])
 @pytest.mark.parametrize("name", NAMES)
 def test_gradients_match_torch(tmp_path, name, mesh):
     _, out = train(tmp_path, name, 1, "--optimizer", "sgd:lr=0",

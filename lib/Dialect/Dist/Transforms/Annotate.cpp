@@ -681,6 +681,12 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
              << length << " positions";
     attention->setAttr(kRingAttr, StringAttr::get(context, spAxis));
   }
+  // A training step's backward runs as a ring too (RingAttention).
+  func.walk([&](nn::AttentionGradOp grad) {
+    if (grad.getQuery().getType().getDimSize(kAttentionSequenceDim) == length &&
+        grad.getKey().getType().getDimSize(kAttentionSequenceDim) == length)
+      grad->setAttr(kRingAttr, StringAttr::get(context, spAxis));
+  });
 
   // Causal attention: a zigzag layout gives rank r the chunks r and
   // 2*sp-1-r of 2*sp, so every rank sees as many (query, key) pairs. A mask

@@ -689,6 +689,8 @@ public:
     return p.localOperand(b, op, index, need);
   }
   LogicalResult setResult(unsigned index, Value value) override;
+  LogicalResult setResult(unsigned index, Value value,
+                          const FactorAxes &assign) override;
   void setWholeResult(unsigned index, Value whole) override;
   Operation *cloneWithoutPlan() override {
     Operation *clone = b.clone(*op);
@@ -737,6 +739,22 @@ LogicalResult OpContext::setResult(unsigned index, Value value) {
     return op->emitError() << "partitioning produced " << value.getType()
                            << " for result " << index
                            << " where the plan expects it split as "
+                           << formatSharding(sharding);
+  p.setLocal(result, value, sharding);
+  return success();
+}
+
+LogicalResult OpContext::setResult(unsigned index, Value value,
+                                   const FactorAxes &assign) {
+  Value result = op->getResult(index);
+  ShardingAttr sharding =
+      getTensorSharding(rule, ShardingRule::result(index), assign, p.mesh,
+                        /*withPartial=*/false);
+  if (value.getType() !=
+      p.localType(cast<RankedTensorType>(result.getType()), sharding))
+    return op->emitError() << "partitioning produced " << value.getType()
+                           << " for result " << index
+                           << " where it is split as "
                            << formatSharding(sharding);
   p.setLocal(result, value, sharding);
   return success();

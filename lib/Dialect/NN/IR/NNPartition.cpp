@@ -8,9 +8,10 @@
 // a way their sharding rule cannot say: a constant stays global and each
 // device slices its block; attention planned as a ring passes its key and
 // value blocks around the ring and merges the partial results by online
-// softmax; attention's backward reads its operands whole over the factors
-// its cotangents sum over. They reach the mesh and the collectives only
-// through PartitionContext, which the dist partitioner implements.
+// softmax, and its backward likewise; otherwise attention's backward reads
+// its operands whole over the factors its cotangents sum over. They reach the
+// mesh and the collectives only through PartitionContext, which the dist
+// partitioner implements.
 //
 //===----------------------------------------------------------------------===//
 
@@ -75,20 +76,30 @@ bool carriesFactor(const TensorFactors &tensor, unsigned factor) {
 /// device keeps its query rows and sees every key/value block in turn, one
 /// `nn.attention_partial` per block, passing the block on to the next
 /// device between steps and merging the partial results by online softmax.
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
 class RingAttention {
 public:
-  RingAttention(AttentionOp op, PartitionContext &context,
-                const ShardingRule &rule, AxisList ring)
-      : op(op), context(context), rule(rule), ring(std::move(ring)),
-        b(context.getBuilder()), loc(op.getLoc()),
+  /// `op` is nn.attention or nn.attention_grad: query, key, value and the
+  /// optional `mask` first, then (attention_grad) `out` and `dout`.
+  RingAttention(Operation *op, Value mask, bool causal, double scale,
+                PartitionContext &context, const ShardingRule &rule,
+                AxisList ring)
+      : op(op), globalMask(mask), causal(causal), scaleValue(scale),
+        context(context), rule(rule), ring(std::move(ring)),
+        b(context.getBuilder()), loc(op->getLoc()),
         querySeq(rule.getOperands()[0][2].front()),
         keySeq(rule.getOperands()[1][2].front()) {}
 
+  /// nn.attention: its result.
   LogicalResult build();
+  /// nn.attention_grad: dq, and dk and dv split like k and v.
+  LogicalResult buildBackward();
 
 private:
   static constexpr unsigned kMaskOperand = 3;
 
+  void start();
   void getLocalOperands();
   Value getRingIndex();
   Value getMaskColumns(int64_t t);
@@ -96,11 +107,17 @@ private:
   AttentionPartialOp buildStep(Value key, Value value, Value stepMask,
                                Value keyPos);
   void rotateBlocks(int64_t t);
+  void rotateBlocks(const std::string &why);
   void merge(AttentionPartialOp next);
+  void mergeStats(Value max, Value sum);
+  Value getStepMask(int64_t t);
   Value asColumn(Value x);
   Value scalar(float value);
 
-  AttentionOp op;
+  Operation *op;
+  Value globalMask;
+  bool causal;
+  double scaleValue;
   PartitionContext &context;
   const ShardingRule &rule;
   /// The axes of the ring: those of the query sequence.
@@ -113,8 +130,8 @@ private:
   /// row for all queries (it is split on keys and may travel with them).
   bool maskPerQuery = false, maskTravels = false;
   /// The local operands; the blocks of `k`, `v`, `mask` and `kpos` move
-  /// around the ring.
-  Value q, k, v, mask;
+  /// around the ring (and, in the backward, `dk` and `dv` with them).
+  Value q, k, v, mask, out0, dout;
   /// The global positions of this device's query rows and of the visiting
   /// key block (causal attention only).
   Value qpos, kpos;
@@ -144,35 +161,119 @@ LogicalResult AttentionOp::partition(PartitionContext &context) {
   AxisList ring = context.getAssignment()[rule.getOperands()[0][2].front()];
   if (ring.empty())
     return context.partitionByRule();
-  return RingAttention(*this, context, rule, ring).build();
+  return RingAttention(*this, getMask(), getCausal(), getEffectiveScale(),
+                       context, rule, ring)
+      .build();
 }
 
-LogicalResult RingAttention::build() {
+/// The local operands, positions and types both directions share.
+void RingAttention::start() {
   getLocalOperands();
   ranks = context.getGroupSize(ring);
   auto qType = cast<RankedTensorType>(q.getType());
   rows = qType.getDimSize(2);
   buildPositions();
-  scale = b.getF32FloatAttr(op.getEffectiveScale());
+  scale = b.getF32FloatAttr(scaleValue);
   statsType = RankedTensorType::get(
       {qType.getDimSize(0), qType.getDimSize(1), rows}, b.getF32Type());
   outType =
       RankedTensorType::get({qType.getDimSize(0), qType.getDimSize(1), rows,
                              cast<RankedTensorType>(v.getType()).getDimSize(3)},
                             qType.getElementType());
-  auto first = buildStep(k, v, getMaskColumns(0), kpos);
-  out = first.getResult();
-  rowMax = first.getRowMax();
-  rowSum = first.getRowSum();
   SmallVector<int64_t> column(statsType.getShape());
   column.push_back(1);
   columnType = RankedTensorType::get(column, b.getF32Type());
   boolLike = statsType.clone(b.getI1Type());
+}
+
+LogicalResult RingAttention::build() {
+  start();
+  auto first = buildStep(k, v, getMaskColumns(0), kpos);
+  out = first.getResult();
+  rowMax = first.getRowMax();
+  rowSum = first.getRowSum();
   for (int64_t t = 1; t < ranks; ++t) {
     rotateBlocks(t);
     merge(buildStep(k, v, getMaskColumns(t), kpos));
   }
   return context.setResult(0, out);
+}
+
+/// Ring attention's backward. Block j's share of the softmax of row i is
+/// P_ij = P^j_ij * w_ij, P^j the block's own softmax (what nn.attention_grad
+/// computes over the block alone) and w_ij = l_ij exp(m_ij - M_i) / L_i its
+/// weight in the row (m, l the block's maximum and sum, M, L the row's).
+/// nn.attention_grad over the block with dout scaled by w gives exactly
+/// the block's terms: D = rowsum(w dout * out) = w D_i and dP = w dP, so
+/// dS = P^j (w dP - w D) = P (dP - D), and P^j^T (w dout) = P^T dout. So a
+/// first walk around the ring gathers each block's (m, l) and the rows'
+/// (M, L) (nn.attention_partial, as the forward), and a second computes
+/// each block's cotangents: dq stays with its rows, dk and dv travel with
+/// their key/value block and reach its device after a last step. The
+/// sequence is never gathered; k and v go around the ring twice, dk and
+/// dv once. Causal attention compares global positions: a mask built from
+/// them (and the model's mask) is the step's mask.
+LogicalResult RingAttention::buildBackward() {
+  start();
+  unsigned next = globalMask ? 4 : 3;
+  out0 = context.getOperand(next, context.getAssignment());
+  dout = context.getOperand(next + 1, context.getAssignment());
+  // 1. Each block's statistics, and the rows'.
+  SmallVector<std::pair<Value, Value>> blocks;
+  for (int64_t t = 0; t < ranks; ++t) {
+    if (t)
+      rotateBlocks(t);
+    auto step = buildStep(k, v, getMaskColumns(t), kpos);
+    blocks.push_back({step.getRowMax(), step.getRowSum()});
+    if (t) {
+      mergeStats(step.getRowMax(), step.getRowSum());
+    } else {
+      rowMax = step.getRowMax();
+      rowSum = step.getRowSum();
+    }
+  }
+  rotateBlocks("ring attention backward: the key/value blocks home");
+  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, rowMax,
+                                 scalar(-kInf));
+  Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), rowMax);
+  Value empty = CompareOp::create(b, loc, boolLike, CompareDirection::EQ,
+                                  rowSum, scalar(0));
+  Value total = WhereOp::create(b, loc, statsType, empty, scalar(1), rowSum);
+
+  // 2. Each block's cotangents.
+  Value dq, dk, dv;
+  for (int64_t t = 0; t < ranks; ++t) {
+    std::string why = "ring attention backward step " + std::to_string(t);
+    if (t) {
+      rotateBlocks(t);
+      dk = context.shiftAlongRing(dk, ring, why);
+      dv = context.shiftAlongRing(dv, ring, why);
+    }
+    auto [max, sum] = blocks[t];
+    Value weight = DivOp::create(
+        b, loc,
+        MulOp::create(b, loc,
+                      ExpOp::create(b, loc, SubOp::create(b, loc, max, shift)),
+                      sum),
+        total);
+    Value scaled = MulOp::create(b, loc, dout, asColumn(weight));
+    auto step = AttentionGradOp::create(
+        b, loc, TypeRange{q.getType(), k.getType(), v.getType()}, q, k, v,
+        getStepMask(t), out0, scaled, /*causal=*/nullptr, scale);
+    dq = t ? AddOp::create(b, loc, dq, step.getDq()).getResult() : step.getDq();
+    dk = t ? AddOp::create(b, loc, dk, step.getDk()).getResult() : step.getDk();
+    dv = t ? AddOp::create(b, loc, dv, step.getDv()).getResult() : step.getDv();
+  }
+  std::string why = "ring attention backward: the key/value gradients home";
+  dk = context.shiftAlongRing(dk, ring, why);
+  dv = context.shiftAlongRing(dv, ring, why);
+  FactorAxes split = context.getAssignment();
+  split[keySeq] = ring;
+  if (failed(context.setResult(0, dq)) ||
+      failed(context.setResult(1, dk, split)) ||
+      failed(context.setResult(2, dv, split)))
+    return failure();
+  return success();
 }
 
 /// Keys, values and the key side of the mask are split like the query
@@ -182,7 +283,7 @@ LogicalResult RingAttention::build() {
 /// at every step, reads the columns of the key block visiting it. A mask
 /// with one row for all queries is split on keys and travels with them.
 void RingAttention::getLocalOperands() {
-  maskPerQuery = op.getMask() &&
+  maskPerQuery = globalMask &&
                  carriesFactor(rule.getOperands()[kMaskOperand], querySeq) &&
                  carriesFactor(rule.getOperands()[kMaskOperand], keySeq);
   FactorAxes assignment = context.getAssignment();
@@ -190,19 +291,16 @@ void RingAttention::getLocalOperands() {
   assignment[keySeq] = ring;
   if (!maskPerQuery)
     maskAssignment[keySeq] = ring;
-  SmallVector<Value> operands;
-  for (unsigned i = 0; i < op->getNumOperands(); ++i)
-    operands.push_back(
-        context.getOperand(i, i == kMaskOperand ? maskAssignment : assignment));
-  q = operands[0];
-  k = operands[1];
-  v = operands[2];
-  mask = op.getMask() ? operands[kMaskOperand] : Value();
+  q = context.getOperand(0, assignment);
+  k = context.getOperand(1, assignment);
+  v = context.getOperand(2, assignment);
+  mask =
+      globalMask ? context.getOperand(kMaskOperand, maskAssignment) : Value();
   // The mask travels only if it is split on the key dimension.
   maskTravels =
       mask && !maskPerQuery &&
       cast<RankedTensorType>(mask.getType()).getShape().back() !=
-          cast<RankedTensorType>(op.getMask().getType()).getShape().back();
+          cast<RankedTensorType>(globalMask.getType()).getShape().back();
 }
 
 Value RingAttention::getRingIndex() {
@@ -241,7 +339,7 @@ Value RingAttention::getMaskColumns(int64_t t) {
 /// Causal attention compares global positions: this device's rows are row
 /// block `axis_index` of the program's sequence order.
 void RingAttention::buildPositions() {
-  if (!op.getCausal())
+  if (!causal)
     return;
   int64_t length = rows * ranks;
   SmallVector<int64_t> order(length);
@@ -267,7 +365,10 @@ AttentionPartialOp RingAttention::buildStep(Value key, Value value,
 /// Passes the key/value block (and what travels with it) on to the next
 /// device and receives the previous one's.
 void RingAttention::rotateBlocks(int64_t t) {
-  std::string why = "ring attention step " + std::to_string(t);
+  rotateBlocks("ring attention step " + std::to_string(t));
+}
+
+void RingAttention::rotateBlocks(const std::string &why) {
   k = context.shiftAlongRing(k, ring, why);
   v = context.shiftAlongRing(v, ring, why);
   if (maskTravels)
@@ -292,6 +393,58 @@ Value RingAttention::scalar(float value) {
                                 b.getF32FloatAttr(value))));
 }
 
+/// The backward's mask of step `t`: the model's mask's columns, and with
+/// causal attention the global positions' order (query i sees key j where
+/// kpos[j] <= qpos[i]), as nn.attention_partial applies them.
+Value RingAttention::getStepMask(int64_t t) {
+  Value columns = getMaskColumns(t);
+  if (!causal)
+    return columns;
+  auto posType = [&](int64_t r, int64_t c) {
+    return RankedTensorType::get({r, c}, b.getI64Type());
+  };
+  Value qrow = ReshapeOp::create(b, loc, posType(rows, 1), qpos);
+  Value krow = ReshapeOp::create(b, loc, posType(1, rows), kpos);
+  auto seenType = RankedTensorType::get({rows, rows}, b.getI1Type());
+  Value seen =
+      CompareOp::create(b, loc, seenType, CompareDirection::LE, krow, qrow);
+  if (!columns)
+    return seen;
+  // The two together: broadcast to the mask's shape and [rows, keys].
+  auto maskType = cast<RankedTensorType>(columns.getType());
+  SmallVector<int64_t> shape(maskType.getShape());
+  while (shape.size() < 2)
+    shape.insert(shape.begin(), 1);
+  shape[shape.size() - 2] = rows;
+  shape.back() = rows;
+  if (maskType.getElementType().isInteger(1))
+    return AndOp::create(b, loc, RankedTensorType::get(shape, b.getI1Type()),
+                         seen, columns);
+  auto element = maskType.getElementType();
+  Value hidden = ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, element),
+          b.getFloatAttr(element, -std::numeric_limits<double>::infinity()))));
+  return WhereOp::create(b, loc, RankedTensorType::get(shape, element), seen,
+                         columns, hidden);
+}
+
+/// Merges a block's row statistics into the rows' (rowMax, rowSum), as
+/// `merge` weighs them, without an output.
+void RingAttention::mergeStats(Value max, Value sum) {
+  Value most = MaxOp::create(b, loc, rowMax, max);
+  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
+                                 scalar(-kInf));
+  Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), most);
+  auto weight = [&](Value m, Value l) {
+    return MulOp::create(
+        b, loc, ExpOp::create(b, loc, SubOp::create(b, loc, m, shift)), l);
+  };
+  rowSum = AddOp::create(b, loc, weight(rowMax, rowSum), weight(max, sum));
+  rowMax = most;
+}
+
 /// Online-softmax merge of the result so far with step `next`. Each side
 /// weighs exp(rowMax - most) * rowSum, an exact difference of two scores
 /// times a sum in [1, keys]: never a log-sum-exp, whose log would be lost
@@ -300,9 +453,8 @@ Value RingAttention::scalar(float value) {
 /// 0, and 0/0 becomes 0.
 void RingAttention::merge(AttentionPartialOp next) {
   Value most = MaxOp::create(b, loc, rowMax, next.getRowMax());
-  Value none =
-      CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
-                        scalar(-std::numeric_limits<float>::infinity()));
+  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
+                                 scalar(-kInf));
   Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), most);
   auto weight = [&](Value max, Value sum) {
     return MulOp::create(
@@ -334,6 +486,13 @@ void RingAttention::merge(AttentionPartialOp next) {
 /// its results are the partial sums the plan records.
 LogicalResult AttentionGradOp::partition(PartitionContext &context) {
   const FactorAxes &assignment = context.getAssignment();
+  // As the forward: a ring over the axes of the query sequence.
+  ShardingRule rule = getShardingRule();
+  AxisList ring = assignment[rule.getOperands()[0][2].front()];
+  if (context.hasRingPlan() && !ring.empty())
+    return RingAttention(*this, getMask(), getCausal(), getEffectiveScale(),
+                         context, rule, ring)
+        .buildBackward();
   SmallVector<Value> operands;
   for (unsigned i = 0; i < getNumOperands(); ++i)
     operands.push_back(context.getOperand(i, assignment));

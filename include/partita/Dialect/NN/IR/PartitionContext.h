@@ -50,6 +50,12 @@ public:
   /// error on the op when its type is not the local type the plan gives
   /// the result.
   virtual LogicalResult setResult(unsigned index, Value value) = 0;
+  /// Records `value` as the local value of result `index`, split as
+  /// `assignment` gives it (no partial axes) rather than as planned: its
+  /// users reshard it from there. Fails as setResult does on a type that
+  /// is not that split's local type.
+  virtual LogicalResult setResult(unsigned index, Value value,
+                                  const FactorAxes &assignment) = 0;
   /// Records `whole`, the global value of result `index` that every device
   /// holds, as that result: each device keeps its block of the planned
   /// sharding.
