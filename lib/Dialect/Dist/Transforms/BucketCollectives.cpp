@@ -37,7 +37,7 @@ namespace {
 /// One all-reduce of a block: where its operand is computed (null: at the
 /// block's start) and where its result is first used.
 struct Member {
-  mutable AllReduceOp op;
+  AllReduceOp op;
   Operation *ready;
   Operation *firstUse;
 };
@@ -54,7 +54,7 @@ public:
   void run();
 
 private:
-  void flush(ArrayRef<Member> bucket);
+  void flush(MutableArrayRef<Member> bucket);
 
   Block &block;
   int64_t capacity;
@@ -88,7 +88,7 @@ void Bucketer::run() {
     });
     SmallVector<Member> bucket;
     int64_t bytes = 0;
-    for (const Member &m : members) {
+    for (Member &m : members) {
       int64_t size = tensorBytes(m.op.getType());
       // A use of a member before this operand is computed would wait for
       // it: the bucket is reduced here.
@@ -107,7 +107,7 @@ void Bucketer::run() {
   }
 }
 
-void Bucketer::flush(ArrayRef<Member> bucket) {
+void Bucketer::flush(MutableArrayRef<Member> bucket) {
   if (bucket.size() < 2)
     return;
   Operation *last = bucket.back().ready;
@@ -118,7 +118,7 @@ void Bucketer::flush(ArrayRef<Member> bucket) {
   Type element = bucket.front().op.getType().getElementType();
   SmallVector<Value> flat;
   int64_t total = 0;
-  for (const Member &m : bucket) {
+  for (Member &m : bucket) {
     auto type = cast<RankedTensorType>(m.op.getType());
     flat.push_back(nn::ReshapeOp::create(
         b, m.op.getLoc(),
@@ -139,7 +139,7 @@ void Bucketer::flush(ArrayRef<Member> bucket) {
           std::to_string(tensorBytes(flatType)) + " bytes), from " +
           first->getAttrOfType<StringAttr>(kReasonAttr).getValue().str()));
   int64_t offset = 0;
-  for (const Member &m : bucket) {
+  for (Member &m : bucket) {
     auto type = cast<RankedTensorType>(m.op.getType());
     int64_t count = type.getNumElements();
     b.setInsertionPoint(m.firstUse);

@@ -110,6 +110,8 @@ private:
   void rotateBlocks(const std::string &why);
   void merge(AttentionPartialOp next);
   void mergeStats(Value max, Value sum);
+  Value shiftOf(Value max);
+  Value weigh(Value max, Value sum, Value shift);
   Value getStepMask(int64_t t);
   Value asColumn(Value x);
   Value scalar(float value);
@@ -131,7 +133,7 @@ private:
   bool maskPerQuery = false, maskTravels = false;
   /// The local operands; the blocks of `k`, `v`, `mask` and `kpos` move
   /// around the ring (and, in the backward, `dk` and `dv` with them).
-  Value q, k, v, mask, out0, dout;
+  Value q, k, v, mask;
   /// The global positions of this device's query rows and of the visiting
   /// key block (causal attention only).
   Value qpos, kpos;
@@ -216,8 +218,8 @@ LogicalResult RingAttention::build() {
 LogicalResult RingAttention::buildBackward() {
   start();
   unsigned next = globalMask ? 4 : 3;
-  out0 = context.getOperand(next, context.getAssignment());
-  dout = context.getOperand(next + 1, context.getAssignment());
+  Value out0 = context.getOperand(next, context.getAssignment());
+  Value dout = context.getOperand(next + 1, context.getAssignment());
   // 1. Each block's statistics, and the rows'.
   SmallVector<std::pair<Value, Value>> blocks;
   for (int64_t t = 0; t < ranks; ++t) {
@@ -233,9 +235,7 @@ LogicalResult RingAttention::buildBackward() {
     }
   }
   rotateBlocks("ring attention backward: the key/value blocks home");
-  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, rowMax,
-                                 scalar(-kInf));
-  Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), rowMax);
+  Value shift = shiftOf(rowMax);
   Value empty = CompareOp::create(b, loc, boolLike, CompareDirection::EQ,
                                   rowSum, scalar(0));
   Value total = WhereOp::create(b, loc, statsType, empty, scalar(1), rowSum);
@@ -250,12 +250,7 @@ LogicalResult RingAttention::buildBackward() {
       dv = context.shiftAlongRing(dv, ring, why);
     }
     auto [max, sum] = blocks[t];
-    Value weight = DivOp::create(
-        b, loc,
-        MulOp::create(b, loc,
-                      ExpOp::create(b, loc, SubOp::create(b, loc, max, shift)),
-                      sum),
-        total);
+    Value weight = DivOp::create(b, loc, weigh(max, sum, shift), total);
     Value scaled = MulOp::create(b, loc, dout, asColumn(weight));
     auto step = AttentionGradOp::create(
         b, loc, TypeRange{q.getType(), k.getType(), v.getType()}, q, k, v,
@@ -430,18 +425,28 @@ Value RingAttention::getStepMask(int64_t t) {
                          columns, hidden);
 }
 
+/// `max` where it is finite, else 0: what a row's scores are shifted by, so
+/// that a row that has seen no key (max = -inf) weighs exp(-inf) = 0 and
+/// never exp(-inf - -inf).
+Value RingAttention::shiftOf(Value max) {
+  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, max,
+                                 scalar(-kInf));
+  return WhereOp::create(b, loc, statsType, none, scalar(0), max);
+}
+
+/// exp(max - shift) * sum: a block's (or the rows') weight.
+Value RingAttention::weigh(Value max, Value sum, Value shift) {
+  return MulOp::create(
+      b, loc, ExpOp::create(b, loc, SubOp::create(b, loc, max, shift)), sum);
+}
+
 /// Merges a block's row statistics into the rows' (rowMax, rowSum), as
 /// `merge` weighs them, without an output.
 void RingAttention::mergeStats(Value max, Value sum) {
   Value most = MaxOp::create(b, loc, rowMax, max);
-  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
-                                 scalar(-kInf));
-  Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), most);
-  auto weight = [&](Value m, Value l) {
-    return MulOp::create(
-        b, loc, ExpOp::create(b, loc, SubOp::create(b, loc, m, shift)), l);
-  };
-  rowSum = AddOp::create(b, loc, weight(rowMax, rowSum), weight(max, sum));
+  Value shift = shiftOf(most);
+  rowSum = AddOp::create(b, loc, weigh(rowMax, rowSum, shift),
+                         weigh(max, sum, shift));
   rowMax = most;
 }
 
@@ -453,15 +458,9 @@ void RingAttention::mergeStats(Value max, Value sum) {
 /// 0, and 0/0 becomes 0.
 void RingAttention::merge(AttentionPartialOp next) {
   Value most = MaxOp::create(b, loc, rowMax, next.getRowMax());
-  Value none = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, most,
-                                 scalar(-kInf));
-  Value shift = WhereOp::create(b, loc, statsType, none, scalar(0), most);
-  auto weight = [&](Value max, Value sum) {
-    return MulOp::create(
-        b, loc, ExpOp::create(b, loc, SubOp::create(b, loc, max, shift)), sum);
-  };
-  Value w1 = weight(rowMax, rowSum);
-  Value w2 = weight(next.getRowMax(), next.getRowSum());
+  Value shift = shiftOf(most);
+  Value w1 = weigh(rowMax, rowSum, shift);
+  Value w2 = weigh(next.getRowMax(), next.getRowSum(), shift);
   Value total = AddOp::create(b, loc, w1, w2);
   Value empty = CompareOp::create(b, loc, boolLike, CompareDirection::EQ, total,
                                   scalar(0));
