@@ -53,8 +53,10 @@ bool isConstant(Value value) {
   // A weight seen through layout changes: an export without constant
   // folding multiplies by transpose(W) (torch's Linear keeps W as
   // [out, in]), which the importer folds only when W is a constant.
-  while (value &&
-         isa_and_present<nn::TransposeOp, nn::ReshapeOp>(value.getDefiningOp()))
+  // A training step holds a fused projection's parameter as its segments
+  // (partita-split-fused-parameters), each a split of it.
+  while (value && isa_and_present<nn::TransposeOp, nn::ReshapeOp, nn::SplitOp>(
+                      value.getDefiningOp()))
     value = value.getDefiningOp()->getOperand(0);
   if (!value)
     return false;

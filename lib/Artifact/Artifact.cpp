@@ -151,6 +151,11 @@ std::vector<rt::TensorSpec> tensorSpecs(func::FuncOp func, bool results,
       for (StringRef axis : sharding.getPartialAxisNames())
         spec.sharding.partial.push_back(axis.str());
     }
+    if (!results)
+      if (auto shape = func.getArgAttrOfType<DenseI64ArrayAttr>(
+              i, nn::NNDialect::kParameterShapeAttrName))
+        spec.onnxShape.assign(shape.asArrayRef().begin(),
+                              shape.asArrayRef().end());
     specs.push_back(std::move(spec));
   }
   return specs;

@@ -53,6 +53,9 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
       // The pass refuses it with the same message.
       addLoss.kind = options.loss;
     }
+    // First, so that a fused projection's parameter is differentiated,
+    // updated and sharded as its segments.
+    func.addPass(createSplitFusedParametersPass());
     func.addPass(createAddLossPass(addLoss));
     func.addPass(createDifferentiatePass());
     func.addPass(createCSEPass());

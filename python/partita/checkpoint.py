@@ -102,6 +102,20 @@ def read_checkpoint(directory: PathLike) -> Dict[str, np.ndarray]:
         if not mask.all():
             raise CheckpointError(f"{directory}: no rank holds all of "
                                   f"'{name}'")
+    # A parameter the step holds in another shape than its initializer's
+    # (a fused projection held as its segments): the same elements in the
+    # same order, given back in the initializer's shape.
+    for name, spec in specs.items():
+        if "onnx_shape" not in spec:
+            continue
+        shape = spec["onnx_shape"]
+        if (not isinstance(shape, list)
+                or not all(isinstance(d, int) and d >= 0 for d in shape)
+                or int(np.prod(shape, dtype=np.int64)) != tensors[name].size):
+            raise CheckpointError(f"{directory}: '{name}' has onnx_shape "
+                                  f"{shape}, which does not hold its "
+                                  f"{tensors[name].size} elements")
+        tensors[name] = tensors[name].reshape(shape)
     return tensors
 
 

@@ -356,6 +356,38 @@ def test_checkpoint_refusals(tmp_path):
         partita.read_checkpoint(tmp_path / "ckpt")
 
 
+def test_fused_parameter_keeps_its_onnx_shape(tmp_path):
+    """GPT-2's fused query/key/value parameter is held as its segments
+    ([32, 3, 32], split over tp by the last dimension); the checkpoint
+    records the initializer's shape, read_checkpoint gives it back, and a
+    checkpoint.json whose onnx_shape cannot hold the tensor is refused."""
+    import partita
+    art = compile_step(tmp_path, "gpt2", "--optimizer",
+                       OPTIMIZERS["adamw"]["flag"], mesh="tp=2")
+    manifest = json.loads((art / "manifest.json").read_text())
+    name = "model.transformer.h.0.attn.c_attn.weight"
+    spec = next(p for p in manifest["training"]["parameters"]
+                if p["name"] == name)
+    assert spec["shape"] == [32, 3, 32] and spec["onnx_shape"] == [32, 96]
+    assert spec["sharding"]["dims"] == [[], [], ["tp"]]
+    run, _ = run_steps(tmp_path, art, 1, write_batches(tmp_path / "data",
+                                                       "gpt2"),
+                       "--save", str(tmp_path / "ckpt"))
+    assert run.returncode == 0, run.stderr
+    trained = partita.read_checkpoint(tmp_path / "ckpt")
+    assert trained[name].shape == (32, 96)
+    assert trained[f"{name}/exp_avg"].shape == (32, 96)
+    assert trained[name.replace("weight", "bias")].shape == (96,)
+    path = tmp_path / "ckpt" / "checkpoint.json"
+    checkpoint = json.loads(path.read_text())
+    for entry in checkpoint["parameters"]:
+        if entry["name"] == name:
+            entry["onnx_shape"] = [32, 95]
+    path.write_text(json.dumps(checkpoint))
+    with pytest.raises(partita.CheckpointError, match="does not hold"):
+        partita.read_checkpoint(tmp_path / "ckpt")
+
+
 def test_export_onnx_serves_the_trained_model(tmp_path):
     """The trained weights back in the ONNX model: onnxruntime on the
     export equals onnxruntime on the model with torch's trained weights
@@ -534,14 +566,17 @@ def test_data_parallel_reduces_each_gradient_once(tmp_path, name):
     assert payload == gradient_bytes - unread - shared * 32 * 4 + 8
 
 
-def test_tensor_parallel_layer_reduces_twice_each_way(tmp_path):
-    # Llama at tp=2: per layer two all-reduces of b*s*h in the forward and
-    # two in the backward (Megatron's), plus the vocabulary-parallel
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_tensor_parallel_layer_reduces_twice_each_way(tmp_path, name):
+    # At tp=2: per layer two all-reduces of b*s*h in the forward and two
+    # in the backward (Megatron's), plus the vocabulary-parallel
     # embedding's and the LM head's input gradient; the loss moves scalars
-    # per position (max, sum of exponentials) and the loss itself.
-    model = MANIFEST["models"]["llama"]
+    # per position (max, sum of exponentials) and the loss itself. GPT-2's
+    # fused query/key/value parameter is held as its segments, so that
+    # each rank holds its heads of all three and nothing is gathered.
+    model = MANIFEST["models"][name]
     bsh = model["batch"] * model["sequence"] * 32 * 4
-    collectives = report_collectives(tmp_path, "llama", "tp=2",
+    collectives = report_collectives(tmp_path, name, "tp=2",
                                      "--grad-bucket-bytes", "0")
     assert set(collectives) == {("all_reduce", ("tp",))}
     count, payload = collectives[("all_reduce", ("tp",))]

@@ -21,13 +21,17 @@ namespace {
 
 json specsToJson(const std::vector<TensorSpec> &specs) {
   json list = json::array();
-  for (const TensorSpec &spec : specs)
-    list.push_back(
-        {{"name", spec.name},
-         {"dtype", dtypeName(spec.dtype)},
-         {"shape", spec.shape},
-         {"sharding",
-          {{"dims", spec.sharding.dims}, {"partial", spec.sharding.partial}}}});
+  for (const TensorSpec &spec : specs) {
+    json item = {
+        {"name", spec.name},
+        {"dtype", dtypeName(spec.dtype)},
+        {"shape", spec.shape},
+        {"sharding",
+         {{"dims", spec.sharding.dims}, {"partial", spec.sharding.partial}}}};
+    if (!spec.onnxShape.empty())
+      item["onnx_shape"] = spec.onnxShape;
+    list.push_back(std::move(item));
+  }
   return list;
 }
 
@@ -45,6 +49,8 @@ std::vector<TensorSpec> specsFromJson(const json &list) {
                              .get<std::vector<std::vector<std::string>>>();
     spec.sharding.partial =
         item.at("sharding").at("partial").get<std::vector<std::string>>();
+    if (item.contains("onnx_shape"))
+      spec.onnxShape = item.at("onnx_shape").get<std::vector<int64_t>>();
     specs.push_back(std::move(spec));
   }
   return specs;

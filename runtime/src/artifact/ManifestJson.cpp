@@ -143,6 +143,18 @@ TensorSpec parseTensorSpec(const json &object, const std::string &where) {
   spec.sharding.partial =
       getStrings(getArray(sharding, "partial", where + ".sharding"),
                  where + ".sharding.partial");
+  if (object.contains("onnx_shape")) {
+    const json &onnxShape = getArray(object, "onnx_shape", where);
+    int64_t elements = 1, onnxElements = 1;
+    for (int64_t size : spec.shape)
+      elements *= size;
+    for (size_t i = 0; i < onnxShape.size(); ++i) {
+      spec.onnxShape.push_back(getInt(onnxShape[i], where + ".onnx_shape"));
+      onnxElements *= spec.onnxShape.back();
+    }
+    if (onnxElements != elements)
+      fail(where + ".onnx_shape", "does not hold the elements of its shape");
+  }
   return spec;
 }
 
@@ -152,10 +164,14 @@ json tensorSpecToJson(const TensorSpec &spec) {
   for (size_t i = 0; i < spec.shape.size(); ++i)
     dims.push_back(i < spec.sharding.dims.size() ? json(spec.sharding.dims[i])
                                                  : json::array());
-  return {{"name", spec.name},
-          {"dtype", dtypeName(spec.dtype)},
-          {"shape", spec.shape},
-          {"sharding", {{"dims", dims}, {"partial", spec.sharding.partial}}}};
+  json object = {
+      {"name", spec.name},
+      {"dtype", dtypeName(spec.dtype)},
+      {"shape", spec.shape},
+      {"sharding", {{"dims", dims}, {"partial", spec.sharding.partial}}}};
+  if (!spec.onnxShape.empty())
+    object["onnx_shape"] = spec.onnxShape;
+  return object;
 }
 
 std::vector<TensorSpec> parseTensorSpecs(const json &object, const char *key,

@@ -469,6 +469,8 @@ TEST_F(ArtifactTest, RefusesMalformedManifestFields) {
        "ranks[1].stage: not an integer"},
       {[](auto &m) { m.erase("mesh"); }, "missing 'mesh'"},
       {[](auto &m) { m["inputs"][0]["dtype"] = "f64"; }, "unknown dtype 'f64'"},
+      {[](auto &m) { m["inputs"][0]["onnx_shape"] = {3, 5}; },
+       "inputs[0].onnx_shape: does not hold the elements of its shape"},
       {[](auto &m) { m["mesh"]["world_size"] = 4; },
        "the mesh holds 2 ranks, the world size is 4"},
       {[](auto &m) { m["ranks"][1]["coords"]["tp"] = 5; },

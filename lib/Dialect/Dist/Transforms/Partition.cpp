@@ -932,7 +932,7 @@ ShardingAttr Partitioner::getOperandNeed(Operation *op,
 /// weight's two uses over dp, the query, key and value projections' input
 /// gradients over tp) are added before one reduction, not each reduced.
 /// It is taken only where it moves fewer bytes, or as many through a
-/// reshape or transpose (on the way to a sum):
+/// reshape or transpose (on the way to a sum) or a concat of several:
 /// - every operand of the set is partial over the same axes;
 /// - each is read only here (another reader would reduce it anyway, and
 ///   the result a second time);
@@ -994,14 +994,17 @@ Partitioner::findPassThrough(Operation *op, const ShardingRule &rule,
                                          mesh,
                                          /*withPartial=*/false))
                  .getNumElements();
-    // Moving a reduction later for the same bytes pays only where a later
-    // op merges it (the sum of two cotangents); through a reshape or a
-    // transpose it may reach one. Through arithmetic it would not, and
-    // would start later: a gradient scaled by the learning rate in the
-    // optimizer would be reduced there, not where the backward computes
-    // it, and overlap nothing.
-    bool view = isa<nn::ReshapeOp, nn::TransposeOp>(op) && !dropped;
-    if (out > in || (out == in && !view))
+    // Moving a reduction later for the same bytes pays only where an op
+    // merges reductions: a concat of several (a fused parameter's segment
+    // gradients, partita-split-fused-parameters) reduces once, and through
+    // a reshape or a transpose it may reach a sum of two cotangents.
+    // Through arithmetic it would not, and would start later: a gradient
+    // scaled by the learning rate in the optimizer would be reduced there,
+    // not where the backward computes it, and overlap nothing.
+    bool merges = (isa<nn::ReshapeOp, nn::TransposeOp>(op) ||
+                   (isa<nn::ConcatOp>(op) && set.size() > 1)) &&
+                  !dropped;
+    if (out > in || (out == in && !merges))
       continue;
     return PassThrough{SmallVector<unsigned>(set),
                        partialAxes(op->getOperand(set.front())),

@@ -159,15 +159,23 @@ struct OptimizerPass : mlir::partita::impl::OptimizerPassBase<OptimizerPass> {
       bias2 = addArgument(scalarType, kBiasCorrection2Input, {});
     }
     llvm::DenseMap<Value, SmallVector<BlockArgument, 2>> stateOf;
+    // A parameter held in another shape than its initializer's
+    // (partita-split-fused-parameters): its state is held alike.
+    auto parameterShape = [&](BlockArgument arg) {
+      return func.getArgAttrOfType<DenseI64ArrayAttr>(
+          arg.getArgNumber(), nn::NNDialect::kParameterShapeAttrName);
+    };
     for (Parameter &p : parameters)
       for (StringRef suffix : spec->stateNames()) {
         std::string name = (p.name.getValue() + "/" + suffix).str();
-        stateOf[p.value].push_back(addArgument(
-            p.value.getType(), name,
-            {NamedAttribute(
-                StringAttr::get(context,
-                                nn::NNDialect::kOptimizerStateAttrName),
-                StringAttr::get(context, name))}));
+        SmallVector<NamedAttribute, 2> marks = {NamedAttribute(
+            StringAttr::get(context, nn::NNDialect::kOptimizerStateAttrName),
+            StringAttr::get(context, name))};
+        if (DenseI64ArrayAttr shape = parameterShape(p.value))
+          marks.push_back(NamedAttribute(
+              StringAttr::get(context, nn::NNDialect::kParameterShapeAttrName),
+              shape));
+        stateOf[p.value].push_back(addArgument(p.value.getType(), name, marks));
       }
 
     OpBuilder b(ret);
@@ -228,8 +236,12 @@ struct OptimizerPass : mlir::partita::impl::OptimizerPassBase<OptimizerPass> {
       updates.push_back({updated, p.name});
     }
 
-    // The results: the loss (and the gradients, when kept), then every
-    // update.
+    // The results: the loss (and the gradients, when kept, each in its
+    // initializer's shape), then every update.
+    llvm::StringMap<DenseI64ArrayAttr> shapeOf;
+    for (Parameter &p : parameters)
+      if (DenseI64ArrayAttr shape = parameterShape(p.value))
+        shapeOf[p.name.getValue()] = shape;
     SmallVector<Value> operands;
     SmallVector<Type> types;
     SmallVector<DictionaryAttr> attrs;
@@ -238,8 +250,15 @@ struct OptimizerPass : mlir::partita::impl::OptimizerPassBase<OptimizerPass> {
           i, nn::NNDialect::kGradientAttrName);
       if (gradient && !outputGradients)
         continue;
-      operands.push_back(ret.getOperand(i));
-      types.push_back(ret.getOperand(i).getType());
+      Value operand = ret.getOperand(i);
+      if (DenseI64ArrayAttr shape =
+              gradient ? shapeOf.lookup(gradient.getValue()) : nullptr)
+        operand = nn::ReshapeOp::create(
+            b, func.getLoc(),
+            cast<RankedTensorType>(operand.getType()).clone(shape.asArrayRef()),
+            operand);
+      operands.push_back(operand);
+      types.push_back(operand.getType());
       NamedAttrList list(func.getResultAttrDict(i));
       if (gradient)
         list.set("onnx.name",

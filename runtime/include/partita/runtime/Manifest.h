@@ -81,6 +81,12 @@ struct TensorSpec {
   DType dtype = program::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape;
   TensorSharding sharding;
+  /// A training parameter (or its optimizer state) held in another shape
+  /// than its ONNX initializer's, the same elements in the same order
+  /// (GPT-2's fused query/key/value, held as its segments): the
+  /// initializer's shape, which checkpoint readers give it back; empty
+  /// when it is `shape`.
+  std::vector<int64_t> onnxShape;
 };
 
 /// A serving artifact (partita-compile --max-seq): two programs per rank

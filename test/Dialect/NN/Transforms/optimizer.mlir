@@ -43,3 +43,25 @@ func.func @step(%x: tensor<4x3xf32> {onnx.name = "x"},
   %g = nn.neg %w : tensor<3x2xf32>
   return %l, %g : tensor<f32>, tensor<3x2xf32>
 }
+
+// -----
+
+// A parameter held in another shape than its initializer's
+// (partita-split-fused-parameters): its state carries the initializer's
+// shape, and its gradient output is given in it.
+// SGD-LABEL: func.func @held_as_segments
+// SGD-SAME: {onnx.name = "w/momentum_buffer", partita.optimizer_state = "w/momentum_buffer", partita.parameter_shape = array<i64: 3, 4>}
+// ADAMW-LABEL: func.func @held_as_segments
+// ADAMW-SAME: {onnx.name = "w/exp_avg", partita.optimizer_state = "w/exp_avg", partita.parameter_shape = array<i64: 3, 4>}
+// ADAMW-SAME: -> (tensor<f32> {onnx.name = "loss", partita.loss}, tensor<3x4xf32> {onnx.name = "w.grad", partita.gradient = "w"}, tensor<3x2x2xf32> {onnx.name = "w/exp_avg", partita.update = "w/exp_avg"}
+// ADAMW: %[[G:.*]] = nn.reshape %{{.*}} : tensor<3x2x2xf32> -> tensor<3x4xf32>
+// ADAMW: return %{{.*}}, %[[G]],
+func.func @held_as_segments(
+    %w: tensor<3x2x2xf32> {onnx.name = "w", partita.parameter = "w",
+                           partita.parameter_shape = array<i64: 3, 4>})
+    -> (tensor<f32> {onnx.name = "loss", partita.loss},
+        tensor<3x2x2xf32> {partita.gradient = "w"}) {
+  %l = nn.reduce sum %w axes = [0, 1, 2] : tensor<3x2x2xf32> -> tensor<f32>
+  %g = nn.neg %w : tensor<3x2x2xf32>
+  return %l, %g : tensor<f32>, tensor<3x2x2xf32>
+}

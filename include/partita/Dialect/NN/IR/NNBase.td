@@ -104,6 +104,12 @@ def NN_Dialect : Dialect {
         "partita.update";
     static constexpr ::llvm::StringLiteral kInitialValueAttrName =
         "partita.initial_value";
+    /// On a parameter (and its optimizer state) that the step holds in
+    /// another shape of the same elements, in the same order: the shape of
+    /// its ONNX initializer, which checkpoints and gradients are given in
+    /// (partita-split-fused-parameters).
+    static constexpr ::llvm::StringLiteral kParameterShapeAttrName =
+        "partita.parameter_shape";
   }];
 }
 

@@ -209,6 +209,38 @@ def AddLossPass : Pass<"partita-add-loss", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::partita::nn::NNDialect"];
 }
 
+def SplitFusedParametersPass
+    : Pass<"partita-split-fused-parameters", "::mlir::func::FuncOp"> {
+  let summary = "Hold a fused projection's parameter as its segments";
+  let description = [{
+    A training step's fused projection (GPT-2's query/key/value `c_attn`: a
+    matmul by a parameter `[k, S*p]` whose result is only split into `S`
+    equal segments along its last dimension) becomes `S` matmuls, one per
+    segment, and the parameter is held as `[k, S, p]`: the same elements in
+    the same order, so its initializer is read unchanged. A tensor-parallel
+    split of the last dimension then gives each rank its part of every
+    segment, which a split of `[k, S*p]` cannot express (it would give rank
+    0 the query and half the key). A bias `[S*p]` that is a parameter
+    becomes `[S, p]` alike. Inference does the same by permuting the
+    weight's columns (partita-annotate); a parameter cannot be permuted, as
+    checkpoints and gradients are read in the initializer's layout.
+
+    The parameter keeps its ONNX shape in `partita.parameter_shape`: the
+    optimizer gives its state that mark and its `NAME.grad` output that
+    shape, and checkpoints record it (docs/training.md).
+
+    ```mlir
+    %qkv = nn.matmul %x, %w bias %b : (tensor<2x8x32xf32>, tensor<32x96xf32>, tensor<96xf32>) -> tensor<2x8x96xf32>
+    %q, %k, %v = nn.split %qkv axis = 2 : ...
+    // with %w: tensor<32x3x32xf32> {partita.parameter_shape = array<i64: 32, 96>}
+    %ws:3 = nn.split %w axis = 1 : tensor<32x3x32xf32> -> tensor<32x1x32xf32>, ...
+    %wq = nn.reshape %ws#0 : tensor<32x1x32xf32> -> tensor<32x32xf32>
+    %q = nn.matmul %x, %wq bias %bq : ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::partita::nn::NNDialect"];
+}
+
 def DifferentiatePass : Pass<"partita-differentiate", "::mlir::func::FuncOp"> {
   let summary = "Reverse-mode differentiation of the loss by the parameters";
   let description = [{
