@@ -197,9 +197,9 @@ template <> struct KindTraits<OptionKind::Bindings> {
         std::optional<int64_t> size;
         if (equals != std::string_view::npos)
           size = parseInteger(entry.substr(equals + 1));
-        if (name.empty() || !size || *size <= 0) {
+        if (name.empty() || !size || *size < 0) {
           error = flag(info) +
-                  " expects name=value with a positive integer "
+                  " expects name=value with a non-negative integer "
                   "value, got '" +
                   std::string(trim(entry)) + "'";
           return false;
@@ -370,9 +370,9 @@ bool checkValue(const OptionInfo &info, const double &value,
 bool checkValue(const OptionInfo &info, const Bindings &value,
                 std::string &error) {
   for (const auto &[name, size] : value)
-    if (name.empty() || size <= 0) {
+    if (name.empty() || size < 0) {
       error = flag(info) +
-              " expects name=value with a positive integer "
+              " expects name=value with a non-negative integer "
               "value, got '" +
               name + "=" + std::to_string(size) + "'";
       return false;

@@ -65,12 +65,14 @@ def pytest_configure(config):
             os.environ.pop("LSAN_OPTIONS", None)
 
 
-def onnx_model(nodes, inputs, outputs, inits=(), opset=17):
+def onnx_model(nodes, inputs, outputs, inits=(), opset=17, domains=()):
     """A one-graph model of the default domain at `opset` built with
-    onnx.helper (IR 8 up to opset 17, IR 10 above)."""
+    onnx.helper (IR 8 up to opset 17, IR 10 above), importing also each
+    (domain, version) of `domains`."""
     graph = onnx.helper.make_graph(nodes, "g", inputs, outputs, list(inits))
     m = onnx.helper.make_model(
-        graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+        graph, opset_imports=[onnx.helper.make_opsetid("", opset)] +
+        [onnx.helper.make_opsetid(d, v) for d, v in domains])
     m.ir_version = 8 if opset <= 17 else 10
     return m
 

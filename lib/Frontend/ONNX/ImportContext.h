@@ -222,6 +222,8 @@ void registerShapeOps(OpRegistry &registry);
 void registerTransformerOps(OpRegistry &registry);
 void registerIndexingOps(OpRegistry &registry);
 void registerScanOps(OpRegistry &registry);
+/// onnxruntime's com.microsoft ops (OpsContrib.cpp).
+void registerContribOps(OpRegistry &registry);
 
 /// Largest folded constant the importer computes (elements); larger ones are
 /// left to run time.

@@ -53,6 +53,7 @@ const OpRegistry &OpRegistry::get() {
     registerTransformerOps(*r);
     registerIndexingOps(*r);
     registerScanOps(*r);
+    registerContribOps(*r);
     return r;
   }();
   return *registry;
@@ -197,6 +198,13 @@ private:
   LogicalResult sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order);
   LogicalResult checkSupported(ArrayRef<const onnx::NodeProto *> order);
   LogicalResult checkNodes(ArrayRef<const onnx::NodeProto *> order);
+  /// A node's op as the schema table and the registry key it, and the
+  /// version of its domain the model imports.
+  struct OpKey {
+    std::string type;
+    int64_t version;
+  };
+  OpKey opKey(const onnx::NodeProto &node) const;
   LogicalResult importNode(const onnx::NodeProto &node, unsigned index);
   LogicalResult runHandlers(const OpEntry &entry, NodeContext &ctx);
 
@@ -211,6 +219,9 @@ private:
   OpBuilder builder;
   Location fileLoc;
   int64_t opset = 0;
+  /// The version the model imports of each other domain it names
+  /// (com.microsoft: onnxruntime's contrib ops).
+  llvm::StringMap<int64_t> domainOpsets;
   llvm::StringMap<ValueInfo> values;
   llvm::StringMap<std::shared_ptr<::partita::onnx_reader::MappedFile>>
       externalFiles;
@@ -218,6 +229,16 @@ private:
 };
 
 } // namespace mlir::partita::onnx_import
+
+GraphImporter::OpKey GraphImporter::opKey(const onnx::NodeProto &node) const {
+  if (node.domain().empty() || node.domain() == "ai.onnx")
+    return {node.op_type(), opset};
+  // Another domain's ops are keyed by domain and type, at the version of
+  // that domain the model imports (none: nothing is found).
+  auto it = domainOpsets.find(node.domain());
+  return {node.domain() + "." + node.op_type(),
+          it == domainOpsets.end() ? 0 : it->second};
+}
 
 Location GraphImporter::nodeLoc(const onnx::NodeProto &node, unsigned index) {
   std::string name = node.name();
@@ -248,8 +269,10 @@ LogicalResult GraphImporter::checkModel() {
 LogicalResult GraphImporter::checkOpsets() {
   bool found = false;
   for (const onnx::OperatorSetIdProto &id : model->opset_import()) {
-    if (!id.domain().empty() && id.domain() != "ai.onnx")
+    if (!id.domain().empty() && id.domain() != "ai.onnx") {
+      domainOpsets[id.domain()] = id.version();
       continue;
+    }
     found = true;
     opset = id.version();
   }
@@ -851,11 +874,9 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
   llvm::StringMap<size_t> slot;
   Location first = fileLoc;
   for (auto [i, node] : llvm::enumerate(order)) {
-    bool defaultDomain = node->domain().empty() || node->domain() == "ai.onnx";
-    if (defaultDomain && registry.lookup(node->op_type(), opset))
+    auto [key, version] = opKey(*node);
+    if (registry.lookup(key, version))
       continue;
-    std::string key = defaultDomain ? node->op_type()
-                                    : node->domain() + "." + node->op_type();
     if (unsupported.empty())
       first = nodeLoc(*node, i);
     auto [it, inserted] = slot.try_emplace(key, unsupported.size());
@@ -884,10 +905,11 @@ LogicalResult
 GraphImporter::checkNodes(ArrayRef<const onnx::NodeProto *> order) {
   bool ok = true;
   for (auto [i, node] : llvm::enumerate(order)) {
-    const OpSchema *schema = lookupOpSchema(node->op_type(), opset);
+    auto [key, version] = opKey(*node);
+    const OpSchema *schema = lookupOpSchema(key, version);
     if (!schema) {
       emitError(nodeLoc(*node, i)) << "internal error: no ONNX schema for "
-                                   << node->op_type() << " at opset " << opset;
+                                   << key << " at opset " << version;
       ok = false;
       continue;
     }
@@ -902,7 +924,8 @@ LogicalResult GraphImporter::runHandlers(const OpEntry &entry,
   const onnx::NodeProto &node = ctx.getNode();
   // Inputs' types are known once their producers are imported: check them
   // against the schema's type constraints before any handler reads them.
-  const OpSchema *schema = lookupOpSchema(node.op_type(), opset);
+  auto [key, version] = opKey(node);
+  const OpSchema *schema = lookupOpSchema(key, version);
   if (failed(verifyNodeInputTypes(
           node, *schema, [&](unsigned i) { return ctx.getInputDataType(i); },
           ctx.getLoc())))
@@ -958,9 +981,10 @@ LogicalResult GraphImporter::runHandlers(const OpEntry &entry,
 
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                                         unsigned index) {
-  const OpEntry *entry = OpRegistry::get().lookup(node.op_type(), opset);
+  auto [key, version] = opKey(node);
+  const OpEntry *entry = OpRegistry::get().lookup(key, version);
   Location loc = nodeLoc(node, index);
-  NodeContext ctx(*this, node, opset, loc, builder);
+  NodeContext ctx(*this, node, version, loc, builder);
 
   // Every failure must leave a diagnostic at the node: count the errors the
   // handlers emit (passing each on to the caller's handler).

@@ -37,10 +37,24 @@ GatherElements GatherND ScatterND
 CumSum
 """.split()
 
+# Ops of onnxruntime's contrib domain (keyed "com.microsoft.<op type>") and
+# onnxruntime's own ops of the default domain, which onnxruntime-genai's
+# model builder writes, from the schemas of the installed onnxruntime
+# (OpsContrib.cpp; docs/frontend.md).
+ORT_OPS = [
+    ("", "SimplifiedLayerNormalization"),
+    ("com.microsoft", "GroupQueryAttention"),
+    ("com.microsoft", "RotaryEmbedding"),
+    ("com.microsoft", "SkipLayerNormalization"),
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"),
+]
+
 # INT attributes that ONNX defines as booleans: 0 or 1, nothing else.
 BOOLEAN_ATTRS = {"keepdims", "noop_with_empty_axes", "allowzero", "upper",
                  "transA", "transB", "saturate", "is_causal", "interleaved",
-                 "exclusive", "reverse", "fmod"}
+                 "exclusive", "reverse", "fmod", "do_rotary",
+                 "rotary_interleaved", "is_packed_batching", "smooth_softmax",
+                 "causal"}
 
 OPTION = {
     defs.OpSchema.FormalParameterOption.Single: "Single",
@@ -61,36 +75,81 @@ def type_mask(type_strs):
     return mask
 
 
-def params(schema, formals):
-    constraints = {c.type_param_str: c.allowed_type_strs
-                   for c in schema.type_constraints}
+def params(constraints, formals):
+    """`formals` as (name, option, type string, homogeneous) tuples, the
+    option one of Single, Optional and Variadic."""
     out = []
-    for p in formals:
-        if p.type_str in constraints:
-            group, mask = p.type_str, type_mask(constraints[p.type_str])
+    for name, option, type_str, homogeneous in formals:
+        if type_str in constraints:
+            group, mask = type_str, type_mask(constraints[type_str])
         else:
-            group, mask = "", type_mask([p.type_str])
-        if p.option == defs.OpSchema.FormalParameterOption.Variadic and \
-                not p.is_homogeneous:
+            group, mask = "", type_mask([type_str])
+        if option == "Variadic" and not homogeneous:
             group = ""  # Each element may have its own type.
-        out.append(f'{{"{p.name}", ParamKind::{OPTION[p.option]}, '
+        out.append(f'{{"{name}", ParamKind::{option}, '
                    f'"{group}", 0x{mask:x}u}}')
     return "{" + ", ".join(out) + "}"
 
 
-def attributes(schema):
+def attributes(attrs):
+    """`attrs` as {name: (ONNX attribute type name, required)}."""
     out = []
-    for name in sorted(schema.attributes):
-        a = schema.attributes[name]
-        kind = onnx.AttributeProto.AttributeType.Name(int(a.type.value))
+    for name in sorted(attrs):
+        kind, required = attrs[name]
         out.append(f'{{"{name}", onnx::AttributeProto::{kind}, '
-                   f'{"true" if a.required else "false"}, '
+                   f'{"true" if required else "false"}, '
                    f'{"true" if name in BOOLEAN_ATTRS else "false"}}}')
     return "{" + ", ".join(out) + "}"
 
 
+def entry(key, since, s, constraints, inputs, outputs, attrs):
+    return (f'{{"{key}", {since}, {s.min_input}, {count(s.max_input)}, '
+            f'{s.min_output}, {count(s.max_output)},\n'
+            f' {params(constraints, inputs)},\n'
+            f' {params(constraints, outputs)},\n'
+            f' {attributes(attrs)}}},')
+
+
+def onnx_entry(op, since, s):
+    constraints = {c.type_param_str: c.allowed_type_strs
+                   for c in s.type_constraints}
+    formals = [[(p.name, OPTION[p.option], p.type_str, p.is_homogeneous)
+                for p in ps] for ps in (s.inputs, s.outputs)]
+    attrs = {name: (onnx.AttributeProto.AttributeType.Name(
+        int(a.type.value)), a.required) for name, a in s.attributes.items()}
+    return entry(op, since, s, constraints, *formals, attrs)
+
+
+def ort_entries():
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort
+    schemas = {}
+    for s in ort.get_all_operator_schema():
+        if (s.domain, s.name) in ORT_OPS:
+            schemas.setdefault((s.domain, s.name), []).append(s)
+    lines = []
+    for domain, op in sorted(ORT_OPS, key=lambda d: (d[0], d[1])):
+        if (domain, op) not in schemas:
+            sys.exit(f"no onnxruntime schema for {domain}.{op}")
+        key = f"{domain}.{op}" if domain else op
+        for s in sorted(schemas[(domain, op)], key=lambda s: s.since_version):
+            constraints = {c.type_param_str: c.allowed_type_strs
+                           for c in s.type_constraints}
+            formals = [[(p.name, p.option.name, p.typeStr, p.isHomogeneous)
+                        for p in ps] for ps in (s.inputs, s.outputs)]
+            attrs = {name: (a.type.name, a.required)
+                     for name, a in s.attributes.items()}
+            lines.append(entry(key, s.since_version, s, constraints,
+                               *formals, attrs))
+    return lines
+
+
 def count(n):
     return "kUnbounded" if n >= 2**31 - 1 else str(n)
+
+
+def ort_version():
+    import onnxruntime
+    return onnxruntime.__version__
 
 
 def main():
@@ -116,12 +175,10 @@ def main():
             sys.exit(f"no ONNX schema for {op} at opsets {MIN_OPSET}-"
                      f"{MAX_OPSET}")
         for since, s in sorted(versions.items()):
-            lines.append(
-                f'{{"{op}", {since}, {s.min_input}, {count(s.max_input)}, '
-                f'{s.min_output}, {count(s.max_output)},\n'
-                f' {params(s, s.inputs)},\n'
-                f' {params(s, s.outputs)},\n'
-                f' {attributes(s)}}},')
+            lines.append(onnx_entry(op, since, s))
+    lines.append("// onnxruntime's ops, from the schemas of onnxruntime "
+                 f"{ort_version()}.")
+    lines.extend(ort_entries())
     lines.append("// clang-format on")
     print("\n".join(lines))
 

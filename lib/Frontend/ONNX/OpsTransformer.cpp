@@ -240,7 +240,9 @@ template <typename OpTy> LogicalResult normHandler(NodeContext &ctx) {
   if (std::is_same_v<OpTy, nn::RmsNormOp>)
     for (unsigned i = 1; i < ctx.getNumOutputs(); ++i)
       if (ctx.hasOutput(i))
-        return ctx.emitError() << "RMSNormalization has one output";
+        return ctx.emitError()
+               << ctx.getNode().op_type() << " inv_std_var output is not "
+               << "supported";
   int64_t rank = typeOf(x).getRank();
   FailureOr<int64_t> axis = ctx.normalizeAxis(ctx.getAttrInt("axis", -1), rank);
   if (failed(axis))
@@ -788,6 +790,10 @@ void mlir::partita::onnx_import::registerTransformerOps(OpRegistry &registry) {
   registry.add("LayerNormalization",
                {17, nullptr, normHandler<nn::LayerNormOp>});
   registry.add("RMSNormalization", {23, nullptr, normHandler<nn::RmsNormOp>});
+  // onnxruntime's RMS normalization of the default domain, which its
+  // transformer optimizer and the model builder write.
+  registry.add("SimplifiedLayerNormalization",
+               {1, nullptr, normHandler<nn::RmsNormOp>});
   registry.add("Gelu", {20, nullptr, geluHandler});
   registry.add("Attention", {23, nullptr, attentionHandler});
   registry.add("RotaryEmbedding", {23, nullptr, rotaryHandler});

@@ -91,9 +91,9 @@ int main(int argc, char **argv) {
       {partita_compile_options_add_mesh_axis_with_role(options, "model", 2,
                                                        "ep"),
        "unknown role 'ep'"},
-      {partita_compile_options_set_bind(options, "batch", 0),
-       "--bind expects name=value with a positive integer value, got "
-       "'batch=0'"},
+      {partita_compile_options_set_bind(options, "batch", -1),
+       "--bind expects name=value with a non-negative integer value, got "
+       "'batch=-1'"},
       {partita_compile_options_set_cluster_json(options, "host"),
        "partita_compile_options_set_cluster_json: "},
       {partita_compile_options_set_cluster_json(options, "{\"bogus\": 1}"),

@@ -224,24 +224,31 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
   if (!weight || (matmul.getBias() && !bias) ||
       cast<RankedTensorType>(weight.getType()).getRank() != 2)
     return success();
-  int64_t segments = split.getNumResults();
-  int64_t total = inType.getShape().back();
-  int64_t piece = total / segments;
+  // The segments may differ in size (a grouped-query projection's query,
+  // key and value); each must split evenly.
+  SmallVector<int64_t> pieces;
   for (Value result : split.getResults())
-    if (cast<RankedTensorType>(result.getType()).getShape().back() != piece)
-      return success();
-  if (segments < 2 || piece % tp != 0)
+    pieces.push_back(
+        cast<RankedTensorType>(result.getType()).getShape().back());
+  if (pieces.size() < 2 ||
+      llvm::any_of(pieces, [&](int64_t piece) { return piece % tp != 0; }))
     return success();
+  int64_t total = inType.getShape().back();
 
-  // Column (r * segments + i) * block + c of the new weight is column
-  // i * piece + r * block + c of the old one: rank r's block holds its part
-  // of every segment.
-  int64_t block = piece / tp;
+  // Rank r's block of the new weight holds its part of every segment, in
+  // order: column r * (total / tp) + offset_i + c is column start_i + r *
+  // block_i + c of the old one, block_i = piece_i / tp.
+  int64_t width = total / tp;
   SmallVector<int64_t> permutation(total);
   for (int64_t r = 0; r < tp; ++r)
-    for (int64_t i = 0; i < segments; ++i)
+    for (int64_t i = 0, start = 0, offset = 0;
+         i < static_cast<int64_t>(pieces.size()); ++i) {
+      int64_t block = pieces[i] / tp;
       for (int64_t c = 0; c < block; ++c)
-        permutation[(r * segments + i) * block + c] = i * piece + r * block + c;
+        permutation[r * width + offset + c] = start + r * block + c;
+      start += pieces[i];
+      offset += block;
+    }
   OpBuilder b(matmul);
   std::string suffix = ".segments_tp" + std::to_string(tp);
   Value newWeight = permuteColumns(b, weight, permutation, suffix);
@@ -250,17 +257,20 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
   auto fused =
       nn::MatmulOp::create(b, loc, inType, matmul.getLhs(), newWeight, newBias);
 
-  // [..., segments * piece] -> [..., tp, segments, block], split the
-  // segments, and read each back as [..., piece].
+  // [..., total] -> [..., tp, total / tp], split each rank's block into
+  // its segments, and read each back as [..., piece].
   SmallVector<int64_t> grouped(inType.getShape().drop_back());
-  grouped.append({tp, segments, block});
+  grouped.append({tp, width});
   Value view = nn::ReshapeOp::create(b, loc, inType.clone(grouped), fused);
-  SmallVector<int64_t> pieceShape(grouped);
-  pieceShape[rank] = 1;
-  SmallVector<Type> pieceTypes(segments, inType.clone(pieceShape));
-  auto pieces =
+  SmallVector<Type> pieceTypes;
+  for (int64_t piece : pieces) {
+    SmallVector<int64_t> shape(grouped);
+    shape.back() = piece / tp;
+    pieceTypes.push_back(inType.clone(shape));
+  }
+  auto parts =
       nn::SplitOp::create(b, loc, pieceTypes, view, static_cast<int64_t>(rank));
-  for (auto [old, now] : llvm::zip(split.getResults(), pieces.getResults()))
+  for (auto [old, now] : llvm::zip(split.getResults(), parts.getResults()))
     old.replaceAllUsesWith(
         nn::ReshapeOp::create(b, loc, old.getType(), now).getResult());
   split.erase();

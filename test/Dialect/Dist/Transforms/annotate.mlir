@@ -30,8 +30,8 @@
 // CHECK: nn.embedding %[[TABLE]], %[[IDS]]
 // CHECK: %[[QKV:.*]] = nn.matmul %{{.*}}, %[[WQKV]] bias
 // Each rank's block of the fused dimension holds its part of q, k and v.
-// CHECK: %[[GROUPED:.*]] = nn.reshape %[[QKV]] : tensor<2x8x48xf32> -> tensor<2x8x2x3x8xf32>
-// CHECK: nn.split %[[GROUPED]] axis = 3 : tensor<2x8x2x3x8xf32> -> tensor<2x8x2x1x8xf32>, tensor<2x8x2x1x8xf32>, tensor<2x8x2x1x8xf32>
+// CHECK: %[[GROUPED:.*]] = nn.reshape %[[QKV]] : tensor<2x8x48xf32> -> tensor<2x8x2x24xf32>
+// CHECK: nn.split %[[GROUPED]] axis = 3 : tensor<2x8x2x24xf32> -> tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>
 // CHECK: nn.attention
 // CHECK: nn.matmul %{{.*}}, %[[WO]]
 // CHECK: nn.matmul %{{.*}}, %[[W1]]

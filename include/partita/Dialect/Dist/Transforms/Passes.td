@@ -95,8 +95,10 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     The module's `dist.sequence_parallel` records the mode for the report.
 
     Before annotating, three rewrites keep every rank's share of the model
-    its own: a matmul whose result is split into equal segments (a fused
-    Q/K/V or gate/up weight) gets its weight's columns permuted so that a
+    its own: a matmul whose result is split into segments that `tp`
+    divides (a fused Q/K/V or gate/up weight; a grouped-query projection's
+    query, key and value differ in size) gets its weight's columns
+    permuted so that a
     contiguous `tp` block holds each rank's part of every segment, and the
     split is rewritten to match; when the key/value heads of grouped
     attention do not divide `tp` (but the query heads do), the key/value

@@ -1,0 +1,488 @@
+//===- OpsContrib.cpp - onnxruntime's contrib ops -------------------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The ops of onnxruntime's `com.microsoft` domain (and its own ops of the
+// default domain) that onnxruntime-genai's model builder writes, lowered to
+// the nn ops the ONNX standard ones become: the fused residual norms, rotary
+// embedding with cos/sin caches, and GroupQueryAttention with its rotary
+// embedding and key/value cache (docs/frontend.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ImportContext.h"
+
+#include "partita/Dialect/NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace mlir::partita;
+using namespace mlir::partita::onnx_import;
+
+namespace {
+
+RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+Value reshape(NodeContext &ctx, Value v, ArrayRef<int64_t> shape) {
+  auto type = typeOf(v).clone(shape);
+  if (type == v.getType())
+    return v;
+  return nn::ReshapeOp::create(ctx.getBuilder(), ctx.getLoc(), type, v);
+}
+
+/// [b, s, heads * d] -> [b, heads, s, d].
+Value toHeads(NodeContext &ctx, Value x, int64_t heads) {
+  ArrayRef<int64_t> s = typeOf(x).getShape();
+  Value r = reshape(ctx, x, {s[0], s[1], heads, s[2] / heads});
+  return nn::TransposeOp::create(
+      ctx.getBuilder(), ctx.getLoc(),
+      typeOf(r).clone({s[0], heads, s[1], s[2] / heads}), r,
+      ArrayRef<int64_t>{0, 2, 1, 3});
+}
+
+/// [b, heads, s, d] -> [b, s, heads * d].
+Value fromHeads(NodeContext &ctx, Value x) {
+  ArrayRef<int64_t> s = typeOf(x).getShape();
+  Value t = nn::TransposeOp::create(ctx.getBuilder(), ctx.getLoc(),
+                                    typeOf(x).clone({s[0], s[2], s[1], s[3]}),
+                                    x, ArrayRef<int64_t>{0, 2, 1, 3});
+  return reshape(ctx, t, {s[0], s[2], s[1] * s[3]});
+}
+
+/// A constant of `type` holding `values` (integers) or `value` everywhere.
+Value intConstant(NodeContext &ctx, RankedTensorType type,
+                  ArrayRef<int64_t> values) {
+  SmallVector<APInt> bits;
+  for (int64_t v : values)
+    bits.push_back(APInt(type.getElementTypeBitWidth(), v, /*isSigned=*/true));
+  return nn::ConstantOp::create(
+      ctx.getBuilder(), ctx.getLoc(),
+      cast<ElementsAttr>(DenseElementsAttr::get(type, bits)));
+}
+
+/// Rows `[first, first + count)` of a rotary cache `[max, r/2]`, as nn.rope
+/// reads them: `[1, count, r/2]`. The rows must exist.
+FailureOr<Value> cacheRows(NodeContext &ctx, Value cache, int64_t first,
+                           int64_t count, StringRef what) {
+  ArrayRef<int64_t> shape = typeOf(cache).getShape();
+  if (shape.size() != 2)
+    return ctx.emitError() << ctx.getNode().op_type() << " " << what
+                           << " must be [max_sequence_length, rotary/2]";
+  if (first + count > shape[0])
+    return ctx.emitError() << ctx.getNode().op_type() << " needs rotary "
+                           << what << " rows up to position "
+                           << first + count - 1 << "; it has " << shape[0];
+  Value rows = cache;
+  if (first != 0 || count != shape[0])
+    rows = nn::SliceOp::create(
+        ctx.getBuilder(), ctx.getLoc(), typeOf(cache).clone({count, shape[1]}),
+        cache, ArrayRef<int64_t>{first, 0},
+        ArrayRef<int64_t>{first + count, shape[1]}, ArrayRef<int64_t>{1, 1});
+  return reshape(ctx, rows, {1, count, shape[1]});
+}
+
+/// Rows of a rotary cache `[max, r/2]` at run-time positions `ids`
+/// (`[b, s]`, i64): `[b, s, r/2]`. A negative position (which onnxruntime
+/// refuses and Gather would count from the end) becomes one the gather
+/// refuses at run time, as a position past the cache is.
+Value gatherRows(NodeContext &ctx, Value cache, Value ids) {
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto idsType = typeOf(ids);
+  int64_t rows = typeOf(cache).getDimSize(0);
+  auto scalarType = RankedTensorType::get({}, idsType.getElementType());
+  Value negative = nn::CompareOp::create(b, loc, idsType.clone(b.getI1Type()),
+                                         nn::CompareDirection::LT, ids,
+                                         intConstant(ctx, scalarType, {0}));
+  ids = nn::WhereOp::create(b, loc, idsType, negative,
+                            intConstant(ctx, scalarType, {-rows - 1}), ids);
+  ArrayRef<int64_t> is = idsType.getShape();
+  return nn::GatherOp::create(
+      b, loc, typeOf(cache).clone({is[0], is[1], typeOf(cache).getDimSize(1)}),
+      cache, ids, 0);
+}
+
+/// The residual and its norm: onnxruntime's SkipLayerNormalization and
+/// SkipSimplifiedLayerNormalization (RMS). `input + skip (+ bias)` is
+/// normalized over the last dimension; output 3 is the sum, the next
+/// layer's residual.
+template <typename NormOp> LogicalResult skipNormHandler(NodeContext &ctx) {
+  constexpr bool rms = std::is_same_v<NormOp, nn::RmsNormOp>;
+  Value input = ctx.getInput(0), skip = ctx.getInput(1),
+        gamma = ctx.getInput(2);
+  if (!input || !skip || !gamma)
+    return failure();
+  if (ctx.hasOutput(1) || ctx.hasOutput(2))
+    return ctx.emitError() << ctx.getNode().op_type()
+                           << " mean and inv_std_var outputs are not supported";
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto type = typeOf(input);
+  int64_t rank = type.getRank();
+  int64_t hidden = rank ? type.getShape().back() : 0;
+  if (rank != 2 && rank != 3)
+    return ctx.emitError() << ctx.getNode().op_type()
+                           << " input must be [batch, sequence, hidden] or "
+                              "[tokens, hidden]";
+  // skip is the input's shape, or broadcasts to it from [1, s, h] or [s, h].
+  ArrayRef<int64_t> skipShape = typeOf(skip).getShape();
+  bool fits = skipShape.size() <= static_cast<size_t>(rank) &&
+              (skipShape == type.getShape().take_back(skipShape.size()) ||
+               (skipShape.size() == 3 && skipShape[0] == 1 &&
+                skipShape.drop_front() == type.getShape().drop_front()));
+  if (!fits)
+    return ctx.emitError() << ctx.getNode().op_type() << " skip of shape "
+                           << typeOf(skip) << " does not match input " << type;
+  unsigned betaIndex = rms ? ~0u : 3, biasIndex = rms ? 3 : 4;
+  for (unsigned i : {2u, betaIndex, biasIndex})
+    if (i != ~0u && ctx.hasInput(i)) {
+      Value p = ctx.getInput(i);
+      if (!p)
+        return failure();
+      if (typeOf(p).getShape() != ArrayRef<int64_t>{hidden})
+        return ctx.emitError()
+               << ctx.getNode().op_type() << " input " << i << " must be ["
+               << hidden << "], the hidden size";
+    }
+  Value sum = nn::AddOp::create(b, loc, input, skip);
+  if (ctx.hasInput(biasIndex))
+    sum = nn::AddOp::create(b, loc, sum, ctx.getInput(biasIndex));
+  float epsilon = ctx.getAttrFloat("epsilon", 1e-12f);
+  auto axis = b.getI64IntegerAttr(rank - 1);
+  Value out;
+  if constexpr (rms)
+    out = nn::RmsNormOp::create(b, loc, type, sum, gamma, axis,
+                                b.getF32FloatAttr(epsilon));
+  else
+    out = nn::LayerNormOp::create(
+        b, loc, type, sum, gamma,
+        ctx.hasInput(betaIndex) ? ctx.getInput(betaIndex) : Value(), axis,
+        b.getF32FloatAttr(epsilon));
+  ctx.setOutput(0, out);
+  if (ctx.hasOutput(3))
+    ctx.setOutput(3, sum);
+  return success();
+}
+
+/// com.microsoft RotaryEmbedding: input [b, s, hidden] (heads from
+/// num_heads, or from the caches' width) or [b, heads, s, d]; position_ids
+/// [1] (the first token's position, the rest following it) or [b, s];
+/// caches [max, r/2]; interleaved; rotary_embedding_dim r <= d.
+LogicalResult contribRotaryHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0), cos = ctx.getInput(2), sin = ctx.getInput(3);
+  if (!x || !cos || !sin)
+    return failure();
+  if (ctx.getAttrInt("is_packed_batching", 0))
+    return ctx.emitError() << "RotaryEmbedding is_packed_batching is not "
+                              "supported";
+  if (ctx.getAttrFloat("scale", 1.0f) != 1.0f)
+    return ctx.emitError() << "RotaryEmbedding scale "
+                           << ctx.getAttrFloat("scale", 1.0f)
+                           << " is not supported (1 only)";
+  ArrayRef<int64_t> xs = typeOf(x).getShape();
+  if (typeOf(cos).getRank() != 2 || typeOf(cos) != typeOf(sin))
+    return ctx.emitError() << "RotaryEmbedding caches must be two "
+                              "[max_sequence_length, rotary/2] tensors";
+  int64_t half = typeOf(cos).getDimSize(1);
+  int64_t rotary = ctx.getAttrInt("rotary_embedding_dim", 0);
+  if (rotary != 0 && rotary != 2 * half)
+    return ctx.emitError() << "RotaryEmbedding rotary_embedding_dim " << rotary
+                           << " does not match caches of width " << half;
+  bool threeD = xs.size() == 3;
+  int64_t seq = threeD ? xs[1] : xs.size() == 4 ? xs[2] : -1;
+  if (seq < 0)
+    return ctx.emitError() << "RotaryEmbedding input must have rank 3 or 4";
+  if (threeD) {
+    int64_t heads = ctx.getAttrInt("num_heads", 0);
+    if (heads == 0 && half > 0 && xs[2] % (2 * half) == 0)
+      heads = xs[2] / (2 * half);
+    if (heads <= 0 || xs[2] % heads != 0)
+      return ctx.emitError() << "RotaryEmbedding of a 3-D input needs "
+                                "num_heads dividing its hidden size "
+                             << xs[2];
+    x = toHeads(ctx, x, heads);
+  }
+  if (2 * half > typeOf(x).getDimSize(3))
+    return ctx.emitError() << "RotaryEmbedding rotates " << 2 * half
+                           << " features of a head of "
+                           << typeOf(x).getDimSize(3);
+  // Each token's position: [1] is the first token's, the others follow.
+  Value ids = ctx.getInput(1);
+  if (!ids)
+    return failure();
+  ArrayRef<int64_t> is = typeOf(ids).getShape();
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  if (is.size() == 1 && is[0] == 1) {
+    SmallVector<int64_t> offsets(seq);
+    for (int64_t i = 0; i < seq; ++i)
+      offsets[i] = i;
+    auto idsType = RankedTensorType::get({1, seq}, b.getI64Type());
+    ids = nn::AddOp::create(b, loc, idsType, reshape(ctx, ids, {1, 1}),
+                            intConstant(ctx, idsType, offsets));
+  } else if (is.size() != 2 || (is[0] != xs[0] && is[0] != 1) || is[1] != seq) {
+    return ctx.emitError() << "RotaryEmbedding position_ids must be [1] or "
+                              "[batch, sequence]";
+  }
+  Value out = nn::RopeOp::create(
+      b, loc, x.getType(), x, gatherRows(ctx, cos, ids),
+      gatherRows(ctx, sin, ids),
+      ctx.getAttrInt("interleaved", 0) ? b.getUnitAttr() : UnitAttr());
+  ctx.setOutput(0, threeD ? fromHeads(ctx, out) : out);
+  return success();
+}
+
+/// com.microsoft GroupQueryAttention, as onnxruntime's CPU kernel computes
+/// it with separate past and present buffers (what the model builder
+/// writes): the query (or the packed query, key and value) split into
+/// heads, per-head RMS norms of query and key (q_norm_weight,
+/// k_norm_weight: Qwen3), rotary embedding of both at positions
+/// `past + i` (do_rotary), the present key and value the past followed
+/// by the new ones, and causal attention over them with query head h
+/// reading key/value head h / (num_heads / kv_num_heads). Key j of batch
+/// row b is attended only where j <= seqlens_k[b] (right padding of a
+/// first prompt). Inputs where the past is not contiguous (seqlens_k[b]
+/// other than past + sequence - 1 after a first prompt, or
+/// total_sequence_length other than past + sequence) are refused at run
+/// time on every rank: they need the shared-buffer cache, which Partita
+/// replaces with its own (--max-seq).
+LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
+  auto refuse = [&](StringRef what) {
+    return ctx.emitError() << "GroupQueryAttention " << what
+                           << " is not supported";
+  };
+  for (auto [index, what] : {std::pair<unsigned, StringRef>{9, "position_ids"},
+                             {10, "attention_bias"},
+                             {11, "head_sink"},
+                             {12, "k_scale (a quantized cache)"},
+                             {13, "v_scale (a quantized cache)"},
+                             {16, "query_seqlens"}})
+    if (ctx.hasInput(index))
+      return refuse(what);
+  if (ctx.hasOutput(3) || ctx.getAttrInt("qk_output", 0))
+    return refuse("output_qk");
+  if (ctx.getAttrInt("causal", 1) != 1)
+    return refuse("causal=0");
+  if (ctx.getAttrInt("kv_cache_bit_width", 0) != 0 ||
+      ctx.getAttrString("k_quant_type", "NONE") != "NONE" ||
+      ctx.getAttrString("v_quant_type", "NONE") != "NONE")
+    return refuse("with a quantized cache");
+  if (ctx.getAttrInt("smooth_softmax", 0))
+    return refuse("smooth_softmax");
+  if (ctx.getAttrInt("sliding_window_cache", 0) ||
+      ctx.getAttrInt("local_window_size", -1) != -1)
+    return refuse("local_window_size (a sliding window)");
+  if (ctx.getAttrFloat("softcap", 0.0f) != 0.0f)
+    return refuse("softcap");
+  if (ctx.hasInput(1) != ctx.hasInput(2) || ctx.hasInput(3) != ctx.hasInput(4))
+    return ctx.emitError() << "GroupQueryAttention needs key and value, and "
+                              "past_key and past_value, together";
+  if (ctx.hasInput(14) != ctx.hasInput(15))
+    return ctx.emitError() << "GroupQueryAttention needs q_norm_weight and "
+                              "k_norm_weight together";
+
+  Value query = ctx.getInput(0);
+  if (!query)
+    return failure();
+  int64_t heads = ctx.getAttrInt("num_heads", 0),
+          kvHeads = ctx.getAttrInt("kv_num_heads", 0);
+  ArrayRef<int64_t> qs = typeOf(query).getShape();
+  if (qs.size() != 3 || heads <= 0 || kvHeads <= 0 || heads % kvHeads != 0)
+    return ctx.emitError() << "GroupQueryAttention needs a [batch, sequence, "
+                              "hidden] query and num_heads a multiple of "
+                              "kv_num_heads";
+  int64_t batch = qs[0], seq = qs[1];
+  bool packed = !ctx.hasInput(1);
+  int64_t headSize = qs[2] / (packed ? heads + 2 * kvHeads : heads);
+  if (headSize * (packed ? heads + 2 * kvHeads : heads) != qs[2])
+    return ctx.emitError() << "GroupQueryAttention query hidden size " << qs[2]
+                           << " is not "
+                           << (packed ? "(num_heads + 2 * "
+                                        "kv_num_heads)"
+                                      : "num_heads")
+                           << " times a head size";
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  Value key, value;
+  if (packed) {
+    // A split, which tensor parallelism sees as a fused projection's
+    // segments (partita-annotate), rather than three slices.
+    auto part = [&](int64_t width) -> Type {
+      return typeOf(query).clone({batch, seq, width});
+    };
+    auto parts = nn::SplitOp::create(b, loc,
+                                     TypeRange{part(heads * headSize),
+                                               part(kvHeads * headSize),
+                                               part(kvHeads * headSize)},
+                                     query, int64_t(2));
+    query = parts.getResult(0);
+    key = parts.getResult(1);
+    value = parts.getResult(2);
+  } else {
+    key = ctx.getInput(1);
+    value = ctx.getInput(2);
+    if (!key || !value)
+      return failure();
+    SmallVector<int64_t> want = {batch, seq, kvHeads * headSize};
+    if (typeOf(key).getShape() != ArrayRef<int64_t>(want) ||
+        typeOf(value).getShape() != ArrayRef<int64_t>(want))
+      return ctx.emitError()
+             << "GroupQueryAttention key and value must be [" << batch << ", "
+             << seq << ", " << kvHeads * headSize << "]";
+  }
+  Value q = toHeads(ctx, query, heads), k = toHeads(ctx, key, kvHeads),
+        v = toHeads(ctx, value, kvHeads);
+
+  // Qwen3's per-head RMS norms, before the rotary embedding.
+  if (ctx.hasInput(14)) {
+    float shared = ctx.getAttrFloat("qk_norm_epsilon", 1e-6f);
+    for (auto [x, index, name] :
+         {std::tuple<Value *, unsigned, StringRef>{&q, 14, "q_norm_epsilon"},
+          {&k, 15, "k_norm_epsilon"}}) {
+      Value weight = ctx.getInput(index);
+      if (!weight)
+        return failure();
+      if (typeOf(weight).getShape() != ArrayRef<int64_t>{headSize})
+        return ctx.emitError()
+               << "GroupQueryAttention input " << index << " must be ["
+               << headSize << "], the head size";
+      *x = nn::RmsNormOp::create(
+          b, loc, x->getType(), *x, weight, b.getI64IntegerAttr(3),
+          b.getF32FloatAttr(ctx.getAttrFloat(name, shared)));
+    }
+  }
+
+  int64_t past = 0;
+  Value pastKey, pastValue;
+  if (ctx.hasInput(3)) {
+    pastKey = ctx.getInput(3);
+    pastValue = ctx.getInput(4);
+    if (!pastKey || !pastValue)
+      return failure();
+    ArrayRef<int64_t> ps = typeOf(pastKey).getShape();
+    if (ps.size() != 4 || ps[0] != batch || ps[1] != kvHeads ||
+        ps[3] != headSize || typeOf(pastValue) != typeOf(pastKey))
+      return ctx.emitError()
+             << "GroupQueryAttention past_key and past_value must be [" << batch
+             << ", " << kvHeads << ", past, " << headSize << "]";
+    past = ps[2];
+  }
+  int64_t total = past + seq;
+
+  if (ctx.getAttrInt("do_rotary", 0)) {
+    Value cos = ctx.hasInput(7) ? ctx.getInput(7) : Value(),
+          sin = ctx.hasInput(8) ? ctx.getInput(8) : Value();
+    if (!cos || !sin)
+      return ctx.emitError() << "GroupQueryAttention do_rotary needs "
+                                "cos_cache and sin_cache";
+    FailureOr<Value> cosRows = cacheRows(ctx, cos, past, seq, "cos_cache");
+    FailureOr<Value> sinRows = cacheRows(ctx, sin, past, seq, "sin_cache");
+    if (failed(cosRows) || failed(sinRows))
+      return failure();
+    if (2 * typeOf(cos).getDimSize(1) > headSize)
+      return ctx.emitError()
+             << "GroupQueryAttention rotates " << 2 * typeOf(cos).getDimSize(1)
+             << " features of a head of " << headSize;
+    UnitAttr interleaved =
+        ctx.getAttrInt("rotary_interleaved", 0) ? b.getUnitAttr() : UnitAttr();
+    q = nn::RopeOp::create(b, loc, q.getType(), q, *cosRows, *sinRows,
+                           interleaved);
+    k = nn::RopeOp::create(b, loc, k.getType(), k, *cosRows, *sinRows,
+                           interleaved);
+  }
+
+  // The present cache: the past, then the new keys and values.
+  Value presentKey = k, presentValue = v;
+  if (past > 0) {
+    auto presentType = typeOf(k).clone({batch, kvHeads, total, headSize});
+    presentKey = nn::ConcatOp::create(b, loc, presentType,
+                                      ValueRange{pastKey, k}, uint64_t(2));
+    presentValue = nn::ConcatOp::create(b, loc, presentType,
+                                        ValueRange{pastValue, v}, uint64_t(2));
+  }
+
+  // Keys a row may see: j <= seqlens_k[b]. The row's lengths must describe
+  // the contiguous cache: 0 <= seqlens_k[b] <= total - 1, equal to it
+  // after a first prompt, and total_sequence_length equal to total; a row
+  // that breaks this picks index 1 of a one-entry table, which the gather
+  // refuses at run time.
+  Value seqlens = ctx.getInput(5), totalLength = ctx.getInput(6);
+  if (!seqlens || !totalLength)
+    return failure();
+  if (typeOf(seqlens).getShape() != ArrayRef<int64_t>{batch} ||
+      typeOf(totalLength).getNumElements() != 1)
+    return ctx.emitError() << "GroupQueryAttention seqlens_k must be [" << batch
+                           << "] and total_sequence_length a scalar";
+  auto i32 = b.getI32Type(), i1 = b.getI1Type();
+  auto rowType = RankedTensorType::get({batch, 1}, i32);
+  Value lengths = reshape(ctx, seqlens, {batch, 1});
+  auto scalar = [&](int64_t x) {
+    return intConstant(ctx, RankedTensorType::get({}, i32), {x});
+  };
+  auto compare = [&](nn::CompareDirection direction, Value lhs, Value rhs,
+                     RankedTensorType type) -> Value {
+    return nn::CompareOp::create(b, loc, type.clone(i1), direction, lhs, rhs);
+  };
+  Value ok = nn::AndOp::create(
+      b, loc, compare(nn::CompareDirection::GE, lengths, scalar(0), rowType),
+      compare(past > 0 ? nn::CompareDirection::EQ : nn::CompareDirection::LE,
+              lengths, scalar(total - 1), rowType));
+  ok = nn::AndOp::create(
+      b, loc, ok,
+      compare(nn::CompareDirection::EQ, reshape(ctx, totalLength, {1, 1}),
+              scalar(total), RankedTensorType::get({1, 1}, i32)));
+  auto rowIndexType = RankedTensorType::get({batch, 1}, b.getI64Type());
+  Value pick = nn::WhereOp::create(
+      b, loc, rowIndexType, ok,
+      intConstant(ctx, RankedTensorType::get({}, b.getI64Type()), {0}),
+      intConstant(ctx, RankedTensorType::get({}, b.getI64Type()), {1}));
+  Value table = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(RankedTensorType::get({1}, i1),
+                                                ArrayRef<bool>{true})));
+  Value accepted = nn::GatherOp::create(
+      b,
+      NameLoc::get(b.getStringAttr("GroupQueryAttention seqlens_k and "
+                                   "total_sequence_length: a contiguous "
+                                   "cache of past + sequence"),
+                   loc),
+      RankedTensorType::get({batch, 1}, i1), table, pick, 0);
+  SmallVector<int64_t> positions(total);
+  for (int64_t j = 0; j < total; ++j)
+    positions[j] = j;
+  Value keyPositions =
+      intConstant(ctx, RankedTensorType::get({1, total}, i32), positions);
+  auto maskType = RankedTensorType::get({batch, total}, i1);
+  Value mask = nn::AndOp::create(
+      b, loc, maskType,
+      compare(nn::CompareDirection::LE, keyPositions, lengths, maskType),
+      accepted);
+  mask = reshape(ctx, mask, {batch, 1, 1, total});
+
+  auto attention =
+      nn::AttentionOp::create(b, loc, q.getType(), q, presentKey, presentValue,
+                              mask, b.getUnitAttr(), FloatAttr());
+  if (const onnx::AttributeProto *scale = ctx.getAttr("scale");
+      scale && scale->f() != 0.0f)
+    attention.setScaleAttr(b.getF32FloatAttr(scale->f()));
+  ctx.setOutput(0, fromHeads(ctx, attention));
+  if (ctx.hasOutput(1))
+    ctx.setOutput(1, presentKey);
+  if (ctx.hasOutput(2))
+    ctx.setOutput(2, presentValue);
+  return success();
+}
+
+} // namespace
+
+void mlir::partita::onnx_import::registerContribOps(OpRegistry &registry) {
+  registry.add("com.microsoft.SkipLayerNormalization",
+               {1, nullptr, skipNormHandler<nn::LayerNormOp>});
+  registry.add("com.microsoft.SkipSimplifiedLayerNormalization",
+               {1, nullptr, skipNormHandler<nn::RmsNormOp>});
+  registry.add("com.microsoft.RotaryEmbedding",
+               {1, nullptr, contribRotaryHandler});
+  registry.add("com.microsoft.GroupQueryAttention",
+               {1, nullptr, groupQueryAttentionHandler});
+}
