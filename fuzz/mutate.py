@@ -262,7 +262,63 @@ def op_seeds():
                                     name=f"{op.lower()}_node", **attrs)
             m = _model([node], inputs, [_vi(*o) for o in outs], inits, opset)
             out.append(Seed(seed_name + (".folded" if folded else ""), m))
-    return out + dim_expr_seeds()
+    return out + contrib_seeds() + dim_expr_seeds()
+
+
+def contrib_seeds():
+    """onnxruntime's ops that onnxruntime-genai's builder writes (its
+    com.microsoft domain at version 1, beside the default one at 22): a
+    SimplifiedLayerNormalization, the skip norms, RotaryEmbedding and
+    GroupQueryAttention over a past of `past`, bound with --bind."""
+    ms = "com.microsoft"
+
+    def contrib(name, nodes, inputs, outputs, inits=()):
+        m = _model(nodes, inputs, outputs, inits, 22)
+        m.opset_import.append(helper.make_opsetid(ms, 1))
+        return Seed(name, m)
+
+    rng = np.random.default_rng(36)
+    x, w = _vi("x", F, [2, 3, 16]), numpy_helper.from_array(
+        _rand([16], np.float32, rng), "w")
+    cos = numpy_helper.from_array(_rand([16, 8], np.float32, rng), "cos")
+    sin = numpy_helper.from_array(_rand([16, 8], np.float32, rng), "sin")
+    seeds = [
+        contrib("SimplifiedLayerNormalization",
+                [helper.make_node("SimplifiedLayerNormalization", ["x", "w"],
+                                  ["z"], name="sln_node", axis=-1)],
+                [x], [_vi("z", F, [2, 3, 16])], [w]),
+        contrib("SkipSimplifiedLayerNormalization",
+                [helper.make_node("SkipSimplifiedLayerNormalization",
+                                  ["x", "y", "w"], ["z", "", "", "sum"],
+                                  name="ssln_node", domain=ms)],
+                [x, _vi("y", F, [2, 3, 16])],
+                [_vi("z", F, [2, 3, 16]), _vi("sum", F, [2, 3, 16])], [w]),
+        contrib("SkipLayerNormalization",
+                [helper.make_node("SkipLayerNormalization",
+                                  ["x", "y", "w", "w"], ["z"],
+                                  name="sln_node", domain=ms)],
+                [x, _vi("y", F, [3, 16])], [_vi("z", F, [2, 3, 16])], [w]),
+        contrib("com.microsoft.RotaryEmbedding",
+                [helper.make_node("RotaryEmbedding", ["x", "p", "cos", "sin"],
+                                  ["z"], name="rope_node", domain=ms,
+                                  num_heads=1)],
+                [x, _vi("p", I64, [1])], [_vi("z", F, [2, 3, 16])],
+                [cos, sin]),
+    ]
+    gqa = helper.make_node(
+        "GroupQueryAttention",
+        ["q", "", "", "pk", "pv", "lens", "total", "cos", "sin"],
+        ["z", "k", "v"], name="gqa_node", domain=ms, num_heads=2,
+        kv_num_heads=1, do_rotary=1)
+    seeds.append(contrib(
+        "GroupQueryAttention", [gqa],
+        [_vi("q", F, [1, 3, 64]), _vi("pk", F, [1, 1, "past", 16]),
+         _vi("pv", F, [1, 1, "past", 16]), _vi("lens", I32, [1]),
+         _vi("total", I32, [])],
+        [_vi("z", F, [1, 3, 32]), _vi("k", F, [1, 1, "past + 3", 16]),
+         _vi("v", F, [1, 1, "past + 3", 16])], [cos, sin]))
+    seeds[-1].bindings["past"] = 2
+    return seeds
 
 
 def dim_expr_seeds():

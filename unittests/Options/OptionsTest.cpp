@@ -95,7 +95,7 @@ TEST(OptionsTest, RefusesNamingTheFlag) {
   EXPECT_EQ(refusal(options, "overlap", "maybe"),
             "--overlap expects true or false, got 'maybe'");
   EXPECT_EQ(refusal(options, "bind", "batch=two"),
-            "--bind expects name=value with a positive integer value, got "
+            "--bind expects name=value with a non-negative integer value, got "
             "'batch=two'");
   EXPECT_EQ(refusal(options, "bind", "a=1,a=2"), "--bind gives 'a' twice");
   EXPECT_EQ(refusal(options, "device-memory", "12zb"),
@@ -127,11 +127,11 @@ TEST(OptionsTest, ChecksTypedFields) {
   EXPECT_FALSE(checkOptions(options, error));
   EXPECT_EQ(error, "--microbatches must be positive, got 0");
   options.microbatches = 1;
-  options.bind["batch"] = 0;
+  options.bind["batch"] = -1;
   EXPECT_FALSE(checkOptions(options, error));
   EXPECT_EQ(error,
-            "--bind expects name=value with a positive integer value, got "
-            "'batch=0'");
+            "--bind expects name=value with a non-negative integer value, "
+            "got 'batch=-1'");
   options.bind.clear();
   options.mesh = {{"tp", 2}, {"tp", 2}};
   EXPECT_FALSE(checkOptions(options, error));

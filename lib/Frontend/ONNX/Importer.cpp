@@ -794,7 +794,8 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
     return diag << "; give their values with --bind name=value,...";
   }
   for (const auto &binding : options.bindings)
-    if (!used.contains(binding.getKey()))
+    if (!used.contains(binding.getKey()) &&
+        binding.getKey() != kGenaiHeadSizeSymbol)
       emitWarning(fileLoc) << "--bind " << binding.getKey()
                            << " names no symbolic dimension of the model";
   return success();
@@ -1286,14 +1287,28 @@ importModel(MLIRContext *context, std::unique_ptr<onnx::ModelProto> model,
 OwningOpRef<ModuleOp>
 mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
                               const OnnxImportOptions &options) {
-  // A directory: an optimum export's.
+  // A directory: onnxruntime-genai's builder output (genai_config.json
+  // names the model file and the head size its past inputs leave as the
+  // symbol kv_cache_dim) or an optimum export's.
   std::string file = path.str();
+  OnnxImportOptions withConfig = options;
   if (llvm::sys::fs::is_directory(path)) {
-    FailureOr<std::string> found = findDirectoryModel(
-        path, options.kvCache, FileLineColLoc::get(context, path, 0, 0));
-    if (failed(found))
+    Location loc = FileLineColLoc::get(context, path, 0, 0);
+    FailureOr<std::optional<GenaiConfig>> genai = readGenaiConfig(path, loc);
+    if (failed(genai))
       return nullptr;
-    file = std::move(*found);
+    if (*genai) {
+      file = (*genai)->model;
+      if ((*genai)->headSize > 0)
+        withConfig.bindings.try_emplace(kGenaiHeadSizeSymbol,
+                                        (*genai)->headSize);
+    } else {
+      FailureOr<std::string> found =
+          findDirectoryModel(path, options.kvCache, loc);
+      if (failed(found))
+        return nullptr;
+      file = std::move(*found);
+    }
   }
   path = file;
   auto model = std::make_unique<onnx::ModelProto>();
@@ -1308,7 +1323,7 @@ mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
   if (dir.empty())
     dir = ".";
   return importModel(context, std::move(model), std::move(mapped), path, dir,
-                     options);
+                     withConfig);
 }
 
 OwningOpRef<ModuleOp>

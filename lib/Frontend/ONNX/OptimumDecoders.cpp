@@ -13,6 +13,8 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 using namespace mlir;
@@ -103,6 +105,53 @@ mlir::partita::onnx_import::findDirectoryModel(StringRef directory,
     diag << " (with --max-seq: model.onnx, decoder_model_merged.onnx or "
             "decoder_with_past_model.onnx)";
   return diag;
+}
+
+FailureOr<std::optional<GenaiConfig>>
+mlir::partita::onnx_import::readGenaiConfig(StringRef directory, Location loc) {
+  SmallString<256> path(directory);
+  llvm::sys::path::append(path, "genai_config.json");
+  if (!llvm::sys::fs::exists(path))
+    return std::optional<GenaiConfig>();
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return emitError(loc) << "cannot read " << path << ": "
+                          << buffer.getError().message();
+  llvm::Expected<llvm::json::Value> parsed =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    return emitError(loc) << path << " is not JSON: "
+                          << llvm::toString(parsed.takeError());
+  const llvm::json::Object *root = parsed->getAsObject();
+  const llvm::json::Object *model = root ? root->getObject("model") : nullptr;
+  const llvm::json::Object *decoder =
+      model ? model->getObject("decoder") : nullptr;
+  std::optional<StringRef> filename =
+      decoder ? decoder->getString("filename") : std::nullopt;
+  if (!filename)
+    return emitError(loc) << path
+                          << " names no model.decoder.filename (an "
+                             "onnxruntime-genai config names its model file "
+                             "there)";
+  // A file of the directory, never a path out of it.
+  if (filename->empty() || filename->contains('/') ||
+      filename->contains('\\') || *filename == "." || *filename == "..")
+    return emitError(loc) << path << ": model.decoder.filename '" << *filename
+                          << "' is not a file name in the directory";
+  GenaiConfig config;
+  SmallString<256> file(directory);
+  llvm::sys::path::append(file, *filename);
+  if (!llvm::sys::fs::is_regular_file(file))
+    return emitError(loc) << path << " names the model file '" << *filename
+                          << "', which the directory does not hold";
+  config.model = std::string(file);
+  if (std::optional<int64_t> head = decoder->getInteger("head_size")) {
+    if (*head <= 0)
+      return emitError(loc) << path << ": model.decoder.head_size " << *head
+                            << " is not positive";
+    config.headSize = *head;
+  }
+  return std::optional<GenaiConfig>(std::move(config));
 }
 
 LogicalResult

@@ -48,6 +48,21 @@ CacheSymbols findCacheSymbols(const onnx::GraphProto &graph);
 FailureOr<std::string> findDirectoryModel(StringRef directory, KvCacheForm form,
                                           Location loc);
 
+/// What an onnxruntime-genai model directory's genai_config.json says of
+/// its decoder: the model file's path in the directory and the head size
+/// (0 when not given), which the builder's exports leave as the symbol
+/// `kv_cache_dim` of their past inputs.
+constexpr llvm::StringLiteral kGenaiHeadSizeSymbol = "kv_cache_dim";
+struct GenaiConfig {
+  std::string model;
+  int64_t headSize = 0;
+};
+/// Reads `directory`/genai_config.json: nullopt when there is none, failure
+/// with a diagnostic at `loc` when it is malformed or names a model file
+/// that is not a plain file inside the directory.
+FailureOr<std::optional<GenaiConfig>> readGenaiConfig(StringRef directory,
+                                                      Location loc);
+
 /// Rewrites a merged decoder's graph into the branch `form` imports (the
 /// then branch for a KV-cache form, the else branch otherwise): the If on
 /// `use_cache_branch` is replaced by the branch's nodes, the branch's

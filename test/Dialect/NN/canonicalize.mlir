@@ -251,3 +251,34 @@ func.func @gather_of_iota(%m: tensor<4x1xi1>) -> (tensor<2x1x2x1xi1>, tensor<2x1
   %c = nn.gather %m, %short axis = 0 : (tensor<4x1xi1>, tensor<3xi64>) -> tensor<3x1xi1>
   return %a, %b, %c : tensor<2x1x2x1xi1>, tensor<2x1x2x1xi1>, tensor<3x1xi1>
 }
+
+// -----
+
+// Qwen3's per-head query norm as onnxruntime-genai's builder writes it: the
+// heads merged into the sequence ([2, 6, 64] read as [2, 24, 16]), an RMS
+// norm over the head size, and back. The norm reads the unmerged
+// [2, 6, 4, 16] instead, so that the heads stay a dimension, and the two
+// reshapes fold into one. A reshape that merges nothing before the
+// normalized dimensions, or whose source's last dimension is not a
+// multiple of them, is left alone.
+// CHECK-LABEL: func.func @norm_before_merge
+// CHECK: %[[U:.*]] = nn.reshape %arg0 : tensor<2x6x64xf32> -> tensor<2x6x4x16xf32>
+// CHECK: %[[N:.*]] = nn.rms_norm %[[U]] scale(%arg1 : tensor<16xf32>) axis = 3 epsilon = 9.99999997E-7 : tensor<2x6x4x16xf32>
+// CHECK: %[[R:.*]] = nn.reshape %[[N]] : tensor<2x6x4x16xf32> -> tensor<2x6x64xf32>
+// CHECK: %[[L:.*]] = nn.layer_norm %{{.*}} axis = 3
+// CHECK: nn.rms_norm %{{.*}} axis = 1 {{.*}} : tensor<12x16xf32>
+// CHECK: nn.rms_norm %{{.*}} axis = 1 {{.*}} : tensor<6x6xf32>
+// CHECK: return %[[R]]
+func.func @norm_before_merge(%x: tensor<2x6x64xf32>, %w: tensor<16xf32>, %y: tensor<2x6x16xf32>, %z: tensor<4x9xf32>) -> (tensor<2x6x64xf32>, tensor<2x24x16xf32>, tensor<2x6x16xf32>, tensor<6x6xf32>) {
+  %m = nn.reshape %x : tensor<2x6x64xf32> -> tensor<2x24x16xf32>
+  %n = nn.rms_norm %m scale(%w : tensor<16xf32>) axis = 2 epsilon = 1.0e-06 : tensor<2x24x16xf32>
+  %r = nn.reshape %n : tensor<2x24x16xf32> -> tensor<2x6x64xf32>
+  %m2 = nn.reshape %x : tensor<2x6x64xf32> -> tensor<2x24x16xf32>
+  %l = nn.layer_norm %m2 axis = 2 epsilon = 1.0e-05 : tensor<2x24x16xf32>
+  %same = nn.reshape %y : tensor<2x6x16xf32> -> tensor<12x16xf32>
+  %s = nn.rms_norm %same axis = 1 epsilon = 1.0e-06 : tensor<12x16xf32>
+  %back = nn.reshape %s : tensor<12x16xf32> -> tensor<2x6x16xf32>
+  %odd = nn.reshape %z : tensor<4x9xf32> -> tensor<6x6xf32>
+  %o = nn.rms_norm %odd axis = 1 epsilon = 1.0e-06 : tensor<6x6xf32>
+  return %r, %l, %back, %o : tensor<2x6x64xf32>, tensor<2x24x16xf32>, tensor<2x6x16xf32>, tensor<6x6xf32>
+}

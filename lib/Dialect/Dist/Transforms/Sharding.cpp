@@ -187,6 +187,30 @@ FactorAxes dist::inferAssignment(const ShardingRule &rule,
         return (kind == FactorKind::Reduction || kind == FactorKind::Lookup) &&
                partial.contains(axis);
       });
+  // A factor split where a tensor of the op cannot show it (the minor
+  // factor of a merged dimension whose major factors are not split whole:
+  // heads split in [b, s * heads, d]) is computed whole; its users slice
+  // what they need, which costs nothing.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (ArrayRef<TensorFactors> tensors :
+         {ArrayRef<TensorFactors>(rule.getOperands()),
+          ArrayRef<TensorFactors>(rule.getResults())})
+      for (const TensorFactors &tensor : tensors)
+        for (const DimFactors &factors : tensor) {
+          bool whole = true;
+          for (unsigned factor : factors) {
+            if (!whole && !assignment[factor].empty()) {
+              assignment[factor].clear();
+              changed = true;
+            }
+            int64_t split = 1;
+            for (StringRef axis : assignment[factor])
+              split *= mesh.getAxisSize(axis).value_or(1);
+            whole &= split == rule.getFactor(factor).size;
+          }
+        }
+  }
   return assignment;
 }
 

@@ -559,6 +559,63 @@ struct FoldReshapesAroundMatmul : OpRewritePattern<ReshapeOp> {
 };
 } // namespace
 
+namespace {
+/// A norm of a reshape that merges dimensions before the normalized ones
+/// (Qwen3's and OLMo2's per-head query/key norms: [b, s, h * d] read as
+/// [b, s * h, d], normalized over d, read back) normalizes the unmerged
+/// form [b, s, h, d] instead, and the merge follows it: the heads stay a
+/// dimension of their own, which tensor parallelism splits (a split of a
+/// merged dimension's minor part cannot be shown). The merge then usually
+/// folds into the reshape after the norm.
+template <typename NormOp> struct NormBeforeMerge : OpRewritePattern<NormOp> {
+  using OpRewritePattern<NormOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(NormOp op,
+                                PatternRewriter &rewriter) const override {
+    auto merge = op.getInput().template getDefiningOp<ReshapeOp>();
+    if (!merge || !merge->hasOneUse())
+      return failure();
+    auto type = cast<RankedTensorType>(op.getType());
+    int64_t axis = op.getAxis();
+    ArrayRef<int64_t> normalized = type.getShape().drop_front(axis);
+    int64_t width = 1;
+    for (int64_t size : normalized)
+      width *= size;
+    ArrayRef<int64_t> source = merge.getInput().getType().getShape();
+    if (source.empty() || width == 0 || source.back() % width != 0 ||
+        source.back() == width)
+      return failure();
+    // The source's last dimension split into [last / width, normalized...].
+    SmallVector<int64_t> unmerged(source.drop_back());
+    unmerged.push_back(source.back() / width);
+    unmerged.append(normalized.begin(), normalized.end());
+    if (ArrayRef<int64_t>(unmerged).drop_back(normalized.size()) ==
+        type.getShape().drop_back(normalized.size()))
+      return failure();
+    Location loc = op.getLoc();
+    auto unmergedType = type.clone(unmerged);
+    Value input =
+        ReshapeOp::create(rewriter, loc, unmergedType, merge.getInput());
+    Operation *norm = rewriter.clone(*op);
+    norm->setOperand(0, input);
+    norm->getResult(0).setType(unmergedType);
+    norm->setAttr("axis", rewriter.getI64IntegerAttr(unmerged.size() -
+                                                     normalized.size()));
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, type, norm->getResult(0));
+    return success();
+  }
+};
+} // namespace
+
+void RmsNormOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                            MLIRContext *context) {
+  results.add<NormBeforeMerge<RmsNormOp>>(context);
+}
+
+void LayerNormOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *context) {
+  results.add<NormBeforeMerge<LayerNormOp>>(context);
+}
+
 void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                             MLIRContext *context) {
   results.add<FoldReshapesAroundMatmul>(context);

@@ -396,7 +396,7 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [
     (`bias` `(` $bias^ `:` type($bias) `)`)?
     `axis` `=` $axis `epsilon` `=` $epsilon attr-dict `:` type($result)
   }];
-  let hasVerifier = 1;
+  let hasVerifier = 1;  let hasCanonicalizer = 1;
 }
 
 def NN_RmsNormOp : NN_Op<"rms_norm", [AllTypesMatch<["input", "result"]>]> {
@@ -426,7 +426,7 @@ def NN_RmsNormOp : NN_Op<"rms_norm", [AllTypesMatch<["input", "result"]>]> {
     $input (`scale` `(` $scale^ `:` type($scale) `)`)?
     `axis` `=` $axis `epsilon` `=` $epsilon attr-dict `:` type($result)
   }];
-  let hasVerifier = 1;
+  let hasVerifier = 1;  let hasCanonicalizer = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,161 @@
+"""Writes the onnxruntime-genai builder fixtures of test/models/genai/.
+
+Small configurations of real `transformers` model classes with seeded
+random weights, exported by onnxruntime-genai's model builder as a user
+exports a downloaded model (`python -m onnxruntime_genai.models.builder
+-i HF_DIR -o OUT -p fp32 -e cpu`), and onnxruntime's outputs on fixed
+inputs. Run by hand in a virtual environment with torch, transformers,
+onnxruntime-genai, onnx_ir, onnx and onnxruntime from PyPI (the versions
+README.md records); never in CI:
+
+    python3 -m venv /work/venv-genai
+    /work/venv-genai/bin/pip install torch transformers onnxruntime-genai \\
+        onnx_ir onnx onnxruntime
+    /work/venv-genai/bin/python test/models/genai/make_genai.py
+
+Each fixture is a builder output directory NAME.fp32/ (model.onnx,
+model.onnx.data, genai_config.json; the tokenizer files are dropped) and
+NAME.fp32.outputs.npz: onnxruntime's outputs for a prompt (batch 2,
+6 tokens, an empty past: `prompt/<input or output name>`) and for a
+decode step of one token after 5 cached ones (`decode/...`).
+"""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+VOCAB = 128
+
+# hidden 64, 4 heads of 16 (onnxruntime's GroupQueryAttention wants a
+# multiple of 16), 2 key/value heads, 2 layers, FFN 128.
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+              num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64)
+
+
+def configs():
+    from transformers import (LlamaConfig, MistralConfig, Phi3Config,
+                              Qwen2Config, Qwen3Config)
+    return {
+        "llama": LlamaConfig(**COMMON),
+        "mistral": MistralConfig(**COMMON, sliding_window=4096),
+        "qwen2": Qwen2Config(**COMMON),
+        "qwen3": Qwen3Config(**COMMON, head_dim=16),
+        "phi3": Phi3Config(**COMMON, pad_token_id=0,
+                           original_max_position_embeddings=64),
+    }
+
+
+def save_hf(name, config, directory):
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(directory)
+    # The builder writes the tokenizer's files; a word-level one of the
+    # vocabulary serves.
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0",
+                            bos_token="t1", eos_token="t2",
+                            pad_token="t0").save_pretrained(directory)
+
+
+def build(hf, out, precision):
+    with tempfile.TemporaryDirectory() as cache:
+        subprocess.run([sys.executable, "-m",
+                        "onnxruntime_genai.models.builder", "-i", str(hf),
+                        "-o", str(out), "-p", precision, "-e", "cpu",
+                        "-c", cache], check=True, stdout=subprocess.DEVNULL)
+    for f in out.iterdir():
+        if f.name not in ("model.onnx", "model.onnx.data",
+                          "genai_config.json"):
+            f.unlink()
+
+
+def feeds_for(model, batch, past, seq, rng):
+    import onnx
+    feeds = {"input_ids": rng.integers(0, VOCAB, (batch, seq)),
+             "attention_mask": np.ones((batch, past + seq), np.int64)}
+    for value in model.graph.input:
+        if value.name.startswith("past_key_values."):
+            dims = value.type.tensor_type.shape.dim
+            shape = [batch, dims[1].dim_value, past, dims[3].dim_value or 16]
+            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+        elif value.name == "position_ids":
+            feeds[value.name] = np.tile(np.arange(past, past + seq),
+                                        (batch, 1))
+    return {k: np.asarray(v, np.int64) if v.dtype.kind == "i" else v
+            for k, v in feeds.items()}
+
+
+def reference(directory):
+    import onnx
+    import onnxruntime as ort
+    model = onnx.load(directory / "model.onnx", load_external_data=False)
+    session = ort.InferenceSession(str(directory / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(36)
+    arrays = {}
+    for step, (batch, past, seq) in {"prompt": (2, 0, 6),
+                                     "decode": (2, 5, 1)}.items():
+        feeds = feeds_for(model, batch, past, seq, rng)
+        names = [o.name for o in session.get_outputs()]
+        for key, value in feeds.items():
+            arrays[f"{step}/{key}"] = value
+        for key, value in zip(names, session.run(None, feeds)):
+            arrays[f"{step}/{key}"] = value
+    return arrays, model
+
+
+def main():
+    import onnxruntime
+    import onnxruntime_genai
+    import torch
+    import transformers
+    manifest = {"onnxruntime_genai": onnxruntime_genai.__version__,
+                "onnxruntime": onnxruntime.__version__,
+                "torch": torch.__version__,
+                "transformers": transformers.__version__, "models": {}}
+    for name, config in configs().items():
+        with tempfile.TemporaryDirectory() as tmp:
+            hf = pathlib.Path(tmp) / "hf"
+            save_hf(name, config, hf)
+            out = HERE / f"{name}.fp32"
+            shutil.rmtree(out, ignore_errors=True)
+            try:
+                build(hf, out, "fp32")
+            except subprocess.CalledProcessError as error:
+                manifest["models"][name] = {"error": str(error)}
+                shutil.rmtree(out, ignore_errors=True)
+                continue
+        arrays, model = reference(out)
+        np.savez(HERE / f"{name}.fp32.outputs.npz", **arrays)
+        ops = sorted({(n.domain + "." if n.domain else "") + n.op_type
+                      for n in model.graph.node})
+        manifest["models"][name] = {
+            "class": type(config).__name__.replace("Config", ""),
+            "opset": [(o.domain, o.version) for o in model.opset_import],
+            "ops": ops,
+            "inputs": [i.name for i in model.graph.input],
+            "symbols": sorted({d.dim_param for i in model.graph.input
+                               for d in i.type.tensor_type.shape.dim
+                               if d.dim_param})}
+        print(name, ops)
+    (HERE / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
