@@ -62,3 +62,48 @@ def test_genai_export_matches_onnxruntime(tmp_path, name, step, mesh):
     for key, want in expected.items():
         np.testing.assert_allclose(outputs[key], want, rtol=1e-4, atol=1e-5,
                                    err_msg=f"{name} {step} {mesh}: {key}")
+
+
+@pytest.mark.parametrize("config,message", [
+    ("{", "genai_config.json is not JSON"),
+    ('{"model": {}}', "names no model.decoder.filename"),
+    ('{"model": {"decoder": {"filename": "../model.onnx"}}}',
+     "model.decoder.filename '../model.onnx' is not a file name in the "
+     "directory"),
+    ('{"model": {"decoder": {"filename": "other.onnx"}}}',
+     "names the model file 'other.onnx', which the directory does not hold"),
+    ('{"model": {"decoder": {"filename": "model.onnx", "head_size": 0}}}',
+     "model.decoder.head_size 0 is not positive"),
+])
+def test_genai_config_refusals(tmp_path, config, message):
+    import shutil
+    import subprocess
+    from conftest import BUILD
+    directory = tmp_path / "export"
+    shutil.copytree(GENAI / "llama.fp32", directory)
+    (directory / "genai_config.json").write_text(config)
+    result = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(directory), "--emit",
+         "nn", "--bind", "batch_size=1,sequence_length=2,"
+         "past_sequence_length=0,total_sequence_length=2"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
+def test_genai_model_file_named_by_the_config(tmp_path):
+    # Hub repositories name the model file after the build (int4, block 32).
+    import shutil
+    directory = tmp_path / "export"
+    shutil.copytree(GENAI / "llama.fp32", directory)
+    (directory / "model.onnx").rename(directory / "llama-cpu-fp32.onnx")
+    config = json.loads((directory / "genai_config.json").read_text())
+    config["model"]["decoder"]["filename"] = "llama-cpu-fp32.onnx"
+    (directory / "genai_config.json").write_text(json.dumps(config))
+    arrays = step_arrays("llama", "prompt")
+    inputs = {key: arrays[key] for key in MANIFEST["models"]["llama"]["inputs"]}
+    outputs, _ = compile_and_run(
+        tmp_path / "run", directory, inputs, "--bind",
+        "batch_size=2,sequence_length=6,past_sequence_length=0,"
+        "total_sequence_length=6")
+    np.testing.assert_allclose(outputs["logits"], arrays["logits"],
+                               rtol=1e-4, atol=1e-5)
