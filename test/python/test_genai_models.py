@@ -107,3 +107,18 @@ def test_genai_model_file_named_by_the_config(tmp_path):
         "total_sequence_length=6")
     np.testing.assert_allclose(outputs["logits"], arrays["logits"],
                                rtol=1e-4, atol=1e-5)
+
+
+def test_genai_serving_is_refused_by_name(tmp_path):
+    # --max-seq binds the cached and the total lengths itself, then refuses
+    # GroupQueryAttention, whose cache rows are addressed by seqlens_k.
+    import subprocess
+    from conftest import BUILD
+    result = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(GENAI / "llama.fp32"),
+         "--bind", "batch_size=1,sequence_length=6", "--max-seq", "32",
+         "-o", str(tmp_path / "art")], capture_output=True, text=True,
+        timeout=60)
+    assert result.returncode == 1
+    assert ("node '/model/layers.0/attn/GroupQueryAttention': error: "
+            "--max-seq does not serve GroupQueryAttention yet") in result.stderr

@@ -677,10 +677,32 @@ LogicalResult GraphImporter::bindCacheLengths() {
               "do not --bind it";
   if (options.kvCache == KvCacheForm::Prefill) {
     bindings[past] = 0;
-    return success();
+  } else {
+    bindings[sequence] = 1;
+    bindings[past] = options.maxSeq - 1;
   }
-  bindings[sequence] = 1;
-  bindings[past] = options.maxSeq - 1;
+  // onnxruntime-genai's builder names the mask's length, and the
+  // presents', with a symbol of its own (total_sequence_length): past plus
+  // sequence.
+  for (const onnx::ValueInfoProto &input : model->graph().input()) {
+    const onnx::TensorShapeProto &shape = input.type().tensor_type().shape();
+    if (input.name() != "attention_mask" || shape.dim_size() != 2)
+      continue;
+    const std::string &total = shape.dim(1).dim_param();
+    std::optional<DimExpr> expr = DimExpr::parse(total);
+    if (!expr || expr->getSymbols().size() != 1 ||
+        expr->getSymbols().front() != total || total == past ||
+        total == sequence)
+      continue;
+    if (options.bindings.count(total))
+      return emitError(fileLoc)
+             << "--max-seq sets the total length '" << total
+             << "' (the cached length plus the sequence) itself; do not "
+                "--bind it";
+    auto it = bindings.find(sequence);
+    if (it != bindings.end())
+      bindings[total] = bindings[past] + it->second;
+  }
   return success();
 }
 
@@ -887,8 +909,19 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
         node->name().empty() ? node->op_type() + "_" + std::to_string(i)
                              : node->name());
   }
-  if (unsupported.empty())
+  if (unsupported.empty()) {
+    // GroupQueryAttention addresses its cache by seqlens_k, per row, where
+    // --max-seq's cache is written at one position for the batch: the
+    // serving form of a builder export is still to come.
+    if (options.kvCache != KvCacheForm::None)
+      for (auto [i, node] : llvm::enumerate(order))
+        if (opKey(*node).type == "com.microsoft.GroupQueryAttention")
+          return emitError(nodeLoc(*node, i))
+                 << "--max-seq does not serve GroupQueryAttention yet "
+                    "(onnxruntime-genai's exports): run its prompt and "
+                    "decode steps with --bind past_sequence_length=...";
     return success();
+  }
   InFlightDiagnostic diag = emitError(first) << "unsupported ONNX ops at opset "
                                              << opset << ": ";
   llvm::interleave(

@@ -392,9 +392,10 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                            interleaved);
   }
 
-  // The present cache: the past, then the new keys and values.
+  // The present cache: the past, then the new keys and values (also for an
+  // empty past: the KV-cache form finds the cache by this concat).
   Value presentKey = k, presentValue = v;
-  if (past > 0) {
+  if (pastKey) {
     auto presentType = typeOf(k).clone({batch, kvHeads, total, headSize});
     presentKey = nn::ConcatOp::create(b, loc, presentType,
                                       ValueRange{pastKey, k}, uint64_t(2));
