@@ -29,7 +29,7 @@ def normal(*shape):
 def run_both(tmp_path, m, feeds, *flags, mesh=None):
     path = tmp_path / "model.onnx"
     onnx.save(m, str(path))
-    extra = list(flags) + (["--mesh", mesh] if mesh else [])
+    extra = list(flags) + (["--mesh", *mesh.split()] if mesh else [])
     outputs, _ = compile_and_run(tmp_path / "run", path, feeds, *extra)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
@@ -160,9 +160,12 @@ def test_group_query_attention(tmp_path, past, seq, batch, packed):
     run_both(tmp_path, m, feeds, "--bind", f"past={past}")
 
 
-@pytest.mark.parametrize("mesh", ["tp=2", "dp=2"])
-def test_group_query_attention_shards(tmp_path, mesh):
-    m, feeds = gqa(0, 6, batch=2, scale=0.2, rotary_interleaved=1)
+@pytest.mark.parametrize("mesh", ["tp=2", "dp=2", "sp=2 --sp-mode ulysses",
+                                  "sp=2 --sp-mode ring"])
+@pytest.mark.parametrize("window", [-1, 2])
+def test_group_query_attention_shards(tmp_path, mesh, window):
+    m, feeds = gqa(0, 6, batch=2, scale=0.2, rotary_interleaved=1,
+                   local_window_size=window)
     run_both(tmp_path, m, feeds, "--bind", "past=0", mesh=mesh)
 
 
@@ -192,6 +195,16 @@ def test_group_query_attention_per_head_norms(tmp_path):
                                    err_msg=o.name)
 
 
+@pytest.mark.parametrize("past,seq,batch,window", [
+    (4, 3, 1, 2), (0, 6, 2, 2), (5, 1, 2, 3), (0, 6, 2, 1), (0, 6, 2, 6)])
+def test_group_query_attention_sliding_window(tmp_path, past, seq, batch,
+                                              window):
+    # local_window_size w: each query attends its last w positions (a
+    # window as long as the step cuts nothing).
+    m, feeds = gqa(past, seq, batch=batch, local_window_size=window)
+    run_both(tmp_path, m, feeds, "--bind", f"past={past}")
+
+
 def test_group_query_attention_right_padded_prompt(tmp_path):
     # A first prompt whose rows end early: keys past seqlens_k are not
     # attended (the padded rows' own outputs are onnxruntime's too).
@@ -214,9 +227,11 @@ def test_group_query_attention_noncontiguous_cache_is_refused(tmp_path):
 
 @pytest.mark.parametrize("attrs,message", [
     ({"softcap": 30.0}, "GroupQueryAttention softcap is not supported"),
-    ({"local_window_size": 4},
-     "GroupQueryAttention local_window_size (a sliding window) is not "
-     "supported"),
+    ({"local_window_size": 0},
+     "GroupQueryAttention local_window_size 0 is neither -1 nor positive"),
+    ({"sliding_window_cache": 1},
+     "GroupQueryAttention sliding_window_cache (a window-sized cache) is "
+     "not supported"),
     ({"smooth_softmax": 1}, "GroupQueryAttention smooth_softmax is not "
      "supported"),
 ])

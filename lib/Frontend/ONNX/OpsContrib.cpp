@@ -270,9 +270,12 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
     return refuse("with a quantized cache");
   if (ctx.getAttrInt("smooth_softmax", 0))
     return refuse("smooth_softmax");
-  if (ctx.getAttrInt("sliding_window_cache", 0) ||
-      ctx.getAttrInt("local_window_size", -1) != -1)
-    return refuse("local_window_size (a sliding window)");
+  if (ctx.getAttrInt("sliding_window_cache", 0))
+    return refuse("sliding_window_cache (a window-sized cache)");
+  int64_t window = ctx.getAttrInt("local_window_size", -1);
+  if (window < -1 || window == 0)
+    return ctx.emitError() << "GroupQueryAttention local_window_size "
+                           << window << " is neither -1 nor positive";
   if (ctx.getAttrFloat("softcap", 0.0f) != 0.0f)
     return refuse("softcap");
   if (ctx.hasInput(1) != ctx.hasInput(2) || ctx.hasInput(3) != ctx.hasInput(4))
@@ -460,6 +463,23 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
       compare(nn::CompareDirection::LE, keyPositions, lengths, maskType),
       accepted);
   mask = reshape(ctx, mask, {batch, 1, 1, total});
+  // A sliding window (Mistral's, gpt-oss's local layers): query i, at
+  // position past + i, attends the `window` keys j with
+  // past + i - j < window, as onnxruntime's kernel does. Only where it
+  // cuts a key of this step.
+  if (window > 0 && window < total) {
+    SmallVector<bool> inWindow(seq * total);
+    for (int64_t i = 0; i < seq; ++i)
+      for (int64_t j = 0; j < total; ++j)
+        inWindow[i * total + j] = past + i - j < window;
+    auto windowType = RankedTensorType::get({1, 1, seq, total}, i1);
+    Value windowMask = nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(windowType, inWindow)));
+    mask = nn::AndOp::create(
+        b, loc, RankedTensorType::get({batch, 1, seq, total}, i1), mask,
+        windowMask);
+  }
 
   auto attention =
       nn::AttentionOp::create(b, loc, q.getType(), q, presentKey, presentValue,
