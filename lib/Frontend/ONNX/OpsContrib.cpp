@@ -274,8 +274,8 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
     return refuse("sliding_window_cache (a window-sized cache)");
   int64_t window = ctx.getAttrInt("local_window_size", -1);
   if (window < -1 || window == 0)
-    return ctx.emitError() << "GroupQueryAttention local_window_size "
-                           << window << " is neither -1 nor positive";
+    return ctx.emitError() << "GroupQueryAttention local_window_size " << window
+                           << " is neither -1 nor positive";
   if (ctx.getAttrFloat("softcap", 0.0f) != 0.0f)
     return refuse("softcap");
   if (ctx.hasInput(1) != ctx.hasInput(2) || ctx.hasInput(3) != ctx.hasInput(4))
@@ -476,9 +476,9 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
     Value windowMask = nn::ConstantOp::create(
         b, loc,
         cast<ElementsAttr>(DenseElementsAttr::get(windowType, inWindow)));
-    mask = nn::AndOp::create(
-        b, loc, RankedTensorType::get({batch, 1, seq, total}, i1), mask,
-        windowMask);
+    mask = nn::AndOp::create(b, loc,
+                             RankedTensorType::get({batch, 1, seq, total}, i1),
+                             mask, windowMask);
   }
 
   auto attention =
