@@ -324,7 +324,7 @@ class CCalls:
         elif choice == 4:
             name, value = self.rng.choice(STRINGS), self.rng.choice(INTS)
             call = f"set_bind({describe(name)}, {value})"
-            invalid = options is None or name is None or value < 1
+            invalid = options is None or name is None or value < 0
             run = lambda: lib.partita_compile_options_set_bind(options, name,
                                                                value)
         else:

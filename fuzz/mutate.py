@@ -318,6 +318,26 @@ def contrib_seeds():
         [_vi("z", F, [1, 3, 32]), _vi("k", F, [1, 1, "past + 3", 16]),
          _vi("v", F, [1, 1, "past + 3", 16])], [cos, sin]))
     seeds[-1].bindings["past"] = 2
+    # An If whose condition folds once n is bound (Phi-3.5's choice of
+    # rotary caches by length).
+    then = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["t"], name="then_node")],
+        "then", [], [_vi("t", F, [2, 3, 16])])
+    otherwise = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["e"], name="else_node")],
+        "else", [], [_vi("e", F, [2, 3, 16])])
+    condition = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape_node"),
+        helper.make_node("Gather", ["s", "one"], ["rows"], name="gather_node",
+                         axis=0),
+        helper.make_node("Greater", ["rows", "limit"], ["c"],
+                         name="greater_node"),
+        helper.make_node("If", ["c"], ["z"], name="if_node", then_branch=then,
+                         else_branch=otherwise)]
+    seeds.append(contrib(
+        "If", condition, [x], [_vi("z", F, [2, 3, 16])],
+        [w, numpy_helper.from_array(np.array(1, np.int64), "one"),
+         numpy_helper.from_array(np.array(2, np.int64), "limit")]))
     return seeds
 
 

@@ -1,9 +1,9 @@
 """onnxruntime-genai's model builder exports of test/models/genai (fp32
-Llama, Mistral, Qwen2, Qwen3 and Phi-3; make_genai.py): each compiles from
-its builder directory (genai_config.json naming the model file and the
-head size) and runs on host ranks equal to onnxruntime (rtol 1e-4) on
-every mesh, for a prompt (an empty past, bound to 0) and for a decode step
-after a cached past."""
+Llama, Mistral, Qwen2, Qwen3, Phi-3 and Phi-3.5 with its long-rope If;
+make_genai.py): each compiles from its builder directory (genai_config.json
+naming the model file and the head size) and runs on host ranks equal to
+onnxruntime (rtol 1e-4) on every mesh, for a prompt (an empty past, bound
+to 0) and for decode steps after a cached past."""
 
 import json
 
@@ -23,12 +23,16 @@ PROMPT_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
                  "sp=2 --sp-mode ulysses", "sp=2 --sp-mode ring",
                  "tp=2 --sp-mode megatron"]
 DECODE_MESHES = ["1", "tp=2", "dp=2", "dp=2,tp=2", "pp=2"]
+# One token after 39 (batch 1): past Phi-3.5's 32 original positions, where
+# its If picks the long-rope caches.
+LONG_MESHES = ["1", "tp=2", "pp=2"]
 
 
 def cases():
     for name in MODELS:
         for step, meshes in (("prompt", PROMPT_MESHES),
-                             ("decode", DECODE_MESHES)):
+                             ("decode", DECODE_MESHES),
+                             ("long", LONG_MESHES)):
             for mesh in meshes:
                 label = mesh.replace(" --sp-mode ", "-")
                 yield pytest.param(name, step, mesh,

@@ -603,3 +603,65 @@ def test_deeply_nested_dimension_text_is_one_symbol(compile_model, text):
     result = compile_model(m, "--emit", "nn")
     assert result.returncode != 0
     assert "unbound symbolic dimensions: " + text[:50] in result.stderr
+
+
+# --- If: a branch chosen once dimensions are bound -----------------------------
+
+def if_model(condition_nodes, then_nodes=None, else_outputs=1):
+    """y = If(cond) with a then branch giving x * 2 and an else branch
+    giving x + 1 (or `else_outputs` outputs), cond from `condition_nodes`
+    over the input x [n, 4]."""
+    then_nodes = then_nodes or [helper.make_node("Mul", ["x", "two"], ["t"])]
+    then = helper.make_graph(then_nodes, "then", [], [vi("t", F, ["n", 4])],
+                             [const("two", np.float32(2))])
+    outputs = [vi("e", F, ["n", 4])] * else_outputs
+    otherwise = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["e"])], "else", [],
+        outputs[:else_outputs] if else_outputs != 1 else outputs,
+        [const("one", np.float32(1))])
+    node = helper.make_node("If", ["cond"], ["y"], name="choose",
+                            then_branch=then, else_branch=otherwise)
+    return model(condition_nodes + [node], [vi("x", F, ["n", 4])],
+                 [vi("y", F, ["n", 4])],
+                 [const("limit", np.int64(2)), const("one_i", np.int64(0))],
+                 opset=17)
+
+
+def size_condition():
+    # cond = Shape(x)[0] > 2: Phi-3.5's choice of rotary caches by length.
+    return [helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "one_i"], ["rows"], axis=0),
+            helper.make_node("Greater", ["rows", "limit"], ["cond"])]
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_if_takes_the_branch_its_bound_condition_picks(tmp_path, rows):
+    m = if_model(size_condition())
+    x = RNG.standard_normal((rows, 4)).astype(np.float32)
+    assert_same(*run_both(tmp_path, m, {"x": x}, "--bind", f"n={rows}"))
+
+
+def test_if_on_a_run_time_condition_is_refused(compile_model):
+    m = if_model([helper.make_node("ReduceSum", ["x"], ["total"],
+                                   keepdims=0),
+                  helper.make_node("Greater", ["total", "zero"], ["cond"])])
+    m.graph.initializer.append(const("zero", np.float32(0)))
+    result = compile_model(m, "--bind", "n=2")
+    assert result.returncode == 1
+    assert ("node 'choose': error: If whose condition 'cond' is not a "
+            "constant once dimensions are bound is not supported") in \
+        result.stderr
+
+
+def test_if_branches_are_both_checked(compile_model):
+    # The branch not taken is checked too: an op Partita does not support,
+    # or a branch with another number of outputs, is refused.
+    m = if_model(size_condition(),
+                 then_nodes=[helper.make_node("Det", ["x"], ["t"])])
+    result = compile_model(m, "--bind", "n=1")
+    assert result.returncode == 1 and "unsupported ONNX ops" in result.stderr
+    assert "Det" in result.stderr
+    m = if_model(size_condition(), else_outputs=2)
+    result = compile_model(m, "--bind", "n=3")
+    assert result.returncode == 1
+    assert "If has 1 outputs but its else branch gives 2" in result.stderr

@@ -206,6 +206,9 @@ private:
   };
   OpKey opKey(const onnx::NodeProto &node) const;
   LogicalResult importNode(const onnx::NodeProto &node, unsigned index);
+  /// An If whose condition folded: the branch it takes, imported in its
+  /// place (both were checked with the graph's nodes).
+  LogicalResult importIf(const onnx::NodeProto &node, unsigned index);
   LogicalResult runHandlers(const OpEntry &entry, NodeContext &ctx);
 
   MLIRContext *context;
@@ -823,6 +826,84 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
   return success();
 }
 
+/// An If of the default domain.
+static bool isIf(const onnx::NodeProto &node) {
+  return node.op_type() == "If" &&
+         (node.domain().empty() || node.domain() == "ai.onnx");
+}
+
+/// An If's then and else branches; null where the attribute is missing or
+/// not a graph (its signature check reports it).
+static std::pair<const onnx::GraphProto *, const onnx::GraphProto *>
+getBranches(const onnx::NodeProto &node) {
+  const onnx::GraphProto *then = nullptr, *otherwise = nullptr;
+  for (const onnx::AttributeProto &attr : node.attribute()) {
+    if (attr.type() != onnx::AttributeProto::GRAPH || !attr.has_g())
+      continue;
+    if (attr.name() == "then_branch")
+      then = &attr.g();
+    else if (attr.name() == "else_branch")
+      otherwise = &attr.g();
+  }
+  return {then, otherwise};
+}
+
+/// The names `graph`'s nodes read that it does not define (by a node, an
+/// initializer or an input): the outer values an If's branch captures,
+/// through nested branches too.
+static void collectOuterReads(const onnx::GraphProto &graph,
+                              llvm::StringSet<> &reads) {
+  llvm::StringSet<> defined;
+  for (const onnx::ValueInfoProto &input : graph.input())
+    defined.insert(input.name());
+  for (const onnx::TensorProto &init : graph.initializer())
+    defined.insert(init.name());
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &out : node.output())
+      defined.insert(out);
+  auto read = [&](const std::string &name) {
+    if (!name.empty() && !defined.contains(name))
+      reads.insert(name);
+  };
+  for (const onnx::NodeProto &node : graph.node()) {
+    for (const std::string &in : node.input())
+      read(in);
+    if (!isIf(node))
+      continue;
+    auto [then, otherwise] = getBranches(node);
+    for (const onnx::GraphProto *branch : {then, otherwise})
+      if (branch) {
+        llvm::StringSet<> inner;
+        collectOuterReads(*branch, inner);
+        for (const auto &name : inner)
+          read(name.getKey().str());
+      }
+  }
+  for (const onnx::ValueInfoProto &output : graph.output())
+    read(output.name());
+}
+
+/// `order` with each If's branch nodes after it, recursively: every node
+/// the importer checks.
+static SmallVector<const onnx::NodeProto *>
+withBranchNodes(ArrayRef<const onnx::NodeProto *> order) {
+  SmallVector<const onnx::NodeProto *> all;
+  std::function<void(const onnx::NodeProto &)> add =
+      [&](const onnx::NodeProto &node) {
+        all.push_back(&node);
+        if (!isIf(node))
+          return;
+        auto [then, otherwise] = getBranches(node);
+        for (const onnx::GraphProto *branch : {then, otherwise})
+          if (branch)
+            for (const onnx::NodeProto &inner : branch->node())
+              add(inner);
+      };
+  for (const onnx::NodeProto *node : order)
+    add(*node);
+  return all;
+}
+
 LogicalResult
 GraphImporter::sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order) {
   const onnx::GraphProto &graph = model->graph();
@@ -847,10 +928,20 @@ GraphImporter::sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order) {
   std::vector<SmallVector<int>> users(n);
   for (int i = 0; i < n; ++i) {
     const onnx::NodeProto &node = graph.node(i);
-    if (node.op_type() == "Loop" || node.op_type() == "If" ||
-        node.op_type() == "Scan")
+    if (node.op_type() == "Loop" || node.op_type() == "Scan")
       continue; // Reported as unsupported; their subgraphs are not walked.
-    for (const std::string &in : node.input()) {
+    // An If reads its condition and what its branches capture.
+    SmallVector<std::string> reads(node.input().begin(), node.input().end());
+    if (isIf(node)) {
+      llvm::StringSet<> captured;
+      auto [then, otherwise] = getBranches(node);
+      for (const onnx::GraphProto *branch : {then, otherwise})
+        if (branch)
+          collectOuterReads(*branch, captured);
+      for (const auto &name : captured)
+        reads.push_back(name.getKey().str());
+    }
+    for (const std::string &in : reads) {
       if (in.empty() || lookup(in) || inputs.contains(in))
         continue;
       auto it = producer.find(in);
@@ -896,9 +987,10 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
   std::vector<std::pair<std::string, SmallVector<std::string>>> unsupported;
   llvm::StringMap<size_t> slot;
   Location first = fileLoc;
-  for (auto [i, node] : llvm::enumerate(order)) {
+  SmallVector<const onnx::NodeProto *> all = withBranchNodes(order);
+  for (auto [i, node] : llvm::enumerate(all)) {
     auto [key, version] = opKey(*node);
-    if (registry.lookup(key, version))
+    if (registry.lookup(key, version) || isIf(*node))
       continue;
     if (unsupported.empty())
       first = nodeLoc(*node, i);
@@ -914,7 +1006,7 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
     // --max-seq's cache is written at one position for the batch: the
     // serving form of a builder export is still to come.
     if (options.kvCache != KvCacheForm::None)
-      for (auto [i, node] : llvm::enumerate(order))
+      for (auto [i, node] : llvm::enumerate(all))
         if (opKey(*node).type == "com.microsoft.GroupQueryAttention")
           return emitError(nodeLoc(*node, i))
                  << "--max-seq does not serve GroupQueryAttention yet "
@@ -938,7 +1030,8 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
 LogicalResult
 GraphImporter::checkNodes(ArrayRef<const onnx::NodeProto *> order) {
   bool ok = true;
-  for (auto [i, node] : llvm::enumerate(order)) {
+  SmallVector<const onnx::NodeProto *> all = withBranchNodes(order);
+  for (auto [i, node] : llvm::enumerate(all)) {
     auto [key, version] = opKey(*node);
     const OpSchema *schema = lookupOpSchema(key, version);
     if (!schema) {
@@ -947,8 +1040,22 @@ GraphImporter::checkNodes(ArrayRef<const onnx::NodeProto *> order) {
       ok = false;
       continue;
     }
-    if (failed(verifyNodeSignature(*node, *schema, nodeLoc(*node, i))))
+    if (failed(verifyNodeSignature(*node, *schema, nodeLoc(*node, i)))) {
       ok = false;
+      continue;
+    }
+    if (!isIf(*node))
+      continue;
+    // Both branches give every output of the If.
+    auto [then, otherwise] = getBranches(*node);
+    for (const onnx::GraphProto *branch : {then, otherwise})
+      if (branch && branch->output_size() != node->output_size()) {
+        emitError(nodeLoc(*node, i))
+            << "If has " << node->output_size() << " outputs but its "
+            << (branch == then ? "then" : "else") << " branch gives "
+            << branch->output_size();
+        ok = false;
+      }
   }
   return success(ok);
 }
@@ -1013,8 +1120,53 @@ LogicalResult GraphImporter::runHandlers(const OpEntry &entry,
   return success();
 }
 
+LogicalResult GraphImporter::importIf(const onnx::NodeProto &node,
+                                      unsigned index) {
+  Location loc = nodeLoc(node, index);
+  ValueInfo *condition = lookup(node.input(0));
+  if (!condition || condition->value || !condition->constant ||
+      condition->constant->getNumElements() != 1)
+    return emitError(loc)
+           << "If whose condition '" << node.input(0)
+           << "' is not a constant once dimensions are bound is not "
+              "supported (a branch chosen at run time)";
+  auto [then, otherwise] = getBranches(node);
+  const onnx::GraphProto *branch =
+      condition->constant->getAsInt(0) ? then : otherwise;
+  for (const onnx::TensorProto &init : branch->initializer()) {
+    if (lookup(init.name()))
+      return emitError(loc) << "If's branch defines '" << init.name()
+                            << "', which the graph defines already";
+    onnx::TensorProto proto = init;
+    FailureOr<HostTensor> tensor = tensorFromProto(proto, loc, std::nullopt);
+    if (failed(tensor))
+      return failure();
+    define(init.name(), std::move(*tensor));
+  }
+  for (const onnx::NodeProto &inner : branch->node()) {
+    for (const std::string &out : inner.output())
+      if (!out.empty() && lookup(out))
+        return emitError(loc) << "If's branch defines '" << out
+                              << "', which the graph defines already";
+    if (failed(importNode(inner, index)))
+      return failure();
+  }
+  for (int i = 0; i < node.output_size(); ++i) {
+    ValueInfo *result = lookup(branch->output(i).name());
+    if (!result)
+      return emitError(loc)
+             << "If's branch output '" << branch->output(i).name()
+             << "' is not defined in the branch";
+    if (!node.output(i).empty())
+      values[node.output(i)] = *result;
+  }
+  return success();
+}
+
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                                         unsigned index) {
+  if (isIf(node))
+    return importIf(node, index);
   auto [key, version] = opKey(node);
   const OpEntry *entry = OpRegistry::get().lookup(key, version);
   Location loc = nodeLoc(node, index);

@@ -35,6 +35,7 @@ Attention RotaryEmbedding ReduceMean ReduceSum ReduceMax ReduceMin
 IsNaN Clip Mod ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
 GatherElements GatherND ScatterND
 CumSum
+If
 """.split()
 
 # Ops of onnxruntime's contrib domain (keyed "com.microsoft.<op type>") and

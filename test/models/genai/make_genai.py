@@ -16,8 +16,9 @@ README.md records); never in CI:
 Each fixture is a builder output directory NAME.fp32/ (model.onnx,
 model.onnx.data, genai_config.json; the tokenizer files are dropped) and
 NAME.fp32.outputs.npz: onnxruntime's outputs for a prompt (batch 2,
-6 tokens, an empty past: `prompt/<input or output name>`) and for a
-decode step of one token after 5 cached ones (`decode/...`).
+6 tokens, an empty past: `prompt/<input or output name>`), for a decode
+step of one token after 5 cached ones (`decode/...`) and for one after 39
+(`long/...`, past Phi-3.5's 32 original positions).
 """
 
 import json
@@ -49,6 +50,15 @@ def configs():
         "qwen3": Qwen3Config(**COMMON, head_dim=16),
         "phi3": Phi3Config(**COMMON, pad_token_id=0,
                            original_max_position_embeddings=64),
+        # Phi-3.5's long rope: past 32 positions the builder's If picks the
+        # rescaled cos/sin caches.
+        "phi35": Phi3Config(**COMMON, pad_token_id=0,
+                            original_max_position_embeddings=32,
+                            rope_scaling={
+                                "rope_type": "longrope", "type": "longrope",
+                                "long_factor": [1.0 + 0.1 * i
+                                                for i in range(8)],
+                                "short_factor": [1.0] * 8}),
     }
 
 
@@ -110,7 +120,8 @@ def reference(directory):
     rng = np.random.default_rng(36)
     arrays = {}
     for step, (batch, past, seq) in {"prompt": (2, 0, 6),
-                                     "decode": (2, 5, 1)}.items():
+                                     "decode": (2, 5, 1),
+                                     "long": (1, 39, 1)}.items():
         feeds = feeds_for(model, batch, past, seq, rng)
         names = [o.name for o in session.get_outputs()]
         for key, value in feeds.items():
