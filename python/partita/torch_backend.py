@@ -4,8 +4,10 @@
 >>> fast = torch.compile(model, backend=ptb.partita_backend)
 >>> sharded = torch.compile(model, backend=ptb.backend(mesh={"tp": 2}))
 
-The backend exports the graph to ONNX (``torch.onnx.export``, opset 17, at
-the example inputs' shapes), compiles it with :func:`partita.compile` and
+The backend exports the graph to ONNX (``torch.onnx.export`` at the
+exporter's own opset, which Partita reads from 13 to 23, at the example
+inputs' shapes; asking torch 2's dynamo exporter for another opset makes it
+down-convert the model, which leaves attributes of its own opset behind), compiles it with :func:`partita.compile` and
 returns a callable that runs the artifact on the host (torch tensors go
 through NumPy). Whatever it cannot do (a graph torch cannot export, an op
 Partita does not know, a dtype NumPy cannot carry, inputs of another shape
@@ -89,7 +91,7 @@ def _compile_graph(gm: Any, example_inputs: Sequence[Any],
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                gm, tuple(example_inputs), buffer, opset_version=17,
+                gm, tuple(example_inputs), buffer,
                 input_names=input_names, output_names=output_names,
                 do_constant_folding=True)
     except Exception as error:  # torch raises many kinds here
