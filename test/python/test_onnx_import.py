@@ -665,3 +665,15 @@ def test_if_branches_are_both_checked(compile_model):
     result = compile_model(m, "--bind", "n=3")
     assert result.returncode == 1
     assert "If has 1 outputs but its else branch gives 2" in result.stderr
+
+
+def test_cumsum_axis_read_elsewhere_first(tmp_path):
+    # RoBERTa's dynamo export: the initializer that is CumSum's axis is
+    # also an operand of Equal, imported first; it is still a constant.
+    m = model([helper.make_node("Equal", ["ids", "one"], ["eq"]),
+               helper.make_node("Cast", ["eq"], ["mask"], to=I64),
+               helper.make_node("CumSum", ["mask", "one"], ["y"])],
+              [vi("ids", I64, [2, 5])], [vi("y", I64, [2, 5])],
+              [const("one", np.int64(1))], opset=18)
+    ids = np.array([[1, 0, 1, 1, 2], [1, 1, 0, 1, 1]], np.int64)
+    assert_same(*run_both(tmp_path, m, {"ids": ids}))

@@ -1339,8 +1339,10 @@ Value NodeContext::getInput(unsigned i) {
 const HostTensor *NodeContext::getConstant(unsigned i) const {
   if (!hasInput(i))
     return nullptr;
+  // A constant stays one after a node read it as a value (the same
+  // initializer can be CumSum's axis and an operand of Equal).
   GraphImporter::ValueInfo *info = importer.lookup(node.input(i));
-  return info && !info->value ? info->constant.get() : nullptr;
+  return info ? info->constant.get() : nullptr;
 }
 
 Value NodeContext::createConstant(const HostTensor &tensor, StringRef name) {
