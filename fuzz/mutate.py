@@ -232,6 +232,11 @@ def _op_specs():
                   {"a": np.array([-2], np.int64)},
                   {"exclusive": 1, "reverse": 1}, [("z", I64, [2, 3])],
                   "CumSum.int64"))
+    # Issue 36's: GPT-J's Tile, CLIP's pooler.
+    specs.append(("Tile", 17, [x23], {"r": np.array([2, 1], np.int64)}, {},
+                  [("z", F, [4, 3])]))
+    for op in ["ArgMax", "ArgMin"]:
+        specs.append((op, 13, [x23], {}, {"axis": 1}, [("z", I64, [2, 1])]))
     return specs
 
 

@@ -677,3 +677,63 @@ def test_cumsum_axis_read_elsewhere_first(tmp_path):
               [const("one", np.int64(1))], opset=18)
     ids = np.array([[1, 0, 1, 1, 2], [1, 1, 0, 1, 1]], np.int64)
     assert_same(*run_both(tmp_path, m, {"ids": ids}))
+
+
+@pytest.mark.parametrize("folded", [False, True])
+@pytest.mark.parametrize("repeats", [[2, 3], [1, 1], [3, 0]])
+def test_tile_runs_like_onnxruntime(tmp_path, folded, repeats):
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    inits = [const("r", np.array(repeats, np.int64))]
+    inputs = [vi("x", F, [2, 3])]
+    if folded:
+        inits.append(const("x", x))
+        inputs = []
+    shape = [2 * repeats[0], 3 * repeats[1]]
+    m = model([helper.make_node("Tile", ["x", "r"], ["t"]),
+               helper.make_node("Identity", ["t"], ["y"])], inputs,
+              [vi("y", F, shape)], inits, opset=17)
+    assert_same(*run_both(tmp_path, m, {} if folded else {"x": x}))
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keepdims,last", [(1, 1, 0), (-1, 0, 0),
+                                                (0, 0, 1), (1, 1, 1)])
+@pytest.mark.parametrize("elem", [F, I64])
+def test_arg_extremes_run_like_onnxruntime(tmp_path, op, axis, keepdims,
+                                           last, elem):
+    # Ties on purpose: the first position holding the extreme (the last
+    # with select_last_index).
+    x = np.array([[3, 1, 3, 0], [2, 2, 0, 0], [1, 5, 5, 5]])
+    x = x.astype(np.float32 if elem == F else np.int64)
+    shape = list(x.shape)
+    if keepdims:
+        shape[axis] = 1
+    else:
+        del shape[axis]
+    m = model([helper.make_node(op, ["x"], ["y"], axis=axis,
+                                keepdims=keepdims, select_last_index=last)],
+              [vi("x", elem, [3, 4])], [vi("y", I64, shape)], opset=13)
+    assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+def test_tile_repeats_must_match_the_rank(compile_model):
+    m = model([helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+              [vi("x", F, [2, 3])], [vi("y", F, [4, 3])],
+              [const("r", np.array([2], np.int64))], opset=17)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "Tile has 1 repeats for an input of rank 2" in result.stderr
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extremes_pass_over_nan_as_onnxruntime(tmp_path, op, last):
+    # onnxruntime's scan never replaces its best value by a NaN, and keeps
+    # a NaN it starts with.
+    x = np.array([[1, np.nan, 3, 0], [np.nan, 2, np.nan, 0],
+                  [np.inf, 5, -np.inf, 5], [-np.inf, np.nan, -np.inf, np.nan],
+                  [2, np.nan, 2, 1]], np.float32)
+    m = model([helper.make_node(op, ["x"], ["y"], axis=1, keepdims=0,
+                                select_last_index=last)],
+              [vi("x", F, [5, 4])], [vi("y", I64, [5])], opset=13)
+    assert_same(*run_both(tmp_path, m, {"x": x}))

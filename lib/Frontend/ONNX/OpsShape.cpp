@@ -626,6 +626,64 @@ LogicalResult expandHandler(NodeContext &ctx) {
   return success();
 }
 
+/// Tile: the input repeated `repeats[d]` times along each dimension d
+/// (constant repeats). A constant input folds; otherwise each dimension d
+/// gains a repeat dimension before it, broadcast to repeats[d], and the
+/// pairs merge: [r0 * d0, r1 * d1, ...].
+LogicalResult tileHandler(NodeContext &ctx) {
+  FailureOr<SmallVector<int64_t>> repeats = ctx.getConstantInts(1, "repeats");
+  if (failed(repeats))
+    return failure();
+  ArrayRef<int64_t> in = ctx.getInputShape(0);
+  if (repeats->size() != in.size())
+    return ctx.emitError() << "Tile has " << repeats->size()
+                           << " repeats for an input of rank " << in.size();
+  SmallVector<int64_t> shape, pairs, expanded;
+  for (auto [size, repeat] : llvm::zip(in, *repeats)) {
+    if (repeat < 0)
+      return ctx.emitError() << "Tile repeats " << repeat << " is negative";
+    if (repeat != 0 && size > std::numeric_limits<int64_t>::max() / repeat)
+      return ctx.emitError() << "Tile of a dimension of " << size << " by "
+                             << repeat << " overflows";
+    shape.push_back(size * repeat);
+    pairs.append({1, size});
+    expanded.append({repeat, size});
+  }
+  if (failed(ctx.checkShape(shape, "the result")))
+    return failure();
+  if (const HostTensor *t = ctx.getConstant(0);
+      t && product(shape) <= kMaxFoldedElements) {
+    SmallVector<int64_t> strides(in.size(), 1);
+    for (int64_t d = static_cast<int64_t>(in.size()) - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * in[d + 1];
+    ctx.setOutput(0, gatherTensor(*t, shape, [&](int64_t i) {
+                    int64_t index = 0;
+                    for (int64_t d = static_cast<int64_t>(shape.size()) - 1;
+                         d >= 0; --d) {
+                      index += (i % shape[d]) % in[d] * strides[d];
+                      i /= shape[d];
+                    }
+                    return index;
+                  }));
+    return success();
+  }
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  auto type = cast<RankedTensorType>(x.getType());
+  if (llvm::all_of(*repeats, [](int64_t r) { return r == 1; })) {
+    ctx.setOutput(0, x);
+    return success();
+  }
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  Value paired = nn::ReshapeOp::create(b, loc, type.clone(pairs), x);
+  Value spread =
+      nn::BroadcastToOp::create(b, loc, type.clone(expanded), paired);
+  ctx.setOutput(0, nn::ReshapeOp::create(b, loc, type.clone(shape), spread));
+  return success();
+}
+
 LogicalResult transposeHandler(NodeContext &ctx) {
   ArrayRef<int64_t> in = ctx.getInputShape(0);
   int64_t rank = in.size();
@@ -756,6 +814,7 @@ void mlir::partita::onnx_import::registerShapeOps(OpRegistry &registry) {
   add(registry, "Slice", 10, sliceHandler);
   add(registry, "Gather", 1, gatherHandler);
   add(registry, "Expand", 8, expandHandler);
+  add(registry, "Tile", 6, tileHandler);
   add(registry, "Transpose", 1, transposeHandler);
   add(registry, "Trilu", 14, triluHandler);
 }

@@ -614,6 +614,93 @@ LogicalResult reduceHandler(NodeContext &ctx, Reduction kind,
   return success();
 }
 
+/// ArgMax and ArgMin (CLIP's pooler: the position of the end-of-text
+/// token): the extreme along the axis, then the first position that holds
+/// it (the last with select_last_index), as i64: where(x == extreme,
+/// position, past-the-end), reduced by min (max, with -1, for the last).
+/// NaN as onnxruntime's scan treats it: a NaN never replaces the best
+/// value so far, so NaNs are passed over, unless the first element is one
+/// (then nothing replaces it and the result is 0).
+template <nn::ReduceKind Kind>
+LogicalResult argExtremeHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  auto type = typeOf(x);
+  int64_t rank = type.getRank();
+  FailureOr<int64_t> axis = ctx.normalizeAxis(ctx.getAttrInt("axis", 0), rank);
+  if (failed(axis))
+    return failure();
+  bool keep = ctx.getAttrInt("keepdims", 1);
+  bool last = ctx.getAttrInt("select_last_index", 0);
+  int64_t n = type.getDimSize(*axis);
+  if (n == 0)
+    return ctx.emitError() << ctx.getNode().op_type()
+                           << " over an empty axis has no position";
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  SmallVector<int64_t> kept(type.getShape());
+  kept[*axis] = 1;
+  SmallVector<int64_t> axes = {*axis};
+  bool isFloat = isa<FloatType>(type.getElementType());
+  auto i1Type = type.clone(b.getI1Type());
+  Value clean = x, nan;
+  if (isFloat) {
+    nan = nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::NE, x, x);
+    double passed = Kind == nn::ReduceKind::Max
+                        ? -std::numeric_limits<double>::infinity()
+                        : std::numeric_limits<double>::infinity();
+    clean = nn::WhereOp::create(
+        b, loc, type, nan, scalarConstant(ctx, type.getElementType(), passed),
+        x);
+  }
+  Value extreme = nn::ReduceOp::create(b, loc, type.clone(kept), Kind, clean,
+                                       axes, /*keepdims=*/true);
+  auto i64 = b.getI64Type();
+  Value same = nn::CompareOp::create(b, loc, type.clone(b.getI1Type()),
+                                     nn::CompareDirection::EQ, x, extreme);
+  SmallVector<int64_t> iotaShape(rank, 1);
+  iotaShape[*axis] = n;
+  SmallVector<int64_t> positions(n);
+  for (int64_t i = 0; i < n; ++i)
+    positions[i] = i;
+  auto iotaType = RankedTensorType::get(iotaShape, i64);
+  Value iota = nn::ConstantOp::create(b, loc,
+                                      cast<ElementsAttr>(DenseElementsAttr::get(
+                                          iotaType, ArrayRef(positions))));
+  auto scalarType = RankedTensorType::get({}, i64);
+  Value beyond = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          scalarType, b.getI64IntegerAttr(last ? -1 : n).getValue())));
+  Value candidates =
+      nn::WhereOp::create(b, loc, type.clone(i64), same, iota, beyond);
+  SmallVector<int64_t> out(type.getShape());
+  if (keep)
+    out[*axis] = 1;
+  else
+    out.erase(out.begin() + *axis);
+  auto outType = RankedTensorType::get(out, i64);
+  Value index = nn::ReduceOp::create(
+      b, loc, outType, last ? nn::ReduceKind::Max : nn::ReduceKind::Min,
+      candidates, axes, keep);
+  if (isFloat) {
+    // A NaN first: position 0.
+    SmallVector<int64_t> start(rank, 0), limit(type.getShape()), step(rank, 1);
+    limit[*axis] = 1;
+    Value first = nn::SliceOp::create(b, loc, i1Type.clone(kept), nan, start,
+                                      limit, step);
+    first = nn::ReshapeOp::create(b, loc, outType.clone(b.getI1Type()), first);
+    Value zero = nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            scalarType, b.getI64IntegerAttr(0).getValue())));
+    index = nn::WhereOp::create(b, loc, outType, first, zero, index);
+  }
+  ctx.setOutput(0, index);
+  return success();
+}
+
 /// ONNX Attention (opset 23): Q, K, V as [B, heads, S, D], or as [B, S,
 /// heads * D] with q_num_heads / kv_num_heads; an optional bool or additive
 /// mask; is_causal; scale. Past key/value, softcap and the QK output are not
@@ -796,6 +883,8 @@ void mlir::partita::onnx_import::registerTransformerOps(OpRegistry &registry) {
                {1, nullptr, normHandler<nn::RmsNormOp>});
   registry.add("Gelu", {20, nullptr, geluHandler});
   registry.add("Attention", {23, nullptr, attentionHandler});
+  registry.add("ArgMax", {13, nullptr, argExtremeHandler<nn::ReduceKind::Max>});
+  registry.add("ArgMin", {13, nullptr, argExtremeHandler<nn::ReduceKind::Min>});
   registry.add("RotaryEmbedding", {23, nullptr, rotaryHandler});
   struct Reduce {
     const char *name;
