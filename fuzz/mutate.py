@@ -237,6 +237,9 @@ def _op_specs():
                   [("z", F, [4, 3])]))
     for op in ["ArgMax", "ArgMin"]:
         specs.append((op, 13, [x23], {}, {"axis": 1}, [("z", I64, [2, 1])]))
+    specs.append(("Conv", 17, [("x", F, [1, 2, 6])],
+                  {"w": np.ones([4, 2, 3], np.float32)},
+                  {"pads": [1, 1], "strides": [2]}, [("z", F, [1, 4, 3])]))
     return specs
 
 
@@ -318,10 +321,13 @@ def contrib_seeds():
     seeds.append(contrib(
         "GroupQueryAttention", [gqa],
         [_vi("q", F, [1, 3, 64]), _vi("pk", F, [1, 1, "past", 16]),
-         _vi("pv", F, [1, 1, "past", 16]), _vi("lens", I32, [1]),
-         _vi("total", I32, [])],
+         _vi("pv", F, [1, 1, "past", 16])],
         [_vi("z", F, [1, 3, 32]), _vi("k", F, [1, 1, "past + 3", 16]),
-         _vi("v", F, [1, 1, "past + 3", 16])], [cos, sin]))
+         _vi("v", F, [1, 1, "past + 3", 16])],
+        # The lengths of a past of 2 and 3 new tokens, so that the
+        # oracle's run (zeros for every input) is a valid one.
+        [cos, sin, numpy_helper.from_array(np.array([4], np.int32), "lens"),
+         numpy_helper.from_array(np.array(5, np.int32), "total")]))
     seeds[-1].bindings["past"] = 2
     # An If whose condition folds once n is bound (Phi-3.5's choice of
     # rotary caches by length).

@@ -737,3 +737,62 @@ def test_arg_extremes_pass_over_nan_as_onnxruntime(tmp_path, op, last):
                                 select_last_index=last)],
               [vi("x", F, [5, 4])], [vi("y", I64, [5])], opset=13)
     assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+# --- Conv: patches times the weight ----------------------------------------------
+
+CONV_CASES = {
+    # Whisper's encoder: Conv1d k=3, padding 1, stride 1 then 2.
+    "conv1d_same": ([2, 4, 10], [6, 4, 3], dict(pads=[1, 1])),
+    "conv1d_stride2": ([2, 4, 10], [6, 4, 3], dict(pads=[1, 1], strides=[2])),
+    # ViT's patch embedding: kernel == stride, one reshape and transpose.
+    "patchify": ([2, 3, 8, 8], [6, 3, 4, 4], dict(strides=[4, 4])),
+    "conv2d_dilated": ([1, 3, 7, 6], [4, 3, 3, 2],
+                       dict(dilations=[2, 1], pads=[1, 0, 2, 1])),
+    "conv2d_groups": ([2, 4, 5, 5], [6, 2, 3, 3],
+                      dict(group=2, strides=[2, 1])),
+    "conv2d_same_upper": ([1, 2, 5, 6], [4, 2, 2, 3],
+                          dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    "conv2d_same_lower": ([1, 2, 5, 6], [4, 2, 2, 3],
+                          dict(auto_pad="SAME_LOWER")),
+    "conv3d": ([1, 2, 4, 4, 4], [4, 2, 2, 2, 2], dict(strides=[2, 1, 2])),
+}
+
+
+@pytest.mark.parametrize("mesh", [None, "tp=2"])
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv_runs_like_onnxruntime(tmp_path, case, mesh):
+    # (Even output channels: at tp=2 a graph's last matmul is split as an
+    # LM head is.)
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
+    probe = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
+                  [vi("x", F, x_shape)], [vi("y", F, None)],
+                  [const("w", w), const("b", bias)], opset=17)
+    out_shape = list(reference(probe, {"x": x})[0].shape)
+    m = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
+              [vi("x", F, x_shape)], [vi("y", F, out_shape)],
+              [const("w", w), const("b", bias)], opset=17)
+    flags = ["--mesh", mesh] if mesh else []
+    assert_same(*run_both(tmp_path, m, {"x": x}, *flags))
+
+
+def test_conv_refusals(compile_model):
+    def conv(w_shape, **attrs):
+        return model([helper.make_node("Conv", ["x", "w"], ["y"],
+                                       name="conv", **attrs)],
+                     [vi("x", F, [1, 4, 5])], [vi("y", F, [1, 2, 3])],
+                     [const("w", np.ones(w_shape, np.float32))], opset=17)
+    for m, message in [
+        (conv([2, 3, 3], group=2), "Conv group 2 does not fit 4 input "
+                                   "channels, 2 outputs and a weight of 3"),
+        (conv([2, 4, 9]), "Conv kernel of extent 9 does not fit spatial "
+                          "dimension 0 of 5"),
+        (conv([2, 4, 3], auto_pad="MIRROR"), "Conv auto_pad 'MIRROR' is not"),
+        (conv([2, 4, 3], strides=[1, 1]), "Conv strides has 2 values for 1"),
+    ]:
+        result = compile_model(m)
+        assert result.returncode == 1 and message in result.stderr, \
+            result.stderr

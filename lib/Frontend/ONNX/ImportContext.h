@@ -224,6 +224,8 @@ void registerIndexingOps(OpRegistry &registry);
 void registerScanOps(OpRegistry &registry);
 /// onnxruntime's com.microsoft ops (OpsContrib.cpp).
 void registerContribOps(OpRegistry &registry);
+/// Conv as matmuls over patches (OpsConv.cpp).
+void registerConvOps(OpRegistry &registry);
 
 /// Largest folded constant the importer computes (elements); larger ones are
 /// left to run time.

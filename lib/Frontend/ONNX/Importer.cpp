@@ -54,6 +54,7 @@ const OpRegistry &OpRegistry::get() {
     registerIndexingOps(*r);
     registerScanOps(*r);
     registerContribOps(*r);
+    registerConvOps(*r);
     return r;
   }();
   return *registry;

@@ -36,7 +36,7 @@ IsNaN Clip Mod ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
 GatherElements GatherND ScatterND
 CumSum
 If
-Tile ArgMax ArgMin
+Tile ArgMax ArgMin Conv
 """.split()
 
 # Ops of onnxruntime's contrib domain (keyed "com.microsoft.<op type>") and
