@@ -155,12 +155,108 @@ SmallVector<unsigned> AttentionOp::getOrderedFactors(const ShardingRule &rule) {
   return {rule.getOperands()[0][2].front(), rule.getOperands()[1][2].front()};
 }
 
+/// The axes that split the query sequence of attention (forward or
+/// backward) under `assignment`; none where the sequence is 1 long (a
+/// decode step: the dimension has no factor).
+static AxisList getQuerySequenceAxes(const ShardingRule &rule,
+                                     const FactorAxes &assignment) {
+  const DimFactors &factors = rule.getOperands()[0][2];
+  return factors.empty() ? AxisList() : assignment[factors.front()];
+}
+
+/// Causal attention whose queries are split over `axes` but whose keys are
+/// whole on every device (no ring): nn.attention's `causal` aligns the
+/// local queries with the last keys, which is right for the last block of
+/// queries only. The local op instead takes the causal mask as a mask of
+/// global positions, query `i` of block `p` (position p * rows + i, or the
+/// program's sequence order) seeing key `j` where
+/// `j <= position + keys - queries`, combined with the model's local mask
+/// (`mask`, null for none).
+static Value causalBlockMask(PartitionContext &context, Location loc,
+                             ArrayRef<StringRef> axes, int64_t rows,
+                             int64_t keys, Value mask) {
+  OpBuilder &b = context.getBuilder();
+  int64_t ranks = context.getGroupSize(axes), queries = rows * ranks;
+  SmallVector<int64_t> order(queries);
+  for (int64_t i = 0; i < queries; ++i)
+    order[i] = i;
+  if (ArrayRef<int64_t> given = context.getSequenceOrder();
+      static_cast<int64_t>(given.size()) == queries)
+    order.assign(given.begin(), given.end());
+  // The last key each row sees: its position shifted by keys - queries.
+  for (int64_t &position : order)
+    position += keys - queries;
+  auto i64 = b.getI64Type();
+  Value table =
+      ConstantOp::create(b, loc,
+                         getIndexConstant(b.getContext(), {ranks, rows}, order,
+                                          "causal_block_positions"));
+  Value last =
+      GatherOp::create(b, loc, RankedTensorType::get({rows}, i64), table,
+                       context.getPosition(axes), static_cast<int64_t>(0));
+  last = ReshapeOp::create(b, loc, RankedTensorType::get({rows, 1}, i64), last);
+  SmallVector<int64_t> keyOrder(keys);
+  for (int64_t j = 0; j < keys; ++j)
+    keyOrder[j] = j;
+  Value keyPositions =
+      ConstantOp::create(b, loc,
+                         getIndexConstant(b.getContext(), {1, keys}, keyOrder,
+                                          "causal_key_positions"));
+  auto seenType = RankedTensorType::get({1, 1, rows, keys}, b.getI1Type());
+  Value seen = CompareOp::create(b, loc, seenType.clone({rows, keys}),
+                                 CompareDirection::LE, keyPositions, last);
+  seen = ReshapeOp::create(b, loc, seenType, seen);
+  if (!mask)
+    return seen;
+  auto maskType = cast<RankedTensorType>(mask.getType());
+  SmallVector<int64_t> shape(maskType.getShape());
+  while (shape.size() < 4)
+    shape.insert(shape.begin(), 1);
+  shape[2] = rows;
+  shape[3] = keys;
+  if (maskType.getElementType().isInteger(1))
+    return AndOp::create(b, loc, RankedTensorType::get(shape, b.getI1Type()),
+                         seen, mask);
+  // An additive mask: the keys a row does not see get -inf.
+  Type element = maskType.getElementType();
+  Value hidden = ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, element),
+          b.getFloatAttr(element, -std::numeric_limits<double>::infinity()))));
+  return WhereOp::create(b, loc, RankedTensorType::get(shape, element), seen,
+                         mask, hidden);
+}
+
 LogicalResult AttentionOp::partition(PartitionContext &context) {
+  ShardingRule rule = getShardingRule();
+  // The query sequence's axes: a ring, or with --sp-mode ring absent (or
+  // the keys whole), a block of queries per device.
+  AxisList split = getQuerySequenceAxes(rule, context.getAssignment());
+  if (getCausal() && !split.empty() && !context.hasRingPlan()) {
+    const FactorAxes &assignment = context.getAssignment();
+    SmallVector<Value> operands;
+    for (unsigned i = 0; i < getNumOperands(); ++i)
+      operands.push_back(context.getOperand(i, assignment));
+    auto qType = cast<RankedTensorType>(operands[0].getType());
+    int64_t keys = cast<RankedTensorType>(operands[1].getType()).getDimSize(2);
+    if (keys != getKey().getType().getDimSize(2))
+      return emitOpError() << "causal attention with split keys and no ring "
+                              "(a compiler bug)";
+    Value mask = causalBlockMask(context, getLoc(), split, qType.getDimSize(2),
+                                 keys, getMask() ? operands[3] : Value());
+    auto local = AttentionOp::create(
+        context.getBuilder(), getLoc(),
+        qType.clone(
+            {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2),
+             cast<RankedTensorType>(operands[2].getType()).getDimSize(3)}),
+        operands[0], operands[1], operands[2], mask, UnitAttr(),
+        getScaleAttr());
+    return context.setResult(0, local);
+  }
   if (!context.hasRingPlan())
     return context.partitionByRule();
-  // The query sequence's axes are the ring; with none, there is no ring.
-  ShardingRule rule = getShardingRule();
-  AxisList ring = context.getAssignment()[rule.getOperands()[0][2].front()];
+  AxisList ring = split;
   if (ring.empty())
     return context.partitionByRule();
   return RingAttention(*this, getMask(), getCausal(), getEffectiveScale(),
@@ -487,7 +583,7 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
   const FactorAxes &assignment = context.getAssignment();
   // As the forward: a ring over the axes of the query sequence.
   ShardingRule rule = getShardingRule();
-  AxisList ring = assignment[rule.getOperands()[0][2].front()];
+  AxisList ring = getQuerySequenceAxes(rule, assignment);
   if (context.hasRingPlan() && !ring.empty())
     return RingAttention(*this, getMask(), getCausal(), getEffectiveScale(),
                          context, rule, ring)
@@ -496,13 +592,28 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
   for (unsigned i = 0; i < getNumOperands(); ++i)
     operands.push_back(context.getOperand(i, assignment));
   unsigned next = getMask() ? 4 : 3;
+  // Causal attention over a block of the queries: the causal mask by
+  // global positions, as the forward.
+  Value mask = getMask() ? operands[3] : Value();
+  UnitAttr causal = getCausalAttr();
+  if (causal && !ring.empty()) {
+    int64_t keys = cast<RankedTensorType>(operands[1].getType()).getDimSize(2);
+    if (keys != getKey().getType().getDimSize(2))
+      return emitOpError() << "causal attention with split keys and no ring "
+                              "(a compiler bug)";
+    mask = causalBlockMask(
+        context, getLoc(), ring,
+        cast<RankedTensorType>(operands[0].getType()).getDimSize(2), keys,
+        mask);
+    causal = UnitAttr();
+  }
   // dq, dk and dv are split as q, k and v are (the same factors).
   auto local = AttentionGradOp::create(
       context.getBuilder(), getLoc(),
       TypeRange{operands[0].getType(), operands[1].getType(),
                 operands[2].getType()},
-      operands[0], operands[1], operands[2], getMask() ? operands[3] : Value(),
-      operands[next], operands[next + 1], getCausalAttr(), getScaleAttr());
+      operands[0], operands[1], operands[2], mask, operands[next],
+      operands[next + 1], causal, getScaleAttr());
   for (unsigned i = 0; i < 3; ++i)
     if (failed(context.setResult(i, local->getResult(i))))
       return failure();
