@@ -762,8 +762,6 @@ CONV_CASES = {
 @pytest.mark.parametrize("mesh", [None, "tp=2"])
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv_runs_like_onnxruntime(tmp_path, case, mesh):
-    # (Even output channels: at tp=2 a graph's last matmul is split as an
-    # LM head is.)
     x_shape, w_shape, attrs = CONV_CASES[case]
     x = RNG.standard_normal(x_shape).astype(np.float32)
     w = RNG.standard_normal(w_shape).astype(np.float32)
@@ -796,3 +794,26 @@ def test_conv_refusals(compile_model):
         result = compile_model(m)
         assert result.returncode == 1 and message in result.stderr, \
             result.stderr
+
+
+def test_vocabulary_tp_does_not_divide_is_replicated(tmp_path):
+    # GPT-2's 50257 tokens at tp=2 were refused ("cannot split weight
+    # 'head' (LM head)"): the table and the head stay whole, with remarks.
+    from conftest import compile_and_run
+    table = RNG.standard_normal((127, 16)).astype(np.float32)
+    head = RNG.standard_normal((16, 127)).astype(np.float32)
+    m = model([helper.make_node("Gather", ["table", "ids"], ["h"]),
+               helper.make_node("MatMul", ["h", "head"], ["logits"])],
+              [vi("ids", I64, [2, 5])], [vi("logits", F, [2, 5, 127])],
+              [const("table", table), const("head", head)], opset=17)
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    ids = RNG.integers(0, 127, (2, 5)).astype(np.int64)
+    outputs, report = compile_and_run(tmp_path / "run", path, {"ids": ids},
+                                      "--mesh", "tp=2")
+    np.testing.assert_allclose(outputs["logits"],
+                               reference(m, {"ids": ids})[0], rtol=1e-5,
+                               atol=1e-5)
+    remarks = " ".join(report["remarks"])
+    assert "a vocabulary of 127 does not divide tp=2; the head is " \
+        "replicated" in remarks

@@ -392,6 +392,20 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
   ModelRoles roles(func);
   for (auto [op, role] : roles.getEntries()) {
     if (std::optional<MatmulSplit> split = getMegatronSplit(role)) {
+      // An LM head whose vocabulary tp does not divide (GPT-2's 50257)
+      // stays whole on every rank, as an embedding table does; the other
+      // projections' sizes are the model's and must divide.
+      auto rhs = cast<RankedTensorType>(op->getOperand(1).getType());
+      int64_t dim = split->dim < 0 ? split->dim + rhs.getRank() : split->dim;
+      if (role == ModelRole::LmHead && rhs.getDimSize(dim) % tp != 0) {
+        remarks.push_back(StringAttr::get(
+            op->getContext(), "LM head " + opName(op) + ": a vocabulary of " +
+                                  std::to_string(rhs.getDimSize(dim)) +
+                                  " does not divide " + tpAxis.str() + "=" +
+                                  std::to_string(tp) +
+                                  "; the head is replicated"));
+        continue;
+      }
       if (failed(pin(op, 1, split->dim, tpAxis, split->what)))
         return failure();
       continue;
