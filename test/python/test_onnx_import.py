@@ -817,3 +817,13 @@ def test_vocabulary_tp_does_not_divide_is_replicated(tmp_path):
     remarks = " ".join(report["remarks"])
     assert "a vocabulary of 127 does not divide tp=2; the head is " \
         "replicated" in remarks
+
+
+def test_if_branch_may_not_redefine_an_outer_value(compile_model):
+    m = if_model(size_condition(),
+                 then_nodes=[helper.make_node("Mul", ["x", "two"], ["rows"]),
+                             helper.make_node("Mul", ["x", "two"], ["t"])])
+    result = compile_model(m, "--bind", "n=3")
+    assert result.returncode == 1
+    assert "value 'rows' is defined more than once (in an If's branch)" in \
+        result.stderr

@@ -923,6 +923,24 @@ GraphImporter::sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order) {
   llvm::StringSet<> inputs;
   for (const onnx::ValueInfoProto &input : graph.input())
     inputs.insert(input.name());
+  // An If's branches are imported in its place: what they define must be
+  // new to the graph too (ONNX forbids shadowing an outer name).
+  SmallVector<const onnx::NodeProto *> top;
+  for (int i = 0; i < n; ++i)
+    top.push_back(&graph.node(i));
+  // (Sibling branches may reuse names: one of them is imported.)
+  llvm::SmallPtrSet<const onnx::NodeProto *, 16> topLevel(top.begin(),
+                                                          top.end());
+  for (const onnx::NodeProto *node : withBranchNodes(top)) {
+    if (topLevel.contains(node))
+      continue;
+    for (const std::string &out : node->output())
+      if (!out.empty() && (lookup(out) || producer.contains(out) ||
+                           inputs.contains(out)))
+        return emitError(fileLoc) << "value '" << out
+                                  << "' is defined more than once (in an "
+                                     "If's branch)";
+  }
 
   // Kahn's algorithm: a node is ready once every input it reads is defined.
   std::vector<int> pending(n, 0);
