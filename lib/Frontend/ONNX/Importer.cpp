@@ -935,8 +935,8 @@ GraphImporter::sortNodes(SmallVectorImpl<const onnx::NodeProto *> &order) {
     if (topLevel.contains(node))
       continue;
     for (const std::string &out : node->output())
-      if (!out.empty() && (lookup(out) || producer.contains(out) ||
-                           inputs.contains(out)))
+      if (!out.empty() &&
+          (lookup(out) || producer.contains(out) || inputs.contains(out)))
         return emitError(fileLoc) << "value '" << out
                                   << "' is defined more than once (in an "
                                      "If's branch)";
