@@ -115,7 +115,7 @@ def test_contrib_rotary_embedding(tmp_path, interleaved, positions):
     run_both(tmp_path, m, {"x": normal(2, 5, 64), "pos": pos})
 
 
-def gqa(past, seq, packed=True, norms=False, batch=1, **attrs):
+def gqa(past, seq, packed=True, norms=False, batch=1, bias=None, **attrs):
     """A GroupQueryAttention of 4 query heads and 2 key/value heads of 16
     (onnxruntime wants a multiple of 16), with rotary embedding."""
     heads, kv, d = 4, 2, 16
@@ -131,6 +131,10 @@ def gqa(past, seq, packed=True, norms=False, batch=1, **attrs):
                vi("seqlens", I32, [batch]), vi("total", I32, [])]
     names += ["past_k", "past_v", "seqlens", "total", "cos", "sin"]
     inits = list(cache(32, d // 2))
+    if bias:
+        # attention_bias, input 10, [batch or 1, heads or 1, seq, total].
+        names += ["", "bias"]
+        inputs.append(vi("bias", F, bias))
     if norms:
         names += ["", "", "", "", "", "qn", "kn"]
         inits += [const("qn", normal(d)), const("kn", normal(d))]
@@ -147,6 +151,8 @@ def gqa(past, seq, packed=True, norms=False, batch=1, **attrs):
              "past_v": normal(batch, kv, past, d),
              "seqlens": np.full(batch, past + seq - 1, np.int32),
              "total": np.array(past + seq, np.int32)}
+    if bias:
+        feeds["bias"] = normal(*bias)
     if not packed:
         feeds["k"] = normal(batch, seq, kv * d)
         feeds["v"] = normal(batch, seq, kv * d)
@@ -203,6 +209,23 @@ def test_group_query_attention_sliding_window(tmp_path, past, seq, batch,
     # window as long as the step cuts nothing).
     m, feeds = gqa(past, seq, batch=batch, local_window_size=window)
     run_both(tmp_path, m, feeds, "--bind", f"past={past}")
+
+
+@pytest.mark.parametrize("past,seq,batch,bias", [
+    (0, 6, 2, [2, 1, 6, 6]), (0, 6, 2, [1, 4, 6, 6]), (3, 1, 2, [2, 4, 1, 4])])
+@pytest.mark.parametrize("mesh", [None, "tp=2", "dp=2"])
+def test_group_query_attention_bias(tmp_path, past, seq, batch, bias, mesh):
+    # attention_bias is added to the scores (an ALiBi or relative-position
+    # bias computed outside the op).
+    m, feeds = gqa(past, seq, batch=batch, bias=bias)
+    if mesh == "dp=2" and bias[0] == 1:
+        # Every input is split on its batch over dp; one of batch 1 is
+        # refused with the reason.
+        with pytest.raises(AssertionError,
+                           match="cannot split input 'bias' over dp=2"):
+            run_both(tmp_path, m, feeds, "--bind", f"past={past}", mesh=mesh)
+        return
+    run_both(tmp_path, m, feeds, "--bind", f"past={past}", mesh=mesh)
 
 
 def test_group_query_attention_right_padded_prompt(tmp_path):

@@ -16,6 +16,8 @@
 
 #include "partita/Dialect/NN/IR/NNOps.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::partita;
 using namespace mlir::partita::onnx_import;
@@ -236,10 +238,10 @@ LogicalResult contribRotaryHandler(NodeContext &ctx) {
 /// com.microsoft GroupQueryAttention, as onnxruntime's CPU kernel computes
 /// it with separate past and present buffers (what the model builder
 /// writes): the query (or the packed query, key and value) split into
-/// heads, per-head RMS norms of query and key (q_norm_weight,
-/// k_norm_weight: Qwen3), rotary embedding of both at positions
-/// `past + i` (do_rotary), the present key and value the past followed
-/// by the new ones, and causal attention over them with query head h
+/// heads, an attention_bias added to the scores, per-head RMS norms of query
+/// and key (q_norm_weight, k_norm_weight: Qwen3), rotary embedding of both at
+/// positions `past + i` (do_rotary), the present key and value the past
+/// followed by the new ones, and causal attention over them with query head h
 /// reading key/value head h / (num_heads / kv_num_heads). Key j of batch
 /// row b is attended only where j <= seqlens_k[b] (right padding of a
 /// first prompt). Inputs where the past is not contiguous (seqlens_k[b]
@@ -253,7 +255,6 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                            << " is not supported";
   };
   for (auto [index, what] : {std::pair<unsigned, StringRef>{9, "position_ids"},
-                             {10, "attention_bias"},
                              {11, "head_sink"},
                              {12, "k_scale (a quantized cache)"},
                              {13, "v_scale (a quantized cache)"},
@@ -481,6 +482,31 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                              mask, windowMask);
   }
 
+  // attention_bias [batch or 1, heads or 1, sequence, total] is added to
+  // the scores: a float mask, -inf where the keys are not attended.
+  if (ctx.hasInput(10)) {
+    Value bias = ctx.getInput(10);
+    if (!bias)
+      return failure();
+    ArrayRef<int64_t> bs = typeOf(bias).getShape();
+    if (bs.size() != 4 || (bs[0] != batch && bs[0] != 1) ||
+        (bs[1] != heads && bs[1] != 1) || bs[2] != seq || bs[3] != total)
+      return ctx.emitError()
+             << "GroupQueryAttention attention_bias must be [" << batch
+             << " or 1, " << heads << " or 1, " << seq << ", " << total << "]";
+    Type element = typeOf(bias).getElementType();
+    Value hidden = nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            RankedTensorType::get({}, element),
+            b.getFloatAttr(element,
+                           -std::numeric_limits<double>::infinity()))));
+    auto maskShape = cast<RankedTensorType>(mask.getType()).getShape();
+    SmallVector<int64_t> shape = {batch, std::max(bs[1], maskShape[1]), seq,
+                                  total};
+    mask = nn::WhereOp::create(b, loc, RankedTensorType::get(shape, element),
+                               mask, bias, hidden);
+  }
   auto attention =
       nn::AttentionOp::create(b, loc, q.getType(), q, presentKey, presentValue,
                               mask, b.getUnitAttr(), FloatAttr());
