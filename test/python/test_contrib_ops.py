@@ -228,6 +228,19 @@ def test_group_query_attention_bias(tmp_path, past, seq, batch, bias, mesh):
     run_both(tmp_path, m, feeds, "--bind", f"past={past}", mesh=mesh)
 
 
+@pytest.mark.parametrize("past,seq,batch,extra", [
+    (0, 6, 2, {}), (4, 3, 1, {}), (5, 1, 2, {}),
+    (0, 6, 2, {"local_window_size": 2}), (0, 6, 2, {"bias": [2, 4, 6, 6]})])
+@pytest.mark.parametrize("mesh", [None, "tp=2", "sp=2 --sp-mode ring",
+                                  "tp=2 --sp-mode megatron"])
+def test_group_query_attention_softcap(tmp_path, past, seq, batch, extra,
+                                       mesh):
+    # Gemma2's tanh softcapping of the scores (a small cap, so that it
+    # changes them).
+    m, feeds = gqa(past, seq, batch=batch, softcap=2.0, **extra)
+    run_both(tmp_path, m, feeds, "--bind", f"past={past}", mesh=mesh)
+
+
 def test_group_query_attention_right_padded_prompt(tmp_path):
     # A first prompt whose rows end early: keys past seqlens_k are not
     # attended (the padded rows' own outputs are onnxruntime's too).
@@ -249,7 +262,8 @@ def test_group_query_attention_noncontiguous_cache_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("attrs,message", [
-    ({"softcap": 30.0}, "GroupQueryAttention softcap is not supported"),
+    ({"softcap": -1.0},
+     "GroupQueryAttention softcap -1.000000e+00 is neither 0 nor positive"),
     ({"local_window_size": 0},
      "GroupQueryAttention local_window_size 0 is neither -1 nor positive"),
     ({"sliding_window_cache": 1},

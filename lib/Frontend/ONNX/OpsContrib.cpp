@@ -16,6 +16,7 @@
 
 #include "partita/Dialect/NN/IR/NNOps.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace mlir;
@@ -235,6 +236,76 @@ LogicalResult contribRotaryHandler(NodeContext &ctx) {
   return success();
 }
 
+/// Attention with tanh softcapping of the scores (Gemma2's), which
+/// nn.attention does not express, spelled out: each query head's key/value
+/// head gathered, `scores = softcap * tanh(q k^T * scale / softcap)`, the
+/// mask (`mask`: bool, or a float mask added to the scores) and the causal
+/// mask of query `i` at position `past + i`, a softmax over the keys, and
+/// the values. Raising finds no attention in it (the tanh), so ring and
+/// flash attention do not apply to it.
+Value softcappedAttention(NodeContext &ctx, Value q, Value k, Value v,
+                          Value mask, int64_t past, float scale,
+                          float softcap) {
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto qType = typeOf(q), kType = typeOf(k);
+  int64_t batch = qType.getDimSize(0), heads = qType.getDimSize(1),
+          seq = qType.getDimSize(2), head = qType.getDimSize(3);
+  int64_t kvHeads = kType.getDimSize(1), total = kType.getDimSize(2);
+  Type element = qType.getElementType();
+  auto scalar = [&](double value) -> Value {
+    return nn::ConstantOp::create(b, loc,
+                                  cast<ElementsAttr>(DenseElementsAttr::get(
+                                      RankedTensorType::get({}, element),
+                                      b.getFloatAttr(element, value))));
+  };
+  // Key/value head h / group for query head h.
+  if (kvHeads != heads) {
+    SmallVector<int64_t> which(heads);
+    for (int64_t h = 0; h < heads; ++h)
+      which[h] = h / (heads / kvHeads);
+    auto indexType = RankedTensorType::get({heads}, b.getI64Type());
+    Value indices = nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(indexType, ArrayRef(which))));
+    auto repeated = kType.clone({batch, heads, total, head});
+    k = nn::GatherOp::create(b, loc, repeated, k, indices, int64_t(1));
+    v = nn::GatherOp::create(
+        b, loc, typeOf(v).clone({batch, heads, total, typeOf(v).getDimSize(3)}),
+        v, indices, int64_t(1));
+  }
+  Value kT =
+      nn::TransposeOp::create(b, loc, kType.clone({batch, heads, head, total}),
+                              k, ArrayRef<int64_t>{0, 1, 3, 2});
+  auto scoresType = qType.clone({batch, heads, seq, total});
+  Value scores = nn::MatmulOp::create(b, loc, scoresType, q, kT, Value());
+  scores = nn::MulOp::create(b, loc, scores, scalar(scale / softcap));
+  scores = nn::MulOp::create(b, loc, nn::TanhOp::create(b, loc, scores),
+                             scalar(softcap));
+  // The causal mask: query i, at position past + i, sees keys j <= past + i.
+  SmallVector<bool> seen(seq * total);
+  for (int64_t i = 0; i < seq; ++i)
+    for (int64_t j = 0; j < total; ++j)
+      seen[i * total + j] = j <= past + i;
+  auto causalType = RankedTensorType::get({1, 1, seq, total}, b.getI1Type());
+  Value causal = nn::ConstantOp::create(
+      b, loc, cast<ElementsAttr>(DenseElementsAttr::get(causalType, seen)));
+  Value hidden = scalar(-std::numeric_limits<double>::infinity());
+  auto maskType = cast<RankedTensorType>(mask.getType());
+  if (maskType.getElementType().isInteger(1)) {
+    Value both = nn::AndOp::create(b, loc, mask, causal);
+    scores = nn::WhereOp::create(b, loc, scoresType, both, scores, hidden);
+  } else {
+    scores = nn::AddOp::create(b, loc, scores, mask);
+    scores = nn::WhereOp::create(b, loc, scoresType, causal, scores, hidden);
+  }
+  Value probabilities =
+      nn::SoftmaxOp::create(b, loc, scoresType, scores, int64_t(3));
+  return nn::MatmulOp::create(
+      b, loc, qType.clone({batch, heads, seq, typeOf(v).getDimSize(3)}),
+      probabilities, v, Value());
+}
+
 /// com.microsoft GroupQueryAttention, as onnxruntime's CPU kernel computes
 /// it with separate past and present buffers (what the model builder
 /// writes): the query (or the packed query, key and value) split into
@@ -277,8 +348,10 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   if (window < -1 || window == 0)
     return ctx.emitError() << "GroupQueryAttention local_window_size " << window
                            << " is neither -1 nor positive";
-  if (ctx.getAttrFloat("softcap", 0.0f) != 0.0f)
-    return refuse("softcap");
+  float softcap = ctx.getAttrFloat("softcap", 0.0f);
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap))
+    return ctx.emitError() << "GroupQueryAttention softcap " << softcap
+                           << " is neither 0 nor positive";
   if (ctx.hasInput(1) != ctx.hasInput(2) || ctx.hasInput(3) != ctx.hasInput(4))
     return ctx.emitError() << "GroupQueryAttention needs key and value, and "
                               "past_key and past_value, together";
@@ -507,13 +580,23 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
     mask = nn::WhereOp::create(b, loc, RankedTensorType::get(shape, element),
                                mask, bias, hidden);
   }
-  auto attention =
-      nn::AttentionOp::create(b, loc, q.getType(), q, presentKey, presentValue,
-                              mask, b.getUnitAttr(), FloatAttr());
-  if (const onnx::AttributeProto *scale = ctx.getAttr("scale");
-      scale && scale->f() != 0.0f)
-    attention.setScaleAttr(b.getF32FloatAttr(scale->f()));
-  ctx.setOutput(0, fromHeads(ctx, attention));
+  const onnx::AttributeProto *scaleAttr = ctx.getAttr("scale");
+  float scale = scaleAttr && scaleAttr->f() != 0.0f
+                    ? scaleAttr->f()
+                    : static_cast<float>(1.0 / std::sqrt(double(headSize)));
+  Value out;
+  if (softcap > 0.0f) {
+    out = softcappedAttention(ctx, q, presentKey, presentValue, mask, past,
+                              scale, softcap);
+  } else {
+    auto attention = nn::AttentionOp::create(b, loc, q.getType(), q, presentKey,
+                                             presentValue, mask,
+                                             b.getUnitAttr(), FloatAttr());
+    if (scaleAttr && scaleAttr->f() != 0.0f)
+      attention.setScaleAttr(b.getF32FloatAttr(scale));
+    out = attention;
+  }
+  ctx.setOutput(0, fromHeads(ctx, out));
   if (ctx.hasOutput(1))
     ctx.setOutput(1, presentKey);
   if (ctx.hasOutput(2))
