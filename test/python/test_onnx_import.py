@@ -790,6 +790,9 @@ def test_conv_refusals(compile_model):
                           "dimension 0 of 5"),
         (conv([2, 4, 3], auto_pad="MIRROR"), "Conv auto_pad 'MIRROR' is not"),
         (conv([2, 4, 3], strides=[1, 1]), "Conv strides has 2 values for 1"),
+        (conv([2, 4, 3], dilations=[2**62]),
+         "Conv sizes, strides, dilations and pads above 1048576 are not "
+         "supported"),
     ]:
         result = compile_model(m)
         assert result.returncode == 1 and message in result.stderr, \

@@ -113,11 +113,21 @@ LogicalResult convHandler(NodeContext &ctx) {
     return failure();
   if (ctx.getAttrInts("kernel_shape") && ArrayRef<int64_t>(*shape) != kernel)
     return ctx.emitError() << "Conv kernel_shape does not match the weight";
-  for (int64_t d = 0; d < spatial; ++d)
+  // Bounded so that the padded extents below cannot overflow (real
+  // models use single digits).
+  constexpr int64_t kLargest = int64_t(1) << 20;
+  for (int64_t d = 0; d < spatial; ++d) {
     if ((*strides)[d] < 1 || (*dilations)[d] < 1 || (*pads)[d] < 0 ||
         (*pads)[spatial + d] < 0 || kernel[d] < 1)
       return ctx.emitError() << "Conv strides, dilations and kernel must be "
                                 "positive and pads not negative";
+    if ((*strides)[d] > kLargest || (*dilations)[d] > kLargest ||
+        (*pads)[d] > kLargest || (*pads)[spatial + d] > kLargest ||
+        kernel[d] > kLargest || in[d] > kLargest)
+      return ctx.emitError() << "Conv sizes, strides, dilations and pads "
+                                "above "
+                             << kLargest << " are not supported";
+  }
   std::string autoPad = ctx.getAttrString("auto_pad", "NOTSET");
   SmallVector<int64_t> out(spatial);
   for (int64_t d = 0; d < spatial; ++d) {
