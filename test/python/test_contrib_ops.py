@@ -115,7 +115,8 @@ def test_contrib_rotary_embedding(tmp_path, interleaved, positions):
     run_both(tmp_path, m, {"x": normal(2, 5, 64), "pos": pos})
 
 
-def gqa(past, seq, packed=True, norms=False, batch=1, bias=None, **attrs):
+def gqa(past, seq, packed=True, norms=False, batch=1, bias=None, sink=False,
+        **attrs):
     """A GroupQueryAttention of 4 query heads and 2 key/value heads of 16
     (onnxruntime wants a multiple of 16), with rotary embedding."""
     heads, kv, d = 4, 2, 16
@@ -135,6 +136,10 @@ def gqa(past, seq, packed=True, norms=False, batch=1, bias=None, **attrs):
         # attention_bias, input 10, [batch or 1, heads or 1, seq, total].
         names += ["", "bias"]
         inputs.append(vi("bias", F, bias))
+    if sink:
+        # head_sink, input 11, [heads].
+        names += ([] if bias else ["", ""]) + ["sink"]
+        inits.append(const("sink", normal(heads)))
     if norms:
         names += ["", "", "", "", "", "qn", "kn"]
         inits += [const("qn", normal(d)), const("kn", normal(d))]
@@ -229,6 +234,19 @@ def test_group_query_attention_bias(tmp_path, past, seq, batch, bias, mesh):
 
 
 @pytest.mark.parametrize("past,seq,batch,extra", [
+    (0, 6, 2, {"sink": True}), (5, 1, 2, {"sink": True}),
+    (0, 6, 2, {"smooth_softmax": 1}), (0, 6, 2, {"sink": True, "softcap": 0.0,
+                                                  "bias": [2, 4, 6, 6]})])
+@pytest.mark.parametrize("mesh", [None, "tp=2", "sp=2 --sp-mode ring"])
+def test_group_query_attention_sinks(tmp_path, past, seq, batch, extra,
+                                     mesh):
+    # gpt-oss's attention sinks: a logit per head in every row's softmax
+    # denominator (head_sink), or one of 0 (smooth_softmax).
+    m, feeds = gqa(past, seq, batch=batch, **extra)
+    run_both(tmp_path, m, feeds, "--bind", f"past={past}", mesh=mesh)
+
+
+@pytest.mark.parametrize("past,seq,batch,extra", [
     (0, 6, 2, {}), (4, 3, 1, {}), (5, 1, 2, {}),
     (0, 6, 2, {"local_window_size": 2}), (0, 6, 2, {"bias": [2, 4, 6, 6]})])
 @pytest.mark.parametrize("mesh", [None, "tp=2", "sp=2 --sp-mode ring",
@@ -269,8 +287,6 @@ def test_group_query_attention_noncontiguous_cache_is_refused(tmp_path):
     ({"sliding_window_cache": 1},
      "GroupQueryAttention sliding_window_cache (a window-sized cache) is "
      "not supported"),
-    ({"smooth_softmax": 1}, "GroupQueryAttention smooth_softmax is not "
-     "supported"),
 ])
 def test_group_query_attention_refusals(compile_model, attrs, message):
     m, _ = gqa(0, 6, **attrs)

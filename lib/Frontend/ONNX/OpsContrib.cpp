@@ -236,16 +236,18 @@ LogicalResult contribRotaryHandler(NodeContext &ctx) {
   return success();
 }
 
-/// Attention with tanh softcapping of the scores (Gemma2's), which
-/// nn.attention does not express, spelled out: each query head's key/value
-/// head gathered, `scores = softcap * tanh(q k^T * scale / softcap)`, the
-/// mask (`mask`: bool, or a float mask added to the scores) and the causal
-/// mask of query `i` at position `past + i`, a softmax over the keys, and
-/// the values. Raising finds no attention in it (the tanh), so ring and
-/// flash attention do not apply to it.
-Value softcappedAttention(NodeContext &ctx, Value q, Value k, Value v,
-                          Value mask, int64_t past, float scale,
-                          float softcap) {
+/// Attention that nn.attention does not express, spelled out: tanh
+/// softcapping of the scores (Gemma2's; `softcap` 0 for none) and a sink
+/// per head (gpt-oss's head_sink, `sink` [heads]; smooth_softmax's is 0):
+/// each query head's key/value head gathered, `scores = q k^T * scale`,
+/// capped as `softcap * tanh(scores / softcap)`, the mask (`mask`: bool,
+/// or a float mask added to the scores) and the causal mask of query `i`
+/// at position `past + i`, a softmax over the keys and the sink (a logit
+/// that takes its share of the denominator and no value), and the values.
+/// Raising finds no attention in it, so ring and flash attention do not
+/// apply to it.
+Value explicitAttention(NodeContext &ctx, Value q, Value k, Value v, Value mask,
+                        int64_t past, float scale, float softcap, Value sink) {
   OpBuilder &b = ctx.getBuilder();
   Location loc = ctx.getLoc();
   auto qType = typeOf(q), kType = typeOf(k);
@@ -279,9 +281,13 @@ Value softcappedAttention(NodeContext &ctx, Value q, Value k, Value v,
                               k, ArrayRef<int64_t>{0, 1, 3, 2});
   auto scoresType = qType.clone({batch, heads, seq, total});
   Value scores = nn::MatmulOp::create(b, loc, scoresType, q, kT, Value());
-  scores = nn::MulOp::create(b, loc, scores, scalar(scale / softcap));
-  scores = nn::MulOp::create(b, loc, nn::TanhOp::create(b, loc, scores),
-                             scalar(softcap));
+  if (softcap > 0.0f) {
+    scores = nn::MulOp::create(b, loc, scores, scalar(scale / softcap));
+    scores = nn::MulOp::create(b, loc, nn::TanhOp::create(b, loc, scores),
+                               scalar(softcap));
+  } else {
+    scores = nn::MulOp::create(b, loc, scores, scalar(scale));
+  }
   // The causal mask: query i, at position past + i, sees keys j <= past + i.
   SmallVector<bool> seen(seq * total);
   for (int64_t i = 0; i < seq; ++i)
@@ -299,8 +305,26 @@ Value softcappedAttention(NodeContext &ctx, Value q, Value k, Value v,
     scores = nn::AddOp::create(b, loc, scores, mask);
     scores = nn::WhereOp::create(b, loc, scoresType, causal, scores, hidden);
   }
-  Value probabilities =
-      nn::SoftmaxOp::create(b, loc, scoresType, scores, int64_t(3));
+  Value probabilities;
+  if (sink) {
+    // The sink as one more key column of every row, dropped after the
+    // softmax.
+    auto columnType = scoresType.clone({batch, heads, seq, 1});
+    Value column = nn::BroadcastToOp::create(
+        b, loc, columnType, reshape(ctx, sink, {1, heads, 1, 1}));
+    auto withSinkType = scoresType.clone({batch, heads, seq, total + 1});
+    Value all = nn::ConcatOp::create(b, loc, withSinkType,
+                                     ValueRange{scores, column}, uint64_t(3));
+    Value normalized =
+        nn::SoftmaxOp::create(b, loc, withSinkType, all, int64_t(3));
+    probabilities = nn::SliceOp::create(
+        b, loc, scoresType, normalized, ArrayRef<int64_t>{0, 0, 0, 0},
+        ArrayRef<int64_t>{batch, heads, seq, total},
+        ArrayRef<int64_t>{1, 1, 1, 1});
+  } else {
+    probabilities =
+        nn::SoftmaxOp::create(b, loc, scoresType, scores, int64_t(3));
+  }
   return nn::MatmulOp::create(
       b, loc, qType.clone({batch, heads, seq, typeOf(v).getDimSize(3)}),
       probabilities, v, Value());
@@ -326,7 +350,6 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                            << " is not supported";
   };
   for (auto [index, what] : {std::pair<unsigned, StringRef>{9, "position_ids"},
-                             {11, "head_sink"},
                              {12, "k_scale (a quantized cache)"},
                              {13, "v_scale (a quantized cache)"},
                              {16, "query_seqlens"}})
@@ -340,8 +363,6 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
       ctx.getAttrString("k_quant_type", "NONE") != "NONE" ||
       ctx.getAttrString("v_quant_type", "NONE") != "NONE")
     return refuse("with a quantized cache");
-  if (ctx.getAttrInt("smooth_softmax", 0))
-    return refuse("smooth_softmax");
   if (ctx.getAttrInt("sliding_window_cache", 0))
     return refuse("sliding_window_cache (a window-sized cache)");
   int64_t window = ctx.getAttrInt("local_window_size", -1);
@@ -584,10 +605,27 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   float scale = scaleAttr && scaleAttr->f() != 0.0f
                     ? scaleAttr->f()
                     : static_cast<float>(1.0 / std::sqrt(double(headSize)));
+  // gpt-oss's attention sinks: head_sink per head, or smooth_softmax's
+  // sink of 0.
+  Value sink;
+  if (ctx.hasInput(11)) {
+    sink = ctx.getInput(11);
+    if (!sink)
+      return failure();
+    if (typeOf(sink).getShape() != ArrayRef<int64_t>{heads})
+      return ctx.emitError() << "GroupQueryAttention head_sink must be ["
+                             << heads << "], one per head";
+  } else if (ctx.getAttrInt("smooth_softmax", 0)) {
+    sink = nn::ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            RankedTensorType::get({heads}, typeOf(q).getElementType()),
+            b.getZeroAttr(typeOf(q).getElementType()))));
+  }
   Value out;
-  if (softcap > 0.0f) {
-    out = softcappedAttention(ctx, q, presentKey, presentValue, mask, past,
-                              scale, softcap);
+  if (softcap > 0.0f || sink) {
+    out = explicitAttention(ctx, q, presentKey, presentValue, mask, past, scale,
+                            softcap, sink);
   } else {
     auto attention = nn::AttentionOp::create(b, loc, q.getType(), q, presentKey,
                                              presentValue, mask,
