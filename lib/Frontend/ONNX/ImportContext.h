@@ -185,6 +185,15 @@ private:
   OpBuilder &builder;
 };
 
+/// The type of `value`: every value a handler builds is a ranked tensor.
+RankedTensorType typeOf(Value value);
+/// `value` read as `shape` (an nn.reshape at the builder), or `value` itself
+/// when it has that shape already.
+Value reshape(OpBuilder &b, Location loc, Value value, ArrayRef<int64_t> shape);
+inline Value reshape(NodeContext &ctx, Value value, ArrayRef<int64_t> shape) {
+  return reshape(ctx.getBuilder(), ctx.getLoc(), value, shape);
+}
+
 /// Folds a node whose inputs are all constant. Returns failure to decline
 /// (the builder then runs); must not emit errors when declining.
 using FoldFn = std::function<LogicalResult(NodeContext &)>;

@@ -820,8 +820,7 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
     return diag << "; give their values with --bind name=value,...";
   }
   for (const auto &binding : options.bindings)
-    if (!used.contains(binding.getKey()) &&
-        binding.getKey() != kGenaiHeadSizeSymbol)
+    if (!used.contains(binding.getKey()))
       emitWarning(fileLoc) << "--bind " << binding.getKey()
                            << " names no symbolic dimension of the model";
   return success();
@@ -1349,6 +1348,19 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
 // NodeContext
 //===----------------------------------------------------------------------===//
 
+RankedTensorType mlir::partita::onnx_import::typeOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+Value mlir::partita::onnx_import::reshape(OpBuilder &b, Location loc,
+                                          Value value,
+                                          ArrayRef<int64_t> shape) {
+  auto type = typeOf(value).clone(shape);
+  if (type == value.getType())
+    return value;
+  return nn::ReshapeOp::create(b, loc, type, value);
+}
+
 Value NodeContext::getInput(unsigned i) {
   if (!hasInput(i))
     return {};
@@ -1498,6 +1510,7 @@ mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
   // symbol kv_cache_dim) or an optimum export's.
   std::string file = path.str();
   OnnxImportOptions withConfig = options;
+  int64_t headSize = 0;
   if (llvm::sys::fs::is_directory(path)) {
     Location loc = FileLineColLoc::get(context, path, 0, 0);
     FailureOr<std::optional<GenaiConfig>> genai = readGenaiConfig(path, loc);
@@ -1505,9 +1518,7 @@ mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
       return nullptr;
     if (*genai) {
       file = (*genai)->model;
-      if ((*genai)->headSize > 0)
-        withConfig.bindings.try_emplace(kGenaiHeadSizeSymbol,
-                                        (*genai)->headSize);
+      headSize = (*genai)->headSize;
     } else {
       FailureOr<std::string> found =
           findDirectoryModel(path, options.kvCache, loc);
@@ -1524,6 +1535,14 @@ mlir::partita::importOnnxFile(MLIRContext *context, StringRef path,
     emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
     return nullptr;
   }
+  // The head size binds the symbol the builder's past inputs leave for it,
+  // where they have it and --bind does not give it.
+  if (headSize > 0)
+    for (const onnx::ValueInfoProto &input : model->graph().input())
+      for (const onnx::TensorShapeProto::Dimension &dim :
+           input.type().tensor_type().shape().dim())
+        if (dim.dim_param() == kGenaiHeadSizeSymbol)
+          withConfig.bindings.try_emplace(kGenaiHeadSizeSymbol, headSize);
   SmallString<256> dir(path);
   llvm::sys::path::remove_filename(dir);
   if (dir.empty())

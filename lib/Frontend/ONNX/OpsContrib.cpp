@@ -25,15 +25,6 @@ using namespace mlir::partita::onnx_import;
 
 namespace {
 
-RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
-
-Value reshape(NodeContext &ctx, Value v, ArrayRef<int64_t> shape) {
-  auto type = typeOf(v).clone(shape);
-  if (type == v.getType())
-    return v;
-  return nn::ReshapeOp::create(ctx.getBuilder(), ctx.getLoc(), type, v);
-}
-
 /// [b, s, heads * d] -> [b, heads, s, d].
 Value toHeads(NodeContext &ctx, Value x, int64_t heads) {
   ArrayRef<int64_t> s = typeOf(x).getShape();

@@ -26,15 +26,6 @@ using namespace mlir::partita::onnx_import;
 
 namespace {
 
-RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
-
-Value reshape(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
-  auto type = typeOf(v).clone(shape);
-  if (type == v.getType())
-    return v;
-  return nn::ReshapeOp::create(b, loc, type, v);
-}
-
 Value transpose(OpBuilder &b, Location loc, Value v,
                 ArrayRef<int64_t> permutation) {
   SmallVector<int64_t> shape;

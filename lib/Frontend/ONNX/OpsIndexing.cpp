@@ -24,17 +24,8 @@ using namespace mlir::partita::onnx_import;
 
 namespace {
 
-RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
-
 int64_t product(ArrayRef<int64_t> shape) {
   return getElementCountSaturated(shape);
-}
-
-Value reshape(NodeContext &ctx, Value v, ArrayRef<int64_t> shape) {
-  auto type = typeOf(v).clone(shape);
-  if (type == v.getType())
-    return v;
-  return nn::ReshapeOp::create(ctx.getBuilder(), ctx.getLoc(), type, v);
 }
 
 /// An i64 constant of `shape` holding `values`.

@@ -14,15 +14,6 @@ using namespace mlir::partita::onnx_import;
 
 namespace {
 
-RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
-
-Value reshape(NodeContext &ctx, Value v, ArrayRef<int64_t> shape) {
-  auto type = typeOf(v).clone(shape);
-  if (type == v.getType())
-    return v;
-  return nn::ReshapeOp::create(ctx.getBuilder(), ctx.getLoc(), type, v);
-}
-
 LogicalResult checkFloat(NodeContext &ctx, Value v) {
   if (!isa<FloatType>(typeOf(v).getElementType()))
     return ctx.emitError() << ctx.getNode().op_type() << " of "

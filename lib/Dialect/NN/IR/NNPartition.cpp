@@ -164,6 +164,33 @@ static AxisList getQuerySequenceAxes(const ShardingRule &rule,
   return factors.empty() ? AxisList() : assignment[factors.front()];
 }
 
+/// `seen` (i1 [..., rows, keys]: which keys each row sees) combined with
+/// attention's mask (null for none): a boolean mask and `seen`, or an
+/// additive one with -inf where a key is not seen. The result broadcasts
+/// both, its last two dimensions `seen`'s.
+static Value hideUnseen(OpBuilder &b, Location loc, Value seen, Value mask) {
+  if (!mask)
+    return seen;
+  auto seenType = cast<RankedTensorType>(seen.getType());
+  auto maskType = cast<RankedTensorType>(mask.getType());
+  SmallVector<int64_t> shape(maskType.getShape());
+  while (shape.size() < static_cast<size_t>(seenType.getRank()))
+    shape.insert(shape.begin(), 1);
+  shape[shape.size() - 2] = seenType.getShape().drop_back().back();
+  shape.back() = seenType.getShape().back();
+  if (maskType.getElementType().isInteger(1))
+    return AndOp::create(b, loc, RankedTensorType::get(shape, b.getI1Type()),
+                         seen, mask);
+  Type element = maskType.getElementType();
+  Value hidden = ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, element),
+          b.getFloatAttr(element, -std::numeric_limits<double>::infinity()))));
+  return WhereOp::create(b, loc, RankedTensorType::get(shape, element), seen,
+                         mask, hidden);
+}
+
 /// Causal attention whose queries are split over `axes` but whose keys are
 /// whole on every device (no ring): nn.attention's `causal` aligns the
 /// local queries with the last keys, which is right for the last block of
@@ -206,26 +233,7 @@ static Value causalBlockMask(PartitionContext &context, Location loc,
   Value seen = CompareOp::create(b, loc, seenType.clone({rows, keys}),
                                  CompareDirection::LE, keyPositions, last);
   seen = ReshapeOp::create(b, loc, seenType, seen);
-  if (!mask)
-    return seen;
-  auto maskType = cast<RankedTensorType>(mask.getType());
-  SmallVector<int64_t> shape(maskType.getShape());
-  while (shape.size() < 4)
-    shape.insert(shape.begin(), 1);
-  shape[2] = rows;
-  shape[3] = keys;
-  if (maskType.getElementType().isInteger(1))
-    return AndOp::create(b, loc, RankedTensorType::get(shape, b.getI1Type()),
-                         seen, mask);
-  // An additive mask: the keys a row does not see get -inf.
-  Type element = maskType.getElementType();
-  Value hidden = ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get({}, element),
-          b.getFloatAttr(element, -std::numeric_limits<double>::infinity()))));
-  return WhereOp::create(b, loc, RankedTensorType::get(shape, element), seen,
-                         mask, hidden);
+  return hideUnseen(b, loc, seen, mask);
 }
 
 LogicalResult AttentionOp::partition(PartitionContext &context) {
@@ -499,26 +507,7 @@ Value RingAttention::getStepMask(int64_t t) {
   auto seenType = RankedTensorType::get({rows, rows}, b.getI1Type());
   Value seen =
       CompareOp::create(b, loc, seenType, CompareDirection::LE, krow, qrow);
-  if (!columns)
-    return seen;
-  // The two together: broadcast to the mask's shape and [rows, keys].
-  auto maskType = cast<RankedTensorType>(columns.getType());
-  SmallVector<int64_t> shape(maskType.getShape());
-  while (shape.size() < 2)
-    shape.insert(shape.begin(), 1);
-  shape[shape.size() - 2] = rows;
-  shape.back() = rows;
-  if (maskType.getElementType().isInteger(1))
-    return AndOp::create(b, loc, RankedTensorType::get(shape, b.getI1Type()),
-                         seen, columns);
-  auto element = maskType.getElementType();
-  Value hidden = ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get({}, element),
-          b.getFloatAttr(element, -std::numeric_limits<double>::infinity()))));
-  return WhereOp::create(b, loc, RankedTensorType::get(shape, element), seen,
-                         columns, hidden);
+  return hideUnseen(b, loc, seen, columns);
 }
 
 /// `max` where it is finite, else 0: what a row's scores are shifted by, so
