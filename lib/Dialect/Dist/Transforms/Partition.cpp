@@ -692,6 +692,10 @@ public:
   LogicalResult setResult(unsigned index, Value value,
                           const FactorAxes &assign) override;
   void setWholeResult(unsigned index, Value whole) override;
+  /// Records `value` as result `index` split as `sharding` (`how` names
+  /// the split in the error when its type is not that split's local type).
+  LogicalResult recordResult(unsigned index, Value value, ShardingAttr sharding,
+                             StringRef how);
   Operation *cloneWithoutPlan() override {
     Operation *clone = b.clone(*op);
     dropPlan(clone);
@@ -731,33 +735,31 @@ private:
   OpBuilder b;
 };
 
-LogicalResult OpContext::setResult(unsigned index, Value value) {
+LogicalResult OpContext::recordResult(unsigned index, Value value,
+                                      ShardingAttr sharding, StringRef how) {
   Value result = op->getResult(index);
-  ShardingAttr sharding = getValueSharding(result, p.mesh);
   if (value.getType() !=
       p.localType(cast<RankedTensorType>(result.getType()), sharding))
     return op->emitError() << "partitioning produced " << value.getType()
-                           << " for result " << index
-                           << " where the plan expects it split as "
+                           << " for result " << index << " where " << how << " "
                            << formatSharding(sharding);
   p.setLocal(result, value, sharding);
   return success();
 }
 
+LogicalResult OpContext::setResult(unsigned index, Value value) {
+  return recordResult(index, value,
+                      getValueSharding(op->getResult(index), p.mesh),
+                      "the plan expects it split as");
+}
+
 LogicalResult OpContext::setResult(unsigned index, Value value,
                                    const FactorAxes &assign) {
-  Value result = op->getResult(index);
-  ShardingAttr sharding =
-      getTensorSharding(rule, ShardingRule::result(index), assign, p.mesh,
-                        /*withPartial=*/false);
-  if (value.getType() !=
-      p.localType(cast<RankedTensorType>(result.getType()), sharding))
-    return op->emitError() << "partitioning produced " << value.getType()
-                           << " for result " << index
-                           << " where it is split as "
-                           << formatSharding(sharding);
-  p.setLocal(result, value, sharding);
-  return success();
+  return recordResult(index, value,
+                      getTensorSharding(rule, ShardingRule::result(index),
+                                        assign, p.mesh,
+                                        /*withPartial=*/false),
+                      "it is split as");
 }
 
 void OpContext::setWholeResult(unsigned index, Value whole) {
