@@ -54,9 +54,10 @@ bool isConstant(Value value) {
   // folding multiplies by transpose(W) (torch's Linear keeps W as
   // [out, in]), which the importer folds only when W is a constant.
   // A training step holds a fused projection's parameter as its segments
-  // (partita-split-fused-parameters), each a split of it.
-  while (value && isa_and_present<nn::TransposeOp, nn::ReshapeOp, nn::SplitOp>(
-                      value.getDefiningOp()))
+  // (partita-split-fused-parameters), each a split of it. A packed int4
+  // weight is its nn.dequantize.
+  while (value && isa_and_present<nn::TransposeOp, nn::ReshapeOp, nn::SplitOp,
+                                  nn::DequantizeOp>(value.getDefiningOp()))
     value = value.getDefiningOp()->getOperand(0);
   if (!value)
     return false;

@@ -147,6 +147,8 @@ void mlir::partita::buildExecPipeline(OpPassManager &pm,
   specialize.rank = options.rank;
   pm.addPass(createSpecializeRankPass(specialize));
   OpPassManager &func = pm.nest<func::FuncOp>();
+  // A rank multiplies by its packed int4 blocks, never by a float weight.
+  func.addPass(createFuseDequantizePass());
   // Fusion before the plan: a fused chain is one kernel and one buffer.
   if (options.fuse)
     func.addPass(createFusePass());

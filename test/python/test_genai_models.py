@@ -39,8 +39,12 @@ def cases():
                                    id=f"{name}-{step}-{label}")
 
 
+def directory(name):
+    return GENAI / MANIFEST["models"][name]["directory"]
+
+
 def step_arrays(name, step):
-    arrays = np.load(GENAI / f"{name}.fp32.outputs.npz")
+    arrays = np.load(f"{directory(name)}.outputs.npz")
     prefix = step + "/"
     return {key[len(prefix):]: arrays[key] for key in arrays.files
             if key.startswith(prefix)}
@@ -60,8 +64,7 @@ def test_genai_export_matches_onnxruntime(tmp_path, name, step, mesh):
              f"past_sequence_length={past},total_sequence_length={past + seq}"]
     if mesh != "1":
         flags += ["--mesh", *mesh.split()]
-    outputs, _ = compile_and_run(tmp_path, GENAI / f"{name}.fp32", inputs,
-                                 *flags)
+    outputs, _ = compile_and_run(tmp_path, directory(name), inputs, *flags)
     assert set(outputs) == set(expected)
     for key, want in expected.items():
         np.testing.assert_allclose(outputs[key], want, rtol=1e-4, atol=1e-5,

@@ -269,6 +269,10 @@ const WithoutRule kWithoutRule[] = {
      "ring attention's blocks: made by partitioning, after differentiation"},
     {"attention_grad", "attention's backward: made by differentiation"},
     {"kv_cache_write", "serving only (--max-seq): never in a training step"},
+    {"dequantize", "packed int4/int8 weights: --train refuses MatMulNBits"},
+    {"quantized_matmul",
+     "a matmul by packed weights: made by the exec pipeline, after "
+     "differentiation"},
 };
 
 /// The float operands a rule gives no cotangent (partita-differentiate

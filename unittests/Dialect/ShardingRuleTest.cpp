@@ -32,7 +32,9 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
                     %mask: tensor<2x1x1x4xi1>, %b: tensor<2x8x16xi1>,
                     %qkv: tensor<2x8x48xf32>, %i: tensor<4xi64>,
                     %pos: tensor<4xi64>,
-                    %cs: tensor<1x4x8xf32>, %slot: tensor<1xi64>) {
+                    %cs: tensor<1x4x8xf32>, %slot: tensor<1xi64>,
+                    %pa: tensor<2x64xf32>, %pq: tensor<32x4x8xi8>,
+                    %ps: tensor<32x4xf32>, %pz: tensor<32x2xi8>) {
   %c = nn.constant {expected = "() -> ([i, j]) {i=4, j=8}"} dense<1.0> : tensor<4x8xf32>
   %add = nn.add %a, %row {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %sub = nn.sub %a, %a {expected = "([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
@@ -73,6 +75,8 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
   %ln = nn.layer_norm %a scale(%row : tensor<16xf32>) bias(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-05 {expected = "([i, j, k], [k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
   %rms = nn.rms_norm %a scale(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-06 {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
   %mm = nn.matmul %a, %w bias %bias {expected = "([i, j, l], [l, k], [k]) -> ([i, j, k]) {i=2, j=8, k=32, l=16 reduction}"} : (tensor<2x8x16xf32>, tensor<16x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  %dq = nn.dequantize %pq, %ps {bits = 4 : i64, block_size = 16 : i64, expected = "([i, k, j], [i, k]) -> ([kl, i]) {i=32, j=8 opaque, k=4, l=16 opaque}"} : (tensor<32x4x8xi8>, tensor<32x4xf32>) -> tensor<64x32xf32>
+  %qmm = nn.quantized_matmul %pa, %pq, %ps zero_points %pz bias %bias {bits = 4 : i64, block_size = 16 : i64, expected = "([i, lmn], [j, lm, k], [j, lm], [j, l], [j]) -> ([i, j]) {i=2, j=32, k=8 opaque, l=2 reduction, m=2 opaque, n=16 opaque}"} : (tensor<2x64xf32>, tensor<32x4x8xi8>, tensor<32x4xf32>, tensor<32x2xi8>, tensor<32xf32>) -> tensor<2x32xf32>
   %att = nn.attention %q, %kv, %kv mask %mask {causal, expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, 1, 1, m]) -> ([i, jk, l, o]) {i=2, j=2, k=4, l=4, m=4 kv_sequence, n=16 opaque, o=16}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x1x4xi1>) -> tensor<2x8x4x16xf32>
   %part:3 = nn.attention_partial %q, %kv, %kv mask %mask positions(%pos, %pos) {expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, 1, 1, m], [l], [m]) -> ([i, jk, l, o], [i, jk, l], [i, jk, l]) {i=2, j=2, k=4, l=4, m=4 kv_sequence, n=16 opaque, o=16}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)
   %ag:3 = nn.attention_grad %q, %kv, %kv mask %mask out %q dout %q {expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, 1, 1, m], [i, jk, l, o], [i, jk, l, o]) -> ([i, jk, l, n], [i, j, m, n], [i, j, m, o]) {i=2, j=2, k=4 reduction, l=4 reduction, m=4 opaque, n=16 opaque, o=16 reduction}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x1x4xi1>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)

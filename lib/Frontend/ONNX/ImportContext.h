@@ -135,6 +135,12 @@ public:
   /// the top of the function with the other constants; null with a
   /// diagnostic if nn cannot hold its type.
   Value createConstant(const HostTensor &tensor, StringRef name);
+  /// An nn.constant of input `i`'s initializer bytes seen as `view` (the
+  /// same bytes under another element type or shape, e.g. MatMulNBits's
+  /// uint8 as i8), made once per view however many nodes read it.
+  Value createConstantView(unsigned i, const HostTensor &view);
+  /// Whether the model is imported for a training step (--train).
+  bool isTraining() const;
   /// The type of input `i` (constants included).
   RankedTensorType getInputType(unsigned i);
   /// The ONNX data type of input `i`.

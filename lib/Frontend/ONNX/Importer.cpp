@@ -141,6 +141,10 @@ public:
     return it == values.end() ? nullptr : &it->second;
   }
   Value materialize(StringRef name, Location loc);
+  /// NodeContext::createConstantView's constants, by initializer, type,
+  /// block and shape.
+  llvm::StringMap<Value> constantViews;
+  bool isTraining() const { return options.train; }
   /// An nn.constant of `tensor` after the constants at the top of the
   /// function.
   Value createConstant(const HostTensor &tensor, StringRef name, Location loc);
@@ -1378,6 +1382,21 @@ const HostTensor *NodeContext::getConstant(unsigned i) const {
 
 Value NodeContext::createConstant(const HostTensor &tensor, StringRef name) {
   return importer.createConstant(tensor, name, loc);
+}
+
+bool NodeContext::isTraining() const { return importer.isTraining(); }
+
+Value NodeContext::createConstantView(unsigned i, const HostTensor &view) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << node.input(i) << '|' << view.dataType << '|'
+     << builder.getInsertionBlock();
+  for (int64_t d : view.shape)
+    os << 'x' << d;
+  Value &cached = importer.constantViews[key];
+  if (!cached)
+    cached = createConstant(view, node.input(i));
+  return cached;
 }
 
 RankedTensorType NodeContext::getInputType(unsigned i) {

@@ -46,6 +46,7 @@ Tile ArgMax ArgMin Conv
 ORT_OPS = [
     ("", "SimplifiedLayerNormalization"),
     ("com.microsoft", "GroupQueryAttention"),
+    ("com.microsoft", "MatMulNBits"),
     ("com.microsoft", "RotaryEmbedding"),
     ("com.microsoft", "SkipLayerNormalization"),
     ("com.microsoft", "SkipSimplifiedLayerNormalization"),

@@ -633,6 +633,136 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   return success();
 }
 
+/// A constant input of MatMulNBits's packed bytes (uint8) as nn's i8 of
+/// the same bits, reshaped to `shape`: the model's bytes, not a copy.
+FailureOr<Value> packedBytes(NodeContext &ctx, unsigned i, StringRef what,
+                             ArrayRef<int64_t> shape) {
+  const HostTensor *tensor = ctx.getConstant(i);
+  if (!tensor)
+    return ctx.emitError() << "MatMulNBits " << what
+                           << " must be an initializer (a weight computed "
+                              "at run time is not supported)";
+  if (tensor->dataType != onnx::TensorProto_DataType_UINT8)
+    return ctx.emitError() << "MatMulNBits " << what << " must be uint8, got "
+                           << dataTypeName(tensor->dataType);
+  if (tensor->getNumElements() != *getElementCount(shape))
+    return ctx.emitError() << "MatMulNBits " << what << " has "
+                           << tensor->getNumElements()
+                           << " bytes; K, N, bits and block_size need "
+                           << *getElementCount(shape);
+  SmallVector<int64_t> newShape(shape);
+  HostTensor bytes(onnx::TensorProto_DataType_INT8, newShape);
+  if (tensor->hasRawBytes()) {
+    bytes = HostTensor::fromRaw(onnx::TensorProto_DataType_INT8, newShape,
+                                tensor->getRawBytes());
+  } else {
+    std::vector<int64_t> &ints = bytes.mutableInts();
+    for (int64_t v : tensor->getInts())
+      ints.push_back(static_cast<int8_t>(static_cast<uint8_t>(v)));
+  }
+  return ctx.createConstantView(i, bytes);
+}
+
+/// onnxruntime's MatMulNBits: `A [..., K]` times the `[K, N]` weight that
+/// `B` (packed `bits`-bit integers), `scales` and `zero_points` quantize
+/// block by block along K, plus `bias`: an nn.matmul of an nn.dequantize,
+/// which the exec pipeline fuses so the float weight is never built.
+/// `accuracy_level` chooses onnxruntime's arithmetic (level 4 quantizes A
+/// to int8); Partita computes in fp32 at every level (docs/frontend.md).
+LogicalResult matMulNBitsHandler(NodeContext &ctx) {
+  int64_t k = ctx.getAttrInt("K", 0), n = ctx.getAttrInt("N", 0);
+  int64_t bits = ctx.getAttrInt("bits", 4);
+  int64_t blockSize = ctx.getAttrInt("block_size", 0);
+  if (k <= 0 || n <= 0)
+    return ctx.emitError() << "MatMulNBits K and N must be positive, got " << k
+                           << " and " << n;
+  if (bits != 4 && bits != 8)
+    return ctx.emitError() << "MatMulNBits bits=" << bits
+                           << " is not supported (4 and 8 are)";
+  if (blockSize < 16 || !llvm::isPowerOf2_64(blockSize))
+    return ctx.emitError() << "MatMulNBits block_size must be a power of two "
+                              "of at least 16, got "
+                           << blockSize;
+  if (ctx.hasInput(4))
+    return ctx.emitError() << "MatMulNBits g_idx (a permuted block order) is "
+                              "not supported";
+  if (ctx.isTraining())
+    return ctx.emitError() << "--train: MatMulNBits weights are packed "
+                              "integers, which a training step does not "
+                              "update (train the float model, then quantize "
+                              "it)";
+  Value a = ctx.getInput(0);
+  if (!a)
+    return failure();
+  RankedTensorType aType = typeOf(a);
+  if (aType.getRank() < 1 || aType.getShape().back() != k)
+    return ctx.emitError() << "MatMulNBits A " << aType
+                           << " must end in K = " << k;
+  int64_t blocks = (k + blockSize - 1) / blockSize;
+  FailureOr<Value> packed =
+      packedBytes(ctx, 1, "B", {n, blocks, blockSize * bits / 8});
+  if (failed(packed))
+    return failure();
+  // Scales are [N * blocks] or [N, blocks], of A's type.
+  Value scales;
+  SmallVector<int64_t> scaleShape = {n, blocks};
+  if (const HostTensor *constant = ctx.getConstant(2)) {
+    if (constant->getNumElements() != n * blocks ||
+        constant->dataType != getDataType(aType.getElementType()))
+      return ctx.emitError() << "MatMulNBits scales must hold " << n * blocks
+                             << " values of A's type";
+    HostTensor shaped = *constant;
+    shaped.shape = scaleShape;
+    scales = ctx.createConstantView(2, shaped);
+  } else {
+    scales = ctx.getInput(2);
+    if (!scales)
+      return failure();
+    if (typeOf(scales).getNumElements() != n * blocks ||
+        typeOf(scales).getElementType() != aType.getElementType())
+      return ctx.emitError() << "MatMulNBits scales must hold " << n * blocks
+                             << " values of A's type";
+    scales = reshape(ctx, scales, scaleShape);
+  }
+  Value zeroPoints;
+  if (ctx.hasInput(3)) {
+    if (ctx.getInputDataType(3) != onnx::TensorProto_DataType_UINT8)
+      return ctx.emitError() << "MatMulNBits zero_points of type "
+                             << dataTypeName(ctx.getInputDataType(3))
+                             << " are not supported (packed uint8 ones are)";
+    FailureOr<Value> zp =
+        packedBytes(ctx, 3, "zero_points", {n, (blocks * bits + 7) / 8});
+    if (failed(zp))
+      return failure();
+    zeroPoints = *zp;
+  }
+  Value bias;
+  if (ctx.hasInput(5)) {
+    bias = ctx.getInput(5);
+    if (!bias)
+      return failure();
+    if (typeOf(bias).getShape() != ArrayRef<int64_t>{n})
+      return ctx.emitError() << "MatMulNBits bias must be [" << n << "]";
+  }
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto weightType = RankedTensorType::get({k, n}, aType.getElementType());
+  Value weight = nn::DequantizeOp::create(b, loc, weightType, *packed, scales,
+                                          zeroPoints, b.getI64IntegerAttr(bits),
+                                          b.getI64IntegerAttr(blockSize));
+  SmallVector<int64_t> shape(aType.getShape());
+  shape.back() = n;
+  Value lhs = a;
+  if (aType.getRank() == 1)
+    lhs = reshape(ctx, a, {1, k});
+  Value product = nn::MatmulOp::create(
+      b, loc,
+      aType.clone(aType.getRank() == 1 ? SmallVector<int64_t>{1, n} : shape),
+      lhs, weight, bias);
+  ctx.setOutput(0, aType.getRank() == 1 ? reshape(ctx, product, {n}) : product);
+  return success();
+}
+
 } // namespace
 
 void mlir::partita::onnx_import::registerContribOps(OpRegistry &registry) {
@@ -644,4 +774,5 @@ void mlir::partita::onnx_import::registerContribOps(OpRegistry &registry) {
                {1, nullptr, contribRotaryHandler});
   registry.add("com.microsoft.GroupQueryAttention",
                {1, nullptr, groupQueryAttentionHandler});
+  registry.add("com.microsoft.MatMulNBits", {1, nullptr, matMulNBitsHandler});
 }

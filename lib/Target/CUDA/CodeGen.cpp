@@ -263,6 +263,196 @@ llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx) {
 }
 
 //===----------------------------------------------------------------------===//
+// Packed weights
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The packed weight of a dequantize (operands from `first`) or a
+/// quantized_matmul, checked, as the prelude's template arguments
+/// `N, K, BITS, BS, ZP` and the kernel's pointer arguments.
+struct PackedOperands {
+  std::string templateArgs;
+  std::string pointers; // "q, scales, zp"
+};
+
+llvm::Expected<PackedOperands> addPackedOperands(const KernelContext &ctx,
+                                                 Signature &sig, int first,
+                                                 int64_t k, DType scaleType,
+                                                 bool hasZeroPoints) {
+  auto bits = ctx.getInt("bits");
+  if (!bits)
+    return bits.takeError();
+  auto blockSize = ctx.getInt("block_size");
+  if (!blockSize)
+    return blockSize.takeError();
+  if ((*bits != 4 && *bits != 8) || *blockSize < 16 ||
+      !llvm::isPowerOf2_64(*blockSize))
+    return ctx.error("bits must be 4 or 8 and block_size a power of two of "
+                     "at least 16");
+  auto packed = ctx.operand(first), scales = ctx.operand(first + 1);
+  if (!packed)
+    return packed.takeError();
+  if (!scales)
+    return scales.takeError();
+  if (packed->shape.size() != 3)
+    return ctx.error("packed must be [n, blocks, bytes per block]");
+  int64_t n = packed->shape[0], blocks = (k + *blockSize - 1) / *blockSize;
+  if (packed->dtype != program::I8 ||
+      packed->shape !=
+          llvm::ArrayRef<int64_t>{n, blocks, *blockSize * *bits / 8})
+    return ctx.error("packed " + shapeString(packed->shape) +
+                     " does not hold a [" + llvm::Twine(k) + ", " +
+                     llvm::Twine(n) + "] weight");
+  if (scales->dtype != scaleType ||
+      scales->shape != llvm::ArrayRef<int64_t>{n, blocks})
+    return ctx.error("scales must be [" + llvm::Twine(n) + ", " +
+                     llvm::Twine(blocks) + "] " + dtypeName(scaleType));
+  if (n >= (int64_t(1) << 31) || k >= (int64_t(1) << 31))
+    return ctx.error("weights of 2^31 rows or columns are not supported");
+  PackedOperands out;
+  std::string q = sig.addInput(*packed, "q");
+  std::string s = sig.addInput(*scales, "s");
+  std::string zp = "(const unsigned char *)nullptr";
+  if (hasZeroPoints) {
+    auto z = ctx.operand(first + 2);
+    if (!z)
+      return z.takeError();
+    if (z->dtype != program::I8 ||
+        z->shape != llvm::ArrayRef<int64_t>{n, (blocks * *bits + 7) / 8})
+      return ctx.error("zero_points must be [" + llvm::Twine(n) + ", " +
+                       llvm::Twine((blocks * *bits + 7) / 8) + "] i8");
+    zp = "(const unsigned char *)" + sig.addInput(*z, "z");
+  }
+  out.templateArgs = literal(n) + ", " + literal(k) + ", " + literal(*bits) +
+                     ", " + literal(*blockSize) + ", " +
+                     (hasZeroPoints ? "true" : "false");
+  out.pointers = "(const unsigned char *)" + q + ", " + s + ", " + zp;
+  return out;
+}
+
+} // namespace
+
+llvm::Expected<GeneratedKernel> emitQuantizedMatmul(const KernelContext &ctx) {
+  auto hasZeroPoints = ctx.getBool("has_zero_points");
+  if (!hasZeroPoints)
+    return hasZeroPoints.takeError();
+  auto hasBias = ctx.getBool("has_bias");
+  if (!hasBias)
+    return hasBias.takeError();
+  if (auto err = ctx.expectCounts(3 + int(*hasZeroPoints) + int(*hasBias), 1))
+    return std::move(err);
+  auto lhs = ctx.operand(0);
+  auto result = ctx.result(0);
+  if (!lhs)
+    return lhs.takeError();
+  if (!result)
+    return result.takeError();
+  if (!isFloat(lhs->dtype) || lhs->shape.size() < 2 ||
+      result->dtype != lhs->dtype)
+    return ctx.error("lhs and the result need one float element type and "
+                     "lhs rank 2 or more");
+  int64_t k = lhs->shape.back();
+  int64_t m = k ? lhs->numElements() / k : 0;
+  Signature sig;
+  std::string a = sig.addInput(*lhs, "a");
+  auto packed = addPackedOperands(ctx, sig, 1, k, lhs->dtype, *hasZeroPoints);
+  if (!packed)
+    return packed.takeError();
+  int64_t n = ctx.operand(1)->shape[0];
+  llvm::SmallVector<int64_t> expected(lhs->shape);
+  expected.back() = n;
+  if (llvm::ArrayRef(result->shape) != llvm::ArrayRef(expected))
+    return ctx.error("the result " + shapeString(result->shape) + " is not " +
+                     shapeString(expected));
+  if (k == 0 || m == 0 || n == 0)
+    return ctx.error("empty matrices are not supported");
+  std::string bias =
+      "(const " + std::string(cudaType(lhs->dtype)) + " *)nullptr";
+  if (*hasBias) {
+    auto b = ctx.operand(3 + int(*hasZeroPoints));
+    if (!b)
+      return b.takeError();
+    if (b->dtype != lhs->dtype || b->shape != llvm::ArrayRef<int64_t>{n})
+      return ctx.error("the bias must be [" + llvm::Twine(n) + "] " +
+                       dtypeName(lhs->dtype));
+    bias = sig.addInput(*b, "b");
+  }
+  int64_t tilesM = (m + 15) / 16, tilesN = (n + 15) / 16;
+  if (tilesM * tilesN >= (int64_t(1) << 31) || m >= (int64_t(1) << 31))
+    return ctx.error("matrices too large for the generated matmul");
+  std::string init;
+  auto sink = emitFloatSink(ctx, *result, sig, init);
+  if (!sink)
+    return sink.takeError();
+  std::string text = *sink;
+  text += "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+          sig.parameters() + ") {\n";
+  text += "  pt::qmatmul_tile<" + std::string(cudaType(lhs->dtype)) + ", " +
+          literal(m) + ", " + packed->templateArgs + ", " +
+          (*hasBias ? "true" : "false") + ">(" + a + ", " + packed->pointers +
+          ", " + bias + ", blockIdx.x / " + literal(tilesN) +
+          ", blockIdx.x % " + literal(tilesN) + ", " + init + ");\n}\n";
+  GeneratedKernel g;
+  g.label = "quantized_matmul";
+  g.summary = ctx.summary();
+  g.grid = {static_cast<uint32_t>(tilesM * tilesN), 1, 1};
+  g.block = {256, 1, 1};
+  g.arguments = sig.arguments();
+  g.text = text;
+  return g;
+}
+
+llvm::Expected<GeneratedKernel> emitDequantize(const KernelContext &ctx) {
+  auto hasZeroPoints = ctx.getBool("has_zero_points");
+  if (!hasZeroPoints)
+    return hasZeroPoints.takeError();
+  if (auto err = ctx.expectCounts(2 + int(*hasZeroPoints), 1))
+    return std::move(err);
+  auto result = ctx.result(0);
+  if (!result)
+    return result.takeError();
+  if (!isFloat(result->dtype) || result->shape.size() != 2)
+    return ctx.error("the result must be a float [k, n]");
+  int64_t k = result->shape[0], n = result->shape[1];
+  Signature sig;
+  auto packed =
+      addPackedOperands(ctx, sig, 0, k, result->dtype, *hasZeroPoints);
+  if (!packed)
+    return packed.takeError();
+  if (ctx.operand(0)->shape[0] != n)
+    return ctx.error("the result " + shapeString(result->shape) +
+                     " does not have the packed weight's columns");
+  std::string init;
+  auto sink = emitFloatSink(ctx, *result, sig, init);
+  if (!sink)
+    return sink.takeError();
+  int64_t total = k * n;
+  std::string idx = indexType(total + 256 * 65535);
+  std::string text = *sink;
+  text += "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
+          sig.parameters() + ") {\n";
+  text += "  const auto sink = " + init + ";\n";
+  text += "  for (" + idx + " i = (" + idx +
+          ")blockIdx.x * 256 + threadIdx.x; i < " + literal(total) +
+          "; i += (" + idx + ")gridDim.x * 256)\n";
+  text += "    sink(i, pt::packed_weight<" +
+          std::string(cudaType(result->dtype)) + ", " + packed->templateArgs +
+          ">(" + packed->pointers + ", (int)(i / " + literal(n) +
+          "), (int)(i % " + literal(n) + ")));\n}\n";
+  GeneratedKernel g;
+  g.label = "dequantize";
+  g.summary = ctx.summary();
+  g.grid = {
+      static_cast<uint32_t>(std::clamp<int64_t>((total + 255) / 256, 1, 65535)),
+      1, 1};
+  g.block = {256, 1, 1};
+  g.arguments = sig.arguments();
+  g.text = text;
+  return g;
+}
+
+//===----------------------------------------------------------------------===//
 // Driver
 //===----------------------------------------------------------------------===//
 
@@ -290,6 +480,10 @@ llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx,
       return emitAttentionGrad(ctx);
     if (op == "rope")
       return emitRope(ctx);
+    if (op == "quantized_matmul")
+      return emitQuantizedMatmul(ctx);
+    if (op == "dequantize")
+      return emitDequantize(ctx);
     if (llvm::is_contained({"transpose", "broadcast_to", "slice", "concat",
                             "split", "gather", "embedding", "kv_cache_write"},
                            llvm::StringRef(op)))

@@ -218,6 +218,10 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
                                               int64_t decodeKeySplit);
 llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitRope(const KernelContext &ctx);
+/// A matmul by a packed int4/int8 weight, and such a weight alone
+/// (CodeGen.cpp).
+llvm::Expected<GeneratedKernel> emitQuantizedMatmul(const KernelContext &ctx);
+llvm::Expected<GeneratedKernel> emitDequantize(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitDataMovement(const KernelContext &ctx);
 llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx);
 

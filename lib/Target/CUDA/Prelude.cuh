@@ -27,8 +27,8 @@ typedef unsigned long long u64;
 /// Error codes of partita_status[0] (the runtime's messages know them).
 enum : u64 { kStatusKvCacheOverflow = 1 };
 
-__device__ __forceinline__ void report_error(u64 code, long long a,
-                                             long long b, long long c) {
+__device__ __forceinline__ void report_error(u64 code, long long a, long long b,
+                                             long long c) {
   if (atomicCAS(&partita_status[0], 0ULL, code) == 0ULL) {
     partita_status[1] = (u64)a;
     partita_status[2] = (u64)b;
@@ -455,8 +455,8 @@ __device__ __forceinline__ void softmax_row(const T *x, u64 row,
 // [sq, skv] scores never exist in memory. In a tile, lane j scores key j
 // against the warp's rows (q from shared memory, broadcast, the sum then
 // scaled; K rows padded to D + 1 floats so the lanes hit distinct banks),
-// and then owns output columns lane + 32 c for P V. Key tiles wholly past the causal
-// diagonal of the block's last row are never loaded.
+// and then owns output columns lane + 32 c for P V. Key tiles wholly past the
+// causal diagonal of the block's last row are never loaded.
 //
 // MASK: 0 none, 1 bool (keep where true), 2 float (added); the mask element
 // of (b, h, i, j) is at b MS0 + h MS1 + i MS2 + j MS3 (0 where it
@@ -478,11 +478,10 @@ template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
           int D, int DV, int ROWS, int WARPS, bool VECLOAD, bool CAUSAL,
           int MASK, long long MS0, long long MS1, long long MS2, long long MS3,
           bool POS, bool STATS, typename Sink>
-__device__ __forceinline__ void attention(const T *q, const T *k, const T *v,
-                                          const M *mask, const long long *qpos,
-                                          const long long *kpos,
-                                          float *rowMax, float *rowSum,
-                                          float scale, const Sink &sink) {
+__device__ __forceinline__ void
+attention(const T *q, const T *k, const T *v, const M *mask,
+          const long long *qpos, const long long *kpos, float *rowMax,
+          float *rowSum, float scale, const Sink &sink) {
   typedef AttentionShape<B, HQ, HKV, SQ, SKV, D, DV, ROWS, WARPS> S;
   constexpr int BQ = S::BQ, DVL = S::DVL, THREADS = WARPS * 32;
   constexpr int OFFSET = SKV - SQ; // Causal: row i sees keys j <= i + OFFSET.
@@ -853,8 +852,8 @@ template <typename T, typename M, int B, int HQ, int HKV, int SKV, int D,
           int DV, int SPLIT, int MASK, long long MS0, long long MS1,
           long long MS3, typename Sink>
 __device__ __forceinline__ void
-attention_decode(const T *q, const T *k, const T *v, const M *mask,
-                 float scale, float *part, unsigned *done, const Sink &sink) {
+attention_decode(const T *q, const T *k, const T *v, const M *mask, float scale,
+                 float *part, unsigned *done, const Sink &sink) {
   constexpr int WARPS = 4, THREADS = WARPS * 32;
   constexpr int SPLITS = (SKV + SPLIT - 1) / SPLIT;
   constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
@@ -907,9 +906,9 @@ attention_decode(const T *q, const T *k, const T *v, const M *mask,
     l = l * corr + p;
 #pragma unroll
     for (int c = 0; c < DVL; ++c)
-      o[c] = o[c] * corr +
-             (lane + 32 * c < DV ? p * ldf(vBase + (u64)j * DV + lane + 32 * c)
-                                 : 0.0f);
+      o[c] = o[c] * corr + (lane + 32 * c < DV
+                                ? p * ldf(vBase + (u64)j * DV + lane + 32 * c)
+                                : 0.0f);
     m = mNew;
   }
 
@@ -1064,6 +1063,67 @@ matmul_tile(const T *a, const T *b, const T *bias, u64 batch, u64 aOff,
     if constexpr (BIAS)
       acc += ldf(bias + col);
     sink(batch * M * N + (u64)row * N + col, acc);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Packed weights (quantized_matmul, dequantize; MatMul.cpp)
+//===----------------------------------------------------------------------===//
+//
+// Element (k, n) of a packed [K, N] weight: the BITS-bit unsigned integer
+// of column n at row k (block k / BS, the low bits of each byte first),
+// less its block's zero point (2^(BITS - 1) without zero points), times
+// its block's scale, in the host kernel's order of operations.
+
+template <typename T, int N, int K, int BITS, int BS, bool ZP>
+__device__ __forceinline__ float
+packed_weight(const unsigned char *q, const T *scales, const unsigned char *zp,
+              int k, int n) {
+  constexpr int B = (K + BS - 1) / BS;
+  constexpr int BLOB = BS * BITS / 8;
+  constexpr int ZB = (B * BITS + 7) / 8;
+  const int b = k / BS, i = k % BS;
+  const unsigned byte = q[((u64)n * B + b) * BLOB + i * BITS / 8];
+  const int v = BITS == 8 ? (int)byte : (int)((i & 1) ? byte >> 4 : byte & 15u);
+  int z = 1 << (BITS - 1);
+  if constexpr (ZP) {
+    const unsigned zb = zp[(u64)n * ZB + b * BITS / 8];
+    z = BITS == 8 ? (int)zb : (int)((b & 1) ? zb >> 4 : zb & 15u);
+  }
+  return (float)(v - z) * ldf(scales + (u64)n * B + b);
+}
+
+/// One 16x16 tile of C = A W (+ bias) with W packed: A is [M, K] (the
+/// batch folded into the rows), each block dequantizes its 16x16 tiles of
+/// W into shared memory as it goes, fp32 accumulation.
+template <typename T, int M, int N, int K, int BITS, int BS, bool ZP, bool BIAS,
+          typename Sink>
+__device__ __forceinline__ void
+qmatmul_tile(const T *a, const unsigned char *q, const T *scales,
+             const unsigned char *zp, const T *bias, int tileM, int tileN,
+             const Sink &sink) {
+  __shared__ float as[16][17];
+  __shared__ float ws[16][17];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int row = tileM * 16 + ty, col = tileN * 16 + tx;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    as[ty][tx] =
+        (row < M && k0 + tx < K) ? ldf(a + (u64)row * K + k0 + tx) : 0.0f;
+    ws[ty][tx] =
+        (k0 + ty < K && col < N)
+            ? packed_weight<T, N, K, BITS, BS, ZP>(q, scales, zp, k0 + ty, col)
+            : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk)
+      acc += as[ty][kk] * ws[kk][tx];
+    __syncthreads();
+  }
+  if (row < M && col < N) {
+    if constexpr (BIAS)
+      acc += ldf(bias + col);
+    sink((u64)row * N + col, acc);
   }
 }
 

@@ -706,7 +706,9 @@ llvm::Error emitChain(const KernelContext &ctx, llvm::ArrayRef<ChainStep> steps,
 llvm::Expected<std::string> emitFloatSink(const KernelContext &ctx,
                                           const BufferView &result,
                                           Signature &sig, std::string &init) {
-  auto natural = ctx.operand(0);
+  // What the kernel computes: operand 0's type, or a dequantized weight's,
+  // its scales'.
+  auto natural = ctx.operand(ctx.op() == "dequantize" ? 1 : 0);
   if (!natural)
     return natural.takeError();
   DType start = natural->dtype;

@@ -146,6 +146,17 @@ void mlir::partita::setKernelAttributes(
       .Case([&](nn::MatmulOp o) {
         m["has_bias"] = boolAttr(static_cast<bool>(o.getBias()));
       })
+      .Case([&](nn::DequantizeOp o) {
+        m["bits"] = intAttr(o.getBits());
+        m["block_size"] = intAttr(o.getBlockSize());
+        m["has_zero_points"] = boolAttr(static_cast<bool>(o.getZeroPoints()));
+      })
+      .Case([&](nn::QuantizedMatmulOp o) {
+        m["bits"] = intAttr(o.getBits());
+        m["block_size"] = intAttr(o.getBlockSize());
+        m["has_zero_points"] = boolAttr(static_cast<bool>(o.getZeroPoints()));
+        m["has_bias"] = boolAttr(static_cast<bool>(o.getBias()));
+      })
       .Case([&](nn::AttentionOp o) {
         m["causal"] = boolAttr(o.getCausal());
         m["scale"] = floatAttr(o.getEffectiveScale());

@@ -188,6 +188,8 @@ KernelFn hostKernel(const OpInfo &op) {
       {"layer_norm", runLayerNorm},
       {"rms_norm", runRmsNorm},
       {"matmul", runMatmul},
+      {"dequantize", runDequantize},
+      {"quantized_matmul", runQuantizedMatmul},
       {"attention", runAttention},
       {"attention_partial", runAttentionPartial},
       {"attention_grad", runAttentionGrad},

@@ -335,6 +335,8 @@ Status runLogSoftmax(KernelContext &ctx);
 Status runLayerNorm(KernelContext &ctx);
 Status runRmsNorm(KernelContext &ctx);
 Status runMatmul(KernelContext &ctx);
+Status runDequantize(KernelContext &ctx);
+Status runQuantizedMatmul(KernelContext &ctx);
 Status runAttention(KernelContext &ctx);
 Status runAttentionPartial(KernelContext &ctx);
 Status runAttentionGrad(KernelContext &ctx);

@@ -23,6 +23,12 @@
 // cache: bias, narrowing to f16/bf16, and the fused epilogue (a matmul,
 // its GELU and its residual add are one pass over the output).
 //
+// A packed int4 or int8 weight (quantized_matmul, onnxruntime's
+// MatMulNBits) is never dequantized whole: each task dequantizes a panel
+// of kPanel columns into fp32 scratch, k values per column in the packed
+// order, and multiplies by it (sgemm with the panel transposed), so a rank
+// holds the packed bytes plus one panel per thread.
+//
 //===----------------------------------------------------------------------===//
 
 // smallRowsGemm's vector helpers pass 32-byte vectors, whose ABI differs
@@ -345,6 +351,227 @@ Status runMatmul(KernelContext &ctx) {
                      bData + rhsIndex[i] * k * n, c + i * m * n, i * m * n,
                      finish);
     }
+    return Status::ok();
+  });
+}
+
+namespace {
+
+/// The operands of dequantize and quantized_matmul that describe a packed
+/// `[k, n]` weight (nn.dequantize in docs/generated): `bits`-bit unsigned
+/// integers, column after column, block after block, the low bits of each
+/// byte first; a scale per block of each column; packed zero points, or
+/// 2^(bits - 1).
+struct PackedWeight {
+  const uint8_t *packed = nullptr;
+  const uint8_t *zeroPoints = nullptr;
+  int64_t k = 0, n = 0, bits = 0, blockSize = 0, blocks = 0;
+  int64_t blockBytes = 0, zeroPointBytes = 0;
+
+  /// Checks `packed` (operand `first`), the scales after it and, when
+  /// `hasZeroPoints`, the zero points after those, for a `[k, n]` weight.
+  Status parse(const KernelContext &ctx, size_t first, bool hasZeroPoints,
+               int64_t k, DType scaleType) {
+    int64_t blockSizeAttr;
+    PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("bits", bits));
+    PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("block_size", blockSizeAttr));
+    blockSize = blockSizeAttr;
+    if ((bits != 4 && bits != 8) || blockSize < 16 ||
+        (blockSize & (blockSize - 1)) != 0)
+      return ctx.error("bits must be 4 or 8 and block_size a power of two of "
+                       "at least 16, got " +
+                       std::to_string(bits) + " and " +
+                       std::to_string(blockSize));
+    const Tensor &p = ctx.operands[first];
+    if (p.shape.size() != 3)
+      return ctx.error("packed must be [n, blocks, bytes per block]");
+    this->k = k;
+    n = p.shape[0];
+    blocks = (k + blockSize - 1) / blockSize;
+    blockBytes = blockSize * bits / 8;
+    PARTITA_RETURN_IF_ERROR(ctx.expectDType(p, program::I8, "packed"));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectShape(p, {n, blocks, blockBytes}, "packed"));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectDType(ctx.operands[first + 1], scaleType, "scales"));
+    PARTITA_RETURN_IF_ERROR(
+        ctx.expectShape(ctx.operands[first + 1], {n, blocks}, "scales"));
+    packed = static_cast<const uint8_t *>(p.data);
+    if (hasZeroPoints) {
+      const Tensor &z = ctx.operands[first + 2];
+      zeroPointBytes = (blocks * bits + 7) / 8;
+      PARTITA_RETURN_IF_ERROR(ctx.expectDType(z, program::I8, "zero_points"));
+      PARTITA_RETURN_IF_ERROR(
+          ctx.expectShape(z, {n, zeroPointBytes}, "zero_points"));
+      zeroPoints = static_cast<const uint8_t *>(z.data);
+    }
+    return Status::ok();
+  }
+
+  /// Columns [j0, j1) of the weight as fp32, column after column:
+  /// `dst[(j - j0) * k + i]` is element (i, j).
+  template <typename T>
+  void dequantizeColumns(const T *scales, int64_t j0, int64_t j1,
+                         float *__restrict dst) const {
+    const int64_t defaultZero = int64_t(1) << (bits - 1);
+    for (int64_t j = j0; j < j1; ++j) {
+      float *column = dst + (j - j0) * k;
+      for (int64_t b = 0; b < blocks; ++b) {
+        float scale = loadFloat(scales[j * blocks + b]);
+        int64_t zero = defaultZero;
+        if (zeroPoints) {
+          uint8_t byte = zeroPoints[j * zeroPointBytes + b * bits / 8];
+          zero = bits == 8 ? byte : (b % 2 ? byte >> 4 : byte & 0xf);
+        }
+        const uint8_t *q = packed + (j * blocks + b) * blockBytes;
+        int64_t first = b * blockSize;
+        int64_t count = std::min(blockSize, k - first);
+        float *out = column + first;
+        if (bits == 8) {
+          for (int64_t i = 0; i < count; ++i)
+            out[i] = static_cast<float>(q[i] - zero) * scale;
+        } else {
+          for (int64_t i = 0; i + 1 < count; i += 2) {
+            out[i] = static_cast<float>((q[i / 2] & 0xf) - zero) * scale;
+            out[i + 1] = static_cast<float>((q[i / 2] >> 4) - zero) * scale;
+          }
+          if (count % 2)
+            out[count - 1] =
+                static_cast<float>((q[count / 2] & 0xf) - zero) * scale;
+        }
+      }
+    }
+  }
+};
+
+/// Columns of the weight each task dequantizes at once: 64 x k floats of
+/// scratch (1 MiB at k = 4096), a wide enough panel for sgemm.
+constexpr int64_t kPanel = 64;
+
+} // namespace
+
+Status runDequantize(KernelContext &ctx) {
+  bool hasZeroPoints;
+  PARTITA_RETURN_IF_ERROR(
+      ctx.attrs.getBool("has_zero_points", hasZeroPoints, false));
+  if (ctx.operands.size() != 2 + size_t(hasZeroPoints))
+    return ctx.error("expected " + std::to_string(2 + int(hasZeroPoints)) +
+                     " operands, got " + std::to_string(ctx.operands.size()));
+  const Tensor &result = ctx.results[0];
+  PARTITA_RETURN_IF_ERROR(ctx.expectFloat(result, "the result"));
+  if (result.shape.size() != 2)
+    return ctx.error("the result must be [k, n]");
+  PackedWeight w;
+  PARTITA_RETURN_IF_ERROR(
+      w.parse(ctx, 0, hasZeroPoints, result.shape[0], result.dtype));
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(result, {w.k, w.n}, "the result"));
+  return visitFloat(ctx, result.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *scales = ctx.operands[1].template as<T>();
+    T *out = result.as<T>();
+    ctx.pool.parallelFor(
+        (w.n + kPanel - 1) / kPanel, 1, [&](int64_t u0, int64_t u1) {
+          std::unique_ptr<float[]> panel(new float[kPanel * w.k]);
+          for (int64_t u = u0; u < u1; ++u) {
+            int64_t j0 = u * kPanel, j1 = std::min(w.n, j0 + kPanel);
+            w.dequantizeColumns(scales, j0, j1, panel.get());
+            for (int64_t j = j0; j < j1; ++j)
+              for (int64_t i = 0; i < w.k; ++i)
+                out[i * w.n + j] = storeFloat<T>(panel[(j - j0) * w.k + i]);
+          }
+        });
+    return Status::ok();
+  });
+}
+
+Status runQuantizedMatmul(KernelContext &ctx) {
+  bool hasZeroPoints, hasBias;
+  PARTITA_RETURN_IF_ERROR(
+      ctx.attrs.getBool("has_zero_points", hasZeroPoints, false));
+  PARTITA_RETURN_IF_ERROR(ctx.attrs.getBool("has_bias", hasBias, false));
+  size_t expected = 3 + size_t(hasZeroPoints) + size_t(hasBias);
+  if (ctx.operands.size() != expected)
+    return ctx.error("expected " + std::to_string(expected) +
+                     " operands for has_zero_points and has_bias, got " +
+                     std::to_string(ctx.operands.size()));
+  const Tensor &lhs = ctx.operands[0];
+  const Tensor &result = ctx.results[0];
+  PARTITA_RETURN_IF_ERROR(ctx.expectFloat(lhs, "lhs"));
+  if (lhs.shape.size() < 2)
+    return ctx.error("lhs must have rank 2 or more");
+  PackedWeight w;
+  PARTITA_RETURN_IF_ERROR(
+      w.parse(ctx, 1, hasZeroPoints, lhs.shape.back(), lhs.dtype));
+  const int64_t k = w.k, n = w.n;
+  std::vector<int64_t> shape = lhs.shape;
+  shape.back() = n;
+  PARTITA_RETURN_IF_ERROR(ctx.expectDType(result, lhs.dtype, "the result"));
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(result, shape, "the result"));
+  const Tensor *biasTensor = hasBias ? &ctx.operands.back() : nullptr;
+  if (biasTensor) {
+    PARTITA_RETURN_IF_ERROR(ctx.expectDType(*biasTensor, lhs.dtype, "bias"));
+    PARTITA_RETURN_IF_ERROR(ctx.expectShape(*biasTensor, {n}, "bias"));
+  }
+  int64_t rows = lhs.numElements() / std::max<int64_t>(k, 1);
+  if (k == 0)
+    rows = result.numElements() / std::max<int64_t>(n, 1);
+  if (rows * n == 0)
+    return Status::ok();
+  if (rows > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+    return ctx.error("matrices above 2^31 rows or columns are not supported "
+                     "by cblas");
+  useSingleThreadedBlas();
+  RangeEpilogue epilogue;
+  if (ctx.mayFuseEpilogue && ctx.kernel.epilogue_size() > 0) {
+    PARTITA_RETURN_IF_ERROR(epilogue.build(ctx, result));
+    ctx.epilogueDone = true;
+  }
+  return visitFloat(ctx, lhs.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Fp32<T> a(ctx.pool, lhs);
+    std::unique_ptr<Fp32<T>> bias;
+    if (biasTensor)
+      bias = std::make_unique<Fp32<T>>(ctx.pool, *biasTensor);
+    std::unique_ptr<float[]> ownedC;
+    float *c;
+    if constexpr (std::is_same_v<T, float>) {
+      c = result.as<float>();
+    } else {
+      ownedC.reset(new float[rows * n]);
+      c = ownedC.get();
+    }
+    BlockFinisher<T> finish{c, result.as<T>(), bias ? bias->data : nullptr, n,
+                            epilogue.empty() ? nullptr : &epilogue};
+    const T *scales = ctx.operands[2].template as<T>();
+    ctx.pool.parallelFor(
+        (n + kPanel - 1) / kPanel, 1, [&](int64_t u0, int64_t u1) {
+          std::unique_ptr<float[]> panel(
+              new float[std::max<int64_t>(kPanel * k, 1)]);
+          for (int64_t u = u0; u < u1; ++u) {
+            int64_t j0 = u * kPanel, width = std::min(kPanel, n - j0);
+            if (k == 0) {
+              for (int64_t r = 0; r < rows; ++r)
+                std::fill(c + r * n + j0, c + r * n + j0 + width, 0.0f);
+            } else {
+              w.dequantizeColumns(scales, j0, j0 + width, panel.get());
+              // C[:, j0:j0+width] = A [rows, k] x panel^T [k, width].
+              if (rows == 1)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans,
+                            static_cast<int>(width), static_cast<int>(k), 1.0f,
+                            panel.get(), static_cast<int>(k), a.data, 1, 0.0f,
+                            c + j0, 1);
+              else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                            static_cast<int>(rows), static_cast<int>(width),
+                            static_cast<int>(k), 1.0f, a.data,
+                            static_cast<int>(k), panel.get(),
+                            static_cast<int>(k), 0.0f, c + j0,
+                            static_cast<int>(n));
+            }
+            for (int64_t r = 0; r < rows; ++r)
+              finish(r * n + j0, width);
+          }
+        });
     return Status::ok();
   });
 }

@@ -302,7 +302,14 @@ INSTANTIATE_TEST_SUITE_P(
         // prompt and, at tp=2, the same) must overflow as it does.
         Case{"overflow", "overflow", "", false, "", "make_overflow_case.py"},
         Case{"overflow_tp2", "overflow", "--mesh tp=2", false, "",
-             "make_overflow_case.py"}),
+             "make_overflow_case.py"},
+        // MatMulNBits: int4 with zero points and a bias, int8, and a packed
+        // weight read twice (dequantized once, then multiplied); unsharded,
+        // at tp=2 (column and row blocks) and in bf16.
+        Case{"int4", "int4", "", false, "", "make_int4_case.py"},
+        Case{"int4_tp2", "int4", "--mesh tp=2", false, "", "make_int4_case.py"},
+        Case{"int4_bf16", "int4", "--dtype bf16", true, "",
+             "make_int4_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

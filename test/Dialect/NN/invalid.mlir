@@ -550,7 +550,78 @@ func.func @matmul_c6(%a: tensor<3x2x8xf32>, %b: tensor<8x4xf32>) {
   return
 }
 
+// dequantize_c1
+func.func @dequantize_c1(%q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{dequantize_c1: bits must be 4 or 8 and block_size a power of two of at least 16, got 3 and 16}}
+  %0 = nn.dequantize %q, %s {bits = 3 : i64, block_size = 16 : i64} : (tensor<8x2x8xi8>, tensor<8x2xf32>) -> tensor<32x8xf32>
+  return
+}
+
 // -----
+
+// dequantize_c2
+func.func @dequantize_c2(%q: tensor<8x2x16xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{dequantize_c2: packed must be i8 [8, 2, 8] for a [32, 8] weight, got 'tensor<8x2x16xi8>'}}
+  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<8x2x16xi8>, tensor<8x2xf32>) -> tensor<32x8xf32>
+  return
+}
+
+// -----
+
+// dequantize_c3
+func.func @dequantize_c3(%q: tensor<8x2x8xi8>, %s: tensor<8x2xf16>) {
+  // expected-error @+1 {{dequantize_c3: scales must be [8, 2] of 'f32', got 'tensor<8x2xf16>'}}
+  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<8x2x8xi8>, tensor<8x2xf16>) -> tensor<32x8xf32>
+  return
+}
+
+// -----
+
+// dequantize_c4
+func.func @dequantize_c4(%q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>, %z: tensor<8x2xi8>) {
+  // expected-error @+1 {{dequantize_c4: zero_points must be i8 [8, 1], got 'tensor<8x2xi8>'}}
+  %0 = nn.dequantize %q, %s zero_points %z {bits = 4 : i64, block_size = 16 : i64} : (tensor<8x2x8xi8>, tensor<8x2xf32>, tensor<8x2xi8>) -> tensor<32x8xf32>
+  return
+}
+
+// -----
+
+// dequantize_c5
+func.func @dequantize_c5(%q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{dequantize_c5: result must be [k, n], got 'tensor<2x16x8xf32>'}}
+  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<8x2x8xi8>, tensor<8x2xf32>) -> tensor<2x16x8xf32>
+  return
+}
+
+// -----
+
+// quantized_matmul_c1
+func.func @quantized_matmul_c1(%x: tensor<2x32xf32>, %q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{quantized_matmul_c1: lhs 'tensor<2x32xf32>' must have rank 2 or more and the result be 'tensor<2x8xf32>', got 'tensor<2x9xf32>'}}
+  %0 = nn.quantized_matmul %x, %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<2x32xf32>, tensor<8x2x8xi8>, tensor<8x2xf32>) -> tensor<2x9xf32>
+  return
+}
+
+// -----
+
+// quantized_matmul_c2
+func.func @quantized_matmul_c2(%x: tensor<2x48xf32>, %q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{quantized_matmul_c2: packed must be i8 [8, 3, 8] for a [48, 8] weight, got 'tensor<8x2x8xi8>'}}
+  %0 = nn.quantized_matmul %x, %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<2x48xf32>, tensor<8x2x8xi8>, tensor<8x2xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// quantized_matmul_c3
+func.func @quantized_matmul_c3(%x: tensor<2x32xf32>, %q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>, %b: tensor<9xf32>) {
+  // expected-error @+1 {{quantized_matmul_c3: bias must be 'tensor<8xf32>', got 'tensor<9xf32>'}}
+  %0 = nn.quantized_matmul %x, %q, %s bias %b {bits = 4 : i64, block_size = 16 : i64} : (tensor<2x32xf32>, tensor<8x2x8xi8>, tensor<8x2xf32>, tensor<9xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
 
 // attention_c1
 func.func @attention_c1(%q: tensor<2x8x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>) {

@@ -13,12 +13,20 @@ README.md records); never in CI:
         onnx_ir onnx onnxruntime
     /work/venv-genai/bin/python test/models/genai/make_genai.py
 
-Each fixture is a builder output directory NAME.fp32/ (model.onnx,
+Each fixture is a builder output directory NAME.PRECISION/ (model.onnx,
 model.onnx.data, genai_config.json; the tokenizer files are dropped) and
-NAME.fp32.outputs.npz: onnxruntime's outputs for a prompt (batch 2,
+NAME.PRECISION.outputs.npz: onnxruntime's outputs for a prompt (batch 2,
 6 tokens, an empty past: `prompt/<input or output name>`), for a decode
 step of one token after 5 cached ones (`decode/...`) and for one after 39
 (`long/...`, past Phi-3.5's 32 original positions).
+
+The int4 exports (`-p int4`: MatMulNBits, 4 bits, blocks of 32) are of
+Llama (symmetric, the builder's default) and Qwen3 (asymmetric: zero
+points). The builder asks for `accuracy_level` 4, under which onnxruntime
+quantizes the activations to int8; their outputs are those of the same
+model at accuracy level 0 (fp32 arithmetic on the dequantized weights),
+and `accuracy4/<step>/<name>` holds the builder's level-4 outputs beside
+them.
 """
 
 import json
@@ -83,12 +91,23 @@ def save_hf(name, config, directory):
                             pad_token="t0").save_pretrained(directory)
 
 
-def build(hf, out, precision):
+# The int4 exports: name -> the builder's extra options. Twice the fp32
+# width (hidden 128, 8 heads of 16, 4 key/value heads, FFN 256), so that
+# tp=4 splits every projection by whole blocks: 4 blocks of 32 rows for
+# Llama, 8 of 16 for Qwen3, whose zero points pack two blocks to a byte.
+INT4 = {"llama": [], "qwen3": ["is_symmetric=false", "block_size=16"]}
+INT4_SHAPE = dict(hidden_size=128, intermediate_size=256,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=16)
+
+
+def build(hf, out, precision, extra=()):
     with tempfile.TemporaryDirectory() as cache:
-        subprocess.run([sys.executable, "-m",
-                        "onnxruntime_genai.models.builder", "-i", str(hf),
-                        "-o", str(out), "-p", precision, "-e", "cpu",
-                        "-c", cache], check=True, stdout=subprocess.DEVNULL)
+        command = [sys.executable, "-m", "onnxruntime_genai.models.builder",
+                   "-i", str(hf), "-o", str(out), "-p", precision, "-e",
+                   "cpu", "-c", cache]
+        if extra:
+            command += ["--extra_options", *extra]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     for f in out.iterdir():
         if f.name not in ("model.onnx", "model.onnx.data",
                           "genai_config.json"):
@@ -111,7 +130,21 @@ def feeds_for(model, batch, past, seq, rng):
             for k, v in feeds.items()}
 
 
-def reference(directory):
+def at_accuracy_level(directory, level, out):
+    """A copy of the export in `out` whose MatMulNBits use `level`."""
+    import onnx
+    model = onnx.load(directory / "model.onnx")
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            for attribute in node.attribute:
+                if attribute.name == "accuracy_level":
+                    attribute.i = level
+    onnx.save(model, out / "model.onnx", save_as_external_data=True,
+              location="model.onnx.data")
+    return out
+
+
+def reference(directory, prefix=""):
     import onnx
     import onnxruntime as ort
     model = onnx.load(directory / "model.onnx", load_external_data=False)
@@ -125,9 +158,9 @@ def reference(directory):
         feeds = feeds_for(model, batch, past, seq, rng)
         names = [o.name for o in session.get_outputs()]
         for key, value in feeds.items():
-            arrays[f"{step}/{key}"] = value
+            arrays[f"{prefix}{step}/{key}"] = value
         for key, value in zip(names, session.run(None, feeds)):
-            arrays[f"{step}/{key}"] = value
+            arrays[f"{prefix}{step}/{key}"] = value
     return arrays, model
 
 
@@ -140,23 +173,39 @@ def main():
                 "onnxruntime": onnxruntime.__version__,
                 "torch": torch.__version__,
                 "transformers": transformers.__version__, "models": {}}
-    for name, config in configs().items():
+    exports = [(name, config, "fp32") for name, config in configs().items()]
+    for name in INT4:
+        config = configs()[name]
+        for key, value in INT4_SHAPE.items():
+            setattr(config, key, value)
+        exports.append((name, config, "int4"))
+    for name, config, precision in exports:
+        fixture = name if precision == "fp32" else f"{name}.{precision}"
         with tempfile.TemporaryDirectory() as tmp:
             hf = pathlib.Path(tmp) / "hf"
             save_hf(name, config, hf)
-            out = HERE / f"{name}.fp32"
+            out = HERE / f"{name}.{precision}"
             shutil.rmtree(out, ignore_errors=True)
             try:
-                build(hf, out, "fp32")
+                build(hf, out, precision, INT4.get(name, [])
+                      if precision == "int4" else [])
             except subprocess.CalledProcessError as error:
-                manifest["models"][name] = {"error": str(error)}
+                manifest["models"][fixture] = {"error": str(error)}
                 shutil.rmtree(out, ignore_errors=True)
                 continue
-        arrays, model = reference(out)
-        np.savez(HERE / f"{name}.fp32.outputs.npz", **arrays)
+        if precision == "int4":
+            with tempfile.TemporaryDirectory() as tmp:
+                exact = at_accuracy_level(out, 0, pathlib.Path(tmp))
+                arrays, _ = reference(exact)
+            built, model = reference(out, prefix="accuracy4/")
+            arrays.update(built)
+        else:
+            arrays, model = reference(out)
+        np.savez(HERE / f"{name}.{precision}.outputs.npz", **arrays)
         ops = sorted({(n.domain + "." if n.domain else "") + n.op_type
                       for n in model.graph.node})
-        manifest["models"][name] = {
+        manifest["models"][fixture] = {
+            "directory": out.name,
             "class": type(config).__name__.replace("Config", ""),
             "opset": [(o.domain, o.version) for o in model.opset_import],
             "ops": ops,

@@ -163,6 +163,32 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
            << "=" << size << ": dimension " << dim << " has size "
            << type.getDimSize(dim) << ", which " << axis << " does not divide";
   }
+  // A packed weight's rows split by whole blocks, and where four-bit zero
+  // points pack two blocks to a byte, by whole bytes.
+  if (auto dequantize = value.getDefiningOp<nn::DequantizeOp>();
+      dequantize && dim == 0) {
+    int64_t rows = type.getDimSize(0), blockSize = dequantize.getBlockSize();
+    int64_t blocks = dequantize.getPacked().getType().getDimSize(1);
+    int64_t perUnit = dequantize.getZeroPoints() ? 8 / dequantize.getBits() : 1;
+    std::string name = weightName(
+        cast<nn::ConstantOp>(dequantize.getPacked().getDefiningOp()));
+    if (rows != blocks * blockSize)
+      return user->emitError()
+             << "cannot split int4 weight '" << name << "' (" << role
+             << ") over " << axis << "=" << size << ": its " << rows
+             << " rows end in a short block of " << rows % blockSize
+             << " (block_size " << blockSize
+             << "), and a split may not cut a block";
+    if (blocks % (perUnit * size) != 0)
+      return user->emitError()
+             << "cannot split int4 weight '" << name << "' (" << role
+             << ") over " << axis << "=" << size << ": its " << blocks
+             << " blocks of " << blockSize << " rows do not divide into "
+             << size << " parts of whole blocks"
+             << (perUnit > 1 ? " and whole bytes of zero points (2 blocks "
+                               "to a byte)"
+                             : "");
+  }
   SmallVector<SmallVector<StringRef>> dims(type.getRank());
   dims[dim].push_back(axis);
   auto sharding =
@@ -197,18 +223,42 @@ Value repeatHeads(OpBuilder &b, Location loc, Value value, int64_t count,
                               kAttentionHeadsDim);
 }
 
-/// A constant like `constant` whose last dimension is permuted:
-/// column `j` of the result is column `permutation[j]` of the original.
+/// A constant like `constant` whose dimension `dim` (the last by default)
+/// is permuted: index `j` of the result is index `permutation[j]` of the
+/// original.
 Value permuteColumns(OpBuilder &b, nn::ConstantOp constant,
-                     ArrayRef<int64_t> permutation, StringRef suffix) {
+                     ArrayRef<int64_t> permutation, StringRef suffix,
+                     std::optional<int64_t> dim = std::nullopt) {
   auto type = cast<RankedTensorType>(constant.getType());
   std::string name = weightName(constant);
-  ElementsAttr value =
-      permuteAlongDim(constant.getValue(), type.getRank() - 1, permutation,
-                      (name.empty() ? "weight" : name) + suffix.str());
+  ElementsAttr value = permuteAlongDim(
+      constant.getValue(), dim.value_or(type.getRank() - 1), permutation,
+      (name.empty() ? "weight" : name) + suffix.str());
   if (value == constant.getValue())
     return constant; // A splat: every column is the same.
   return nn::ConstantOp::create(b, constant.getLoc(), value);
+}
+
+/// `weight` (a matmul's `[k, n]` constant, or the nn.dequantize of a packed
+/// one) with its columns permuted; null when it is neither. A packed
+/// weight keeps its columns in dimension 0 of every operand.
+Value permuteWeightColumns(OpBuilder &b, Value weight,
+                           ArrayRef<int64_t> permutation, StringRef suffix) {
+  if (nn::ConstantOp constant = getConstant(weight))
+    return permuteColumns(b, constant, permutation, suffix);
+  auto dequantize = weight.getDefiningOp<nn::DequantizeOp>();
+  if (!dequantize || !llvm::all_of(dequantize->getOperands(), [](Value v) {
+        return static_cast<bool>(getConstant(v));
+      }))
+    return {};
+  SmallVector<Value> operands;
+  for (Value operand : dequantize->getOperands())
+    operands.push_back(
+        permuteColumns(b, getConstant(operand), permutation, suffix, 0));
+  return nn::DequantizeOp::create(
+      b, dequantize.getLoc(), dequantize.getType(), operands[0], operands[1],
+      dequantize.getZeroPoints() ? operands[2] : Value(),
+      dequantize.getBitsAttr(), dequantize.getBlockSizeAttr());
 }
 
 LogicalResult Megatron::splitSegments(nn::SplitOp split) {
@@ -219,10 +269,11 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
   int64_t rank = inType.getRank();
   if (static_cast<int64_t>(split.getAxis()) != rank - 1)
     return success();
-  nn::ConstantOp weight = getConstant(matmul.getRhs());
   nn::ConstantOp bias = getConstant(matmul.getBias());
-  if (!weight || (matmul.getBias() && !bias) ||
-      cast<RankedTensorType>(weight.getType()).getRank() != 2)
+  auto dequantize = matmul.getRhs().getDefiningOp<nn::DequantizeOp>();
+  if ((!getConstant(matmul.getRhs()) &&
+       !(dequantize && dequantize->hasOneUse())) ||
+      (matmul.getBias() && !bias) || matmul.getRhs().getType().getRank() != 2)
     return success();
   // The segments may differ in size (a grouped-query projection's query,
   // key and value); each must split evenly.
@@ -251,7 +302,10 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
     }
   OpBuilder b(matmul);
   std::string suffix = ".segments_tp" + std::to_string(tp);
-  Value newWeight = permuteColumns(b, weight, permutation, suffix);
+  Value newWeight =
+      permuteWeightColumns(b, matmul.getRhs(), permutation, suffix);
+  if (!newWeight)
+    return success();
   Value newBias = bias ? permuteColumns(b, bias, permutation, suffix) : Value();
   Location loc = matmul.getLoc();
   auto fused =
@@ -273,11 +327,18 @@ LogicalResult Megatron::splitSegments(nn::SplitOp split) {
   for (auto [old, now] : llvm::zip(split.getResults(), parts.getResults()))
     old.replaceAllUsesWith(
         nn::ReshapeOp::create(b, loc, old.getType(), now).getResult());
+  Value oldWeight = matmul.getRhs();
   split.erase();
   matmul.erase();
-  for (nn::ConstantOp c : {weight, bias})
-    if (c && c->use_empty())
-      c.erase();
+  SmallVector<Operation *> dead = {oldWeight.getDefiningOp()};
+  if (dequantize && dequantize->use_empty())
+    for (Value operand : dequantize->getOperands())
+      dead.push_back(operand.getDefiningOp());
+  if (bias)
+    dead.push_back(bias);
+  for (Operation *op : dead)
+    if (op && op->use_empty())
+      op->erase();
   return success();
 }
 

@@ -19,6 +19,7 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 
@@ -345,6 +346,92 @@ LogicalResult MatmulOp::verify() {
   if (getType() != expected)
     return emitOpError() << "matmul_c6: result type " << getType()
                          << " differs from the expected " << expected;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// DequantizeOp
+//===----------------------------------------------------------------------===//
+
+/// What nn.dequantize and nn.quantized_matmul check alike of a packed
+/// `[k, n]` weight of `element` type; constraint ids are `stem` + `_c1`..
+/// for dequantize's and `quantized_matmul_c2` for the fused op's.
+static LogicalResult verifyPackedWeight(Operation *op, bool fused, Value packed,
+                                        Value scales, Value zeroPoints,
+                                        int64_t bits, int64_t blockSize,
+                                        int64_t k, int64_t n, Type element) {
+  auto id = [&](StringRef own) {
+    return fused ? std::string("quantized_matmul_c2") : own.str();
+  };
+  if ((bits != 4 && bits != 8) || blockSize < 16 ||
+      !llvm::isPowerOf2_64(blockSize))
+    return op->emitOpError()
+           << id("dequantize_c1") << ": bits must be 4 or 8 and block_size a "
+           << "power of two of at least 16, got " << bits << " and "
+           << blockSize;
+  int64_t blocks = (k + blockSize - 1) / blockSize;
+  RankedTensorType packedType = tensorType(packed);
+  SmallVector<int64_t> packedShape = {n, blocks, blockSize * bits / 8};
+  if (!packedType.getElementType().isInteger(8) ||
+      packedType.getShape() != ArrayRef<int64_t>(packedShape))
+    return op->emitOpError() << id("dequantize_c2") << ": packed must be i8 "
+                             << shapeString(packedShape) << " for a [" << k
+                             << ", " << n << "] weight, got " << packedType;
+  RankedTensorType scalesType = tensorType(scales);
+  if (scalesType.getElementType() != element ||
+      scalesType.getShape() != ArrayRef<int64_t>{n, blocks})
+    return op->emitOpError() << id("dequantize_c3") << ": scales must be "
+                             << shapeString({n, blocks}) << " of " << element
+                             << ", got " << scalesType;
+  if (zeroPoints) {
+    RankedTensorType type = tensorType(zeroPoints);
+    SmallVector<int64_t> shape = {n, (blocks * bits + 7) / 8};
+    if (!type.getElementType().isInteger(8) ||
+        type.getShape() != ArrayRef<int64_t>(shape))
+      return op->emitOpError()
+             << id("dequantize_c4") << ": zero_points must be i8 "
+             << shapeString(shape) << ", got " << type;
+  }
+  return success();
+}
+
+LogicalResult DequantizeOp::verify() {
+  RankedTensorType result = getType();
+  if (result.getRank() != 2)
+    return emitOpError() << "dequantize_c5: result must be [k, n], got "
+                         << result;
+  return verifyPackedWeight(*this, /*fused=*/false, getPacked(), getScales(),
+                            getZeroPoints(), getBits(), getBlockSize(),
+                            result.getDimSize(0), result.getDimSize(1),
+                            result.getElementType());
+}
+
+//===----------------------------------------------------------------------===//
+// QuantizedMatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult QuantizedMatmulOp::verify() {
+  RankedTensorType lhs = getLhs().getType();
+  int64_t n =
+      getPacked().getType().getRank() ? getPacked().getType().getDimSize(0) : 0;
+  SmallVector<int64_t> shape(lhs.getShape());
+  if (!shape.empty())
+    shape.back() = n;
+  auto expected = RankedTensorType::get(shape, lhs.getElementType());
+  if (lhs.getRank() < 2 || getType() != expected)
+    return emitOpError() << "quantized_matmul_c1: lhs " << lhs
+                         << " must have rank 2 or more and the result be "
+                         << expected << ", got " << getType();
+  if (failed(verifyPackedWeight(*this, /*fused=*/true, getPacked(), getScales(),
+                                getZeroPoints(), getBits(), getBlockSize(),
+                                lhs.getShape().back(), n,
+                                lhs.getElementType())))
+    return failure();
+  if (Value bias = getBias())
+    if (tensorType(bias) != RankedTensorType::get({n}, lhs.getElementType()))
+      return emitOpError() << "quantized_matmul_c3: bias must be "
+                           << RankedTensorType::get({n}, lhs.getElementType())
+                           << ", got " << bias.getType();
   return success();
 }
 

@@ -223,6 +223,75 @@ ShardingRule MatmulOp::getShardingRule() {
   return rule;
 }
 
+/// The factors of a packed weight `[k, n]`: operands `first` (packed),
+/// `first + 1` (scales) and `first + 2` (zero points, when given), as
+/// nn.dequantize and nn.quantized_matmul take them. `columns` and `rows`
+/// are the op's other dimensions of size n and k. Columns split freely;
+/// rows split by whole blocks (by pairs of blocks where four-bit zero
+/// points pack two to a byte), never inside one, since a kernel reads a
+/// block's scale and zero point for all its rows. `rowKind` is Parallel
+/// for the weight itself, Reduction for a product that contracts it.
+static void addPackedWeightFactors(ShardingRule &rule, unsigned first,
+                                   Value packed, Value zeroPoints, int64_t bits,
+                                   int64_t blockSize, int64_t k,
+                                   SmallVector<DimRef> columns,
+                                   ArrayRef<DimRef> rows, FactorKind rowKind) {
+  ArrayRef<int64_t> shape = shapeOf(packed);
+  int64_t n = shape[0], blocks = shape[1];
+  columns.append({{operand(first), 0}, {operand(first + 1), 0}});
+  if (zeroPoints)
+    columns.push_back({operand(first + 2), 0});
+  rule.addShared(n, FactorKind::Parallel, columns);
+  rule.addShared(shape[2], FactorKind::Opaque, {{operand(first), 2}});
+  int64_t perByte = zeroPoints ? 8 / bits : 1;
+  if (k != blocks * blockSize || blocks % perByte != 0) {
+    // A short last block (or an odd block count under packed zero points):
+    // the rows stay whole.
+    rule.addShared(blocks, FactorKind::Opaque, {{operand(first), 1}});
+    rule.addShared(blocks, FactorKind::Opaque, {{operand(first + 1), 1}});
+    if (zeroPoints)
+      rule.addShared(shapeOf(zeroPoints)[1], FactorKind::Opaque,
+                     {{operand(first + 2), 1}});
+    for (DimRef row : rows)
+      rule.addShared(k, FactorKind::Opaque, {row});
+    return;
+  }
+  SmallVector<DimRef> blockRows = {{operand(first), 1},
+                                   {operand(first + 1), 1}};
+  llvm::append_range(blockRows, rows);
+  SmallVector<DimRef> pairs(blockRows);
+  if (zeroPoints)
+    pairs.push_back({operand(first + 2), 1});
+  rule.addShared(blocks / perByte, rowKind, pairs);
+  rule.addShared(perByte, FactorKind::Opaque, blockRows);
+  rule.addShared(blockSize, FactorKind::Opaque, rows);
+}
+
+ShardingRule DequantizeOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  addPackedWeightFactors(rule, 0, getPacked(), getZeroPoints(), getBits(),
+                         getBlockSize(), getType().getDimSize(0),
+                         {{result(0), 1}}, {{result(0), 0}},
+                         FactorKind::Parallel);
+  return rule;
+}
+
+ShardingRule QuantizedMatmulOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> lhs = getLhs().getType().getShape();
+  unsigned last = lhs.size() - 1;
+  for (unsigned d = 0; d < last; ++d)
+    rule.addShared(lhs[d], FactorKind::Parallel,
+                   {{operand(0), d}, {result(0), d}});
+  SmallVector<DimRef> columns = {{result(0), last}};
+  if (getBias())
+    columns.push_back({operand(getZeroPoints() ? 4 : 3), 0});
+  addPackedWeightFactors(rule, 1, getPacked(), getZeroPoints(), getBits(),
+                         getBlockSize(), lhs[last], columns,
+                         {{operand(0), last}}, FactorKind::Reduction);
+  return rule;
+}
+
 /// The rule of nn.attention and nn.attention_partial: batch, kv heads and
 /// their query groups, the query sequence and the value features are
 /// parallel; the key/value sequence merges by online softmax; the head size

@@ -468,6 +468,91 @@ def NN_MatmulOp : NN_Op<"matmul"> {
   let hasVerifier = 1;
 }
 
+def NN_DequantizeOp : NN_Op<"dequantize"> {
+  let summary = "a weight of packed integers, dequantized block by block";
+  let description = [{
+    The `[k, n]` float weight that onnxruntime's `MatMulNBits` multiplies
+    by, from the packed form it stores (docs/frontend.md, "int4 weights"):
+    `result[i, j] = (q(j, i) - z(j, i / block_size)) * scales[j, i / block_size]`.
+    `packed` is `[n, blocks, block_size * bits / 8]` bytes (i8 holding
+    unsigned values): the `bits`-bit integers `q(j, i)` of column `j`, block
+    after block, the low bits of each byte first. `scales` is
+    `[n, blocks]`. `zero_points`, when given, packs the unsigned zero point
+    of each block the same way, `[n, ceil(blocks * bits / 8)]`; without it
+    every zero point is `2^(bits - 1)` (symmetric quantization). `k` may
+    leave the last block short.
+
+    The weight is meant to be read where a matmul multiplies by it: the
+    exec pipeline fuses it into the matmul (`matmul_nbits`), so the float
+    weight never exists in memory. Column blocks (`n`) and whole blocks of
+    rows split; a block never does.
+
+    ```mlir
+    %w = nn.dequantize %q, %s {bits = 4 : i64, block_size = 32 : i64} : (tensor<128x2x16xi8>, tensor<128x2xf32>) -> tensor<64x128xf32>
+    ```
+
+    **Constraints**
+
+    1. `dequantize_c1`: `bits` is 4 or 8 and `block_size` is a power of two
+       of at least 16.
+    2. `dequantize_c2`: `packed` is i8 `[n, blocks, block_size * bits / 8]`.
+    3. `dequantize_c3`: `scales` is `[n, blocks]` of the result's element
+       type.
+    4. `dequantize_c4`: `zero_points`, when given, is i8
+       `[n, ceil(blocks * bits / 8)]`.
+    5. `dequantize_c5`: the result is `[k, n]` with
+       `ceil(k / block_size) == blocks`.
+  }];
+  let arguments = (ins NN_IntOrBoolTensor:$packed, NN_FloatTensor:$scales,
+                       Optional<NN_IntOrBoolTensor>:$zero_points,
+                       I64Attr:$bits, I64Attr:$block_size);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $packed `,` $scales (`zero_points` $zero_points^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_QuantizedMatmulOp : NN_Op<"quantized_matmul",
+                                  [AttrSizedOperandSegments]> {
+  let summary = "a matmul by a packed weight, dequantized inside the kernel";
+  let description = [{
+    `matmul(lhs, dequantize(packed, scales, zero_points), bias)`, computed
+    without building the float weight: what the exec pipeline makes of an
+    `nn.matmul` whose weight is an `nn.dequantize` read by nothing else
+    (`partita-fuse-dequantize`), after partitioning, so that a rank holds
+    only its packed bytes. The operands and attributes are
+    `nn.dequantize`'s and `nn.matmul`'s; the weight is `[k, n]` with `k` the
+    last dimension of `lhs`. Accumulation is in fp32.
+
+    ```mlir
+    %y = nn.quantized_matmul %x, %q, %s {bits = 4 : i64, block_size = 32 : i64} : (tensor<2x6x64xf32>, tensor<128x2x16xi8>, tensor<128x2xf32>) -> tensor<2x6x128xf32>
+    ```
+
+    **Constraints**
+
+    1. `quantized_matmul_c1`: `lhs` has rank 2 or more; the result is
+       `lhs`'s shape with the last dimension `n`, of `lhs`'s element type.
+    2. `quantized_matmul_c2`: `packed`, `scales`, `zero_points` and the
+       attributes describe a `[k, n]` weight as `nn.dequantize`'s
+       constraints say, with `scales` of `lhs`'s element type.
+    3. `quantized_matmul_c3`: `bias`, when given, is `[n]` of `lhs`'s
+       element type.
+  }];
+  let arguments = (ins NN_FloatTensor:$lhs, NN_IntOrBoolTensor:$packed,
+                       NN_FloatTensor:$scales,
+                       Optional<NN_IntOrBoolTensor>:$zero_points,
+                       Optional<NN_FloatTensor>:$bias,
+                       I64Attr:$bits, I64Attr:$block_size);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $packed `,` $scales (`zero_points` $zero_points^)?
+    (`bias` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def NN_AttentionOp
     : NN_Op<"attention", [], ["partition", "getOrderedFactors"]> {
   let summary = "scaled dot-product attention with grouped key/value heads";

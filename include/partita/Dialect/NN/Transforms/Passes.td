@@ -275,6 +275,34 @@ def DifferentiatePass : Pass<"partita-differentiate", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::partita::nn::NNDialect"];
 }
 
+def FuseDequantizePass
+    : Pass<"partita-fuse-dequantize", "::mlir::func::FuncOp"> {
+  let summary = "Multiply by packed weights without dequantizing them first";
+  let description = [{
+    An `nn.matmul` whose weight is an `nn.dequantize` read by nothing else
+    becomes one `nn.quantized_matmul` of the packed operands, whose kernel
+    dequantizes each block of the weight as it multiplies by it: a rank
+    holds only the packed bytes, never the float weight. Runs in the exec
+    pipeline, after partitioning, on each rank's program, so that the
+    sharding passes see a plain matmul by a weight (docs/frontend.md, "int4
+    weights").
+
+    ```mlir
+    %w = nn.dequantize %q, %s {bits = 4 : i64, block_size = 32 : i64} : (tensor<128x2x16xi8>, tensor<128x2xf32>) -> tensor<64x128xf32>
+    %y = nn.matmul %x, %w : (tensor<2x6x64xf32>, tensor<64x128xf32>) -> tensor<2x6x128xf32>
+    // becomes
+    %y = nn.quantized_matmul %x, %q, %s {bits = 4 : i64, block_size = 32 : i64} : (tensor<2x6x64xf32>, tensor<128x2x16xi8>, tensor<128x2xf32>) -> tensor<2x6x128xf32>
+    ```
+
+    A dequantized weight read by anything else (or multiplied with batch
+    dimensions of its own) stays an `nn.dequantize`, which the runtime
+    computes as a kernel of its own.
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused", "Matmuls fused with their dequantize">
+  ];
+}
+
 def OptimizerPass : Pass<"partita-optimizer", "::mlir::func::FuncOp"> {
   let summary = "Append the optimizer's update of every parameter";
   let description = [{
