@@ -276,8 +276,9 @@ def op_seeds():
 def contrib_seeds():
     """onnxruntime's ops that onnxruntime-genai's builder writes (its
     com.microsoft domain at version 1, beside the default one at 22): a
-    SimplifiedLayerNormalization, the skip norms, RotaryEmbedding and
-    GroupQueryAttention over a past of `past`, bound with --bind."""
+    SimplifiedLayerNormalization, the skip norms, RotaryEmbedding,
+    GroupQueryAttention over a past of `past`, bound with --bind, and
+    MatMulNBits (int4 weights)."""
     ms = "com.microsoft"
 
     def contrib(name, nodes, inputs, outputs, inits=()):
@@ -349,6 +350,20 @@ def contrib_seeds():
         "If", condition, [x], [_vi("z", F, [2, 3, 16])],
         [w, numpy_helper.from_array(np.array(1, np.int64), "one"),
          numpy_helper.from_array(np.array(2, np.int64), "limit")]))
+    # int4 weights: 32 rows in two blocks of 16 (zero points one byte per
+    # column) by 8 columns, and a bias.
+    seeds.append(contrib(
+        "com.microsoft.MatMulNBits",
+        [helper.make_node("MatMulNBits", ["x32", "q4", "s4", "z4", "", "b4"],
+                          ["z"], name="mmnb_node", domain=ms, K=32, N=8,
+                          bits=4, block_size=16, accuracy_level=4)],
+        [_vi("x32", F, [2, 3, 32])], [_vi("z", F, [2, 3, 8])],
+        [numpy_helper.from_array(
+            rng.integers(0, 256, (8, 2, 8)).astype(np.uint8), "q4"),
+         numpy_helper.from_array(_rand([8, 2], np.float32, rng), "s4"),
+         numpy_helper.from_array(
+             rng.integers(0, 256, (8, 1)).astype(np.uint8), "z4"),
+         numpy_helper.from_array(_rand([8], np.float32, rng), "b4")]))
     return seeds
 
 
