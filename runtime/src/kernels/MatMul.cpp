@@ -491,8 +491,8 @@ smallRowsPackedGemm(const PackedWeight &w, const T *scales, int64_t rows,
       const __m256 scale = _mm256_set1_ps(loadFloat(scales[j * w.blocks + b]));
       const uint8_t *q = w.packed + (j * w.blocks + b) * w.blockBytes;
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        __m128i bytes = _mm_loadu_si128(
-            reinterpret_cast<const __m128i *>(q + chunk * 16));
+        __m128i bytes =
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + chunk * 16));
         __m128i low = _mm_and_si128(bytes, nibble);
         __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
         __m256 low0 = widenNibbles(low, z, scale);
@@ -646,8 +646,7 @@ Status runQuantizedMatmul(KernelContext &ctx) {
     ctx.pool.parallelFor(
         (n + kPanel - 1) / kPanel, 1, [&](int64_t u0, int64_t u1) {
           std::unique_ptr<float[]> panel(
-              streamed ? nullptr
-                       : new float[std::max<int64_t>(kPanel * k, 1)]);
+              streamed ? nullptr : new float[std::max<int64_t>(kPanel * k, 1)]);
           for (int64_t u = u0; u < u1; ++u) {
             int64_t j0 = u * kPanel, width = std::min(kPanel, n - j0);
             if (k == 0) {
@@ -655,8 +654,7 @@ Status runQuantizedMatmul(KernelContext &ctx) {
                 std::fill(c + r * n + j0, c + r * n + j0 + width, 0.0f);
             } else if (streamed) {
               smallRowsPackedGemm(w, scales, rows, even.get(),
-                                  even.get() + rows * k / 2, j0, j0 + width,
-                                  c);
+                                  even.get() + rows * k / 2, j0, j0 + width, c);
             } else {
               w.dequantizeColumns(scales, j0, j0 + width, panel.get());
               // C[:, j0:j0+width] = A [rows, k] x panel^T [k, width].
