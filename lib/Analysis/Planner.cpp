@@ -44,14 +44,29 @@ double valueBytes(Value value) {
   return static_cast<double>(tensorBytes(value.getType()));
 }
 
-/// The bytes of the constant operands of `op` (its weights) not counted
-/// yet: a tied embedding and LM head count once.
+/// The weights `op` reads: its constant operands, and the packed
+/// constants of a weight it reads dequantized (an int4 matmul's weight is
+/// the nn.dequantize of its packed bytes, which is what a rank holds).
+SmallVector<Value> weightsOf(Operation *op) {
+  SmallVector<Value> weights;
+  for (Value operand : op->getOperands()) {
+    if (operand.getDefiningOp<nn::ConstantOp>())
+      weights.push_back(operand);
+    else if (auto dequantize = operand.getDefiningOp<nn::DequantizeOp>())
+      for (Value packed : dequantize->getOperands())
+        if (packed.getDefiningOp<nn::ConstantOp>())
+          weights.push_back(packed);
+  }
+  return weights;
+}
+
+/// The bytes of the weights of `op` not counted yet: a tied embedding and
+/// LM head count once.
 double weightBytesOf(Operation *op, llvm::DenseSet<Operation *> &counted) {
   double bytes = 0;
-  for (Value operand : op->getOperands())
-    if (Operation *constant = operand.getDefiningOp<nn::ConstantOp>())
-      if (counted.insert(constant).second)
-        bytes += valueBytes(operand);
+  for (Value weight : weightsOf(op))
+    if (counted.insert(weight.getDefiningOp()).second)
+      bytes += valueBytes(weight);
   return bytes;
 }
 
@@ -148,18 +163,22 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
     }
     if (op->getDialect() == nullptr || op->getDialect()->getNamespace() != "nn")
       return;
+    // A packed weight is dequantized inside the matmul that reads it
+    // (partita-fuse-dequantize): the matmul's entry counts its bytes.
+    if (isa<nn::DequantizeOp>(op))
+      return;
     ModelShape::Op entry;
     OpCost cost = estimateCost(op);
     entry.flops = cost.flops;
     entry.bytes = cost.bytes;
     // Weights are counted apart; the tensors computed around the op are
     // its live set.
-    for (Value v : op->getOperands()) {
-      if (!v.getDefiningOp<nn::ConstantOp>())
+    for (Value v : op->getOperands())
+      if (!v.getDefiningOp<nn::ConstantOp>() &&
+          !v.getDefiningOp<nn::DequantizeOp>())
         entry.liveBytes += valueBytes(v);
-      else
-        entry.weightBytes += valueBytes(v);
-    }
+    for (Value weight : weightsOf(op))
+      entry.weightBytes += valueBytes(weight);
     // A lookup reads rows of its table, not all of it.
     entry.weightBytes = std::min(entry.weightBytes, entry.bytes);
     for (Value v : op->getResults())

@@ -137,3 +137,31 @@ def test_genai_serving_is_refused_by_name(tmp_path):
     assert result.returncode == 1
     assert ("node '/model/layers.0/attn/GroupQueryAttention': error: "
             "--max-seq does not serve GroupQueryAttention yet") in result.stderr
+
+
+def test_planner_counts_int4_bytes(tmp_path):
+    # --mesh auto plans with a rank's packed bytes: the projections it
+    # splits over tp count their int4 blocks and scales, not float weights.
+    # (A fused query/key/value projection is left out of the split bytes,
+    # int4 or not: the planner does not see its segments yet.)
+    import subprocess
+    from conftest import BUILD
+    import onnx
+    from onnx import numpy_helper
+    directory = GENAI / "llama.int4"
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(directory), "--bind",
+         "batch_size=2,sequence_length=6,past_sequence_length=0,"
+         "total_sequence_length=6", "--mesh", "auto", "--devices", "2",
+         "-o", str(tmp_path / "art"), "--report", str(report)],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    shape = json.loads(report.read_text())["plan"]["shape"]
+    model = onnx.load(directory / "model.onnx")
+    split = sum(numpy_helper.to_array(i).nbytes
+                for i in model.graph.initializer
+                if i.name.startswith(("lm_head.", "model.embed_tokens.",
+                                      "model.layers.0.mlp.",
+                                      "model.layers.0.attn.o_proj.")))
+    assert shape["tensor_split_weight_bytes"] == split
