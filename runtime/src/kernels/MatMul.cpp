@@ -262,6 +262,42 @@ template <typename T> struct BlockFinisher {
   }
 };
 
+/// Where a product of `elements` fp32 values goes and how each finished
+/// block is completed: the result itself when it is f32, else fp32
+/// scratch narrowed block by block; the bias (widened), then the epilogue.
+template <typename T> struct Fp32Product {
+  std::unique_ptr<Fp32<T>> bias;
+  std::unique_ptr<float[]> owned;
+  float *c;
+  BlockFinisher<T> finish;
+
+  Fp32Product(ThreadPool &pool, const Tensor &result, const Tensor *biasTensor,
+              int64_t elements, int64_t n, const RangeEpilogue &epilogue) {
+    if (biasTensor)
+      bias = std::make_unique<Fp32<T>>(pool, *biasTensor);
+    if constexpr (std::is_same_v<T, float>) {
+      c = result.as<float>();
+    } else {
+      owned.reset(new float[std::max<int64_t>(elements, 1)]);
+      c = owned.get();
+    }
+    finish = {c, result.as<T>(), bias ? bias->data : nullptr, n,
+              epilogue.empty() ? nullptr : &epilogue};
+  }
+};
+
+/// Builds the kernel's epilogue into `epilogue` where the matmul may apply
+/// it to each block it finishes.
+Status prepareEpilogue(KernelContext &ctx, const Tensor &result,
+                       RangeEpilogue &epilogue) {
+  useSingleThreadedBlas();
+  if (ctx.mayFuseEpilogue && ctx.kernel.epilogue_size() > 0) {
+    PARTITA_RETURN_IF_ERROR(epilogue.build(ctx, result));
+    ctx.epilogueDone = true;
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 Status runMatmul(KernelContext &ctx) {
@@ -309,28 +345,16 @@ Status runMatmul(KernelContext &ctx) {
                    });
   }
 
-  useSingleThreadedBlas();
   RangeEpilogue epilogue;
-  if (ctx.mayFuseEpilogue && ctx.kernel.epilogue_size() > 0) {
-    PARTITA_RETURN_IF_ERROR(epilogue.build(ctx, result));
-    ctx.epilogueDone = true;
-  }
+  PARTITA_RETURN_IF_ERROR(prepareEpilogue(ctx, result, epilogue));
   return visitFloat(ctx, lhs.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Fp32<T> a(ctx.pool, lhs), b(ctx.pool, rhs);
-    std::unique_ptr<Fp32<T>> bias;
-    if (hasBias)
-      bias = std::make_unique<Fp32<T>>(ctx.pool, ctx.operands[2]);
-    std::unique_ptr<float[]> ownedC;
-    float *c;
-    if constexpr (std::is_same_v<T, float>) {
-      c = result.as<float>();
-    } else {
-      ownedC.reset(new float[batches * m * n]);
-      c = ownedC.get();
-    }
-    BlockFinisher<T> finish{c, result.as<T>(), bias ? bias->data : nullptr, n,
-                            epilogue.empty() ? nullptr : &epilogue};
+    Fp32Product<T> product(ctx.pool, result,
+                           hasBias ? &ctx.operands[2] : nullptr,
+                           batches * m * n, n, epilogue);
+    float *c = product.c;
+    const BlockFinisher<T> &finish = product.finish;
     int64_t rows = batches * m;
     const float *aData = a.data, *bData = b.data;
     if (k == 0) { // Nothing to contract: the bias alone, or zeros.
@@ -606,28 +630,14 @@ Status runQuantizedMatmul(KernelContext &ctx) {
   if (rows > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
     return ctx.error("matrices above 2^31 rows or columns are not supported "
                      "by cblas");
-  useSingleThreadedBlas();
   RangeEpilogue epilogue;
-  if (ctx.mayFuseEpilogue && ctx.kernel.epilogue_size() > 0) {
-    PARTITA_RETURN_IF_ERROR(epilogue.build(ctx, result));
-    ctx.epilogueDone = true;
-  }
+  PARTITA_RETURN_IF_ERROR(prepareEpilogue(ctx, result, epilogue));
   return visitFloat(ctx, lhs.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Fp32<T> a(ctx.pool, lhs);
-    std::unique_ptr<Fp32<T>> bias;
-    if (biasTensor)
-      bias = std::make_unique<Fp32<T>>(ctx.pool, *biasTensor);
-    std::unique_ptr<float[]> ownedC;
-    float *c;
-    if constexpr (std::is_same_v<T, float>) {
-      c = result.as<float>();
-    } else {
-      ownedC.reset(new float[rows * n]);
-      c = ownedC.get();
-    }
-    BlockFinisher<T> finish{c, result.as<T>(), bias ? bias->data : nullptr, n,
-                            epilogue.empty() ? nullptr : &epilogue};
+    Fp32Product<T> product(ctx.pool, result, biasTensor, rows * n, n, epilogue);
+    float *c = product.c;
+    const BlockFinisher<T> &finish = product.finish;
     const T *scales = ctx.operands[2].template as<T>();
     // A few rows of four-bit weights in whole blocks of 32s: streamed
     // (smallRowsPackedGemm), A split into its even and odd elements.
