@@ -221,23 +221,34 @@ def test_training_int4_weights_is_refused(compile_model):
     assert "--train: MatMulNBits weights are packed integers" in result.stderr
 
 
-def test_a_split_that_cuts_a_block_is_refused(tmp_path):
+@pytest.mark.parametrize("rows,block,zero_points,message", [
     # 64 rows in blocks of 32 with zero points two blocks to a byte: one
     # byte per column, which tp=2 cannot split.
+    (64, 32, True, "its 2 blocks of 32 rows do not divide into 2 parts of "
+     "whole blocks and whole bytes of zero points (2 blocks to a byte)"),
+    # 40 rows in blocks of 16: the last block is short.
+    (40, 16, False, "its 40 rows end in a short block of 8 (block_size "
+     "16), and a split may not cut a block"),
+])
+def test_a_split_that_cuts_a_block_is_refused(tmp_path, rows, block,
+                                              zero_points, message):
     rng = np.random.default_rng(8)
-    up_q, up_s, _ = pack(32, 64, 4, 32, False, rng)
-    down_q, down_s, down_z = pack(64, 32, 4, 32, True, rng)
+    up_q, up_s, _ = pack(32, rows, 4, 32, False, rng)
+    down_q, down_s, down_z = pack(rows, 32, 4, block, zero_points, rng)
+    inputs = ["h", "down_q", "down_s"] + (["down_z"] if zero_points else [])
     nodes = [
         helper.make_node("MatMulNBits", ["A", "up_q", "up_s"], ["u"],
-                         domain=MS, K=32, N=64, bits=4, block_size=32),
+                         domain=MS, K=32, N=rows, bits=4, block_size=32),
         helper.make_node("Relu", ["u"], ["h"]),
-        helper.make_node("MatMulNBits", ["h", "down_q", "down_s", "down_z"],
-                         ["Y"], domain=MS, K=64, N=32, bits=4, block_size=32),
+        helper.make_node("MatMulNBits", inputs, ["Y"], domain=MS, K=rows,
+                         N=32, bits=4, block_size=block),
     ]
+    inits = [const("up_q", up_q), const("up_s", up_s),
+             const("down_q", down_q), const("down_s", down_s)]
+    if zero_points:
+        inits.append(const("down_z", down_z))
     m = onnx_model(nodes, [vi("A", F, [2, 32])], [vi("Y", F, [2, 32])],
-                   [const("up_q", up_q), const("up_s", up_s),
-                    const("down_q", down_q), const("down_s", down_s),
-                    const("down_z", down_z)], opset=21, domains=[(MS, 1)])
+                   inits, opset=21, domains=[(MS, 1)])
     path = tmp_path / "model.onnx"
     onnx.save(m, path)
     result = subprocess.run(
@@ -245,6 +256,4 @@ def test_a_split_that_cuts_a_block_is_refused(tmp_path):
          "--mesh", "tp=2"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "cannot split int4 weight 'down_q' (MLP down projection) over " \
-        "tp=2: its 2 blocks of 32 rows do not divide into 2 parts of whole " \
-        "blocks and whole bytes of zero points (2 blocks to a byte)" in \
-        result.stderr, result.stderr
+        "tp=2: " + message in result.stderr, result.stderr

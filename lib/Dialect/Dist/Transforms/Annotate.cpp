@@ -170,21 +170,23 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
     int64_t rows = type.getDimSize(0), blockSize = dequantize.getBlockSize();
     int64_t blocks = dequantize.getPacked().getType().getDimSize(1);
     int64_t perUnit = dequantize.getZeroPoints() ? 8 / dequantize.getBits() : 1;
-    std::string name = weightName(
-        cast<nn::ConstantOp>(dequantize.getPacked().getDefiningOp()));
+    nn::ConstantOp packed = getConstant(dequantize.getPacked());
+    std::string name = packed ? weightName(packed) : "";
+    std::string what = "int" + std::to_string(dequantize.getBits()) +
+                       " weight " +
+                       (name.empty() ? "of " + opName(user) : "'" + name + "'");
     if (rows != blocks * blockSize)
       return user->emitError()
-             << "cannot split int4 weight '" << name << "' (" << role
-             << ") over " << axis << "=" << size << ": its " << rows
+             << "cannot split " << what << " (" << role << ") over " << axis
+             << "=" << size << ": its " << rows
              << " rows end in a short block of " << rows % blockSize
              << " (block_size " << blockSize
              << "), and a split may not cut a block";
     if (blocks % (perUnit * size) != 0)
       return user->emitError()
-             << "cannot split int4 weight '" << name << "' (" << role
-             << ") over " << axis << "=" << size << ": its " << blocks
-             << " blocks of " << blockSize << " rows do not divide into "
-             << size << " parts of whole blocks"
+             << "cannot split " << what << " (" << role << ") over " << axis
+             << "=" << size << ": its " << blocks << " blocks of " << blockSize
+             << " rows do not divide into " << size << " parts of whole blocks"
              << (perUnit > 1 ? " and whole bytes of zero points (2 blocks "
                                "to a byte)"
                              : "");
