@@ -400,10 +400,8 @@ struct PackedWeight {
   /// `hasZeroPoints`, the zero points after those, for a `[k, n]` weight.
   Status parse(const KernelContext &ctx, size_t first, bool hasZeroPoints,
                int64_t k, DType scaleType) {
-    int64_t blockSizeAttr;
     PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("bits", bits));
-    PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("block_size", blockSizeAttr));
-    blockSize = blockSizeAttr;
+    PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("block_size", blockSize));
     if ((bits != 4 && bits != 8) || blockSize < 16 ||
         (blockSize & (blockSize - 1)) != 0)
       return ctx.error("bits must be 4 or 8 and block_size a power of two of "

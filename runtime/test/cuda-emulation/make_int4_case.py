@@ -25,12 +25,9 @@ from onnx import TensorProto, helper, numpy_helper
 BATCH, SEQ, HIDDEN, FFN = 2, 5, 64, 128
 
 
-def quantize(w, bits, block, rng, zero_points):
-    """MatMulNBits's B, scales and zero points of a float [K, N] weight."""
-    k, n = w.shape
+def quantize(k, n, bits, block, rng, zero_points):
+    """Random MatMulNBits B, scales and zero points of a [k, n] weight."""
     blocks = -(-k // block)
-    padded = np.zeros((blocks * block, n), np.float32)
-    padded[:k] = w
     levels = 2 ** bits
     q = rng.integers(0, levels, (n, blocks, block))
     scales = (rng.random((n, blocks)) * 0.05 + 0.01).astype(np.float32)
@@ -49,8 +46,7 @@ def quantize(w, bits, block, rng, zero_points):
 
 def matmul_nbits(name, a, out, k, n, bits, block, inits, rng, zero_points,
                  bias=None):
-    packed, scales, zp = quantize(np.zeros((k, n)), bits, block, rng,
-                                  zero_points)
+    packed, scales, zp = quantize(k, n, bits, block, rng, zero_points)
     inits.append(numpy_helper.from_array(packed, f"{name}_q"))
     inits.append(numpy_helper.from_array(scales, f"{name}_s"))
     inputs = [a, f"{name}_q", f"{name}_s"]
