@@ -201,6 +201,7 @@ LogicalResult describeServing(func::FuncOp prefill,
            << "--max-seq: the model has no input_ids [batch, sequence]";
   spec.batch = ids->shape[0];
   spec.promptLength = ids->shape[1];
+  spec.rightPadded = prefill->hasAttr(nn::NNDialect::kRightPaddedAttrName);
   spec.attentionMask =
       rt::findSpec(manifest.inputs, "attention_mask") ? "attention_mask" : "";
   spec.positionIds =

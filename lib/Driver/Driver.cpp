@@ -667,6 +667,39 @@ LogicalResult buildCudaModules(MLIRContext &context,
 
 /// --max-seq: the prefill and the decode program of a decoder export, in
 /// one artifact over the same weights and KV cache.
+/// An If whose condition reads the sequence lengths (Phi-3.5's choice of
+/// rotary tables past its original positions) folds once for the prompt's
+/// length and once for the cache's: where the two programs picked
+/// different branches, a decode step would compute every length with the
+/// branch of the longest, a wrong answer for the others.
+LogicalResult checkSameBranches(MLIRContext &context,
+                                const DriverOptions &options, ModuleOp prefill,
+                                ModuleOp decode) {
+  auto prefillBranches =
+      prefill->getAttrOfType<DictionaryAttr>(kIfBranchesAttrName);
+  auto decodeBranches =
+      decode->getAttrOfType<DictionaryAttr>(kIfBranchesAttrName);
+  if (!prefillBranches || !decodeBranches)
+    return success();
+  for (NamedAttribute pick : prefillBranches) {
+    auto other = decodeBranches.getAs<BoolAttr>(pick.getName().getValue());
+    bool then = cast<BoolAttr>(pick.getValue()).getValue();
+    if (!other || other.getValue() == then)
+      continue;
+    auto branch = [](bool picked) { return picked ? "then" : "else"; };
+    return fail(context,
+                "--max-seq " + std::to_string(options.maxSeq) + ": the If '" +
+                    pick.getName().getValue().str() + "' picks its " +
+                    branch(then) + " branch for the prompt and its " +
+                    branch(!then) + " branch for a cache of " +
+                    std::to_string(options.maxSeq) +
+                    " positions, and a decode step computes every length "
+                    "with one branch: choose --max-seq and the prompt "
+                    "length on the same side of its condition");
+  }
+  return success();
+}
+
 LogicalResult runServingCompiler(MLIRContext &context, DriverOptions &options,
                                  DriverResult &result, TimingScope &root,
                                  ClusterModel &cluster) {
@@ -693,6 +726,9 @@ LogicalResult runServingCompiler(MLIRContext &context, DriverOptions &options,
     if (stopped)
       return success();
   }
+  if (failed(
+          checkSameBranches(context, options, *prefill.module, *decode.module)))
+    return failure();
   // CUDA: kernels for both programs of every rank. The decode module's
   // functions are named apart (partita_decode_*), so that both modules
   // load into the rank's one device.

@@ -18,6 +18,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Location.h"
+#include "partita/Frontend/ONNX/Import.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -141,6 +142,8 @@ public:
   Value createConstantView(unsigned i, const HostTensor &view);
   /// Whether the model is imported for a training step (--train).
   bool isTraining() const;
+  /// Which serving program the model is imported as (--max-seq), if any.
+  KvCacheForm getKvCacheForm() const;
   /// The type of input `i` (constants included).
   RankedTensorType getInputType(unsigned i);
   /// The ONNX data type of input `i`.

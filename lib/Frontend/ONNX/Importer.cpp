@@ -145,6 +145,7 @@ public:
   /// block and shape.
   llvm::StringMap<Value> constantViews;
   bool isTraining() const { return options.train; }
+  KvCacheForm getKvCacheForm() const { return options.kvCache; }
   /// An nn.constant of `tensor` after the constants at the top of the
   /// function.
   Value createConstant(const HostTensor &tensor, StringRef name, Location loc);
@@ -234,6 +235,9 @@ private:
   llvm::StringMap<std::shared_ptr<::partita::onnx_reader::MappedFile>>
       externalFiles;
   std::vector<std::unique_ptr<NodeContext>> contexts;
+  /// Each If's name and whether its condition picked the then branch
+  /// (the module's partita.if_branches).
+  SmallVector<NamedAttribute> ifBranches;
 };
 
 } // namespace mlir::partita::onnx_import
@@ -1023,19 +1027,8 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
         node->name().empty() ? node->op_type() + "_" + std::to_string(i)
                              : node->name());
   }
-  if (unsupported.empty()) {
-    // GroupQueryAttention addresses its cache by seqlens_k, per row, where
-    // --max-seq's cache is written at one position for the batch: the
-    // serving form of a builder export is still to come.
-    if (options.kvCache != KvCacheForm::None)
-      for (auto [i, node] : llvm::enumerate(all))
-        if (opKey(*node).type == "com.microsoft.GroupQueryAttention")
-          return emitError(nodeLoc(*node, i))
-                 << "--max-seq does not serve GroupQueryAttention yet "
-                    "(onnxruntime-genai's exports): run its prompt and "
-                    "decode steps with --bind past_sequence_length=...";
+  if (unsupported.empty())
     return success();
-  }
   InFlightDiagnostic diag = emitError(first) << "unsupported ONNX ops at opset "
                                              << opset << ": ";
   llvm::interleave(
@@ -1153,8 +1146,10 @@ LogicalResult GraphImporter::importIf(const onnx::NodeProto &node,
            << "' is not a constant once dimensions are bound is not "
               "supported (a branch chosen at run time)";
   auto [then, otherwise] = getBranches(node);
-  const onnx::GraphProto *branch =
-      condition->constant->getAsInt(0) ? then : otherwise;
+  bool pickThen = condition->constant->getAsInt(0) != 0;
+  const onnx::GraphProto *branch = pickThen ? then : otherwise;
+  ifBranches.push_back(builder.getNamedAttr(cast<NameLoc>(loc).getName(),
+                                            builder.getBoolAttr(pickThen)));
   for (const onnx::TensorProto &init : branch->initializer()) {
     if (lookup(init.name()))
       return emitError(loc) << "If's branch defines '" << init.name()
@@ -1248,6 +1243,9 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   for (auto [i, node] : llvm::enumerate(order))
     if (failed(importNode(*node, i)))
       return nullptr;
+  if (!ifBranches.empty())
+    (*module)->setAttr(kIfBranchesAttrName,
+                       builder.getDictionaryAttr(ifBranches));
 
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
@@ -1385,6 +1383,10 @@ Value NodeContext::createConstant(const HostTensor &tensor, StringRef name) {
 }
 
 bool NodeContext::isTraining() const { return importer.isTraining(); }
+
+KvCacheForm NodeContext::getKvCacheForm() const {
+  return importer.getKvCacheForm();
+}
 
 Value NodeContext::createConstantView(unsigned i, const HostTensor &view) {
   std::string key;

@@ -14,6 +14,7 @@
 
 #include "ImportContext.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 
 #include <cmath>
@@ -459,14 +460,65 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   }
   int64_t total = past + seq;
 
+  Value seqlens = ctx.getInput(5), totalLength = ctx.getInput(6);
+  if (!seqlens || !totalLength)
+    return failure();
+  if (typeOf(seqlens).getShape() != ArrayRef<int64_t>{batch} ||
+      typeOf(totalLength).getNumElements() != 1)
+    return ctx.emitError() << "GroupQueryAttention seqlens_k must be [" << batch
+                           << "] and total_sequence_length a scalar";
+  Value lengths = reshape(ctx, seqlens, {batch, 1});
+
+  // Serving (--max-seq) feeds rows right-padded, as onnxruntime-genai
+  // does: a row's tokens from slot 0, the padding after them. In the
+  // decode step each row's new tokens are at its own positions,
+  // seqlens_k[b] - sequence + 1 + i, where its cache is written and its
+  // rotary angles taken; the prefill (an empty past) is at 0 + i for
+  // every row.
+  KvCacheForm serving = ctx.getKvCacheForm();
+  if (serving != KvCacheForm::None) {
+    Operation *parent = b.getInsertionBlock()->getParentOp();
+    auto func = dyn_cast<func::FuncOp>(parent);
+    if (!func)
+      func = parent->getParentOfType<func::FuncOp>();
+    if (func)
+      func->setAttr(nn::NNDialect::kRightPaddedAttrName, b.getUnitAttr());
+  }
+  Value firstSlot, rowPositions;
+  if (serving == KvCacheForm::Decode && pastKey) {
+    auto i64 = b.getI64Type();
+    firstSlot = nn::SubOp::create(
+        b, loc,
+        nn::CastOp::create(b, loc, RankedTensorType::get({batch, 1}, i64),
+                           lengths),
+        intConstant(ctx, RankedTensorType::get({}, i64), {seq - 1}));
+    SmallVector<int64_t> steps(seq);
+    for (int64_t i = 0; i < seq; ++i)
+      steps[i] = i;
+    rowPositions = nn::AddOp::create(
+        b, loc, RankedTensorType::get({batch, seq}, i64), firstSlot,
+        intConstant(ctx, RankedTensorType::get({1, seq}, i64), steps));
+  }
+
   if (ctx.getAttrInt("do_rotary", 0)) {
     Value cos = ctx.hasInput(7) ? ctx.getInput(7) : Value(),
           sin = ctx.hasInput(8) ? ctx.getInput(8) : Value();
     if (!cos || !sin)
       return ctx.emitError() << "GroupQueryAttention do_rotary needs "
                                 "cos_cache and sin_cache";
-    FailureOr<Value> cosRows = cacheRows(ctx, cos, past, seq, "cos_cache");
-    FailureOr<Value> sinRows = cacheRows(ctx, sin, past, seq, "sin_cache");
+    FailureOr<Value> cosRows, sinRows;
+    if (rowPositions) {
+      for (auto [table, what] :
+           {std::pair<Value, StringRef>{cos, "cos_cache"}, {sin, "sin_cache"}})
+        if (typeOf(table).getRank() != 2)
+          return ctx.emitError() << "GroupQueryAttention " << what
+                                 << " must be [max_sequence_length, rotary/2]";
+      cosRows = gatherRows(ctx, cos, rowPositions);
+      sinRows = gatherRows(ctx, sin, rowPositions);
+    } else {
+      cosRows = cacheRows(ctx, cos, past, seq, "cos_cache");
+      sinRows = cacheRows(ctx, sin, past, seq, "sin_cache");
+    }
     if (failed(cosRows) || failed(sinRows))
       return failure();
     if (2 * typeOf(cos).getDimSize(1) > headSize)
@@ -484,7 +536,25 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   // The present cache: the past, then the new keys and values (also for an
   // empty past: the KV-cache form finds the cache by this concat).
   Value presentKey = k, presentValue = v;
-  if (pastKey) {
+  if (pastKey && firstSlot) {
+    // Each row's new keys and values at its own slot of the past padded
+    // by `sequence` slots, which partita-kv-cache makes the resident cache.
+    auto presentType = typeOf(k).clone({batch, kvHeads, total, headSize});
+    Value fill =
+        nn::ConstantOp::create(b, loc,
+                               cast<ElementsAttr>(DenseElementsAttr::get(
+                                   cast<ShapedType>(k.getType()),
+                                   b.getZeroAttr(typeOf(k).getElementType()))));
+    Value slots = reshape(ctx, firstSlot, {batch});
+    for (auto [present, pastPart, update] :
+         {std::tuple<Value *, Value, Value>{&presentKey, pastKey, k},
+          {&presentValue, pastValue, v}}) {
+      Value padded = nn::ConcatOp::create(
+          b, loc, presentType, ValueRange{pastPart, fill}, uint64_t(2));
+      *present = nn::KvCacheWriteOp::create(b, loc, presentType, padded, update,
+                                            slots, int64_t(2));
+    }
+  } else if (pastKey) {
     auto presentType = typeOf(k).clone({batch, kvHeads, total, headSize});
     presentKey = nn::ConcatOp::create(b, loc, presentType,
                                       ValueRange{pastKey, k}, uint64_t(2));
@@ -494,19 +564,12 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
 
   // Keys a row may see: j <= seqlens_k[b]. The row's lengths must describe
   // the contiguous cache: 0 <= seqlens_k[b] <= total - 1, equal to it
-  // after a first prompt, and total_sequence_length equal to total; a row
-  // that breaks this picks index 1 of a one-entry table, which the gather
-  // refuses at run time.
-  Value seqlens = ctx.getInput(5), totalLength = ctx.getInput(6);
-  if (!seqlens || !totalLength)
-    return failure();
-  if (typeOf(seqlens).getShape() != ArrayRef<int64_t>{batch} ||
-      typeOf(totalLength).getNumElements() != 1)
-    return ctx.emitError() << "GroupQueryAttention seqlens_k must be [" << batch
-                           << "] and total_sequence_length a scalar";
+  // after a first prompt (unless serving writes each row at its own
+  // position: then at least sequence - 1), and total_sequence_length equal
+  // to total; a row that breaks this picks index 1 of a one-entry table,
+  // which the gather refuses at run time.
   auto i32 = b.getI32Type(), i1 = b.getI1Type();
   auto rowType = RankedTensorType::get({batch, 1}, i32);
-  Value lengths = reshape(ctx, seqlens, {batch, 1});
   auto scalar = [&](int64_t x) {
     return intConstant(ctx, RankedTensorType::get({}, i32), {x});
   };
@@ -515,8 +578,11 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
     return nn::CompareOp::create(b, loc, type.clone(i1), direction, lhs, rhs);
   };
   Value ok = nn::AndOp::create(
-      b, loc, compare(nn::CompareDirection::GE, lengths, scalar(0), rowType),
-      compare(past > 0 ? nn::CompareDirection::EQ : nn::CompareDirection::LE,
+      b, loc,
+      compare(nn::CompareDirection::GE, lengths,
+              scalar(firstSlot ? seq - 1 : 0), rowType),
+      compare(past > 0 && !firstSlot ? nn::CompareDirection::EQ
+                                     : nn::CompareDirection::LE,
               lengths, scalar(total - 1), rowType));
   ok = nn::AndOp::create(
       b, loc, ok,
@@ -533,27 +599,54 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                                                 ArrayRef<bool>{true})));
   Value accepted = nn::GatherOp::create(
       b,
-      NameLoc::get(b.getStringAttr("GroupQueryAttention seqlens_k and "
-                                   "total_sequence_length: a contiguous "
-                                   "cache of past + sequence"),
-                   loc),
+      NameLoc::get(
+          b.getStringAttr(firstSlot ? "GroupQueryAttention seqlens_k and "
+                                      "total_sequence_length: rows within the "
+                                      "cache"
+                                    : "GroupQueryAttention seqlens_k and "
+                                      "total_sequence_length: a contiguous "
+                                      "cache of past + sequence"),
+          loc),
       RankedTensorType::get({batch, 1}, i1), table, pick, 0);
   SmallVector<int64_t> positions(total);
   for (int64_t j = 0; j < total; ++j)
     positions[j] = j;
-  Value keyPositions =
-      intConstant(ctx, RankedTensorType::get({1, total}, i32), positions);
-  auto maskType = RankedTensorType::get({batch, total}, i1);
-  Value mask = nn::AndOp::create(
-      b, loc, maskType,
-      compare(nn::CompareDirection::LE, keyPositions, lengths, maskType),
-      accepted);
-  mask = reshape(ctx, mask, {batch, 1, 1, total});
+  Value mask;
+  if (rowPositions) {
+    // Query i of row b, at position p = rowPositions[b, i], sees the keys
+    // j <= p, and with a window those with p - j < window.
+    auto i64 = b.getI64Type();
+    auto fullType = RankedTensorType::get({batch, 1, seq, total}, i1);
+    Value keys = intConstant(ctx, RankedTensorType::get({1, 1, 1, total}, i64),
+                             positions);
+    Value at = reshape(ctx, rowPositions, {batch, 1, seq, 1});
+    mask = compare(nn::CompareDirection::LE, keys, at, fullType);
+    if (window > 0 && window < total)
+      mask = nn::AndOp::create(
+          b, loc, mask,
+          compare(
+              nn::CompareDirection::GT, keys,
+              nn::SubOp::create(
+                  b, loc, at,
+                  intConstant(ctx, RankedTensorType::get({}, i64), {window})),
+              fullType));
+    mask = nn::AndOp::create(b, loc, fullType, mask,
+                             reshape(ctx, accepted, {batch, 1, 1, 1}));
+  } else {
+    Value keyPositions =
+        intConstant(ctx, RankedTensorType::get({1, total}, i32), positions);
+    auto maskType = RankedTensorType::get({batch, total}, i1);
+    mask = nn::AndOp::create(
+        b, loc, maskType,
+        compare(nn::CompareDirection::LE, keyPositions, lengths, maskType),
+        accepted);
+    mask = reshape(ctx, mask, {batch, 1, 1, total});
+  }
   // A sliding window (Mistral's, gpt-oss's local layers): query i, at
   // position past + i, attends the `window` keys j with
   // past + i - j < window, as onnxruntime's kernel does. Only where it
   // cuts a key of this step.
-  if (window > 0 && window < total) {
+  if (!rowPositions && window > 0 && window < total) {
     SmallVector<bool> inWindow(seq * total);
     for (int64_t i = 0; i < seq; ++i)
       for (int64_t j = 0; j < total; ++j)

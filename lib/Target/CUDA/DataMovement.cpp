@@ -516,7 +516,8 @@ llvm::Expected<GeneratedKernel> emitGatherLike(const KernelContext &ctx,
 } // namespace
 
 /// kv_cache_write: the update's slice of the cache, in place, at the slot
-/// the position buffer holds on the device (Prelude: pt::kv_cache_write).
+/// (one, or one per row of the batch) the position buffer holds on the
+/// device (Prelude: pt::kv_cache_write).
 static llvm::Expected<GeneratedKernel>
 emitKvCacheWrite(const KernelContext &ctx) {
   if (auto err = ctx.expectCounts(3, 1))
@@ -548,11 +549,15 @@ emitKvCacheWrite(const KernelContext &ctx) {
     return ctx.error("the update " + shapeString(update->shape) +
                      " does not fit the cache " + shapeString(cache->shape) +
                      " along axis " + llvm::Twine(a));
-  if (position->dtype != program::I64 || position->numElements() != 1)
-    return ctx.error("the position must be i64 with one element");
+  bool perRow = a != 0 && position->numElements() == cache->shape[0];
+  if (position->dtype != program::I64 ||
+      (position->numElements() != 1 && !perRow))
+    return ctx.error("the position must be i64 with one element or one per "
+                     "row of the batch");
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < a; ++d)
     outer *= cache->shape[d];
+  int64_t row = perRow ? outer / cache->shape[0] : outer;
   for (int64_t d = a + 1; d < rank; ++d)
     inner *= cache->shape[d];
   int64_t slots = cache->shape[a], tokens = update->shape[a];
@@ -592,9 +597,9 @@ emitKvCacheWrite(const KernelContext &ctx) {
   g.text = "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
            sig.parameters() + ") {\n  pt::kv_cache_write<" + e + ", " +
            std::to_string(outer) + "LL, " + std::to_string(slots) + "LL, " +
-           std::to_string(tokens) + "LL, " + std::to_string(inner) +
-           "LL>((const " + e + " *)a0, (const " + e + " *)a1, a2, (" + e +
-           " *)r0);\n}\n";
+           std::to_string(tokens) + "LL, " + std::to_string(inner) + "LL, " +
+           std::to_string(row) + "LL>((const " + e + " *)a0, (const " + e +
+           " *)a1, a2, (" + e + " *)r0);\n}\n";
   return g;
 }
 

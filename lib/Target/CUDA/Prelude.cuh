@@ -994,28 +994,33 @@ attention_decode(const T *q, const T *k, const T *v, const M *mask, float scale,
 //
 // The update [OUTER, TOKENS, INNER] goes to slots [slot, slot + TOKENS) of
 // the cache [OUTER, SLOTS, INNER], one thread per update element; the slot
-// is read on the device. The runtime binds a cache's input and output to
-// one memory, so only the slice moves; into another result the rest of the
-// cache is copied too (disjoint elements, so one launch suffices). A slot
-// that does not fit refuses the write and reports kStatusKvCacheOverflow.
+// is read on the device: position[o / ROW] for outer index o (ROW = OUTER:
+// one slot for every row; ROW = OUTER / batch: a slot per row of the
+// batch). The runtime binds a cache's input and output to one memory, so
+// only the slice moves; into another result the rest of the cache is
+// copied too (disjoint elements, so one launch suffices). A slot that does
+// not fit refuses the whole write and reports kStatusKvCacheOverflow.
 // E is an unsigned type of the element's size (the bytes are copied).
 
 template <typename E, long long OUTER, long long SLOTS, long long TOKENS,
-          long long INNER>
+          long long INNER, long long ROW>
 __device__ __forceinline__ void kv_cache_write(const E *cache, const E *update,
                                                const long long *position,
                                                E *out) {
-  const long long slot = *position;
-  if (slot < 0 || slot > SLOTS - TOKENS) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      report_error(kStatusKvCacheOverflow, TOKENS, slot, SLOTS);
-    return;
+  for (long long p = 0; p < OUTER / ROW; ++p) {
+    const long long slot = position[p];
+    if (slot < 0 || slot > SLOTS - TOKENS) {
+      if (blockIdx.x == 0 && threadIdx.x == 0)
+        report_error(kStatusKvCacheOverflow, TOKENS, slot, SLOTS);
+      return;
+    }
   }
   const u64 stride = (u64)gridDim.x * blockDim.x;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
        i < (u64)(OUTER * TOKENS * INNER); i += stride) {
     const u64 outer = i / (TOKENS * INNER), t = i / INNER % TOKENS,
               in = i % INNER;
+    const long long slot = position[outer / ROW];
     out[(outer * SLOTS + slot + t) * INNER + in] = update[i];
   }
   if (out == cache)
@@ -1023,6 +1028,7 @@ __device__ __forceinline__ void kv_cache_write(const E *cache, const E *update,
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
        i < (u64)(OUTER * SLOTS * INNER); i += stride) {
     const long long t = (long long)(i / INNER % SLOTS);
+    const long long slot = position[i / (SLOTS * INNER) / ROW];
     if (t < slot || t >= slot + TOKENS)
       out[i] = cache[i];
   }

@@ -198,6 +198,14 @@ ServingSpec parseServing(const json &serving, const std::string &where) {
   spec.maxSeq = getInt(serving, "max_seq", where);
   spec.promptLength = getInt(serving, "prompt_length", where);
   spec.batch = getInt(serving, "batch", where);
+  // Absent in artifacts written before right padding: left.
+  if (serving.contains("padding")) {
+    std::string padding = getString(serving, "padding", where);
+    if (padding != "left" && padding != "right")
+      fail(where + ".padding",
+           "'" + padding + "' is neither 'left' nor 'right'");
+    spec.rightPadded = padding == "right";
+  }
   spec.inputIds = getString(serving, "input_ids", where);
   spec.attentionMask = getStringOrNull(serving, "attention_mask", where);
   spec.positionIds = getStringOrNull(serving, "position_ids", where);
@@ -259,6 +267,7 @@ json servingToJson(const ServingSpec &spec) {
   serving["max_seq"] = spec.maxSeq;
   serving["prompt_length"] = spec.promptLength;
   serving["batch"] = spec.batch;
+  serving["padding"] = spec.rightPadded ? "right" : "left";
   serving["input_ids"] = spec.inputIds;
   serving["attention_mask"] = nullable(spec.attentionMask);
   serving["position_ids"] = nullable(spec.positionIds);

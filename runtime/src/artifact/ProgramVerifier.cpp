@@ -818,10 +818,13 @@ Status RankVerifier::checkKernelShapes(const program::Kernel &kernel,
                            " does not fit the cache " +
                            shapeString(input.shape) + " along axis " +
                            std::to_string(axis));
-    if (position.dtype != program::I64 || position.bytes != 8)
+    bool perRow = axis != 0 && position.shape.size() == 1 &&
+                  position.shape[0] == input.shape[0];
+    if (position.dtype != program::I64 || (position.bytes != 8 && !perRow))
       return Status::error("the position is " +
                            typeString(position.dtype, position.shape) +
-                           ", expected i64 with one element");
+                           ", expected i64 with one element or one per row "
+                           "of the batch");
     if (kernel.epilogue_size() != 0)
       return Status::error("kv_cache_write takes no epilogue (it writes one "
                            "slice of its result)");

@@ -5,10 +5,11 @@
 //===----------------------------------------------------------------------===//
 //
 // kv_cache_write stores a sequence's new keys or values into the cache at
-// the slot the program computes (cache_position). The runtime binds a
-// serving artifact's cache as both the input and the output of the same
-// memory, so the kernel then writes the update's slice only: a decode step
-// moves one token's bytes, not the cache. Anywhere else (another result
+// the slot the program computes (cache_position), or each row of the batch
+// at its own (onnxruntime's GroupQueryAttention, rows of unequal lengths). The
+// runtime binds a serving artifact's cache as both the input and the output of
+// the same memory, so the kernel then writes the update's slice only: a decode
+// step moves one token's bytes, not the cache. Anywhere else (another result
 // buffer) it copies the cache first, which gives the same values. Element
 // types only matter through their size.
 //
@@ -40,18 +41,26 @@ Status runKvCacheWrite(KernelContext &ctx) {
     return ctx.error("the update " + shapeString(update.shape) +
                      " does not fit the cache " + shapeString(cache.shape) +
                      " along axis " + std::to_string(axis));
-  if (position.dtype != program::I64 || position.numElements() != 1)
+  // One slot for every row, or (axis past the batch) one per row.
+  bool perRow = axis != 0 && position.numElements() == cache.shape[0];
+  if (position.dtype != program::I64 ||
+      (position.numElements() != 1 && !perRow))
     return ctx.error("the position is " + dtypeName(position.dtype) + " " +
                      shapeString(position.shape) +
-                     ", expected i64 with one element");
+                     ", expected i64 with one element or one per row of the "
+                     "batch");
 
   int64_t slots = cache.shape[size_t(axis)];
   int64_t tokens = update.shape[size_t(axis)];
-  int64_t slot = position.as<int64_t>()[0];
-  if (slot < 0 || slot > slots - tokens)
-    return ctx.error("writing " + std::to_string(tokens) + " tokens at slot " +
-                     std::to_string(slot) + " overflows the cache of " +
-                     std::to_string(slots) + " slots");
+  const int64_t *slotOf = position.as<int64_t>();
+  for (int64_t r = 0, n = position.numElements(); r < n; ++r)
+    if (slotOf[r] < 0 || slotOf[r] > slots - tokens)
+      return ctx.error("writing " + std::to_string(tokens) +
+                       " tokens at slot " + std::to_string(slotOf[r]) +
+                       (perRow && n > 1 ? " (row " + std::to_string(r) + ")"
+                                        : std::string()) +
+                       " overflows the cache of " + std::to_string(slots) +
+                       " slots");
 
   size_t elementSize = dtypeSize(cache.dtype);
   char *dst = mutableBytesOf(out);
@@ -67,10 +76,24 @@ Status runKvCacheWrite(KernelContext &ctx) {
     });
   }
   std::vector<int64_t> outStrides = contiguousStrides(out.shape);
-  stridedCopy(ctx.pool, elementSize, update.shape,
-              dst + slot * outStrides[size_t(axis)] *
-                        static_cast<int64_t>(elementSize),
-              outStrides, bytesOf(update), contiguousStrides(update.shape));
+  std::vector<int64_t> updateStrides = contiguousStrides(update.shape);
+  auto write = [&](int64_t slot, const std::vector<int64_t> &shape,
+                   int64_t row) {
+    int64_t element = static_cast<int64_t>(elementSize);
+    stridedCopy(ctx.pool, elementSize, shape,
+                dst + (row * outStrides[0] + slot * outStrides[size_t(axis)]) *
+                          element,
+                outStrides, bytesOf(update) + row * updateStrides[0] * element,
+                updateStrides);
+  };
+  if (!perRow) {
+    write(slotOf[0], update.shape, 0);
+  } else {
+    std::vector<int64_t> rowShape = update.shape;
+    rowShape[0] = 1;
+    for (int64_t r = 0; r < cache.shape[0]; ++r)
+      write(slotOf[r], rowShape, r);
+  }
   return Status::ok();
 }
 

@@ -159,15 +159,19 @@ struct Generation::Impl {
   std::vector<int64_t> mask;
   /// Slots filled: 0 before the first prefill (or after a failed one).
   int64_t filled = 0;
+  /// Right padding (ServingSpec::rightPadded): each row's tokens so far,
+  /// which start at slot 0.
+  std::vector<int64_t> rowTokens;
 
-  /// Copies the logits of sequence position `at` of `io`'s run into
-  /// `logits` ([batch, vocab]).
-  void copyLogits(const EntryIo &io, int64_t at, const Tensor &logits) const {
+  /// Copies the logits of sequence position `at[b]` of row b of `io`'s run
+  /// into `logits` ([batch, vocab]).
+  void copyLogits(const EntryIo &io, const std::vector<int64_t> &at,
+                  const Tensor &logits) const {
     const Tensor &all = io.logits->tensor();
     int64_t sequence = all.shape[1];
     for (int64_t b = 0; b < batch; ++b)
       std::memcpy(logits.as<float>() + b * vocab,
-                  all.as<float>() + (b * sequence + at) * vocab,
+                  all.as<float>() + (b * sequence + at[size_t(b)]) * vocab,
                   size_t(vocab) * sizeof(float));
   }
 };
@@ -268,16 +272,40 @@ Status Generation::prefill(const Tensor &inputIds, const Tensor *attentionMask,
   g.filled = 0;
   PARTITA_RETURN_IF_ERROR(g.runner->resetCache());
   std::fill(g.mask.begin(), g.mask.end(), 0);
-  int64_t pad = prompt - tokens;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < tokens; ++i)
-      g.mask[size_t(b * g.maxSeq + pad + i)] =
-          attentionMask ? attentionMask->as<int64_t>()[b * tokens + i] : 1;
-  if (int64_t *ids = g.prefill.input(Feed::InputIds))
+  auto given = [&](int64_t b, int64_t i) {
+    return attentionMask ? attentionMask->as<int64_t>()[b * tokens + i] : 1;
+  };
+  // The logits that give each row's first token: its last prompt position.
+  std::vector<int64_t> last(size_t(batch), prompt - 1);
+  int64_t *ids = g.prefill.input(Feed::InputIds);
+  if (g.serving.rightPadded) {
+    // Each row's valid tokens from slot 0, in order, the padding after
+    // them: what a masked token of the prompt would have been is skipped
+    // as the mask skips it.
+    g.rowTokens.assign(size_t(batch), 0);
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t &n = g.rowTokens[size_t(b)];
+      for (int64_t i = 0; i < tokens; ++i)
+        if (given(b, i)) {
+          if (ids)
+            ids[b * prompt + n] = inputIds.as<int64_t>()[b * tokens + i];
+          g.mask[size_t(b * g.maxSeq + n++)] = 1;
+        }
+      if (ids)
+        std::fill(ids + b * prompt + n, ids + (b + 1) * prompt, 0);
+      last[size_t(b)] = n - 1;
+    }
+  } else {
+    int64_t pad = prompt - tokens;
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t i = 0; i < prompt; ++i)
-        ids[b * prompt + i] =
-            i < pad ? 0 : inputIds.as<int64_t>()[b * tokens + i - pad];
+      for (int64_t i = 0; i < tokens; ++i)
+        g.mask[size_t(b * g.maxSeq + pad + i)] = given(b, i);
+    if (ids)
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < prompt; ++i)
+          ids[b * prompt + i] =
+              i < pad ? 0 : inputIds.as<int64_t>()[b * tokens + i - pad];
+  }
   if (int64_t *mask = g.prefill.input(Feed::AttentionMask))
     for (int64_t b = 0; b < batch; ++b)
       std::copy_n(&g.mask[size_t(b * g.maxSeq)], prompt, mask + b * prompt);
@@ -293,7 +321,7 @@ Status Generation::prefill(const Tensor &inputIds, const Tensor *attentionMask,
   if (int64_t *slot = g.prefill.input(Feed::CachePosition))
     *slot = 0;
   PARTITA_RETURN_IF_ERROR(g.runner->run(g.prefill.inputs, g.prefill.outputs));
-  g.copyLogits(g.prefill, prompt - 1, logits);
+  g.copyLogits(g.prefill, last, logits);
   g.filled = prompt;
   return Status::ok();
 }
@@ -315,8 +343,13 @@ Status Generation::step(const Tensor &tokens, const Tensor &logits) {
   PARTITA_RETURN_IF_ERROR(checkTokenIds(tokens, g.vocab, "the tokens"));
   PARTITA_RETURN_IF_ERROR(
       expectType(logits, program::F32, {g.batch, g.vocab}, "the logits are"));
+  // The slot of each row's token: the step's, or with right padding the
+  // one after the row's tokens.
+  std::vector<int64_t> rowSlot(size_t(g.batch), slot);
+  if (g.serving.rightPadded)
+    rowSlot = g.rowTokens;
   for (int64_t b = 0; b < g.batch; ++b)
-    g.mask[size_t(b * g.maxSeq + slot)] = 1;
+    g.mask[size_t(b * g.maxSeq + rowSlot[size_t(b)])] = 1;
   if (int64_t *ids = g.decode.input(Feed::InputIds))
     std::copy_n(tokens.as<int64_t>(), g.batch, ids);
   if (int64_t *mask = g.decode.input(Feed::AttentionMask))
@@ -326,17 +359,20 @@ Status Generation::step(const Tensor &tokens, const Tensor &logits) {
   if (int64_t *positions = g.decode.input(Feed::PositionIds))
     for (int64_t b = 0; b < g.batch; ++b) {
       const int64_t *row = &g.mask[size_t(b * g.maxSeq)];
-      positions[b] = std::count(row, row + slot, int64_t(1));
+      positions[b] = std::count(row, row + rowSlot[size_t(b)], int64_t(1));
     }
   if (int64_t *position = g.decode.input(Feed::CachePosition))
     *position = slot;
   Status ran = g.runner->runDecode(g.decode.inputs, g.decode.outputs);
   if (!ran) {
     for (int64_t b = 0; b < g.batch; ++b)
-      g.mask[size_t(b * g.maxSeq + slot)] = 0;
+      g.mask[size_t(b * g.maxSeq + rowSlot[size_t(b)])] = 0;
     return ran;
   }
-  g.copyLogits(g.decode, 0, logits);
+  g.copyLogits(g.decode, std::vector<int64_t>(size_t(g.batch), 0), logits);
+  if (g.serving.rightPadded)
+    for (int64_t &n : g.rowTokens)
+      ++n;
   ++g.filled;
   return Status::ok();
 }

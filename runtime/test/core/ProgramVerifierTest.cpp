@@ -559,10 +559,13 @@ TEST(ProgramVerifier, KvCacheWriteTypesAndShapes) {
                               " does not fit the cache [2, 8, 4] along axis 1");
   EXPECT_ERROR_CONTAINS(
       CacheWrite({2, 1, 4}, program::F32, {1}, program::I32).verify(),
-      "the position is i32 [1], expected i64 with one element");
-  EXPECT_ERROR_CONTAINS(CacheWrite({2, 1, 4}, program::F32, {2}).verify(),
-                        "the position is i64 [2], expected i64 with one "
-                        "element");
+      "the position is i32 [1], expected i64 with one element or one per row "
+      "of the batch");
+  // One position per row of the batch (2) is valid; 3 is not.
+  EXPECT_TRUE(CacheWrite({2, 1, 4}, program::F32, {2}).verify().isOk());
+  EXPECT_ERROR_CONTAINS(CacheWrite({2, 1, 4}, program::F32, {3}).verify(),
+                        "the position is i64 [3], expected i64 with one "
+                        "element or one per row of the batch");
   CacheWrite epilogue;
   program::ElementwiseStep *step = epilogue.kernel->add_epilogue();
   step->set_op("neg");

@@ -138,6 +138,8 @@ TEST(ServingArtifact, RoundTrip) {
   EXPECT_EQ(written["batch"], kB);
   EXPECT_EQ(written["attention_mask"], "attention_mask");
   EXPECT_TRUE(written["position_ids"].is_null());
+  EXPECT_EQ(written["padding"], "left");
+  EXPECT_FALSE(serving.rightPadded);
   EXPECT_EQ(written["cache"][0]["sharding"]["dims"][1],
             nlohmann::json::array({"tp"}));
   EXPECT_EQ(written["decode"]["inputs"].size(), 3u);
@@ -367,6 +369,11 @@ TEST(ServingArtifact, LoaderRefusesInconsistentManifests) {
        },
        "serving.logits names 'logits', which the decode outputs do not list"},
       {[](auto &m) { m["serving"]["batch"] = 0; }, "must all be positive"},
+      {[](auto &m) { m["serving"]["padding"] = "middle"; },
+       "manifest.json.serving.padding: 'middle' is neither 'left' nor "
+       "'right'"},
+      {[](auto &m) { m["serving"]["padding"] = 1; },
+       "serving.padding: not a string"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = original;

@@ -148,6 +148,43 @@ TEST(KvCacheTest, LargeCacheIsCopiedWhole) {
   EXPECT_TRUE(sameBytes(out, referenceWrite(cache, update, 511, 2)));
 }
 
+/// One position per row of the batch: each row's update at its own slot,
+/// each row checked against the reference written with that row's slot.
+TEST(KvCacheTest, PositionPerRow) {
+  std::mt19937 rng(5);
+  Buffer cache = randomBytes(rng, program::F32, {3, 2, 8, 4});
+  Buffer update = randomBytes(rng, program::F32, {3, 2, 2, 4});
+  const int64_t slots[] = {0, 6, 3};
+  Buffer position(program::I64, {3});
+  for (int64_t r = 0; r < 3; ++r)
+    position.setInt(r, slots[r]);
+  Buffer out(program::F32, {3, 2, 8, 4}), resident = cache;
+  ASSERT_OK(
+      runWrite(cache.view(), update.view(), position.view(), out.view(), 2));
+  ASSERT_OK(runWrite(resident.view(), update.view(), position.view(),
+                     resident.view(), 2));
+  size_t rowBytes = size_t(2 * 8 * 4) * sizeof(float);
+  for (int64_t r = 0; r < 3; ++r) {
+    SCOPED_TRACE(r);
+    Buffer expected = referenceWrite(cache, update, slots[r], 2);
+    const char *want = reinterpret_cast<const char *>(expected.data());
+    for (const Buffer *got : {&out, &resident})
+      EXPECT_EQ(std::memcmp(reinterpret_cast<const char *>(got->data()) +
+                                r * rowBytes,
+                            want + r * rowBytes, rowBytes),
+                0);
+  }
+  // A row whose slot does not fit refuses the whole write.
+  position.setInt(1, 7);
+  Buffer before = resident;
+  Status status = runWrite(resident.view(), update.view(), position.view(),
+                           resident.view(), 2);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_EQ(status.message(), "kv_cache_write: writing 2 tokens at slot 7 "
+                              "(row 1) overflows the cache of 8 slots");
+  EXPECT_TRUE(sameBytes(resident, before));
+}
+
 /// A slot outside the cache is an error at run time that writes nothing.
 TEST(KvCacheTest, OverflowIsAnError) {
   Buffer cache(program::F32, {1, 2, 8, 4});
@@ -206,14 +243,21 @@ TEST(KvCacheTest, MalformedKernels) {
   EXPECT_EQ(
       errorOf(cache.view(), update.view(), position.view(), ints.view(), 1),
       "kv_cache_write: the result has element type i32, expected f32");
-  Buffer narrow(program::I32, {1}), pair(program::I64, {2});
+  // [2] is one position per row of the batch of 2; [3] is neither, and
+  // along the batch itself rows cannot have positions of their own.
+  Buffer narrow(program::I32, {1}), three(program::I64, {3}),
+      pair(program::I64, {2});
   EXPECT_EQ(
       errorOf(cache.view(), update.view(), narrow.view(), cache.view(), 1),
       "kv_cache_write: the position is i32 [1], expected i64 with one "
-      "element");
-  EXPECT_EQ(errorOf(cache.view(), update.view(), pair.view(), cache.view(), 1),
+      "element or one per row of the batch");
+  EXPECT_EQ(errorOf(cache.view(), update.view(), three.view(), cache.view(), 1),
+            "kv_cache_write: the position is i64 [3], expected i64 with one "
+            "element or one per row of the batch");
+  Buffer rows(program::F32, {1, 8, 4});
+  EXPECT_EQ(errorOf(cache.view(), rows.view(), pair.view(), cache.view(), 0),
             "kv_cache_write: the position is i64 [2], expected i64 with one "
-            "element");
+            "element or one per row of the batch");
   EXPECT_EQ(
       errorOf(cache.view(), update.view(), position.view(), cache.view(), 3),
       "kv_cache_write: axis 3 is out of range for rank 3");

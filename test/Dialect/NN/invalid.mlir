@@ -1213,8 +1213,18 @@ func.func @kv_cache_write_c2(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x9x4xf32>, %
 
 // kv_cache_write_c3
 func.func @kv_cache_write_c3(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x1x4xf32>, %p: tensor<2xi64>) {
-  // expected-error @+1 {{kv_cache_write_c3: position must be i64 with one element, got 'tensor<2xi64>'}}
+  // expected-error @+1 {{kv_cache_write_c3: position must be i64 with one element or one per row of the batch, got 'tensor<2xi64>'}}
   %0 = nn.kv_cache_write %c, %k, %p axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<2xi64>) -> tensor<1x2x8x4xf32>
+  return
+}
+
+// -----
+
+// kv_cache_write_c3: rows cannot have positions of their own along the
+// batch itself.
+func.func @kv_cache_write_c3_batch_axis(%c: tensor<2x8x4xf32>, %k: tensor<1x8x4xf32>, %p: tensor<2xi64>) {
+  // expected-error @+1 {{kv_cache_write_c3: position must be i64 with one element or one per row of the batch, got 'tensor<2xi64>'}}
+  %0 = nn.kv_cache_write %c, %k, %p axis = 0 : (tensor<2x8x4xf32>, tensor<1x8x4xf32>, tensor<2xi64>) -> tensor<2x8x4xf32>
   return
 }
 

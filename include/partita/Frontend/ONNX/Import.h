@@ -23,6 +23,10 @@
 
 namespace mlir::partita {
 
+/// On an imported module: each `If` node's name and whether its condition,
+/// folded once dimensions were bound, picked the `then` branch.
+constexpr llvm::StringLiteral kIfBranchesAttrName = "partita.if_branches";
+
 /// Which program of a decoder export with past key values to import
 /// (partita-compile --max-seq).
 enum class KvCacheForm {

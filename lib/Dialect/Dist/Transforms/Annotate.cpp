@@ -397,6 +397,17 @@ void Megatron::groupKeyValueCaches(func::FuncOp func) {
     annotate->setAttr(kStrategyAttr, b.getUnitAttr());
     annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
     write->setOperand(0, annotate);
+    // The returned cache is held as the argument is, whatever the attention
+    // that reads it chooses (a fused projection may keep it whole).
+    b.setInsertionPointAfter(write);
+    auto returned =
+        AnnotateOp::create(b, write.getLoc(), write.getResult(),
+                           batchAnd(slotted, kAttentionHeadsDim, {tpAxis}));
+    returned->setAttr(kStrategyAttr, b.getUnitAttr());
+    returned->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
+    write.getResult().replaceUsesWithIf(returned, [&](OpOperand &use) {
+      return isa<func::ReturnOp>(use.getOwner());
+    });
     changed = true;
     std::string name = "argument " + std::to_string(cache.getArgNumber());
     if (auto onnxName = func.getArgAttrOfType<StringAttr>(cache.getArgNumber(),

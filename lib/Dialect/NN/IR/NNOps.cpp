@@ -638,10 +638,12 @@ LogicalResult KvCacheWriteOp::verify() {
                          << " does not fit cache " << cache << " along axis "
                          << axis;
   RankedTensorType position = getPosition().getType();
+  bool perRow = axis != 0 && position.getRank() == 1 &&
+                position.getDimSize(0) == cache.getDimSize(0);
   if (!position.getElementType().isInteger(64) ||
-      position.getNumElements() != 1)
+      (position.getNumElements() != 1 && !perRow))
     return emitOpError() << "kv_cache_write_c3: position must be i64 with "
-                            "one element, got "
+                            "one element or one per row of the batch, got "
                          << position;
   if (getType() != cache)
     return emitOpError() << "kv_cache_write_c4: result type " << getType()

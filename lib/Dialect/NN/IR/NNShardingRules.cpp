@@ -603,12 +603,14 @@ ShardingRule ConcatOp::getShardingRule() {
 
 /// Every dimension but `axis` is shared by the cache, the update and the
 /// result (heads split over tp, the batch over dp); the slots along `axis`
-/// and the position stay whole.
+/// stay whole. One position per row splits with the batch; a shared one
+/// stays whole.
 ShardingRule KvCacheWriteOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
   ArrayRef<int64_t> cache = getCache().getType().getShape();
   ArrayRef<int64_t> update = getUpdate().getType().getShape();
   auto axis = static_cast<unsigned>(getAxis());
+  bool perRow = getPosition().getType().getNumElements() != 1;
   for (auto [d, size] : llvm::enumerate(cache)) {
     unsigned dim = d;
     if (dim == axis) {
@@ -617,12 +619,12 @@ ShardingRule KvCacheWriteOp::getShardingRule() {
       rule.addShared(update[dim], FactorKind::Opaque, {{operand(1), dim}});
       continue;
     }
-    rule.addShared(size, FactorKind::Parallel,
-                   {{operand(0), dim}, {operand(1), dim}, {result(0), dim}});
+    SmallVector<DimRef> tensors = {
+        {operand(0), dim}, {operand(1), dim}, {result(0), dim}};
+    if (dim == 0 && perRow)
+      tensors.push_back({operand(2), 0});
+    rule.addShared(size, FactorKind::Parallel, tensors);
   }
-  for (auto [d, size] : llvm::enumerate(shapeOf(getPosition())))
-    rule.addShared(size, FactorKind::Opaque,
-                   {{operand(2), static_cast<unsigned>(d)}});
   return rule;
 }
 

@@ -24,12 +24,30 @@ namespace {
 constexpr StringLiteral kNameAttr = "onnx.name";
 
 /// A returned `concat(past, new)` whose `past` is an argument read by
-/// nothing else.
+/// nothing else; or a returned `kv_cache_write(concat(past, fill), new,
+/// positions)` (`write` set): the importer's form of a cache whose rows
+/// write at their own positions (GroupQueryAttention's decode step), where
+/// the cache replaces the padded past and the write keeps its positions.
 struct CachePair {
   unsigned result;
   BlockArgument past;
   nn::ConcatOp concat;
+  nn::KvCacheWriteOp write;
 };
+
+/// `value`'s `concat(past, x)` whose past is an argument of `body` that
+/// nothing else reads, or null.
+nn::ConcatOp concatOfPast(Value value, Block &body) {
+  auto concat = value.getDefiningOp<nn::ConcatOp>();
+  if (!concat || concat.getInputs().size() != 2)
+    return {};
+  auto past = dyn_cast<BlockArgument>(concat.getInputs()[0]);
+  if (!past || past.getOwner() != &body ||
+      !llvm::all_of(past.getUsers(),
+                    [&](Operation *user) { return user == concat; }))
+    return {};
+  return concat;
+}
 
 std::string nameOf(func::FuncOp func, unsigned result) {
   if (auto name = func.getResultAttrOfType<StringAttr>(result, kNameAttr))
@@ -48,16 +66,17 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
     }
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
     SmallVector<CachePair> pairs;
+    Block &body = func.getBody().front();
     for (OpOperand &operand : ret->getOpOperands()) {
-      auto concat = operand.get().getDefiningOp<nn::ConcatOp>();
-      if (!concat || concat.getInputs().size() != 2)
+      auto write = operand.get().getDefiningOp<nn::KvCacheWriteOp>();
+      nn::ConcatOp concat =
+          concatOfPast(write ? write.getCache() : operand.get(), body);
+      if (!concat || (write && (!concat->hasOneUse() ||
+                                concat.getAxis() != write.getAxis())))
         continue;
-      auto past = dyn_cast<BlockArgument>(concat.getInputs()[0]);
-      if (!past || past.getOwner() != &func.getBody().front() ||
-          !llvm::all_of(past.getUsers(),
-                        [&](Operation *user) { return user == concat; }))
-        continue;
-      pairs.push_back({operand.getOperandNumber(), past, concat});
+      pairs.push_back({operand.getOperandNumber(),
+                       cast<BlockArgument>(concat.getInputs()[0]), concat,
+                       write});
     }
     if (pairs.empty()) {
       func.emitError()
@@ -69,33 +88,39 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
     }
 
     OpBuilder b(func.getContext());
-    Block &body = func.getBody().front();
     Location loc = func.getLoc();
-    // The slot of the program's first token, shared by every cache.
-    auto positionType = RankedTensorType::get({1}, b.getI64Type());
-    unsigned positionIndex = func.getNumArguments();
-    if (failed(func.insertArgument(
-            positionIndex, positionType,
-            b.getDictionaryAttr(
-                {b.getNamedAttr(kNameAttr, b.getStringAttr("cache_position")),
-                 b.getNamedAttr(nn::NNDialect::kCachePositionAttrName,
-                                b.getUnitAttr())}),
-            loc)))
-      return signalPassFailure();
-    Value position = body.getArgument(positionIndex);
+    // The slot of the program's first token, shared by every cache that
+    // does not write at positions of its own.
+    Value position;
+    if (llvm::any_of(pairs,
+                     [](const CachePair &pair) { return !pair.write; })) {
+      auto positionType = RankedTensorType::get({1}, b.getI64Type());
+      unsigned positionIndex = func.getNumArguments();
+      if (failed(func.insertArgument(
+              positionIndex, positionType,
+              b.getDictionaryAttr(
+                  {b.getNamedAttr(kNameAttr, b.getStringAttr("cache_position")),
+                   b.getNamedAttr(nn::NNDialect::kCachePositionAttrName,
+                                  b.getUnitAttr())}),
+              loc)))
+        return signalPassFailure();
+      position = body.getArgument(positionIndex);
+    }
 
     llvm::BitVector erase(func.getNumArguments());
     SmallVector<Type> resultTypes(func.getResultTypes());
-    for (const CachePair &pair : pairs) {
+    for (CachePair &pair : pairs) {
       nn::ConcatOp concat = pair.concat;
       int64_t axis = concat.getAxis();
       auto past = cast<RankedTensorType>(pair.past.getType());
-      Value update = concat.getInputs()[1];
-      auto updateType = cast<RankedTensorType>(update.getType());
+      Value update =
+          pair.write ? pair.write.getUpdate() : concat.getInputs()[1];
       int64_t pastLength = past.getDimSize(axis);
-      int64_t newLength = updateType.getDimSize(axis);
+      int64_t newLength =
+          cast<RankedTensorType>(concat.getInputs()[1].getType())
+              .getDimSize(axis);
       std::string name = nameOf(func, pair.result);
-      bool prefill = pastLength == 0;
+      bool prefill = pastLength == 0 && !pair.write;
       if (prefill ? newLength > maxSeq : pastLength + newLength != maxSeq) {
         InFlightDiagnostic diag =
             concat.emitError()
@@ -122,17 +147,24 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
               concat.getLoc())))
         return signalPassFailure();
       erase.resize(func.getNumArguments());
-      b.setInsertionPoint(concat);
-      auto write = nn::KvCacheWriteOp::create(b, concat.getLoc(), cacheType,
-                                              body.getArgument(cacheIndex),
-                                              update, position, axis);
-      // Prefill: attention reads the new keys, the result is the cache.
-      // Decode: both read the written cache, max-seq slots as the
-      // concatenation's were.
-      concat.getResult().replaceUsesWithIf(
-          prefill ? update : write.getResult(),
-          [&](OpOperand &use) { return use.getOwner() != ret; });
-      ret->setOperand(pair.result, write.getResult());
+      Value written;
+      if (pair.write) {
+        // The cache is the padded past; the write keeps its positions.
+        concat.getResult().replaceAllUsesWith(body.getArgument(cacheIndex));
+        written = pair.write.getResult();
+      } else {
+        b.setInsertionPoint(concat);
+        written = nn::KvCacheWriteOp::create(b, concat.getLoc(), cacheType,
+                                             body.getArgument(cacheIndex),
+                                             update, position, axis);
+        // Prefill: attention reads the new keys, the result is the cache.
+        // Decode: both read the written cache, max-seq slots as the
+        // concatenation's were.
+        concat.getResult().replaceUsesWithIf(
+            prefill ? update : written,
+            [&](OpOperand &use) { return use.getOwner() != ret; });
+      }
+      ret->setOperand(pair.result, written);
       resultTypes[pair.result] = cacheType;
       func.setResultAttr(pair.result, nn::NNDialect::kKvCacheAttrName,
                          b.getUnitAttr());

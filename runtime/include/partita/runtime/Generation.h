@@ -10,8 +10,11 @@
 // Hugging Face generation feeds a decoder export: prompts left-padded to the
 // prefill length with a zero mask, position ids `cumsum(mask) - 1` (1 where
 // the mask is 0), the mask extended by one valid slot per generated token,
-// and the cache slot of each step. The loop is in C++, so partita-run, the C
-// API and Python generate the same way.
+// and the cache slot of each step. An artifact whose rows are right-padded
+// (ServingSpec::rightPadded: onnxruntime-genai's exports) gets each row's
+// tokens from slot 0, as onnxruntime-genai feeds them, and each step's
+// token in the slot after its row's. The loop is in C++, so partita-run,
+// the C API and Python generate the same way.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,8 +72,10 @@ public:
   /// Starts a generation: zeroes the cache, runs the prefill on
   /// `inputIds` (i64 [batch, p], p <= the prefill length; batch as
   /// compiled) with `attentionMask` (i64 [batch, p] of 0 and 1, null: all
-  /// ones; rows left-padded as Hugging Face pads them) and writes the
-  /// logits of the last prompt position to `logits` (f32 [batch, vocab]).
+  /// ones; rows left-padded as Hugging Face pads them, or each row's valid
+  /// tokens moved to its start for a right-padded artifact) and writes the
+  /// logits of each row's last prompt token to `logits` (f32 [batch,
+  /// vocab]).
   Status prefill(const Tensor &inputIds, const Tensor *attentionMask,
                  const Tensor &logits);
   /// Feeds one token per row (`tokens`: i64 [batch]) at the next position

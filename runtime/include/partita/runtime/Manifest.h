@@ -100,8 +100,12 @@ struct ServingSpec {
   /// L: the cache's slots per sequence (prompt and generated tokens).
   int64_t maxSeq = 0;
   /// P: the prefill program's sequence length; shorter prompts are
-  /// left-padded to it.
+  /// padded to it, on the left, or on the right where `rightPadded`.
   int64_t promptLength = 0;
+  /// Rows hold their tokens from slot 0 with the padding after them
+  /// (onnxruntime's GroupQueryAttention: each row's cache is written at its
+  /// own length), rather than Hugging Face's left padding.
+  bool rightPadded = false;
   int64_t batch = 0;
   /// The names of the model's token inputs and logits output, shared by
   /// both programs; `attentionMask` and `positionIds` are empty when the

@@ -77,3 +77,25 @@ func.func @empty_input(%k: tensor<1x2x1x4xf32>, %extra: tensor<1x0xf32> {onnx.na
   %kv = nn.concat %past, %k axis = 2 : (tensor<1x2x7x4xf32>, tensor<1x2x1x4xf32>) -> tensor<1x2x8x4xf32>
   return %kv : tensor<1x2x8x4xf32>
 }
+
+// -----
+
+// A decode step whose rows write at positions of their own
+// (GroupQueryAttention's serving form): the cache takes the padded past's
+// place, the write keeps its positions, and no cache_position is added.
+
+// CHECK-LABEL: func.func @rows_at_own_positions
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x2x1x4xf32>, %[[K:.*]]: tensor<2x2x1x4xf32>, %[[P:.*]]: tensor<2xi64>, %[[CACHE:.*]]: tensor<2x2x8x4xf32> {onnx.name = "present.0.key", partita.kv_cache})
+// CHECK-NOT: cache_position
+// CHECK: %[[W:.*]] = nn.kv_cache_write %[[CACHE]], %[[K]], %[[P]] axis = 2
+// CHECK: nn.attention %[[Q]], %[[W]], %[[W]]
+// CHECK: return %{{.*}}, %[[W]]
+func.func @rows_at_own_positions(%q: tensor<2x2x1x4xf32>, %k: tensor<2x2x1x4xf32>, %p: tensor<2xi64>,
+                                 %past: tensor<2x2x7x4xf32> {onnx.name = "past_key_values.0.key"})
+    -> (tensor<2x2x1x4xf32>, tensor<2x2x8x4xf32> {onnx.name = "present.0.key"}) {
+  %fill = nn.constant dense<0.0> : tensor<2x2x1x4xf32>
+  %padded = nn.concat %past, %fill axis = 2 : (tensor<2x2x7x4xf32>, tensor<2x2x1x4xf32>) -> tensor<2x2x8x4xf32>
+  %kv = nn.kv_cache_write %padded, %k, %p axis = 2 : (tensor<2x2x8x4xf32>, tensor<2x2x1x4xf32>, tensor<2xi64>) -> tensor<2x2x8x4xf32>
+  %a = nn.attention %q, %kv, %kv {causal} : (tensor<2x2x1x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>) -> tensor<2x2x1x4xf32>
+  return %a, %kv : tensor<2x2x1x4xf32>, tensor<2x2x8x4xf32>
+}

@@ -74,6 +74,11 @@ def NN_Dialect : Dialect {
         "partita.kv_cache";
     static constexpr ::llvm::StringLiteral kCachePositionAttrName =
         "partita.cache_position";
+    /// On a serving function: its rows hold their tokens from slot 0, the
+    /// padding after them (onnxruntime's GroupQueryAttention reads a row's
+    /// keys up to its length), so generation pads prompts on the right.
+    static constexpr ::llvm::StringLiteral kRightPaddedAttrName =
+        "partita.right_padded";
 
     /// Training's marks (partita-differentiate, docs/training.md): an
     /// argument that is a trainable parameter (the value: its ONNX

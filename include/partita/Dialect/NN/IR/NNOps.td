@@ -955,11 +955,14 @@ def NN_KvCacheWriteOp : NN_Op<"kv_cache_write"> {
   let summary = "write new keys or values into a preallocated KV cache";
   let description = [{
     The cache with `update` written at slots `[p, p + s)` along `axis`,
-    where `p = position[0]` and `s` is the update's size along `axis`:
-    what `--max-seq` makes of a decoder's `concat(past, new)`. The cache is
+    where `s` is the update's size along `axis` and `p` is `position[0]`
+    for every row, or, with one position per row of the batch (dimension
+    0, `axis` being another), `position[r]` for row `r`: what `--max-seq`
+    makes of a decoder's `concat(past, new)`, and of onnxruntime's
+    GroupQueryAttention, whose rows write at their own lengths. The cache is
     a function argument the runtime keeps between runs (`partita.kv_cache`)
     and binds to the result as well, so the kernel writes the slots in
-    place. A write past the cache's end is a run-time error of the kernel.
+    place. A write outside the cache is a run-time error of the kernel.
 
     ```mlir
     %c = nn.kv_cache_write %cache, %k, %pos axis = 2 : (tensor<1x12x256x64xf32>, tensor<1x12x1x64xf32>, tensor<1xi64>) -> tensor<1x12x256x64xf32>
@@ -971,7 +974,8 @@ def NN_KvCacheWriteOp : NN_Op<"kv_cache_write"> {
     2. `kv_cache_write_c2`: `update` has the cache's element type and rank
        and its size in every dimension but `axis`, where it is at most the
        cache's.
-    3. `kv_cache_write_c3`: `position` is i64 with one element.
+    3. `kv_cache_write_c3`: `position` is i64 `[1]`, or `[batch]` where
+       `batch` is the cache's dimension 0 and `axis` is not 0.
     4. `kv_cache_write_c4`: the result type is the cache's.
   }];
   let arguments = (ins NN_Tensor:$cache, NN_Tensor:$update,

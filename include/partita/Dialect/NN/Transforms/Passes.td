@@ -116,6 +116,13 @@ def KvCachePass : Pass<"partita-kv-cache", "::mlir::func::FuncOp"> {
       %kv = nn.kv_cache_write %cache, %k, %pos axis = 2 : (tensor<1x2x8x8xf32>, tensor<1x2x1x8xf32>, tensor<1xi64>) -> tensor<1x2x8x8xf32>
     ```
 
+    A decode step whose rows write at positions of their own
+    (onnxruntime's GroupQueryAttention, rows of unequal lengths) is
+    imported as `present = nn.kv_cache_write(nn.concat(past, fill), new,
+    positions)` with one position per row: there the cache argument takes
+    the padded past's place and the write keeps its positions
+    (`cache_position` is added only where a concatenation needs it).
+
     A function with no such pair, or with a `past` of another length, is an
     error.
   }];
