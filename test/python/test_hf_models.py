@@ -78,9 +78,16 @@ def test_hf_fixture_matches_onnxruntime(tmp_path, name, mesh):
                                    err_msg=f"{name} {mesh}: {key}")
 
 
+# Attention that nn.attention does not express yet: BLOOM's ALiBi bias and
+# Gemma2's softcapped scores stay softmax chains (equal to onnxruntime on
+# every mesh, but neither flash nor ring attention applies to them).
+NOT_RAISED = {"bloom": "ALiBi", "gemma2": "softcapped scores"}
+
+
 @pytest.mark.parametrize("name", FILES)
 def test_hf_fixture_attention_raised(name):
-    """Every layer's attention is one nn.attention; no softmax is left."""
+    """Every layer's attention is one nn.attention; no softmax is left
+    (NOT_RAISED: none is raised, and one softmax per layer is left)."""
     model, inputs = load_inputs(name)
     proc = subprocess.run(
         [str(BUILD / "bin" / "partita-compile"), str(HF / name), "--emit",
@@ -88,6 +95,10 @@ def test_hf_fixture_attention_raised(name):
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     layers = 2
+    if MANIFEST[name]["model"] in NOT_RAISED:
+        assert "nn.attention " not in proc.stdout
+        assert proc.stdout.count("nn.softmax ") == layers, proc.stdout
+        return
     assert proc.stdout.count("nn.attention ") == layers, proc.stdout
     assert "nn.softmax" not in proc.stdout
 
@@ -108,7 +119,8 @@ def test_hf_kv_step_refuses_ring(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", [n for n in FILES
-                                  if MANIFEST[n]["kind"] != "kv"])
+                                  if MANIFEST[n]["kind"] != "kv" and
+                                  MANIFEST[n]["model"] not in NOT_RAISED])
 def test_hf_fixture_ring_runs_ring_attention(tmp_path, name):
     """sp=2 ring splits the sequence: the ranks pass key/value blocks
     around (collective_permute), rather than gathering the sequence and

@@ -16,7 +16,8 @@ Each model is a small configuration of a transformers class with seeded
 random weights, exported as its users export it:
 
 * `legacy`: `torch.onnx.export(dynamo=False)` at opset 17 with the model's
-  default attention (`sdpa`),
+  default attention (`sdpa`, or `eager` where the class has no sdpa path:
+  BLOOM),
 * `dynamo18`, `dynamo23`: `torch.onnx.export(dynamo=True)` at opset 18 and
   23,
 * `optimum`: `optimum.exporters.onnx.main_export` at its default opset,
@@ -92,6 +93,37 @@ MODELS = {
     "gemma": (lambda: tf.GemmaConfig(**common(num_key_value_heads=1,
                                               head_dim=8)),
               tf.GemmaForCausalLM, "lm"),
+    # ALiBi biases instead of positions; fused QKV interleaved per head.
+    "bloom": (lambda: tf.BloomConfig(vocab_size=VOCAB, hidden_size=32,
+                                     n_layer=2, n_head=4,
+                                     initializer_range=0.1, use_cache=False),
+              tf.BloomForCausalLM, "lm"),
+    # Softcapped scores and logits, a sliding window (layer 0) shorter
+    # than the sequence, query scaling by query_pre_attn_scalar.
+    "gemma2": (lambda: tf.Gemma2Config(**common(
+        num_key_value_heads=2, head_dim=8, sliding_window=6,
+        attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+        query_pre_attn_scalar=16)),
+               tf.Gemma2ForCausalLM, "lm"),
+    # Weights stored [out, in], learned positions offset by 2.
+    "opt": (lambda: tf.OPTConfig(vocab_size=VOCAB, hidden_size=32,
+                                 num_hidden_layers=2, ffn_dim=64,
+                                 num_attention_heads=4,
+                                 max_position_embeddings=64,
+                                 word_embed_proj_dim=32, init_std=0.1,
+                                 use_cache=False),
+            tf.OPTForCausalLM, "lm"),
+    # Falcon-7B's layout: multi-query fused QKV, parallel attention and MLP.
+    "falcon": (lambda: tf.FalconConfig(vocab_size=VOCAB, hidden_size=32,
+                                       num_hidden_layers=2,
+                                       num_attention_heads=4,
+                                       multi_query=True, parallel_attn=True,
+                                       new_decoder_architecture=False,
+                                       alibi=False, bias=False,
+                                       max_position_embeddings=64,
+                                       initializer_range=0.1,
+                                       use_cache=False),
+               tf.FalconForCausalLM, "lm"),
     "bert": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
              tf.BertModel, "encoder"),
     "minilm": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
@@ -127,7 +159,11 @@ def build(name):
     torch.manual_seed(sum(map(ord, name)))
     config = make_config()
     config._attn_implementation = "sdpa"
-    model = cls(config).eval()
+    try:
+        model = cls(config).eval()
+    except ValueError:  # No sdpa path (BLOOM): the class's eager one.
+        config._attn_implementation = "eager"
+        model = cls(config).eval()
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if p.dim() == 1:
