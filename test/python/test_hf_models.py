@@ -78,10 +78,10 @@ def test_hf_fixture_matches_onnxruntime(tmp_path, name, mesh):
                                    err_msg=f"{name} {mesh}: {key}")
 
 
-# Attention that nn.attention does not express yet: BLOOM's ALiBi bias and
-# Gemma2's softcapped scores stay softmax chains (equal to onnxruntime on
-# every mesh, but neither flash nor ring attention applies to them).
-NOT_RAISED = {"bloom": "ALiBi", "gemma2": "softcapped scores"}
+# Attention that nn.attention does not express yet: BLOOM's ALiBi bias
+# stays a softmax chain (equal to onnxruntime on every mesh, but neither
+# flash nor ring attention applies to it).
+NOT_RAISED = {"bloom": "ALiBi"}
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -88,6 +88,8 @@ struct AttentionInputs {
   const DoubleTensor *q, *k, *v, *mask;
   bool boolMask, causal;
   double scale;
+  /// 0 without one: the scores are then not capped.
+  double softcap = 0;
   int64_t batch, qHeads, kvHeads, sq, skv, d, dv;
 
   int64_t qAt(int64_t b, int64_t h, int64_t i) const {
@@ -105,6 +107,24 @@ struct AttentionInputs {
     return ((b * qHeads + h) * sq + i) * dv;
   }
   int64_t kvHeadOf(int64_t h) const { return h / (qHeads / kvHeads); }
+  /// A scaled score, capped as softcap * tanh(x / softcap).
+  double capped(double x) const {
+    return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
+  }
+  /// The slope of capped() at x.
+  double capSlope(double x) const {
+    if (softcap <= 0)
+      return 1;
+    double t = std::tanh(x / softcap);
+    return 1 - t * t;
+  }
+  double dot(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    double sum = 0;
+    for (int64_t t = 0; t < d; ++t)
+      sum +=
+          q->values[qAt(b, h, i) + t] * k->values[kAt(b, kvHeadOf(h), j) + t];
+    return sum;
+  }
 
   /// The attention probabilities of query row i of head h of batch b over
   /// the keys: softmax(q k^T * scale + mask), the keys after
@@ -123,7 +143,7 @@ struct AttentionInputs {
       double dot = 0;
       for (int64_t t = 0; t < d; ++t)
         dot += q->values[qAt(b, h, i) + t] * k->values[kAt(b, hk, j) + t];
-      double score = dot * scale;
+      double score = capped(dot * scale);
       if (mask) {
         double m = mask->values[broadcastOffset({b, h, i, j}, mask->shape)];
         if (boolMask && m == 0)
@@ -410,6 +430,8 @@ llvm::Error Interpreter::attentionInputs(Operation *op, Value q, Value k,
                                          Value v, Value mask, bool causal,
                                          std::optional<APFloat> scale,
                                          AttentionInputs &a) {
+  if (auto softcap = op->getAttrOfType<FloatAttr>("softcap"))
+    a.softcap = softcap.getValueAsDouble();
   a.q = &get(q);
   a.k = &get(k);
   a.v = &get(v);
@@ -480,7 +502,8 @@ llvm::Error Interpreter::attentionGrad(nn::AttentionGradOp op) {
           double dp = 0;
           for (int64_t c = 0; c < a.dv; ++c)
             dp += dout.values[row + c] * a.v->values[a.vAt(b, hk, j) + c];
-          double ds = p[j] * (dp - rowD);
+          double ds =
+              p[j] * (dp - rowD) * a.capSlope(a.dot(b, h, i, j) * a.scale);
           for (int64_t t = 0; t < a.d; ++t) {
             dq.values[a.qAt(b, h, i) + t] +=
                 a.scale * ds * a.k->values[a.kAt(b, hk, j) + t];

@@ -228,9 +228,10 @@ LogicalResult contribRotaryHandler(NodeContext &ctx) {
   return success();
 }
 
-/// Attention that nn.attention does not express, spelled out: tanh
-/// softcapping of the scores (Gemma2's; `softcap` 0 for none) and a sink
-/// per head (gpt-oss's head_sink, `sink` [heads]; smooth_softmax's is 0):
+/// Attention with a sink per head, which nn.attention does not express,
+/// spelled out (with Gemma2's tanh softcapping of the scores too where
+/// given; `softcap` 0 for none): a sink is gpt-oss's head_sink (`sink`
+/// [heads]) or smooth_softmax's, 0:
 /// each query head's key/value head gathered, `scores = q k^T * scale`,
 /// capped as `softcap * tanh(scores / softcap)`, the mask (`mask`: bool,
 /// or a float mask added to the scores) and the causal mask of query `i`
@@ -707,15 +708,17 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
             b.getZeroAttr(typeOf(q).getElementType()))));
   }
   Value out;
-  if (softcap > 0.0f || sink) {
+  if (sink) {
     out = explicitAttention(ctx, q, presentKey, presentValue, mask, past, scale,
                             softcap, sink);
   } else {
-    auto attention = nn::AttentionOp::create(b, loc, q.getType(), q, presentKey,
-                                             presentValue, mask,
-                                             b.getUnitAttr(), FloatAttr());
+    auto attention = nn::AttentionOp::create(
+        b, loc, q.getType(), q, presentKey, presentValue, mask, b.getUnitAttr(),
+        FloatAttr(), FloatAttr());
     if (scaleAttr && scaleAttr->f() != 0.0f)
       attention.setScaleAttr(b.getF32FloatAttr(scale));
+    if (softcap > 0.0f)
+      attention.setSoftcapAttr(b.getF32FloatAttr(softcap));
     out = attention;
   }
   ctx.setOutput(0, fromHeads(ctx, out));

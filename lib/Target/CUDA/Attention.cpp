@@ -97,6 +97,8 @@ llvm::Expected<AttentionSizes> checkQueryKeyValue(const KernelContext &ctx,
 /// How the kernel templates take the scores' scale and mask.
 struct ScoreArguments {
   double scale = 1;
+  /// 0: scores not capped.
+  double softcap = 0.0;
   std::string maskType = "float", maskArg = "(const float *)nullptr";
   /// 0: no mask, 1: bool (keep where true), 2: added to the scores.
   int maskMode = 0;
@@ -118,6 +120,15 @@ llvm::Expected<ScoreArguments> addScoreOperands(const KernelContext &ctx,
     if (!scale)
       return scale.takeError();
     args.scale = *scale;
+  }
+  if (ctx.getKernel().attributes().count("softcap")) {
+    auto softcap = ctx.getFloat("softcap");
+    if (!softcap)
+      return softcap.takeError();
+    if (!(*softcap > 0.0) || !std::isfinite(*softcap))
+      return ctx.error("softcap " + std::to_string(*softcap) +
+                       " is not positive and finite");
+    args.softcap = *softcap;
   }
   sig.addInput(ops[0], "a0");
   sig.addInput(ops[1], "a1");
@@ -244,7 +255,7 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
         std::to_string(maskMode) + ", " + std::to_string(maskStrides[0]) +
         "LL, " + std::to_string(maskStrides[1]) + "LL, " +
         std::to_string(maskStrides[3]) + "LL>(a0, a1, a2, " + maskArg + ", " +
-        floatLiteral(scale) + ", " +
+        floatLiteral(scale) + ", " + floatLiteral(scores->softcap) + ", " +
         (splits > 1 ? "@NAME@_part, @NAME@_done"
                     : "(float *)nullptr, (unsigned *)nullptr") +
         ", " + init + ")";
@@ -283,7 +294,8 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
       "LL, " + std::to_string(maskStrides[3]) + "LL, " + b(hasPositions) +
       ", " + b(partial) + ">(a0, a1, a2, " + maskArg + ", " + qposArg + ", " +
       kposArg + ", " + statsArgs[0] + ", " + statsArgs[1] + ", " +
-      floatLiteral(scale) + ", " + init + ")";
+      floatLiteral(scale) + ", " + floatLiteral(scores->softcap) + ", " + init +
+      ")";
 
   GeneratedKernel kernel;
   kernel.label = ctx.op();
@@ -382,7 +394,8 @@ llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx) {
       "LL, " + std::to_string(maskStrides[1]) + "LL, " +
       std::to_string(maskStrides[2]) + "LL, " + std::to_string(maskStrides[3]) +
       "LL>(a0, a1, a2, " + maskArg + ", " + outArg + ", " + doutArg + ", " +
-      floatLiteral(scale) + ", @NAME@_stats, r0, r1, r2)";
+      floatLiteral(scale) + ", " + floatLiteral(scores->softcap) +
+      ", @NAME@_stats, r0, r1, r2)";
 
   GeneratedKernel kernel;
   kernel.label = ctx.op();

@@ -474,6 +474,18 @@ struct AttentionShape {
   static_assert(HQ % HKV == 0, "GQA needs hq to be a multiple of hkv");
 };
 
+/// A scaled score capped as softcap * tanh(s / softcap) (Gemma2's; softcap
+/// 0: none), and the cap's slope at it.
+__device__ __forceinline__ float cap_score(float s, float softcap) {
+  return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
+}
+__device__ __forceinline__ float cap_slope(float s, float softcap) {
+  if (softcap <= 0.0f)
+    return 1.0f;
+  const float t = tanhf(s / softcap);
+  return 1.0f - t * t;
+}
+
 template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
           int D, int DV, int ROWS, int WARPS, bool VECLOAD, bool CAUSAL,
           int MASK, long long MS0, long long MS1, long long MS2, long long MS3,
@@ -481,7 +493,7 @@ template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
 __device__ __forceinline__ void
 attention(const T *q, const T *k, const T *v, const M *mask,
           const long long *qpos, const long long *kpos, float *rowMax,
-          float *rowSum, float scale, const Sink &sink) {
+          float *rowSum, float scale, float softcap, const Sink &sink) {
   typedef AttentionShape<B, HQ, HKV, SQ, SKV, D, DV, ROWS, WARPS> S;
   constexpr int BQ = S::BQ, DVL = S::DVL, THREADS = WARPS * 32;
   constexpr int OFFSET = SKV - SQ; // Causal: row i sees keys j <= i + OFFSET.
@@ -575,7 +587,7 @@ attention(const T *q, const T *k, const T *v, const M *mask,
     // inf (and NaN from inf - inf) as onnxruntime's does.
 #pragma unroll
     for (int r = 0; r < ROWS; ++r)
-      s[r] *= scale;
+      s[r] = cap_score(s[r] * scale, softcap);
 
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -666,13 +678,15 @@ attention(const T *q, const T *k, const T *v, const M *mask,
 // score is computed three times and a (batch, kv head) is one block.
 
 /// The score of query row i of head h against key j (lane-split dot
-/// product `dot`, already summed), scaled and masked: -inf where masked.
+/// product `dot`, already summed), scaled, capped and masked: -inf where
+/// masked.
 template <typename M, int SQ, int SKV, bool CAUSAL, int MASK, long long MS0,
           long long MS1, long long MS2, long long MS3>
 __device__ __forceinline__ float
-grad_score(float dot, float scale, const M *mask, int b, int h, int i, int j) {
+grad_score(float dot, float scale, float softcap, const M *mask, int b, int h,
+           int i, int j) {
   const float kNegInf = -__int_as_float(0x7f800000);
-  float s = dot * scale; // (q k) * scale, as the forward.
+  float s = cap_score(dot * scale, softcap); // (q k) * scale, as the forward.
   if constexpr (CAUSAL)
     if (j > i + (SKV - SQ))
       return kNegInf;
@@ -694,7 +708,8 @@ template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
           long long MS1, long long MS2, long long MS3>
 __device__ __forceinline__ void
 attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
-               const T *dout, float scale, float *stats, T *dq, T *dk, T *dv) {
+               const T *dout, float scale, float softcap, float *stats, T *dq,
+               T *dk, T *dv) {
   constexpr int GROUP = HQ / HKV, ROWS = GROUP * SQ;
   constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
   static_assert(HQ % HKV == 0, "GQA needs hq to be a multiple of hkv");
@@ -706,7 +721,7 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
   float *st = stats + (u64)blockIdx.x * ROWS * 3;
   auto scoreOf = [&](float dot, int h, int i, int j) {
     return grad_score<M, SQ, SKV, CAUSAL, MASK, MS0, MS1, MS2, MS3>(
-        dot, scale, mask, b, h, i, j);
+        dot, scale, softcap, mask, b, h, i, j);
   };
 
   // Phase 1: the rows' statistics and dq.
@@ -735,7 +750,8 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
       for (int c = 0; c < DL; ++c)
         if (lane + 32 * c < D)
           dot += qv[c] * ldf(kBase + (u64)j * D + lane + 32 * c);
-      const float s = scoreOf(warp_sum(dot), h, i, j);
+      const float qk = warp_sum(dot);
+      const float s = scoreOf(qk, h, i, j);
       if (s == kNegInf) // Uniform over the warp.
         continue;
       const float mNew = fmax_nan(m, s);
@@ -753,10 +769,12 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
       for (int c = 0; c < DVL; ++c)
         if (lane + 32 * c < DV)
           dp += gv[c] * ldf(vBase + (u64)j * DV + lane + 32 * c);
-      const float s = scoreOf(warp_sum(dot), h, i, j);
+      const float qk = warp_sum(dot);
+      const float s = scoreOf(qk, h, i, j);
       dp = warp_sum(dp);
       const float p = s == kNegInf ? 0.0f : expf(s - m) * inv;
-      const float ds = p * (dp - dsum) * scale;
+      const float ds =
+          p * (dp - dsum) * scale * cap_slope(qk * scale, softcap);
 #pragma unroll
       for (int c = 0; c < DL; ++c)
         if (lane + 32 * c < D)
@@ -807,12 +825,14 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
             lane + 32 * c < DV ? ldf(dout + row * DV + lane + 32 * c) : 0.0f;
         dp += gv[c] * vv[c];
       }
-      const float s = scoreOf(warp_sum(dot), h, i, j);
+      const float qk = warp_sum(dot);
+      const float s = scoreOf(qk, h, i, j);
       dp = warp_sum(dp);
       if (s == kNegInf)
         continue;
       const float p = expf(s - m) * st[r * 3 + 1];
-      const float ds = p * (dp - st[r * 3 + 2]) * scale;
+      const float ds =
+          p * (dp - st[r * 3 + 2]) * scale * cap_slope(qk * scale, softcap);
 #pragma unroll
       for (int c = 0; c < DL; ++c)
         dkv[c] += ds * qv[c];
@@ -853,7 +873,7 @@ template <typename T, typename M, int B, int HQ, int HKV, int SKV, int D,
           long long MS3, typename Sink>
 __device__ __forceinline__ void
 attention_decode(const T *q, const T *k, const T *v, const M *mask, float scale,
-                 float *part, unsigned *done, const Sink &sink) {
+                 float softcap, float *part, unsigned *done, const Sink &sink) {
   constexpr int WARPS = 4, THREADS = WARPS * 32;
   constexpr int SPLITS = (SKV + SPLIT - 1) / SPLIT;
   constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
@@ -888,7 +908,7 @@ attention_decode(const T *q, const T *k, const T *v, const M *mask, float scale,
     for (int c = 0; c < DL; ++c)
       if (lane + 32 * c < D)
         s += qv[c] * ldf(kBase + (u64)j * D + lane + 32 * c);
-    s = warp_sum(s) * scale; // (q k) * scale, as in attention.
+    s = cap_score(warp_sum(s) * scale, softcap); // As in attention.
     bool keep = true;
     if constexpr (MASK != 0) {
       const M *mp =

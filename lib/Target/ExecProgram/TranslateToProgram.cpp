@@ -161,16 +161,22 @@ void mlir::partita::setKernelAttributes(
         m["causal"] = boolAttr(o.getCausal());
         m["scale"] = floatAttr(o.getEffectiveScale());
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+        if (std::optional<APFloat> cap = o.getSoftcap())
+          m["softcap"] = floatAttr(cap->convertToDouble());
       })
       .Case([&](nn::AttentionGradOp o) {
         m["causal"] = boolAttr(o.getCausal());
         m["scale"] = floatAttr(o.getEffectiveScale());
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
+        if (std::optional<APFloat> cap = o.getSoftcap())
+          m["softcap"] = floatAttr(cap->convertToDouble());
       })
       .Case([&](nn::AttentionPartialOp o) {
         m["scale"] = floatAttr(o.getEffectiveScale());
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
         m["has_positions"] = boolAttr(static_cast<bool>(o.getQueryPositions()));
+        if (std::optional<APFloat> cap = o.getSoftcap())
+          m["softcap"] = floatAttr(cap->convertToDouble());
       })
       .Case([&](nn::RopeOp o) {
         m["interleaved"] = boolAttr(o.getInterleaved());

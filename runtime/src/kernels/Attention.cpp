@@ -204,6 +204,8 @@ void applyBoolMask(float *s, int64_t n, const uint8_t *mask, int64_t stride) {
 struct AttentionShape {
   int64_t batch, qHeads, kvHeads, sq, skv, d, dv;
   float scale;
+  /// Scores capped as softcap * tanh(score / softcap) when positive.
+  float softcap = 0.0f;
   bool causal;
   const Tensor *mask;     // Null without one.
   int64_t maskStrides[4]; // Per [b, hq, sq, skv]; 0 where it broadcasts.
@@ -240,12 +242,22 @@ bool boolMaskDropsBlock(const AttentionShape &g, const char *maskRows,
   return true;
 }
 
-/// Scales row `i` of a block of scores (query `i0 + i`, keys from `j0`)
-/// and masks it: causally, by positions, by the mask.
+/// Scales row `i` of a block of scores (query `i0 + i`, keys from `j0`),
+/// caps it (softcap) and masks it: causally, by positions, by the mask.
+/// With a softcap and `capSlope`, each capped score's slope
+/// 1 - tanh(x / softcap)^2 goes to `capSlope[j]` (the backward's).
 void maskScoreRow(const AttentionShape &g, float *sRow, int64_t nk, int64_t i0,
-                  int64_t i, int64_t j0, const char *maskRows) {
+                  int64_t i, int64_t j0, const char *maskRows,
+                  float *capSlope = nullptr) {
   for (int64_t j = 0; j < nk; ++j)
     sRow[j] *= g.scale;
+  if (g.softcap > 0.0f)
+    for (int64_t j = 0; j < nk; ++j) {
+      float t = std::tanh(sRow[j] / g.softcap);
+      sRow[j] = g.softcap * t;
+      if (capSlope)
+        capSlope[j] = 1.0f - t * t;
+    }
   if (g.causal) {
     int64_t firstMasked = i0 + i + (g.skv - g.sq) + 1 - j0;
     for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
@@ -412,7 +424,8 @@ void attentionGradTyped(ThreadPool &pool, const AttentionShape &g,
         rowD(kQueryBlock), m(kQueryBlock), l(kQueryBlock), kt(d * kKeyBlock),
         kb(kKeyBlock * d), vt(dv * kKeyBlock), s(kQueryBlock * kKeyBlock),
         dp(kQueryBlock * kKeyBlock), st(kKeyBlock * kQueryBlock),
-        dqAcc(kQueryBlock * d), dkAcc(g.skv * d), dvAcc(g.skv * dv);
+        slope(g.softcap > 0.0f ? kKeyBlock : 0), dqAcc(kQueryBlock * d),
+        dkAcc(g.skv * d), dvAcc(g.skv * dv);
     for (int64_t task = t0; task < t1; ++task) {
       int64_t b = task / g.kvHeads, hk = task % g.kvHeads;
       const T *kBase = t.k + (b * g.kvHeads + hk) * g.skv * d;
@@ -484,15 +497,18 @@ void attentionGradTyped(ThreadPool &pool, const AttentionShape &g,
             for (int64_t i = 0; i < nq; ++i) {
               float *sRow = s.data() + i * kKeyBlock;
               float *dpRow = dp.data() + i * kKeyBlock;
-              maskScoreRow(g, sRow, nk, i0, i, j0, maskRows);
-              // s becomes P and dp becomes dS * scale; a row that sees no
-              // key has P = 0.
+              maskScoreRow(g, sRow, nk, i0, i, j0, maskRows,
+                           slope.empty() ? nullptr : slope.data());
+              // s becomes P and dp becomes dS * scale (times the cap's
+              // slope); a row that sees no key has P = 0.
               float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
               for (int64_t j = 0; j < nk; ++j) {
                 float p =
                     m[i] == kNegInf ? 0.0f : expApprox(sRow[j] - m[i]) * inv;
                 sRow[j] = p;
                 dpRow[j] = p * (dpRow[j] - rowD[i]) * g.scale;
+                if (!slope.empty())
+                  dpRow[j] *= slope[j];
               }
             }
             // dq += dS K.
@@ -589,6 +605,14 @@ Status prepareAttention(KernelContext &ctx, bool hasMask, AttentionShape &g,
   if (ctx.attrs.has("scale"))
     PARTITA_RETURN_IF_ERROR(ctx.attrs.getFloat("scale", scale));
   g.scale = static_cast<float>(scale);
+  if (ctx.attrs.has("softcap")) {
+    double softcap;
+    PARTITA_RETURN_IF_ERROR(ctx.attrs.getFloat("softcap", softcap));
+    if (!(softcap > 0.0) || !std::isfinite(softcap))
+      return ctx.error("softcap " + std::to_string(softcap) +
+                       " is not positive and finite");
+    g.softcap = static_cast<float>(softcap);
+  }
   g.mask = hasMask ? &ctx.operands[3] : nullptr;
   if (g.mask) {
     const Tensor &mask = *g.mask;

@@ -4,12 +4,13 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The CUDA kernel of attention_grad (pt::attention_grad), generated for one
-// instruction and run on the emulator, against the host kernel on the same
-// inputs: causal with grouped heads and more queries than keys (rows that
-// see no key), a bool mask with fully masked rows, an additive float mask
-// per head with -inf entries, a head dimension of 128 (four columns per
-// lane), and bf16 storage.
+// The CUDA kernels of attention_grad (pt::attention_grad) and of attention
+// (pt::attention), each generated for one instruction and run on the
+// emulator, against the host kernel on the same inputs: causal with grouped
+// heads and more queries than keys (rows that see no key), a bool mask with
+// fully masked rows, an additive float mask per head with -inf entries, a head
+// dimension of 128 (four columns per lane), bf16 storage, and Gemma2's softcap
+// with a float mask.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,6 +38,8 @@ struct GradShape {
   program::DType maskType = program::DTYPE_UNSPECIFIED;
   std::vector<int64_t> maskShape = {};
   program::DType dtype = program::F32;
+  /// Gemma2's cap of the scores; 0: none.
+  float softcap = 0.0f;
 };
 
 std::ostream &operator<<(std::ostream &os, const GradShape &s) {
@@ -129,6 +132,8 @@ TEST_P(AttentionGradKernel, MatchesTheHostKernel) {
   (*kernel.mutable_attributes())["has_mask"].set_b(hasMask);
   (*kernel.mutable_attributes())["causal"].set_b(s.causal);
   (*kernel.mutable_attributes())["scale"].set_f(0.3);
+  if (s.softcap > 0)
+    (*kernel.mutable_attributes())["softcap"].set_f(s.softcap);
   Status built = k.build({}, s.name);
   ASSERT_TRUE(built) << built.message();
   EXPECT_NE(k.source.find("pt::attention_grad<"), std::string::npos);
@@ -179,6 +184,78 @@ TEST_P(AttentionGradKernel, MatchesTheHostKernel) {
     }
 }
 
+/// The forward (pt::attention, sq > 1) on the same shapes, against the
+/// host kernel.
+TEST_P(AttentionGradKernel, ForwardMatchesTheHostKernel) {
+  const GradShape &s = GetParam();
+  bool hasMask = s.maskType != program::DTYPE_UNSPECIFIED;
+  std::vector<std::vector<int64_t>> shapes = {{s.batch, s.hq, s.sq, s.d},
+                                              {s.batch, s.hkv, s.skv, s.d},
+                                              {s.batch, s.hkv, s.skv, s.dv}};
+  if (hasMask)
+    shapes.push_back(s.maskShape);
+  std::vector<int64_t> outShape = {s.batch, s.hq, s.sq, s.dv};
+  std::mt19937 rng(std::hash<std::string>()(s.name) & 0xffffffff);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<uint8_t>> operands;
+  OneKernel k;
+  std::vector<int32_t> operandIds;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    bool mask = hasMask && i == 3;
+    program::DType dtype = mask ? s.maskType : s.dtype;
+    std::vector<float> values(size_t(countOf(shapes[i])));
+    for (size_t e = 0; e < values.size(); ++e) {
+      values[e] = normal(rng);
+      if (mask && dtype == program::BOOL)
+        values[e] = values[e] > -0.5f ? 1.0f : 0.0f;
+      else if (mask && e % 7 == 0)
+        values[e] = -INFINITY;
+    }
+    operands.push_back(bytesOf(values, dtype));
+    operandIds.push_back(k.buffer(dtype, shapes[i]));
+  }
+  int32_t outId = k.buffer(s.dtype, outShape);
+  program::Kernel &kernel = k.kernel("attention", operandIds, {outId});
+  (*kernel.mutable_attributes())["has_mask"].set_b(hasMask);
+  (*kernel.mutable_attributes())["causal"].set_b(s.causal);
+  (*kernel.mutable_attributes())["scale"].set_f(0.3);
+  if (s.softcap > 0)
+    (*kernel.mutable_attributes())["softcap"].set_f(s.softcap);
+  Status built = k.build({}, s.name + "_forward");
+  ASSERT_TRUE(built) << built.message();
+  EXPECT_NE(k.source.find("pt::attention<"), std::string::npos);
+
+  std::vector<float> nan(size_t(countOf(outShape)), NAN);
+  std::vector<uint8_t> device = bytesOf(nan, s.dtype), host = device;
+  std::vector<void *> memory, hostMemory;
+  for (std::vector<uint8_t> &bytes : operands) {
+    memory.push_back(bytes.data());
+    hostMemory.push_back(bytes.data());
+  }
+  memory.push_back(device.data());
+  hostMemory.push_back(host.data());
+  Status ran = k.run(memory);
+  ASSERT_TRUE(ran) << ran.message();
+  BufferResolver resolve = [&](int32_t id) {
+    const program::TensorType &type = k.program.buffers(id).type();
+    return Tensor{hostMemory[size_t(id)],
+                  type.dtype(),
+                  {type.shape().begin(), type.shape().end()}};
+  };
+  ThreadPool pool(2);
+  Status hostRan =
+      runHostKernel(k.program.instructions(0).kernel(), resolve, pool);
+  ASSERT_TRUE(hostRan) << hostRan.message();
+  double tolerance = s.dtype == program::F32 ? 1e-4 : 2e-2;
+  for (int64_t e = 0; e < countOf(outShape); ++e) {
+    float got = floatAt(device, s.dtype, size_t(e));
+    float want = floatAt(host, s.dtype, size_t(e));
+    ASSERT_FALSE(std::isnan(got)) << "out[" << e << "]";
+    ASSERT_NEAR(got, want, tolerance * (1 + std::fabs(want)))
+        << "out[" << e << "]";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionGradKernel,
     ::testing::Values(
@@ -207,6 +284,21 @@ INSTANTIATE_TEST_SUITE_P(
                   program::F32,
                   {1, 3, 5, 7}},
         GradShape{"head_dim_128", 1, 2, 1, 5, 9, 128, 72, true},
+        // Scores of these inputs reach a few units: a cap of 0.5 bends
+        // them well into tanh's curve.
+        GradShape{"softcap_causal_float_mask",
+                  2,
+                  4,
+                  2,
+                  6,
+                  6,
+                  16,
+                  8,
+                  true,
+                  program::F32,
+                  {2, 1, 6, 6},
+                  program::F32,
+                  0.5f},
         GradShape{"bf16",
                   1,
                   2,

@@ -35,6 +35,8 @@ struct DecodeShape {
   int64_t maskedFrom = -1, maskedTo = -1;
   /// Batch row 1 sees no key at all.
   bool emptyRow = false;
+  /// Gemma2's cap of the scores; 0: none.
+  double softcap = 0;
 };
 
 std::ostream &operator<<(std::ostream &os, const DecodeShape &s) {
@@ -54,6 +56,8 @@ TEST_P(DecodeAttention, MatchesReference) {
   program::Kernel &kernel = k.kernel("attention", {q, kk, v, mask}, {out});
   (*kernel.mutable_attributes())["has_mask"].set_b(true);
   (*kernel.mutable_attributes())["causal"].set_b(false);
+  if (s.softcap > 0)
+    (*kernel.mutable_attributes())["softcap"].set_f(s.softcap);
   cudatarget::CodeGenOptions options;
   options.decodeKeySplit = s.split;
   Status built = k.build(options, s.name);
@@ -96,6 +100,8 @@ TEST_P(DecodeAttention, MatchesReference) {
           dot += double(qs[size_t((b * s.hq + h) * s.d + t)]) *
                  ks[size_t(((b * s.hkv + hk) * s.keys + j) * s.d + t)];
         p[size_t(j)] = dot * scale;
+        if (s.softcap > 0)
+          p[size_t(j)] = s.softcap * std::tanh(p[size_t(j)] / s.softcap);
         mx = std::max(mx, p[size_t(j)]);
       }
       for (int64_t j = 0; j < s.keys; ++j)
@@ -126,7 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
         // One key (L = 1), one split.
         DecodeShape{"one_key", 2, 2, 2, 1, 64, 256},
         // Head dimension 128 (4 columns per lane) over 3 splits of 256.
-        DecodeShape{"head_dim_128", 1, 2, 1, 600, 128, 256}),
+        DecodeShape{"head_dim_128", 1, 2, 1, 600, 128, 256},
+        // Gemma2's softcap, a cap of 0.5 on scores of a few units.
+        DecodeShape{"softcap", 2, 4, 2, 100, 64, 32, 40, 50, false, 0.5}),
     [](const ::testing::TestParamInfo<DecodeShape> &info) {
       return info.param.name;
     });

@@ -1236,3 +1236,12 @@ func.func @kv_cache_write_c4(%c: tensor<1x2x8x4xf32>, %k: tensor<1x2x1x4xf32>, %
   %0 = nn.kv_cache_write %c, %k, %p axis = 2 : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi64>) -> tensor<1x2x8x4xbf16>
   return
 }
+
+// -----
+
+// attention_c10: softcap
+func.func @attention_c10_softcap(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>) {
+  // expected-error @+1 {{attention_c10: softcap must be positive and finite, got 0}}
+  %0 = nn.attention %q, %k, %v {softcap = 0.0 : f32} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return
+}

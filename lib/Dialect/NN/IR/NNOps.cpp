@@ -498,6 +498,11 @@ verifyAttentionLike(OpTy op, StringRef stem,
     if (!(scale->convertToDouble() > 0.0))
       return error(10) << "scale must be positive, got "
                        << scale->convertToDouble();
+  if (std::optional<APFloat> softcap = op.getSoftcap())
+    if (!(softcap->convertToDouble() > 0.0) ||
+        !std::isfinite(softcap->convertToDouble()))
+      return error(10) << "softcap must be positive and finite, got "
+                       << softcap->convertToDouble();
   return success();
 }
 

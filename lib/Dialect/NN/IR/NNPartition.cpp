@@ -141,6 +141,8 @@ private:
   Value ringIndex;
   RankedTensorType outType, statsType, columnType, boolLike;
   FloatAttr scale;
+  /// The op's softcap (null without one), which every step keeps.
+  FloatAttr softcap;
   /// The merged result so far, its rows' largest score and the sum of
   /// exp(score - rowMax) (nn.attention_partial's results).
   Value out, rowMax, rowSum;
@@ -258,8 +260,8 @@ LogicalResult AttentionOp::partition(PartitionContext &context) {
         qType.clone(
             {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2),
              cast<RankedTensorType>(operands[2].getType()).getDimSize(3)}),
-        operands[0], operands[1], operands[2], mask, UnitAttr(),
-        getScaleAttr());
+        operands[0], operands[1], operands[2], mask, UnitAttr(), getScaleAttr(),
+        getSoftcapAttr());
     return context.setResult(0, local);
   }
   if (!context.hasRingPlan())
@@ -280,6 +282,7 @@ void RingAttention::start() {
   rows = qType.getDimSize(2);
   buildPositions();
   scale = b.getF32FloatAttr(scaleValue);
+  softcap = op->getAttrOfType<FloatAttr>("softcap");
   statsType = RankedTensorType::get(
       {qType.getDimSize(0), qType.getDimSize(1), rows}, b.getF32Type());
   outType =
@@ -358,7 +361,7 @@ LogicalResult RingAttention::buildBackward() {
     Value scaled = MulOp::create(b, loc, dout, asColumn(weight));
     auto step = AttentionGradOp::create(
         b, loc, TypeRange{q.getType(), k.getType(), v.getType()}, q, k, v,
-        getStepMask(t), out0, scaled, /*causal=*/nullptr, scale);
+        getStepMask(t), out0, scaled, /*causal=*/nullptr, scale, softcap);
     dq = t ? AddOp::create(b, loc, dq, step.getDq()).getResult() : step.getDq();
     dk = t ? AddOp::create(b, loc, dk, step.getDk()).getResult() : step.getDk();
     dv = t ? AddOp::create(b, loc, dv, step.getDv()).getResult() : step.getDv();
@@ -456,9 +459,9 @@ void RingAttention::buildPositions() {
 
 AttentionPartialOp RingAttention::buildStep(Value key, Value value,
                                             Value stepMask, Value keyPos) {
-  return AttentionPartialOp::create(b, loc,
-                                    TypeRange{outType, statsType, statsType}, q,
-                                    key, value, stepMask, qpos, keyPos, scale);
+  return AttentionPartialOp::create(
+      b, loc, TypeRange{outType, statsType, statsType}, q, key, value, stepMask,
+      qpos, keyPos, scale, softcap);
 }
 
 /// Passes the key/value block (and what travels with it) on to the next
@@ -602,7 +605,7 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
       TypeRange{operands[0].getType(), operands[1].getType(),
                 operands[2].getType()},
       operands[0], operands[1], operands[2], mask, operands[next],
-      operands[next + 1], causal, getScaleAttr());
+      operands[next + 1], causal, getScaleAttr(), getSoftcapAttr());
   for (unsigned i = 0; i < 3; ++i)
     if (failed(context.setResult(i, local->getResult(i))))
       return failure();

@@ -8,6 +8,7 @@
 //
 //   s = matmul(q, kT)            kT = transpose(k) (possibly scaled)
 //   s = s / c  or  s * c         the scale, or none
+//   s = cap * tanh(s / cap)      Gemma2's softcap, or none
 //   s = s + mask | where(m, s, -big)   any number of masks
 //   p = softmax(s, axis = -1)
 //   p = where(isnan(p), 0, p)    torch's sdpa lowering only
@@ -58,7 +59,35 @@ struct Scores {
   MatmulOp product;
   double scale = 1.0;
   SmallVector<MaskTerm> masks;
+  /// Gemma2's tanh capping of the scaled scores; 0 for none.
+  double softcap = 0.0;
 };
+
+/// `c * tanh(x / c)` (or `x * (1 / c)` inside): {x, c}.
+std::optional<std::pair<Value, double>> matchSoftcap(Value value) {
+  auto outer = matchScalarOperand<MulOp>(value);
+  if (!outer || !(outer->second > 0.0) || !std::isfinite(outer->second))
+    return std::nullopt;
+  auto tanh = outer->first.getDefiningOp<TanhOp>();
+  if (!tanh)
+    return std::nullopt;
+  double cap = outer->second, inverse;
+  Value inner;
+  if (auto quotient =
+          matchScalarOperand<DivOp>(tanh.getInput(), /*commutative=*/false)) {
+    inner = quotient->first;
+    inverse = 1.0 / quotient->second;
+  } else if (auto product = matchScalarOperand<MulOp>(tanh.getInput())) {
+    inner = product->first;
+    inverse = product->second;
+  } else {
+    return std::nullopt;
+  }
+  // The two constants are the same cap, up to the rounding of 1 / c.
+  if (std::fabs(inverse * cap - 1.0) > 1e-6)
+    return std::nullopt;
+  return std::make_pair(inner, cap);
+}
 
 bool isMaskedScore(Value fill) {
   std::optional<double> value = getUniformConstant(fill);
@@ -123,6 +152,17 @@ FailureOr<Scores> peelScores(Value value, bool scaled, unsigned depth) {
     FailureOr<Scores> scores = peelScores(chain, scaled, depth + 1);
     if (succeeded(scores))
       scores->masks.push_back({where.getCondition(), true, inverted});
+    return scores;
+  }
+  // The cap applies to the scaled scores (scales above it fold into the
+  // scale) and before every mask (none may come above it).
+  if (std::optional<std::pair<Value, double>> cap = matchSoftcap(value)) {
+    if (scaled)
+      return failure();
+    FailureOr<Scores> scores = peelScores(cap->first, true, depth + 1);
+    if (failed(scores) || scores->softcap != 0.0)
+      return failure();
+    scores->softcap = cap->second;
     return scores;
   }
   if (auto product = matchScalarOperand<MulOp>(value)) {
@@ -726,13 +766,18 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
     if (std::fabs(scale - defaultScale) > 1e-6 * defaultScale)
       scaleAttr = rewriter.getF32FloatAttr(scale);
     UnitAttr causalAttr = causal ? rewriter.getUnitAttr() : UnitAttr();
+    FloatAttr softcapAttr = scores->softcap > 0.0
+                                ? rewriter.getF32FloatAttr(scores->softcap)
+                                : FloatAttr();
     if (rank == 4) {
-      rewriter.replaceOpWithNewOp<AttentionOp>(
-          op, resultType, query, key, value, mask, causalAttr, scaleAttr);
+      rewriter.replaceOpWithNewOp<AttentionOp>(op, resultType, query, key,
+                                               value, mask, causalAttr,
+                                               scaleAttr, softcapAttr);
       return success();
     }
-    Value attention = AttentionOp::create(rewriter, loc, resultType, query, key,
-                                          value, mask, causalAttr, scaleAttr);
+    Value attention =
+        AttentionOp::create(rewriter, loc, resultType, query, key, value, mask,
+                            causalAttr, scaleAttr, softcapAttr);
     rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), attention);
     return success();
   }

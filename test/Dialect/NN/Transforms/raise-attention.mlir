@@ -370,3 +370,43 @@ func.func @where_small_fill(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, 
   %o = nn.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
   return %o : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// Gemma2: the scaled scores capped as 5 * tanh(s / 5) before the mask:
+// nn.attention's softcap.
+// CHECK-LABEL: func.func @gemma2_softcap
+// CHECK-NOT: nn.softmax
+// CHECK-NOT: nn.tanh
+// CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} {scale = 3.000000e-01 : f32, softcap = 5.000000e+00 : f32}
+func.func @gemma2_softcap(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf32>, %v: tensor<2x4x8x16xf32>, %m: tensor<2x1x8x8xf32>) -> tensor<2x4x8x16xf32> {
+  %s = nn.matmul %q, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %c = nn.constant dense<0.3> : tensor<f32>
+  %scaled = nn.mul %s, %c : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %cap = nn.constant dense<5.0> : tensor<f32>
+  %d = nn.div %scaled, %cap : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %t = nn.tanh %d : tensor<2x4x8x8xf32>
+  %capped = nn.mul %t, %cap : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %masked = nn.add %capped, %m : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = nn.softmax %masked axis = 3 : tensor<2x4x8x8xf32>
+  %o = nn.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return %o : tensor<2x4x8x16xf32>
+}
+
+// -----
+
+// A mask inside the cap would be capped too: not raised.
+// CHECK-LABEL: func.func @mask_inside_softcap
+// CHECK: nn.softmax
+// CHECK-NOT: nn.attention
+func.func @mask_inside_softcap(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf32>, %v: tensor<2x4x8x16xf32>, %m: tensor<2x1x8x8xf32>) -> tensor<2x4x8x16xf32> {
+  %s = nn.matmul %q, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %masked = nn.add %s, %m : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %cap = nn.constant dense<5.0> : tensor<f32>
+  %d = nn.div %masked, %cap : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %t = nn.tanh %d : tensor<2x4x8x8xf32>
+  %capped = nn.mul %t, %cap : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %p = nn.softmax %capped axis = 3 : tensor<2x4x8x8xf32>
+  %o = nn.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return %o : tensor<2x4x8x16xf32>
+}

@@ -562,11 +562,12 @@ def NN_AttentionOp
     result `[b, hq, sq, dv]`. Query head `h` reads key/value head
     `h / (hq / hkv)` (grouped-query attention; `hkv == hq` is multi-head).
 
-    `scale` defaults to `1 / sqrt(d)`. With `causal`, query `i` attends to
-    keys `j <= i + (skv - sq)` (aligned at the last position, as with a
-    key/value cache). The optional `mask` broadcasts to `[b, hq, sq, skv]`:
-    an `i1` mask keeps the positions where it is true; a float mask is added
-    to the scores.
+    `scale` defaults to `1 / sqrt(d)`. With `softcap` c (Gemma2's, Grok's),
+    the scaled scores are capped first: `c * tanh(q k^T * scale / c)`. With
+    `causal`, query `i` attends to keys `j <= i + (skv - sq)` (aligned at
+    the last position, as with a key/value cache). The optional `mask`
+    broadcasts to `[b, hq, sq, skv]`: an `i1` mask keeps the positions where
+    it is true; a float mask is added to the (capped) scores.
 
     ```mlir
     %o = nn.attention %q, %k, %v mask %m {causal, scale = 1.250000e-01 : f32} : (tensor<2x12x8x64xf32>, tensor<2x4x8x64xf32>, tensor<2x4x8x64xf32>, tensor<2x1x1x8xi1>) -> tensor<2x12x8x64xf32>
@@ -586,11 +587,12 @@ def NN_AttentionOp
     8. `attention_c8`: `q`, `k` and `v` have the same element type.
     9. `attention_c9`: the result type is `[b, hq, sq, dv]` with the element
        type of `q`.
-    10. `attention_c10`: `scale`, when given, is positive.
+    10. `attention_c10`: `scale` and `softcap`, when given, are positive.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
-                       UnitAttr:$causal, OptionalAttr<F32Attr>:$scale);
+                       UnitAttr:$causal, OptionalAttr<F32Attr>:$scale,
+                       OptionalAttr<F32Attr>:$softcap);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? attr-dict `:`
@@ -623,7 +625,8 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
     (2^-10 at 10^4, 2^104 at 3.4e38) would round the log of the sum away,
     and with it the weight of the block.
 
-    Shapes, grouped heads, `scale` and `mask` are as for `nn.attention`.
+    Shapes, grouped heads, `scale`, `softcap` and `mask` are as for
+    `nn.attention`.
     With `positions(%qpos, %kpos)` (the global positions of the query rows
     and of the keys, as ring attention's blocks are not aligned), query
     `i` attends only to keys `j` with `kpos[j] <= qpos[i]`: causal attention
@@ -648,7 +651,8 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
     8. `attention_partial_c8`: `q`, `k` and `v` have the same element type.
     9. `attention_partial_c9`: the result type is `[b, hq, sq, dv]` with the
        element type of `q`.
-    10. `attention_partial_c10`: `scale`, when given, is positive.
+    10. `attention_partial_c10`: `scale` and `softcap`, when given, are
+        positive.
     11. `attention_partial_c11`: the positions are `i64` vectors of lengths
         `sq` and `skv`.
     12. `attention_partial_c12`: `row_max` and `row_sum` are `[b, hq, sq]`
@@ -658,7 +662,8 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
                        Optional<NN_IndexTensor>:$query_positions,
                        Optional<NN_IndexTensor>:$key_positions,
-                       OptionalAttr<F32Attr>:$scale);
+                       OptionalAttr<F32Attr>:$scale,
+                       OptionalAttr<F32Attr>:$softcap);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$row_max,
                       NN_FloatTensor:$row_sum);
   let assemblyFormat = [{
@@ -688,13 +693,17 @@ def NN_AttentionGradOp
       head (grouped-query attention),
     - `dv = P^T dout`, likewise summed.
 
+    With `softcap` c, `P` is the softmax of the capped scores
+    `c * tanh(x / c)`, `x = q k^T * scale`, and `dS` is multiplied by their
+    slope `1 - tanh(x / c)^2` before the products with `k` and `q`.
+
     `P` is recomputed from `q` and `k` a block of query rows at a time (its
     row maxima and sums recomputed too): no `[sq, skv]` tensor is kept. A
     row that sees no key (every key masked out, or a causal row before the
     first key) has `P = 0`, as `nn.attention` gives it zeros: it adds
     nothing to any cotangent, and its `dq` row is zero. The mask takes no
-    cotangent. `causal`, `scale`, the mask and the grouped heads are as for
-    `nn.attention`, whose operands these are.
+    cotangent. `causal`, `scale`, `softcap`, the mask and the grouped heads
+    are as for `nn.attention`, whose operands these are.
 
     ```mlir
     %dq, %dk, %dv = nn.attention_grad %q, %k, %v mask %m out %o dout %g {causal} : (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x1x1x16xi1>, tensor<2x8x16x64xf32>, tensor<2x8x16x64xf32>) -> (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>)
@@ -714,14 +723,16 @@ def NN_AttentionGradOp
     8. `attention_grad_c8`: `q`, `k` and `v` have the same element type.
     9. `attention_grad_c9`: `out` and `dout` have type `[b, hq, sq, dv]`
        with the element type of `q`.
-    10. `attention_grad_c10`: `scale`, when given, is positive.
+    10. `attention_grad_c10`: `scale` and `softcap`, when given, are
+        positive.
     11. `attention_grad_c11`: `dq`, `dk` and `dv` have the types of `q`, `k`
         and `v`.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
                        NN_FloatTensor:$out, NN_FloatTensor:$dout,
-                       UnitAttr:$causal, OptionalAttr<F32Attr>:$scale);
+                       UnitAttr:$causal, OptionalAttr<F32Attr>:$scale,
+                       OptionalAttr<F32Attr>:$softcap);
   let results = (outs NN_FloatTensor:$dq, NN_FloatTensor:$dk,
                       NN_FloatTensor:$dv);
   let assemblyFormat = [{
