@@ -19,6 +19,8 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <map>
+
 namespace mlir::partita {
 #define GEN_PASS_DEF_ANNOTATEPASS
 #include "partita/Dialect/Dist/Transforms/Passes.h.inc"
@@ -117,6 +119,7 @@ private:
   LogicalResult planRing(func::FuncOp func);
 
   LogicalResult splitSegments(nn::SplitOp split);
+  static void slicesAsSplit(nn::MatmulOp matmul);
   void groupKeyValueCaches(func::FuncOp func);
   void repeatKeyValueHeads(nn::AttentionOp attention);
   /// Pins operand `index` of `user` to the sharding that splits dimension
@@ -455,7 +458,65 @@ void Megatron::repeatKeyValueHeads(nn::AttentionOp attention) {
           std::to_string(heads / split) + " query heads use"));
 }
 
+/// A fused projection whose segments are taken by slices (torch's legacy
+/// exporter writes `qkv[..., a:b]` and `chunk` so): where every use of the
+/// matmul's result is a slice of a range of its last dimension and the
+/// ranges tile it, the slices become one nn.split, whose segments
+/// splitSegments then splits over tp.
+void Megatron::slicesAsSplit(nn::MatmulOp matmul) {
+  auto type = cast<RankedTensorType>(matmul.getType());
+  int64_t rank = type.getRank(), width = type.getDimSize(rank - 1);
+  std::map<int64_t, SmallVector<nn::SliceOp>> byStart;
+  std::map<int64_t, int64_t> limitOf;
+  for (Operation *user : matmul->getUsers()) {
+    auto slice = dyn_cast<nn::SliceOp>(user);
+    if (!slice)
+      return;
+    ArrayRef<int64_t> start = slice.getStart(), limit = slice.getLimit(),
+                      stride = slice.getStride();
+    for (int64_t d = 0; d < rank; ++d) {
+      bool whole = start[d] == 0 && limit[d] == type.getDimSize(d);
+      if (stride[d] != 1 || (d != rank - 1 && !whole))
+        return;
+    }
+    int64_t first = start[rank - 1], last = limit[rank - 1];
+    if (last <= first)
+      return;
+    auto [it, inserted] = limitOf.try_emplace(first, last);
+    if (!inserted && it->second != last)
+      return;
+    byStart[first].push_back(slice);
+  }
+  if (byStart.size() < 2)
+    return;
+  int64_t next = 0;
+  SmallVector<Type> pieces;
+  for (auto [first, last] : limitOf) {
+    if (first != next)
+      return;
+    SmallVector<int64_t> shape(type.getShape());
+    shape[rank - 1] = last - first;
+    pieces.push_back(type.clone(shape));
+    next = last;
+  }
+  if (next != width)
+    return;
+  OpBuilder b(matmul->getContext());
+  b.setInsertionPointAfter(matmul);
+  auto split = nn::SplitOp::create(b, matmul.getLoc(), pieces,
+                                   matmul.getResult(), rank - 1);
+  for (auto [index, entry] : llvm::enumerate(byStart))
+    for (nn::SliceOp slice : entry.second) {
+      slice.getResult().replaceAllUsesWith(split.getResult(index));
+      slice.erase();
+    }
+}
+
 LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
+  SmallVector<nn::MatmulOp> matmuls;
+  func.walk([&](nn::MatmulOp matmul) { matmuls.push_back(matmul); });
+  for (nn::MatmulOp matmul : matmuls)
+    slicesAsSplit(matmul);
   SmallVector<nn::SplitOp> splits;
   func.walk([&](nn::SplitOp split) { splits.push_back(split); });
   for (nn::SplitOp split : splits)

@@ -90,6 +90,40 @@ func.func @segments(%x: tensor<4x1xf32>) -> (tensor<4x2xf32>, tensor<4x2xf32>, t
 
 // -----
 
+// The same segments taken by slices (torch's legacy exporter), one of them
+// twice: the slices tile the columns, so they become one split, permuted
+// as above.
+// CHECK-LABEL: func.func @sliced_segments
+// CHECK: nn.constant dense<{{\[}}[0.000000e+00, 2.000000e+00, 4.000000e+00, 1.000000e+00, 3.000000e+00, 5.000000e+00]]> : tensor<1x6xf32>
+// CHECK-NOT: nn.slice
+// TP4-LABEL: func.func @sliced_segments
+// TP4: nn.split %{{.*}} axis = 1 : tensor<4x6xf32>
+func.func @sliced_segments(%x: tensor<4x1xf32>) -> (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) {
+  %w = nn.constant dense<[[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]> : tensor<1x6xf32>
+  %y = nn.matmul %x, %w : (tensor<4x1xf32>, tensor<1x6xf32>) -> tensor<4x6xf32>
+  %q = nn.slice %y start = [0, 0] limit = [4, 2] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x2xf32>
+  %k = nn.slice %y start = [0, 2] limit = [4, 4] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x2xf32>
+  %v = nn.slice %y start = [0, 4] limit = [4, 6] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x2xf32>
+  %q2 = nn.slice %y start = [0, 0] limit = [4, 2] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x2xf32>
+  return %q, %k, %v, %q2 : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+}
+
+// -----
+
+// Slices that leave a gap do not tile the columns: they stay slices.
+// CHECK-LABEL: func.func @gapped_slices
+// CHECK-COUNT-2: nn.slice
+// CHECK-NOT: nn.split
+func.func @gapped_slices(%x: tensor<4x1xf32>) -> (tensor<4x2xf32>, tensor<4x2xf32>) {
+  %w = nn.constant dense<[[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]> : tensor<1x6xf32>
+  %y = nn.matmul %x, %w : (tensor<4x1xf32>, tensor<1x6xf32>) -> tensor<4x6xf32>
+  %q = nn.slice %y start = [0, 0] limit = [4, 2] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x2xf32>
+  %v = nn.slice %y start = [0, 4] limit = [4, 6] stride = [1, 1] : tensor<4x6xf32> -> tensor<4x2xf32>
+  return %q, %v : tensor<4x2xf32>, tensor<4x2xf32>
+}
+
+// -----
+
 // Grouped attention: 2 key/value heads divide tp=2 and are split as they
 // are; with tp=4 they are repeated per query head (replicated projections)
 // and the module says so.
