@@ -78,16 +78,9 @@ def test_hf_fixture_matches_onnxruntime(tmp_path, name, mesh):
                                    err_msg=f"{name} {mesh}: {key}")
 
 
-# Attention that nn.attention does not express yet: BLOOM's ALiBi bias
-# stays a softmax chain (equal to onnxruntime on every mesh, but neither
-# flash nor ring attention applies to it).
-NOT_RAISED = {"bloom": "ALiBi"}
-
-
 @pytest.mark.parametrize("name", FILES)
 def test_hf_fixture_attention_raised(name):
-    """Every layer's attention is one nn.attention; no softmax is left
-    (NOT_RAISED: none is raised, and one softmax per layer is left)."""
+    """Every layer's attention is one nn.attention; no softmax is left."""
     model, inputs = load_inputs(name)
     proc = subprocess.run(
         [str(BUILD / "bin" / "partita-compile"), str(HF / name), "--emit",
@@ -95,10 +88,6 @@ def test_hf_fixture_attention_raised(name):
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     layers = 2
-    if MANIFEST[name]["model"] in NOT_RAISED:
-        assert "nn.attention " not in proc.stdout
-        assert proc.stdout.count("nn.softmax ") == layers, proc.stdout
-        return
     assert proc.stdout.count("nn.attention ") == layers, proc.stdout
     assert "nn.softmax" not in proc.stdout
 
@@ -119,8 +108,7 @@ def test_hf_kv_step_refuses_ring(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", [n for n in FILES
-                                  if MANIFEST[n]["kind"] != "kv" and
-                                  MANIFEST[n]["model"] not in NOT_RAISED])
+                                  if MANIFEST[n]["kind"] != "kv"])
 def test_hf_fixture_ring_runs_ring_attention(tmp_path, name):
     """sp=2 ring splits the sequence: the ranks pass key/value blocks
     around (collective_permute), rather than gathering the sequence and
@@ -136,12 +124,6 @@ def test_hf_fixture_ring_runs_ring_attention(tmp_path, name):
     kinds = {c["kind"] for c in json.loads(report.read_text())["ranks"][0]
              ["collectives"]}
     assert "collective_permute" in kinds, kinds
-
-
-# Fixtures whose tp=2 ranks still hold more than 60% of the weight bytes,
-# with the reason. BLOOM's attention is not raised (ALiBi), so its fused
-# QKV, interleaved per head, and its output projection stay whole.
-TP_HEAVY = {"bloom": "attention not raised (ALiBi)"}
 
 
 @pytest.mark.parametrize("name", [n for n in FILES
@@ -163,7 +145,4 @@ def test_hf_fixture_tp2_splits_the_weights(tmp_path, name):
         held[mesh] = max(rank["weight_bytes"] for rank in
                          json.loads(report.read_text())["ranks"])
     share = held["tp=2"] / held["1"]
-    if MANIFEST[name]["model"] in TP_HEAVY:
-        assert share > 0.6, f"{name}: {share:.3f}: take it off TP_HEAVY"
-        return
     assert share <= 0.6, f"{name}: a tp=2 rank holds {share:.3f}"

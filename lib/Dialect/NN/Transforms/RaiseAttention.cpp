@@ -600,6 +600,127 @@ struct LiftMergedTranspose : OpRewritePattern<ReshapeOp> {
   }
 };
 
+/// BLOOM's scores are computed on heads merged into the batch
+/// (`baddbmm(alibi, q, kT)` on `[b * h, s, d]`), then split to
+/// `[b, h, s, s]` for the mask and the softmax, and merged again for the
+/// product with the values. The two patterns below lift the merged parts to
+/// rank 4, where RaiseAttention sees one chain (the ALiBi bias becomes a
+/// per-head float mask `[b, h, 1, s]`):
+///
+/// - SplitBeforeScores: `reshape([n, s, t] → [b, h, s, t])` of a product,
+///   a transpose of the last two dimensions, or a sum, product or quotient
+///   of them (n = b * h) is the same op of its operands split likewise;
+/// - SplitBeforeValues: `matmul(reshape(softmax : [b, h, s, t] → [n, s,
+///   t]), v : [n, t, d])` is the product of the softmax and `v` split,
+///   merged after.
+///
+/// `n`'s split of `value` into `[b, h, ...]`: a rank-3 operand whose first
+/// dimension is n, or 1 (`[1, 1, ...]`); a lower rank broadcasts as it is.
+std::optional<Value> splitMergedBatch(PatternRewriter &rewriter, Location loc,
+                                      Value value, int64_t b, int64_t h) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() < 3)
+    return value;
+  if (type.getRank() != 3)
+    return std::nullopt;
+  int64_t lead = type.getDimSize(0);
+  if (lead != b * h && lead != 1)
+    return std::nullopt;
+  SmallVector<int64_t> shape = {lead == 1 ? 1 : b, lead == 1 ? 1 : h};
+  llvm::append_range(shape, type.getShape().drop_front());
+  return reshapeTo(rewriter, loc, value, shape);
+}
+
+struct SplitBeforeScores : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(ReshapeOp op,
+                                PatternRewriter &rewriter) const override {
+    ArrayRef<int64_t> in = op.getInput().getType().getShape(),
+                      out = op.getType().getShape();
+    if (in.size() != 3 || out.size() != 4 || out[0] * out[1] != in[0] ||
+        out.drop_front(2) != in.drop_front() || out[1] == 1)
+      return failure();
+    Operation *def = op.getInput().getDefiningOp();
+    if (!def || !def->hasOneUse())
+      return failure();
+    int64_t b = out[0], h = out[1];
+    Location loc = def->getLoc();
+    auto split = [&](Value v) {
+      return splitMergedBatch(rewriter, loc, v, b, h);
+    };
+    if (auto matmul = dyn_cast<MatmulOp>(def)) {
+      if (matmul.getBias() || matmul.getLhs().getType().getRank() != 3)
+        return failure();
+      std::optional<Value> lhs = split(matmul.getLhs()),
+                           rhs = split(matmul.getRhs());
+      if (!lhs || !rhs || (*lhs).getType() == matmul.getLhs().getType())
+        return failure();
+      rewriter.replaceOpWithNewOp<MatmulOp>(op, op.getType(), *lhs, *rhs,
+                                            Value());
+      return success();
+    }
+    if (auto transpose = dyn_cast<TransposeOp>(def)) {
+      if (transpose.getPermutation() != ArrayRef<int64_t>{0, 2, 1})
+        return failure();
+      std::optional<Value> input = split(transpose.getInput());
+      if (!input)
+        return failure();
+      rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(), *input,
+                                               ArrayRef<int64_t>{0, 1, 3, 2});
+      return success();
+    }
+    if (!isa<AddOp, MulOp, DivOp>(def))
+      return failure();
+    // One operand is the merged chain (a product, or a sum or scaling of
+    // one); the other a bias or a scalar.
+    Value lhs = def->getOperand(0), rhs = def->getOperand(1);
+    auto isScores = [&](Value v) {
+      return v.getType() == op.getInput().getType() &&
+             isa_and_present<MatmulOp, AddOp, MulOp, DivOp>(v.getDefiningOp());
+    };
+    if (!isScores(lhs) && !isScores(rhs))
+      return failure();
+    std::optional<Value> l = split(lhs), r = split(rhs);
+    if (!l || !r)
+      return failure();
+    OperationState state(loc, def->getName());
+    state.addOperands({*l, *r});
+    state.addTypes(op.getType());
+    state.addAttributes(def->getAttrs());
+    rewriter.replaceOp(op, rewriter.create(state)->getResults());
+    return success();
+  }
+};
+
+struct SplitBeforeValues : OpRewritePattern<MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(MatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    auto merge = op.getLhs().getDefiningOp<ReshapeOp>();
+    if (op.getBias() || !merge || op.getType().getRank() != 3)
+      return failure();
+    auto softmax = merge.getInput().getDefiningOp<SoftmaxOp>();
+    ArrayRef<int64_t> in = merge.getInput().getType().getShape(),
+                      out = merge.getType().getShape();
+    if (!softmax || in.size() != 4 || in[0] * in[1] != out[0] ||
+        in.drop_front(2) != out.drop_front())
+      return failure();
+    std::optional<Value> value =
+        splitMergedBatch(rewriter, op.getLoc(), op.getRhs(), in[0], in[1]);
+    if (!value || (*value).getType() == op.getRhs().getType())
+      return failure();
+    auto type = cast<RankedTensorType>(op.getType());
+    Value product = MatmulOp::create(
+        rewriter, op.getLoc(),
+        type.clone({in[0], in[1], type.getDimSize(1), type.getDimSize(2)}),
+        merge.getInput(), *value, Value());
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), product);
+    return success();
+  }
+};
+
 /// `matmul(softmax(scale * q kT + mask), v)` → `nn.attention`, on
 /// `[b, h, s, d]` operands, or on `[b * h, s, d]` ones (reshaped to rank 4
 /// around the attention).
@@ -786,5 +907,6 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
 } // namespace
 
 void nn::populateRaiseAttentionPatterns(RewritePatternSet &patterns) {
-  patterns.add<RaiseAttention, LiftMergedTranspose>(patterns.getContext());
+  patterns.add<RaiseAttention, LiftMergedTranspose, SplitBeforeScores,
+               SplitBeforeValues>(patterns.getContext());
 }

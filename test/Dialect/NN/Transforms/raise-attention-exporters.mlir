@@ -369,3 +369,35 @@ func.func @per_head_scale(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v
   %o = nn.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
   return %o : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// BLOOM: baddbmm(alibi, q, kT) on heads merged into the batch ([b * h, s,
+// d]), split to [b, h, s, s] for the mask and the softmax, merged again for
+// the values. The merged parts are lifted to rank 4 and the ALiBi bias
+// [b * h, 1, s] becomes a per-head term of the float mask.
+// CHECK-LABEL: func.func @bloom_alibi
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4x8x16xf32>, %[[K:.*]]: tensor<2x4x8x16xf32>, %[[V:.*]]: tensor<2x4x8x16xf32>, %[[ALIBI:.*]]: tensor<8x1x8xf32>, %[[M:.*]]: tensor<2x1x8x8xf32>)
+// CHECK-NOT: nn.softmax
+// CHECK: %[[A:.*]] = nn.reshape %{{.*}} : tensor<8x1x8xf32> -> tensor<2x4x1x8xf32>
+// CHECK: %[[MASK:.*]] = nn.add %[[A]], %[[M]] : (tensor<2x4x1x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+// CHECK: %[[O:.*]] = nn.attention %[[Q]], %[[K]], %[[V]] mask %[[MASK]] {scale = 3.000000e-01 : f32}
+// CHECK: nn.reshape %[[O]] : tensor<2x4x8x16xf32> -> tensor<8x8x16xf32>
+func.func @bloom_alibi(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x16xf32>, %alibi: tensor<8x1x8xf32>, %m: tensor<2x1x8x8xf32>) -> tensor<8x8x16xf32> {
+  %q3 = nn.reshape %q : tensor<2x4x8x16xf32> -> tensor<8x8x16xf32>
+  %k3 = nn.reshape %k : tensor<2x4x8x16xf32> -> tensor<8x8x16xf32>
+  %kt = nn.transpose %k3 permutation = [0, 2, 1] : tensor<8x8x16xf32> -> tensor<8x16x8xf32>
+  %s = nn.matmul %q3, %kt : (tensor<8x8x16xf32>, tensor<8x16x8xf32>) -> tensor<8x8x8xf32>
+  %c = nn.constant dense<0.3> : tensor<f32>
+  %scaled = nn.mul %s, %c : (tensor<8x8x8xf32>, tensor<f32>) -> tensor<8x8x8xf32>
+  %one = nn.constant dense<1.0> : tensor<f32>
+  %beta = nn.mul %alibi, %one : (tensor<8x1x8xf32>, tensor<f32>) -> tensor<8x1x8xf32>
+  %biased = nn.add %scaled, %beta : (tensor<8x8x8xf32>, tensor<8x1x8xf32>) -> tensor<8x8x8xf32>
+  %s4 = nn.reshape %biased : tensor<8x8x8xf32> -> tensor<2x4x8x8xf32>
+  %masked = nn.add %s4, %m : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = nn.softmax %masked axis = 3 : tensor<2x4x8x8xf32>
+  %p3 = nn.reshape %p : tensor<2x4x8x8xf32> -> tensor<8x8x8xf32>
+  %v3 = nn.reshape %v : tensor<2x4x8x16xf32> -> tensor<8x8x16xf32>
+  %o = nn.matmul %p3, %v3 : (tensor<8x8x8xf32>, tensor<8x8x16xf32>) -> tensor<8x8x16xf32>
+  return %o : tensor<8x8x16xf32>
+}
