@@ -262,11 +262,20 @@ void ModelRoles::analyzeFunction(Operation *funcOp) {
       continue;
     }
     // The LM head: a matmul whose result the function returns, perhaps
-    // reshaped or cast (to fp32 under --dtype).
+    // reshaped or cast (to fp32 under --dtype), scaled by a constant
+    // (Granite's logit scaling) or softcapped (Gemma2's c * tanh(x / c)).
     Value result = matmul.getResult();
-    while (
-        result.hasOneUse() &&
-        isa<nn::ReshapeOp, nn::TransposeOp, nn::CastOp>(*result.user_begin()))
+    auto perLogit = [](Operation *user) {
+      if (isa<nn::ReshapeOp, nn::TransposeOp, nn::CastOp, nn::TanhOp>(user))
+        return true;
+      if (!isa<nn::MulOp, nn::DivOp>(user))
+        return false;
+      return llvm::any_of(user->getOperands(), [](Value operand) {
+        return isConstant(operand) &&
+               cast<RankedTensorType>(operand.getType()).getNumElements() == 1;
+      });
+    };
+    while (result.hasOneUse() && perLogit(*result.user_begin()))
       result = result.user_begin()->getResult(0);
     if (llvm::is_contained(ret.getOperands(), result))
       assign(matmul, ModelRole::LmHead);

@@ -146,3 +146,19 @@ def test_hf_fixture_tp2_splits_the_weights(tmp_path, name):
                          json.loads(report.read_text())["ranks"])
     share = held["tp=2"] / held["1"]
     assert share <= 0.6, f"{name}: a tp=2 rank holds {share:.3f}"
+
+
+@pytest.mark.parametrize("name", ["gemma2.legacy.onnx", "gemma2.dynamo18.onnx"])
+def test_softcapped_lm_head_is_split(tmp_path, name):
+    """Gemma2's LM head ends in its final softcap (c * tanh(x / c)): it is
+    still the LM head, split over tp on the vocabulary."""
+    model, inputs = load_inputs(name)
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(HF / name), "-o",
+         str(tmp_path / "art"), "--mesh", "tp=2", "--explain",
+         *binding(model, inputs)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    heads = [line for line in proc.stdout.splitlines() + proc.stderr.splitlines()
+             if "tensor<32x128xf32>" in line]
+    assert heads and all(line.endswith("[{}, {tp}]") for line in heads), heads

@@ -124,6 +124,9 @@ MODELS = {
                                        initializer_range=0.1,
                                        use_cache=False),
                tf.FalconForCausalLM, "lm"),
+    # RMS norms of q and k over the whole projection (not per head).
+    "olmo2": (lambda: tf.Olmo2Config(**common(num_key_value_heads=2)),
+              tf.Olmo2ForCausalLM, "lm"),
     "bert": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
              tf.BertModel, "encoder"),
     "minilm": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
