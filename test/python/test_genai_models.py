@@ -127,9 +127,11 @@ def test_genai_model_file_named_by_the_config(tmp_path):
 # Serving: two prompts of 6 and 4 tokens (the second given left-padded,
 # as a Hugging Face tokenizer pads it) in a prefill of 8, then greedy
 # decode steps, against a greedy loop over the export in onnxruntime fed
-# as onnxruntime-genai feeds it: each row's tokens from position 0, the
-# padding after them, the mask [batch, past + 1] over each row's tokens.
-SERVE_PROMPT, SERVE_MAX_SEQ, SERVE_TOKENS = 8, 32, 24
+# as onnxruntime-genai feeds it (each row's tokens from position 0, the
+# padding after them, the mask [batch, past + 1] over each row's tokens),
+# and against onnxruntime-genai's own tokens where make_genai.py recorded
+# them.
+SERVE_PROMPT, SERVE_MAX_SEQ, SERVE_TOKENS = 8, 32, 24  # make_genai's GENERATE
 
 
 def serving_prompt():
@@ -244,6 +246,14 @@ def test_genai_generation_matches_onnxruntime(tmp_path, name, mesh):
     logits = np.load(tmp_path / "out" / "logits.npy")
     np.testing.assert_array_equal(tokens, want_tokens)
     np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    # onnxruntime-genai's own greedy generation (make_genai.py), each row up
+    # to its end-of-sequence token, where it stops.
+    made = step_arrays(name, "generate")
+    if made:
+        np.testing.assert_array_equal(made["prompt"][1, :4], ids[1, 2:])
+        for b, length in enumerate(made["lengths"]):
+            np.testing.assert_array_equal(tokens[b, :length],
+                                          made["tokens"][b, :length])
 
 
 def test_genai_serving_refuses_an_if_that_changes_with_the_length(tmp_path):
