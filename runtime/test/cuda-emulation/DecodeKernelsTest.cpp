@@ -197,4 +197,55 @@ TEST(KvCacheWrite, WritesTheSliceAndRefusesOverflow) {
   EXPECT_EQ(kept, expected(6));
 }
 
+/// One slot per row of the batch (GroupQueryAttention's decode step): each
+/// row's update at its own slot, in place and into another result, and a
+/// row past the end refusing the whole write.
+TEST(KvCacheWrite, WritesEachRowAtItsSlot) {
+  OneKernel k;
+  // [batch 2, heads 2, slots 6, 3]: the slot is per batch row, so heads
+  // of a row share it.
+  int32_t cache = k.buffer(program::F32, {2, 2, 6, 3});
+  int32_t update = k.buffer(program::F32, {2, 2, 1, 3});
+  int32_t position = k.buffer(program::I64, {2});
+  int32_t out = k.buffer(program::F32, {2, 2, 6, 3});
+  program::Kernel &kernel =
+      k.kernel("kv_cache_write", {cache, update, position}, {out});
+  (*kernel.mutable_attributes())["axis"].set_i(2);
+  Status built = k.build({}, "kv_rows");
+  ASSERT_TRUE(built) << built.message();
+
+  std::vector<float> c(72), u(12);
+  for (size_t i = 0; i < c.size(); ++i)
+    c[i] = float(i);
+  for (size_t i = 0; i < u.size(); ++i)
+    u[i] = -1.0f - float(i);
+  auto expected = [&](const int64_t (&slots)[2]) {
+    std::vector<float> e = c;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < 3; ++i)
+          e[size_t(((b * 2 + h) * 6 + slots[b]) * 3 + i)] =
+              u[size_t((b * 2 + h) * 3 + i)];
+    return e;
+  };
+  int64_t slots[2] = {4, 1};
+  std::vector<float> inPlace = c;
+  Status ran = k.run({inPlace.data(), u.data(), slots, inPlace.data()});
+  ASSERT_TRUE(ran) << ran.message();
+  EXPECT_EQ(inPlace, expected(slots));
+  std::vector<float> other(72, NAN);
+  ran = k.run({c.data(), u.data(), slots, other.data()});
+  ASSERT_TRUE(ran) << ran.message();
+  EXPECT_EQ(other, expected(slots));
+  std::vector<float> kept = c;
+  int64_t past[2] = {0, 6};
+  ran = k.run({kept.data(), u.data(), past, kept.data()});
+  ASSERT_FALSE(ran);
+  EXPECT_NE(ran.message().find("kv_cache_write: writing 1 tokens at slot 6 "
+                               "overflows the cache of 6 slots"),
+            std::string::npos)
+      << ran.message();
+  EXPECT_EQ(kept, c);
+}
+
 } // namespace
