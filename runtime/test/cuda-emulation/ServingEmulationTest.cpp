@@ -92,11 +92,10 @@ TEST_P(ServingEmulation, DecodesLikeTheHost) {
       0);
   // An optimum KV-cache fixture by name, or a path under test/models (an
   // onnxruntime-genai builder directory).
-  std::string model =
-      c.model.find('/') != std::string::npos
-          ? std::string(PARTITA_EMU_MODELS) + "/" + c.model
-          : std::string(PARTITA_EMU_MODELS) + "/hf/" + c.model +
-                ".optimum.onnx";
+  std::string model = c.model.find('/') != std::string::npos
+                          ? std::string(PARTITA_EMU_MODELS) + "/" + c.model
+                          : std::string(PARTITA_EMU_MODELS) + "/hf/" + c.model +
+                                ".optimum.onnx";
   std::string common = "'" + compiler + "' '" + model +
                        "' --bind batch_size=2,sequence_length=8 --max-seq " +
                        std::to_string(c.maxSeq) + " " + c.flags;
@@ -275,8 +274,7 @@ INSTANTIATE_TEST_SUITE_P(
         // onnxruntime-genai's Llama export: rows right-padded, each decode
         // step's keys and values written at the row's own slot.
         ServingCase{"genai_llama", "genai/llama.fp32", "", 24},
-        ServingCase{"genai_llama_tp2", "genai/llama.fp32", "--mesh tp=2",
-                    24}),
+        ServingCase{"genai_llama_tp2", "genai/llama.fp32", "--mesh tp=2", 24}),
     [](const ::testing::TestParamInfo<ServingCase> &info) {
       return info.param.name;
     });
