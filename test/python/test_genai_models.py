@@ -299,3 +299,35 @@ def test_planner_counts_int4_bytes(tmp_path):
                                       "model.layers.0.mlp.",
                                       "model.layers.0.attn.o_proj.")))
     assert shape["tensor_split_weight_bytes"] == split
+
+
+@pytest.mark.parametrize("mesh", [None, {"tp": 2}], ids=["1", "tp=2"])
+@pytest.mark.parametrize("name", ["llama", "llama.int4"])
+def test_genai_bf16_generation_through_python(tmp_path, name, mesh):
+    """The builder exports served from Python (partita.compile with
+    max_seq, prefill, step, generate) in bf16: teacher-forced with the
+    fp32 reference's tokens, every step's logits within 2e-2 of their
+    scale, and the greedy token equal wherever the fp32 top-two margin
+    exceeds twice that (test_serving.py's bf16 policy)."""
+    import partita
+    artifact = partita.compile(directory(name), mesh,
+                               bind={"batch_size": 2,
+                                     "sequence_length": SERVE_PROMPT},
+                               max_seq=SERVE_MAX_SEQ, dtype="bf16")
+    assert artifact.manifest["serving"]["padding"] == "right"
+    ids, mask = serving_prompt()
+    want_tokens, want_logits = ort_greedy(name, tmp_path)
+    logits = [artifact.prefill(ids, attention_mask=mask)]
+    for step in range(7):
+        logits.append(artifact.step(want_tokens[:, step]))
+    logits = np.stack(logits)
+    scale = float(np.abs(want_logits[:8]).max())
+    np.testing.assert_allclose(logits, want_logits[:8], rtol=2e-2,
+                               atol=2e-2 * scale)
+    top2 = np.sort(want_logits[:8], -1)[..., -2:]
+    clear = (top2[..., 1] - top2[..., 0]) > 4e-2 * scale
+    assert clear.sum() >= 4
+    np.testing.assert_array_equal(logits.argmax(-1)[clear],
+                                  want_tokens.T[:8][clear])
+    tokens = artifact.generate(ids, 8, attention_mask=mask)
+    assert tokens.shape == (2, 8) and tokens.min() >= 0 and tokens.max() < 128
