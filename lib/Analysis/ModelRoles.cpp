@@ -88,8 +88,9 @@ Value firstVariable(Operation *op) {
 }
 
 /// The matmul with a constant weight that produces `value`, looking through
-/// ops that keep features in place (layout changes, rotary embedding's
-/// slices and products, elementwise ops); null if there is none.
+/// ops that keep features in place (layout changes, nn.rope or rotary
+/// embedding's slices and products, elementwise ops); null if there is
+/// none.
 nn::MatmulOp projectionOf(Value value) {
   while (value) {
     Operation *def = value.getDefiningOp();
@@ -98,7 +99,7 @@ nn::MatmulOp projectionOf(Value value) {
     if (auto matmul = dyn_cast<nn::MatmulOp>(def))
       return isConstant(matmul.getRhs()) ? matmul : nn::MatmulOp();
     if (isa<nn::ReshapeOp, nn::TransposeOp, nn::SplitOp, nn::SliceOp,
-            nn::ConcatOp>(def) ||
+            nn::ConcatOp, nn::RopeOp>(def) ||
         isElementwise(def))
       value = firstVariable(def);
     else

@@ -275,9 +275,10 @@ def test_genai_serving_refuses_an_if_that_changes_with_the_length(tmp_path):
 
 def test_planner_counts_int4_bytes(tmp_path):
     # --mesh auto plans with a rank's packed bytes: the projections it
-    # splits over tp count their int4 blocks and scales, not float weights.
-    # (A fused query/key/value projection is left out of the split bytes,
-    # int4 or not: the planner does not see its segments yet.)
+    # splits over tp count their int4 blocks and scales, not float weights,
+    # the fused query/key/value projection (seen through the rotary
+    # embedding) among them. Layer 1's attention is dead in these exports
+    # (the LM head reads layer 0's norm): its projections are not split.
     import subprocess
     from conftest import BUILD
     import onnx
@@ -297,7 +298,8 @@ def test_planner_counts_int4_bytes(tmp_path):
                 for i in model.graph.initializer
                 if i.name.startswith(("lm_head.", "model.embed_tokens.",
                                       "model.layers.0.mlp.",
-                                      "model.layers.0.attn.o_proj.")))
+                                      "model.layers.0.attn.o_proj.",
+                                      "model.layers.0.attn.qkv_proj.")))
     assert shape["tensor_split_weight_bytes"] == split
 
 
