@@ -170,16 +170,23 @@ _GREEDY = {}
 
 def ort_greedy(name, tmp_path):
     """(tokens [batch, steps], each step's logits [steps, batch, vocab])."""
-    if name in _GREEDY:
-        return _GREEDY[name]
+    if name not in _GREEDY:
+        config = json.loads(
+            (directory(name) / "genai_config.json").read_text())
+        _GREEDY[name] = greedy_loop(exact_model(name, tmp_path),
+                                    config["model"]["decoder"]["head_size"])
+    return _GREEDY[name]
+
+
+def greedy_loop(path, head_size):
+    """The serving prompts' greedy generation over the export at `path` in
+    onnxruntime, fed as onnxruntime-genai feeds it."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = \
         ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(exact_model(name, tmp_path)), options,
+    session = ort.InferenceSession(str(path), options,
                                    providers=["CPUExecutionProvider"])
-    config = json.loads((directory(name) / "genai_config.json").read_text())
-    head_size = config["model"]["decoder"]["head_size"]
     ids, mask = serving_prompt()
     lengths = mask.sum(1)
     batch = ids.shape[0]
@@ -209,8 +216,7 @@ def ort_greedy(name, tmp_path):
                  "attention_mask": (np.arange(total) <=
                                     lengths[:, None]).astype(np.int64)}
         lengths = lengths + 1
-    _GREEDY[name] = np.stack(tokens, 1), np.stack(logits)
-    return _GREEDY[name]
+    return np.stack(tokens, 1), np.stack(logits)
 
 
 SERVE_MESHES = {name: ["1", "tp=2"] for name in MODELS}
@@ -218,21 +224,20 @@ SERVE_MESHES["llama"] = ["1", "tp=2", "tp=4", "dp=2",
                          "pp=2 --microbatches 2"]
 
 
-@pytest.mark.parametrize("name,mesh", [
-    pytest.param(name, mesh, id=f"{name}-{mesh.replace(' --', '-')}")
-    for name in MODELS for mesh in SERVE_MESHES[name]])
-def test_genai_generation_matches_onnxruntime(tmp_path, name, mesh):
+def partita_generate(tmp_path, model, mesh):
+    """The serving prompts' greedy generation by Partita (--max-seq,
+    partita-run --generate): (tokens, logits)."""
     import subprocess
     from conftest import BUILD
-    want_tokens, want_logits = ort_greedy(name, tmp_path)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     ids, mask = serving_prompt()
     np.save(tmp_path / "ids.npy", ids)
     np.save(tmp_path / "mask.npy", mask)
     flags = ["--mesh", *mesh.split()] if mesh != "1" else []
     subprocess.run(
-        [BUILD / "bin" / "partita-compile", directory(name), "-o",
-         tmp_path / "art", "--bind", f"batch_size=2,sequence_length="
-         f"{SERVE_PROMPT}", "--max-seq", str(SERVE_MAX_SEQ), *flags],
+        [BUILD / "bin" / "partita-compile", model, "-o", tmp_path / "art",
+         "--bind", f"batch_size=2,sequence_length={SERVE_PROMPT}",
+         "--max-seq", str(SERVE_MAX_SEQ), *flags],
         check=True, capture_output=True, text=True, timeout=300)
     manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
     assert manifest["serving"]["padding"] == "right"
@@ -242,10 +247,19 @@ def test_genai_generation_matches_onnxruntime(tmp_path, name, mesh):
          "--input", f"attention_mask={tmp_path / 'mask.npy'}",
          "--dump-logits", "--output-dir", tmp_path / "out"],
         check=True, capture_output=True, text=True, timeout=300)
-    tokens = np.load(tmp_path / "out" / "tokens.npy")
-    logits = np.load(tmp_path / "out" / "logits.npy")
+    return (np.load(tmp_path / "out" / "tokens.npy"),
+            np.load(tmp_path / "out" / "logits.npy"))
+
+
+@pytest.mark.parametrize("name,mesh", [
+    pytest.param(name, mesh, id=f"{name}-{mesh.replace(' --', '-')}")
+    for name in MODELS for mesh in SERVE_MESHES[name]])
+def test_genai_generation_matches_onnxruntime(tmp_path, name, mesh):
+    want_tokens, want_logits = ort_greedy(name, tmp_path)
+    tokens, logits = partita_generate(tmp_path, directory(name), mesh)
     np.testing.assert_array_equal(tokens, want_tokens)
     np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    ids, _ = serving_prompt()
     # onnxruntime-genai's own greedy generation (make_genai.py), each row up
     # to its end-of-sequence token, where it stops.
     made = step_arrays(name, "generate")
@@ -254,6 +268,34 @@ def test_genai_generation_matches_onnxruntime(tmp_path, name, mesh):
         for b, length in enumerate(made["lengths"]):
             np.testing.assert_array_equal(tokens[b, :length],
                                           made["tokens"][b, :length])
+
+
+@pytest.mark.parametrize("mesh", ["1", "tp=2"])
+def test_genai_generation_with_a_window_and_a_softcap(tmp_path, mesh):
+    """The Llama export with each GroupQueryAttention given a local window
+    of 3 keys (what gpt-oss's local layers set) and a softcap of 2: a
+    decode step's window follows each row's own position."""
+    import onnx
+    import shutil
+    model = onnx.load(directory("llama") / "model.onnx",
+                      load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "GroupQueryAttention":
+            for attribute in node.attribute:
+                if attribute.name == "local_window_size":
+                    attribute.i = 3
+                elif attribute.name == "softcap":
+                    attribute.f = 2.0
+    export = tmp_path / "export"
+    export.mkdir()
+    for source in directory("llama").iterdir():
+        if source.name != "model.onnx":
+            shutil.copy(source, export / source.name)
+    onnx.save(model, export / "model.onnx")
+    want_tokens, want_logits = greedy_loop(export / "model.onnx", 16)
+    tokens, logits = partita_generate(tmp_path / "run", export, mesh)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
 
 
 def test_genai_serving_refuses_an_if_that_changes_with_the_length(tmp_path):
