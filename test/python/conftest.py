@@ -85,6 +85,27 @@ def initializer(name, array):
     return onnx.numpy_helper.from_array(np.asarray(array), name)
 
 
+def check_bf16_steps(artifact, ids, mask, want_tokens, want_logits,
+                     min_clear, steps=8):
+    """bf16 keeps 8 bits of mantissa: a serving artifact's prefill and
+    first `steps - 1` decode steps, teacher-forced with an fp32 reference's
+    tokens, give logits within 2e-2 of their scale, and the greedy token
+    wherever the reference's top-two margin exceeds twice that (at least
+    `min_clear` of them)."""
+    logits = [artifact.prefill(ids, attention_mask=mask)]
+    for step in range(steps - 1):
+        logits.append(artifact.step(want_tokens[:, step]))
+    logits = np.stack(logits)
+    scale = float(np.abs(want_logits[:steps]).max())
+    np.testing.assert_allclose(logits, want_logits[:steps], rtol=2e-2,
+                               atol=2e-2 * scale)
+    top2 = np.sort(want_logits[:steps], -1)[..., -2:]
+    clear = (top2[..., 1] - top2[..., 0]) > 4e-2 * scale
+    assert clear.sum() >= min_clear
+    np.testing.assert_array_equal(logits.argmax(-1)[clear],
+                                  want_tokens.T[:steps][clear])
+
+
 def compile_and_run(directory, model, inputs, *flags):
     """Compiles `model` into an artifact under `directory` (with a report),
     runs it with partita-run on `inputs` (name -> array), and returns

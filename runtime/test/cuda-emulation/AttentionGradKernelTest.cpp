@@ -90,77 +90,95 @@ float floatAt(const std::vector<uint8_t> &bytes, program::DType dtype,
 
 class AttentionGradKernel : public ::testing::TestWithParam<GradShape> {};
 
-TEST_P(AttentionGradKernel, MatchesTheHostKernel) {
-  const GradShape &s = GetParam();
-  bool hasMask = s.maskType != program::DTYPE_UNSPECIFIED;
-  std::vector<std::vector<int64_t>> shapes = {{s.batch, s.hq, s.sq, s.d},
-                                              {s.batch, s.hkv, s.skv, s.d},
-                                              {s.batch, s.hkv, s.skv, s.dv}};
-  if (hasMask)
-    shapes.push_back(s.maskShape);
-  shapes.push_back({s.batch, s.hq, s.sq, s.dv}); // out
-  shapes.push_back({s.batch, s.hq, s.sq, s.dv}); // dout
+/// q, k, v and the mask of `s` as random bytes (every third row of a bool
+/// mask fully masked, a float mask -inf at every seventh entry), and with
+/// `outAndDout` attention_grad's out and dout after them.
+struct Operands {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<program::DType> types;
+  std::vector<std::vector<uint8_t>> bytes;
+};
 
+Operands randomOperands(const GradShape &s, bool outAndDout) {
+  bool hasMask = s.maskType != program::DTYPE_UNSPECIFIED;
+  Operands o;
+  o.shapes = {{s.batch, s.hq, s.sq, s.d},
+              {s.batch, s.hkv, s.skv, s.d},
+              {s.batch, s.hkv, s.skv, s.dv}};
+  if (hasMask)
+    o.shapes.push_back(s.maskShape);
+  if (outAndDout) {
+    o.shapes.push_back({s.batch, s.hq, s.sq, s.dv}); // out
+    o.shapes.push_back({s.batch, s.hq, s.sq, s.dv}); // dout
+  }
   std::mt19937 rng(std::hash<std::string>()(s.name) & 0xffffffff);
   std::normal_distribution<float> normal;
-  std::vector<std::vector<uint8_t>> operands;
-  std::vector<program::DType> types;
-  for (size_t i = 0; i < shapes.size(); ++i) {
+  for (size_t i = 0; i < o.shapes.size(); ++i) {
     bool mask = hasMask && i == 3;
     program::DType dtype = mask ? s.maskType : s.dtype;
-    std::vector<float> values(size_t(countOf(shapes[i])));
+    std::vector<float> values(size_t(countOf(o.shapes[i])));
     for (size_t e = 0; e < values.size(); ++e) {
       values[e] = normal(rng);
       if (mask && dtype == program::BOOL) // Every third row fully masked.
-        values[e] = (e / size_t(shapes[i].back())) % 3 == 1 ? 0.0f
-                    : values[e] > -0.5f                     ? 1.0f
-                                                            : 0.0f;
+        values[e] = (e / size_t(o.shapes[i].back())) % 3 == 1 ? 0.0f
+                    : values[e] > -0.5f                       ? 1.0f
+                                                              : 0.0f;
       else if (mask && e % 7 == 0)
         values[e] = -INFINITY;
     }
-    operands.push_back(bytesOf(values, dtype));
-    types.push_back(dtype);
+    o.bytes.push_back(bytesOf(values, dtype));
+    o.types.push_back(dtype);
   }
+  return o;
+}
 
+/// Builds `op` over `operands` with `results` (dtype `s.dtype`, shapes as
+/// given), runs it on the emulator and on the host kernel, and checks
+/// every result element (NaN first, so that an element never written
+/// shows) against the host's: fp32 rtol 1e-4, bf16 2e-2.
+void compareWithHost(const GradShape &s, const std::string &op,
+                     Operands &operands,
+                     const std::vector<std::vector<int64_t>> &results,
+                     const std::vector<std::string> &names) {
+  bool hasMask = s.maskType != program::DTYPE_UNSPECIFIED;
   OneKernel k;
   std::vector<int32_t> operandIds, resultIds;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    operandIds.push_back(k.buffer(types[i], shapes[i]));
-  for (int i = 0; i < 3; ++i)
-    resultIds.push_back(k.buffer(s.dtype, shapes[size_t(i)]));
-  program::Kernel &kernel = k.kernel("attention_grad", operandIds, resultIds);
+  for (size_t i = 0; i < operands.shapes.size(); ++i)
+    operandIds.push_back(k.buffer(operands.types[i], operands.shapes[i]));
+  for (const std::vector<int64_t> &shape : results)
+    resultIds.push_back(k.buffer(s.dtype, shape));
+  program::Kernel &kernel = k.kernel(op, operandIds, resultIds);
   (*kernel.mutable_attributes())["has_mask"].set_b(hasMask);
   (*kernel.mutable_attributes())["causal"].set_b(s.causal);
   (*kernel.mutable_attributes())["scale"].set_f(0.3);
   if (s.softcap > 0)
     (*kernel.mutable_attributes())["softcap"].set_f(s.softcap);
-  Status built = k.build({}, s.name);
+  Status built = k.build({}, s.name + "_" + op);
   ASSERT_TRUE(built) << built.message();
-  EXPECT_NE(k.source.find("pt::attention_grad<"), std::string::npos);
-  EXPECT_EQ(k.program.instructions(0).kernel().cuda(0).launch().grid(0),
-            uint32_t(s.batch * s.hkv));
-
-  // The results, NaN first so that an element never written shows.
-  std::vector<std::vector<uint8_t>> device(3), host(3);
-  for (int i = 0; i < 3; ++i) {
-    std::vector<float> nan(size_t(countOf(shapes[size_t(i)])), NAN);
-    device[size_t(i)] = bytesOf(nan, s.dtype);
-    host[size_t(i)] = device[size_t(i)];
+  EXPECT_NE(k.source.find("pt::" + op + "<"), std::string::npos);
+  if (op == "attention_grad") {
+    EXPECT_EQ(k.program.instructions(0).kernel().cuda(0).launch().grid(0),
+              uint32_t(s.batch * s.hkv));
   }
-  std::vector<void *> memory;
-  for (std::vector<uint8_t> &bytes : operands)
+
+  std::vector<std::vector<uint8_t>> device, host;
+  for (const std::vector<int64_t> &shape : results) {
+    std::vector<float> nan(size_t(countOf(shape)), NAN);
+    device.push_back(bytesOf(nan, s.dtype));
+    host.push_back(device.back());
+  }
+  std::vector<void *> memory, hostMemory;
+  for (std::vector<uint8_t> &bytes : operands.bytes) {
     memory.push_back(bytes.data());
-  for (std::vector<uint8_t> &bytes : device)
-    memory.push_back(bytes.data());
+    hostMemory.push_back(bytes.data());
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    memory.push_back(device[i].data());
+    hostMemory.push_back(host[i].data());
+  }
   Status ran = k.run(memory);
   ASSERT_TRUE(ran) << ran.message();
 
-  // The host kernel on the same buffers.
-  std::vector<void *> hostMemory;
-  for (std::vector<uint8_t> &bytes : operands)
-    hostMemory.push_back(bytes.data());
-  for (std::vector<uint8_t> &bytes : host)
-    hostMemory.push_back(bytes.data());
   BufferResolver resolve = [&](int32_t id) {
     const program::TensorType &type = k.program.buffers(id).type();
     return Tensor{hostMemory[size_t(id)],
@@ -173,87 +191,30 @@ TEST_P(AttentionGradKernel, MatchesTheHostKernel) {
   ASSERT_TRUE(hostRan) << hostRan.message();
 
   double tolerance = s.dtype == program::F32 ? 1e-4 : 2e-2;
-  const char *names[] = {"dq", "dk", "dv"};
-  for (int i = 0; i < 3; ++i)
-    for (int64_t e = 0; e < countOf(shapes[size_t(i)]); ++e) {
-      float got = floatAt(device[size_t(i)], s.dtype, size_t(e));
-      float want = floatAt(host[size_t(i)], s.dtype, size_t(e));
+  for (size_t i = 0; i < results.size(); ++i)
+    for (int64_t e = 0; e < countOf(results[i]); ++e) {
+      float got = floatAt(device[i], s.dtype, size_t(e));
+      float want = floatAt(host[i], s.dtype, size_t(e));
       ASSERT_FALSE(std::isnan(got)) << names[i] << "[" << e << "]";
       ASSERT_NEAR(got, want, tolerance * (1 + std::fabs(want)))
           << names[i] << "[" << e << "]";
     }
 }
 
-/// The forward (pt::attention, sq > 1) on the same shapes, against the
-/// host kernel.
+TEST_P(AttentionGradKernel, MatchesTheHostKernel) {
+  const GradShape &s = GetParam();
+  Operands operands = randomOperands(s, /*outAndDout=*/true);
+  std::vector<std::vector<int64_t>> results(operands.shapes.begin(),
+                                            operands.shapes.begin() + 3);
+  compareWithHost(s, "attention_grad", operands, results, {"dq", "dk", "dv"});
+}
+
+/// The forward (pt::attention, sq > 1) on the same shapes.
 TEST_P(AttentionGradKernel, ForwardMatchesTheHostKernel) {
   const GradShape &s = GetParam();
-  bool hasMask = s.maskType != program::DTYPE_UNSPECIFIED;
-  std::vector<std::vector<int64_t>> shapes = {{s.batch, s.hq, s.sq, s.d},
-                                              {s.batch, s.hkv, s.skv, s.d},
-                                              {s.batch, s.hkv, s.skv, s.dv}};
-  if (hasMask)
-    shapes.push_back(s.maskShape);
-  std::vector<int64_t> outShape = {s.batch, s.hq, s.sq, s.dv};
-  std::mt19937 rng(std::hash<std::string>()(s.name) & 0xffffffff);
-  std::normal_distribution<float> normal;
-  std::vector<std::vector<uint8_t>> operands;
-  OneKernel k;
-  std::vector<int32_t> operandIds;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    bool mask = hasMask && i == 3;
-    program::DType dtype = mask ? s.maskType : s.dtype;
-    std::vector<float> values(size_t(countOf(shapes[i])));
-    for (size_t e = 0; e < values.size(); ++e) {
-      values[e] = normal(rng);
-      if (mask && dtype == program::BOOL)
-        values[e] = values[e] > -0.5f ? 1.0f : 0.0f;
-      else if (mask && e % 7 == 0)
-        values[e] = -INFINITY;
-    }
-    operands.push_back(bytesOf(values, dtype));
-    operandIds.push_back(k.buffer(dtype, shapes[i]));
-  }
-  int32_t outId = k.buffer(s.dtype, outShape);
-  program::Kernel &kernel = k.kernel("attention", operandIds, {outId});
-  (*kernel.mutable_attributes())["has_mask"].set_b(hasMask);
-  (*kernel.mutable_attributes())["causal"].set_b(s.causal);
-  (*kernel.mutable_attributes())["scale"].set_f(0.3);
-  if (s.softcap > 0)
-    (*kernel.mutable_attributes())["softcap"].set_f(s.softcap);
-  Status built = k.build({}, s.name + "_forward");
-  ASSERT_TRUE(built) << built.message();
-  EXPECT_NE(k.source.find("pt::attention<"), std::string::npos);
-
-  std::vector<float> nan(size_t(countOf(outShape)), NAN);
-  std::vector<uint8_t> device = bytesOf(nan, s.dtype), host = device;
-  std::vector<void *> memory, hostMemory;
-  for (std::vector<uint8_t> &bytes : operands) {
-    memory.push_back(bytes.data());
-    hostMemory.push_back(bytes.data());
-  }
-  memory.push_back(device.data());
-  hostMemory.push_back(host.data());
-  Status ran = k.run(memory);
-  ASSERT_TRUE(ran) << ran.message();
-  BufferResolver resolve = [&](int32_t id) {
-    const program::TensorType &type = k.program.buffers(id).type();
-    return Tensor{hostMemory[size_t(id)],
-                  type.dtype(),
-                  {type.shape().begin(), type.shape().end()}};
-  };
-  ThreadPool pool(2);
-  Status hostRan =
-      runHostKernel(k.program.instructions(0).kernel(), resolve, pool);
-  ASSERT_TRUE(hostRan) << hostRan.message();
-  double tolerance = s.dtype == program::F32 ? 1e-4 : 2e-2;
-  for (int64_t e = 0; e < countOf(outShape); ++e) {
-    float got = floatAt(device, s.dtype, size_t(e));
-    float want = floatAt(host, s.dtype, size_t(e));
-    ASSERT_FALSE(std::isnan(got)) << "out[" << e << "]";
-    ASSERT_NEAR(got, want, tolerance * (1 + std::fabs(want)))
-        << "out[" << e << "]";
-  }
+  Operands operands = randomOperands(s, /*outAndDout=*/false);
+  compareWithHost(s, "attention", operands, {{s.batch, s.hq, s.sq, s.dv}},
+                  {"out"});
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -652,6 +652,16 @@ struct SplitBeforeScores : OpRewritePattern<ReshapeOp> {
     if (auto matmul = dyn_cast<MatmulOp>(def)) {
       if (matmul.getBias() || matmul.getLhs().getType().getRank() != 3)
         return failure();
+      // The product with the values stays as the rank-3 raising expects
+      // it (MultiheadAttention's [b * h, s, d] blocks).
+      SmallVector<Operation *> guard;
+      Value probs = matmul.getLhs();
+      if (std::optional<Value> guarded = matchNanGuard(probs, guard))
+        probs = *guarded;
+      if (auto cast = probs.getDefiningOp<CastOp>())
+        probs = cast.getInput();
+      if (probs.getDefiningOp<SoftmaxOp>())
+        return failure();
       std::optional<Value> lhs = split(matmul.getLhs()),
                            rhs = split(matmul.getRhs());
       if (!lhs || !rhs || (*lhs).getType() == matmul.getLhs().getType())
