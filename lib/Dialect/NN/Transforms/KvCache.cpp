@@ -25,9 +25,10 @@ constexpr StringLiteral kNameAttr = "onnx.name";
 
 /// A returned `concat(past, new)` whose `past` is an argument read by
 /// nothing else; or a returned `kv_cache_write(concat(past, fill), new,
-/// positions)` (`write` set): the importer's form of a cache whose rows
-/// write at their own positions (GroupQueryAttention's decode step), where
-/// the cache replaces the padded past and the write keeps its positions.
+/// positions)` with a constant `fill` (`write` set): the importer's form of a
+/// cache whose rows write at their own positions (GroupQueryAttention's decode
+/// step), where the cache replaces the padded past and the write keeps its
+/// positions.
 struct CachePair {
   unsigned result;
   BlockArgument past;
@@ -71,8 +72,11 @@ struct KvCachePass : mlir::partita::impl::KvCachePassBase<KvCachePass> {
       auto write = operand.get().getDefiningOp<nn::KvCacheWriteOp>();
       nn::ConcatOp concat =
           concatOfPast(write ? write.getCache() : operand.get(), body);
-      if (!concat || (write && (!concat->hasOneUse() ||
-                                concat.getAxis() != write.getAxis())))
+      // The padded past's new slots: a constant (the importer's zeros).
+      if (!concat ||
+          (write &&
+           (!concat->hasOneUse() || concat.getAxis() != write.getAxis() ||
+            !concat.getInputs()[1].getDefiningOp<nn::ConstantOp>())))
         continue;
       pairs.push_back({operand.getOperandNumber(),
                        cast<BlockArgument>(concat.getInputs()[0]), concat,

@@ -119,7 +119,8 @@ def KvCachePass : Pass<"partita-kv-cache", "::mlir::func::FuncOp"> {
     A decode step whose rows write at positions of their own
     (onnxruntime's GroupQueryAttention, rows of unequal lengths) is
     imported as `present = nn.kv_cache_write(nn.concat(past, fill), new,
-    positions)` with one position per row: there the cache argument takes
+    positions)` with one position per row and a constant `fill` (zeros):
+    there the cache argument takes
     the padded past's place and the write keeps its positions
     (`cache_position` is added only where a concatenation needs it).
 
