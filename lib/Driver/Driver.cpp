@@ -665,8 +665,6 @@ LogicalResult buildCudaModules(MLIRContext &context,
   return success();
 }
 
-/// --max-seq: the prefill and the decode program of a decoder export, in
-/// one artifact over the same weights and KV cache.
 /// An If whose condition reads the sequence lengths (Phi-3.5's choice of
 /// rotary tables past its original positions) folds once for the prompt's
 /// length and once for the cache's: where the two programs picked
@@ -700,6 +698,8 @@ LogicalResult checkSameBranches(MLIRContext &context,
   return success();
 }
 
+/// --max-seq: the prefill and the decode program of a decoder export, in
+/// one artifact over the same weights and KV cache.
 LogicalResult runServingCompiler(MLIRContext &context, DriverOptions &options,
                                  DriverResult &result, TimingScope &root,
                                  ClusterModel &cluster) {

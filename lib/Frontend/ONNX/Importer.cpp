@@ -1148,8 +1148,14 @@ LogicalResult GraphImporter::importIf(const onnx::NodeProto &node,
   auto [then, otherwise] = getBranches(node);
   bool pickThen = condition->constant->getAsInt(0) != 0;
   const onnx::GraphProto *branch = pickThen ? then : otherwise;
-  ifBranches.push_back(builder.getNamedAttr(cast<NameLoc>(loc).getName(),
-                                            builder.getBoolAttr(pickThen)));
+  // Keyed by the node's name, made unique where two Ifs share one.
+  std::string key = cast<NameLoc>(loc).getName().str();
+  if (llvm::any_of(ifBranches, [&](NamedAttribute entry) {
+        return entry.getName() == key;
+      }))
+    key += "#" + std::to_string(index);
+  ifBranches.push_back(
+      builder.getNamedAttr(key, builder.getBoolAttr(pickThen)));
   for (const onnx::TensorProto &init : branch->initializer()) {
     if (lookup(init.name()))
       return emitError(loc) << "If's branch defines '" << init.name()
