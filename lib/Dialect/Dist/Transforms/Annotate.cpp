@@ -699,14 +699,25 @@ LogicalResult Megatron::annotateSequence(func::FuncOp func) {
               "[batch, sequence, hidden] input of a norm over hidden, but no "
               "norm has such an input; this one's is "
            << otherNorm->getOperand(0).getType();
+  // A sequence that the axis does not divide (ViT's 16 patches and class
+  // token over 2) stays whole, and a remark says so.
+  for (auto [norm, dim] : norms) {
+    int64_t length =
+        cast<RankedTensorType>(norm->getOperand(0).getType()).getDimSize(dim);
+    if (length % size == 0)
+      continue;
+    remarks.push_back(
+        StringAttr::get(func.getContext(),
+                        "--sp-mode: the sequence of " + std::to_string(length) +
+                            " positions (the input of norm " + opName(norm) +
+                            ") is not "
+                            "divisible by " +
+                            axis.str() + "=" + std::to_string(size) +
+                            ", so it is not split over " + axis.str()));
+    return success();
+  }
   for (auto [norm, dim] : norms) {
     auto type = cast<RankedTensorType>(norm->getOperand(0).getType());
-    if (type.getDimSize(dim) % size != 0)
-      return norm->emitError()
-             << "--sp-mode splits the sequence over " << axis << "=" << size
-             << ", but the input of this norm has sequence length "
-             << type.getDimSize(dim) << ", which " << axis
-             << " does not divide";
     OpBuilder b(norm);
     auto annotate = AnnotateOp::create(b, norm->getLoc(), norm->getOperand(0),
                                        batchAnd(type, dim, {axis}));
