@@ -4,8 +4,9 @@ called as a careless or hostile program calls them.
 
 One case is a few calls, each with one argument of the wrong type, out of
 range, past int64, NaN, empty, huge or NULL, the rest valid, on the
-artifacts `campaign.py` compiles beforehand (a plain GPT-2 and a serving
-GPT-2 with a KV cache). The Python calls go through `partita`, the C calls
+artifacts `campaign.py` compiles beforehand (a plain GPT-2, a serving
+GPT-2 with a KV cache and a serving onnxruntime-genai Llama export, whose
+rows are right-padded). The Python calls go through `partita`, the C calls
 through `libpartita.so` with ctypes, in memory the C contract allows (a
 shape array of `rank` entries, data of the size the tensor claims, or
 NULL). Run as
@@ -157,10 +158,28 @@ class PythonCalls:
                 lambda: artifact.file(relative))
 
     def serving(self):
-        artifact = self.partita.load(pathlib.Path(self.work) / "serving")
+        # GPT-2 (left-padded rows) or onnxruntime-genai's Llama export
+        # (right-padded rows, each written at its own slot).
+        name = self.rng.choice(["serving", "serving_genai"])
+        artifact = self.partita.load(pathlib.Path(self.work) / name)
         ids = np.ones((2, 8), np.int64)
-        choice = self.rng.randrange(4)
+        choice = self.rng.randrange(5)
         value = self.rng.choice(HOSTILE)
+        if choice == 4:
+            # Masks of 0 and 1 with a kept token in every row are valid,
+            # holes and all; a row of zeros, another value or another
+            # shape is not.
+            masks = [np.ones((2, 8), np.int64),
+                     np.array([[0, 0, 1, 1, 1, 1, 1, 1]] * 2),
+                     np.array([[1, 0, 1, 0, 1, 0, 1, 0]] * 2),
+                     np.array([[1] * 8, [0] * 8]),
+                     np.array([[2] * 8] * 2), np.ones((2, 7), np.int64),
+                     np.ones((3, 8), np.int64)]
+            index = self.rng.randrange(len(masks))
+            mask = masks[index]
+            return (f"{name}.generate(ids, 3, attention_mask=masks[{index}])",
+                    index >= 3, lambda: artifact.generate(
+                        ids, 3, attention_mask=mask))
         if choice == 0:
             invalid = isinstance(value, (bool, np.bool_)) or not isinstance(
                 value, (int, np.integer)) or not 1 <= value <= 8

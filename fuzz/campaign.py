@@ -1798,7 +1798,8 @@ class Options:
 class Api:
     """The Python and C APIs called with hostile arguments (fuzz/api.py):
     each case runs in a process of its own, so that a crash is seen as one,
-    on a plain and a serving GPT-2 compiled once."""
+    on a plain and a serving GPT-2 and a serving onnxruntime-genai Llama
+    export, compiled once."""
 
     def __init__(self, tools, findings, work, seed, timeout=60.0):
         self.tools, self.findings = tools, findings
@@ -1813,7 +1814,10 @@ class Api:
         for cmd in (["partita-compile", "gpt2.onnx", "-o", "plain"],
                     ["partita-compile", "gpt2_kv.onnx", "--bind",
                      "batch_size=2,sequence_length=8", "--max-seq", "16",
-                     "-o", "serving"]):
+                     "-o", "serving"],
+                    ["partita-compile", str(models / "genai" / "llama.fp32"),
+                     "--bind", "batch_size=2,sequence_length=8",
+                     "--max-seq", "16", "-o", "serving_genai"]):
             subprocess.run(self.tools.resolve(cmd), cwd=self.work, check=True,
                            capture_output=True)
 
