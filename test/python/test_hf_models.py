@@ -159,6 +159,6 @@ def test_softcapped_lm_head_is_split(tmp_path, name):
          *binding(model, inputs)],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    heads = [line for line in proc.stdout.splitlines() + proc.stderr.splitlines()
-             if "tensor<32x128xf32>" in line]
+    lines = proc.stdout.splitlines() + proc.stderr.splitlines()
+    heads = [line for line in lines if "tensor<32x128xf32>" in line]
     assert heads and all(line.endswith("[{}, {tp}]") for line in heads), heads
