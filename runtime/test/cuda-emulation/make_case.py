@@ -15,6 +15,15 @@ import onnxruntime as ort
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
+def save_reference(session, feeds, folder, name):
+    """Runs `session` on `feeds` and writes NAME.inputs.npz and
+    NAME.outputs.npz (onnxruntime's outputs by name) into `folder`."""
+    outputs = session.run(None, feeds)
+    names = [o.name for o in session.get_outputs()]
+    np.savez(folder / f"{name}.inputs.npz", **feeds)
+    np.savez(folder / f"{name}.outputs.npz", **dict(zip(names, outputs)))
+
+
 def main():
     folder, name, flags = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
     model = folder / f"{name}.onnx"
@@ -28,10 +37,7 @@ def main():
     for spec in session.get_inputs():
         shape = [int(d) for d in spec.shape]
         feeds[spec.name] = rng.integers(0, vocab, shape, dtype=np.int64)
-    outputs = session.run(None, feeds)
-    names = [o.name for o in session.get_outputs()]
-    np.savez(folder / f"{name}.inputs.npz", **feeds)
-    np.savez(folder / f"{name}.outputs.npz", **dict(zip(names, outputs)))
+    save_reference(session, feeds, folder, name)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from make_case import save_reference
+
 BATCH, SEQ, HIDDEN, FFN = 2, 5, 64, 128
 
 
@@ -96,10 +98,7 @@ def main():
                                    providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(5)
     feeds = {"x": rng.standard_normal((BATCH, SEQ, HIDDEN)).astype(np.float32)}
-    outputs = session.run(None, feeds)
-    names = [o.name for o in session.get_outputs()]
-    np.savez(folder / f"{name}.inputs.npz", **feeds)
-    np.savez(folder / f"{name}.outputs.npz", **dict(zip(names, outputs)))
+    save_reference(session, feeds, folder, name)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from make_case import save_reference
+
 BATCH, SEQ, HIDDEN, HALF = 2, 40, 32, 16
 
 
@@ -95,10 +97,7 @@ def main():
              "x": rng.standard_normal((BATCH, SEQ, HIDDEN)).astype(np.float32)}
     session = ort.InferenceSession(str(path),
                                    providers=["CPUExecutionProvider"])
-    outputs = session.run(None, feeds)
-    names = [o.name for o in session.get_outputs()]
-    np.savez(folder / f"{name}.inputs.npz", **feeds)
-    np.savez(folder / f"{name}.outputs.npz", **dict(zip(names, outputs)))
+    save_reference(session, feeds, folder, name)
 
 
 if __name__ == "__main__":
