@@ -85,6 +85,38 @@ def initializer(name, array):
     return onnx.numpy_helper.from_array(np.asarray(array), name)
 
 
+def serving_prompt():
+    """The serving tests' prompts: two rows of 6 token ids (1 to 127), the
+    second left-padded by 2 (id 0, mask 0), as a tokenizer pads a batch."""
+    rng = np.random.default_rng(19)
+    ids = rng.integers(1, 128, size=(2, 6)).astype(np.int64)
+    mask = np.ones((2, 6), np.int64)
+    ids[1, :2] = 0
+    mask[1, :2] = 0
+    return ids, mask
+
+
+def check_greedy_generation(tokens, logits, want_tokens, want_logits):
+    """A generation (tokens [batch, steps], logits [steps, batch, vocab])
+    against a float reference's greedy one: every step's logits within
+    rtol 1e-4 (atol 1e-5), every choice of the reference decided by a
+    top-two margin above twice the logits' difference at that step (so
+    that no other CPU's rounding could pick another token: a near tie
+    fails here, by name, rather than as a token), and then the tokens
+    equal."""
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    top2 = np.sort(want_logits, -1)[..., -2:]
+    margin = top2[..., 1] - top2[..., 0]
+    difference = np.abs(logits - want_logits).max(-1)
+    step, row = np.unravel_index(np.argmin(margin - 2 * difference),
+                                 margin.shape)
+    assert margin[step, row] > 2 * difference[step, row], (
+        f"step {step}, row {row}: the reference's top-two margin "
+        f"{margin[step, row]:.3g} is under twice the logits' difference "
+        f"{difference[step, row]:.3g}, a near tie")
+    np.testing.assert_array_equal(tokens, want_tokens)
+
+
 def check_bf16_steps(artifact, ids, mask, want_tokens, want_logits,
                      min_clear, steps=8):
     """bf16 keeps 8 bits of mantissa: a serving artifact's prefill and

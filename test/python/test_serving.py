@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from conftest import BUILD, ROOT, check_bf16_steps
+from conftest import serving_prompt as prompt
 
 HF = ROOT / "test" / "models" / "hf"
 COMPILE = BUILD / "bin" / "partita-compile"
@@ -20,15 +21,6 @@ RUN = BUILD / "bin" / "partita-run"
 PROMPT = 8
 MAX_SEQ = 48
 NEW_TOKENS = 32
-
-
-def prompt():
-    rng = np.random.default_rng(19)
-    ids = rng.integers(1, 128, size=(2, 6)).astype(np.int64)
-    mask = np.ones((2, 6), np.int64)
-    ids[1, :2] = 0
-    mask[1, :2] = 0
-    return ids, mask
 
 
 def positions(mask):
