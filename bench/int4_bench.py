@@ -15,17 +15,17 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = ROOT / "build" / "bin"
 sys.path.insert(0, str(ROOT / "test" / "python"))
 from test_matmul_nbits import pack  # noqa: E402
+
+from e2e_bench import onnxruntime  # noqa: E402
 
 
 def models(layers, size, rows, rng):
@@ -88,20 +88,6 @@ def partita(path, x, work, threads, repeat):
     return mean, np.load(result), weight_bytes
 
 
-def onnxruntime(path, x, threads, repeat):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options,
-                                   providers=["CPUExecutionProvider"])
-    for _ in range(2):
-        result = session.run(None, {"x": x})[0]
-    start = time.perf_counter()
-    for _ in range(repeat):
-        session.run(None, {"x": x})
-    return (time.perf_counter() - start) / repeat * 1000, result
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -128,7 +114,7 @@ def main():
                 onnx.save(m, path, save_as_external_data=True,
                           location=f"{key}.data")
                 times[f"ort{key}"], results[f"ort{key}"] = onnxruntime(
-                    path, x, args.threads, args.repeat)
+                    path, {"x": x}, args.threads, args.repeat)
                 if key == 4:
                     continue
                 work = tmp / f"work{key}"
