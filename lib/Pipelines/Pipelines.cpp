@@ -94,6 +94,7 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
   annotate.mesh = options.mesh;
   annotate.strategy = options.strategy;
   annotate.spMode = options.spMode;
+  annotate.vocabDivisibleBy = options.vocabDivisibleBy;
   pm.addPass(createAnnotatePass(annotate));
   // The strategy's rewrites (fused segments, repeated key/value heads)
   // leave dead weights behind.

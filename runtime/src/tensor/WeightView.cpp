@@ -70,6 +70,17 @@ struct RowCopier {
       runBegin = runEnd;
       if (from >= until)
         continue;
+      if (run.isZero()) {
+        // Zeros for every element under these indices: the view's
+        // dimensions after `dim` (whole ones included) in full.
+        int64_t n = until - from;
+        for (size_t d = dim + 1; d < shape->size(); ++d)
+          n *= (*shape)[d];
+        size_t bytes = size_t(n) * dtypeSize(to);
+        std::memset(out, 0, bytes);
+        out += bytes;
+        continue;
+      }
       if (dim == last) {
         size_t n = size_t((until - from) * stride[dim]);
         copyElements(this->from, to,
@@ -153,8 +164,9 @@ WeightView WeightView::select(int64_t dim, const IndexRuns &runs) const {
   if (!valid() || dim < 0 || dim >= int64_t(viewShape.size()))
     return WeightView();
   for (const IndexRun &run : runs)
-    if (run.start < 0 || run.length < 0 ||
-        run.start > viewShape[size_t(dim)] - run.length)
+    if (run.length < 0 ||
+        (!run.isZero() &&
+         (run.start < 0 || run.start > viewShape[size_t(dim)] - run.length)))
       return WeightView();
   WeightView result = *this;
   result.viewShape[size_t(dim)] = runsLength(runs);

@@ -385,6 +385,60 @@ TEST(WeightView, ColumnBlocksOfALargerMatrix) {
   }
 }
 
+TEST(WeightView, ZeroRunsPadWithZeros) {
+  // A 3x5 table padded to 4x8 (a vocabulary padded for tp), then split
+  // into the blocks ranks hold, converted to bf16: every element is the
+  // source's or, outside it, zero.
+  std::vector<float> data(15);
+  std::iota(data.begin(), data.end(), 1.0f);
+  WeightView view = WeightView::of(data.data(), data.size() * 4, program::F32,
+                                   {3, 5}, nullptr);
+  WeightView padded = view.select(0, {{0, 3}, {kZeroRunStart, 1}})
+                          .select(1, {{0, 5}, {kZeroRunStart, 3}});
+  ASSERT_TRUE(padded.valid());
+  EXPECT_EQ(padded.shape(), (std::vector<int64_t>{4, 8}));
+  EXPECT_FALSE(padded.isWhole());
+  EXPECT_NE(padded, view);
+  // Padding again extends the zero run instead of adding one.
+  EXPECT_EQ(padded.select(1, {{0, 8}, {kZeroRunStart, 2}}).runs(1),
+            (std::vector<IndexRun>{{0, 5}, {kZeroRunStart, 5}}));
+  // A slice inside the padding reads only zeros.
+  EXPECT_EQ(padded.slice(1, 6, 2).runs(1),
+            (std::vector<IndexRun>{{kZeroRunStart, 2}}));
+  auto expected = [&](int64_t i, int64_t j) {
+    return i < 3 && j < 5 ? data[size_t(i * 5 + j)] : 0.0f;
+  };
+  for (int64_t dim = 0; dim < 2; ++dim)
+    for (int64_t rank = 0; rank < 4; ++rank) {
+      WeightView shard = padded.block(dim, 4, rank);
+      std::vector<float> out(size_t(shard.elements()));
+      shard.copyTo(out.data());
+      std::vector<uint16_t> half(out.size());
+      shard.convert(program::BF16).copyTo(half.data());
+      int64_t rows = shard.shape()[0], cols = shard.shape()[1];
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          float want =
+              dim == 0 ? expected(rank + i, j) : expected(i, rank * 2 + j);
+          ASSERT_EQ(out[size_t(i * cols + j)], want) << dim << " " << rank;
+          ASSERT_EQ(half[size_t(i * cols + j)], floatToBf16(want));
+        }
+    }
+  // The reader, a row at a time, gives the same bytes.
+  WeightViewReader reader(8 * 4);
+  reader.reset(padded);
+  std::vector<float> read;
+  size_t bytes = 0;
+  while (const void *piece = reader.next(bytes)) {
+    const auto *floats = static_cast<const float *>(piece);
+    read.insert(read.end(), floats, floats + bytes / 4);
+  }
+  ASSERT_EQ(read.size(), 32u);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 8; ++j)
+      EXPECT_EQ(read[size_t(i * 8 + j)], expected(i, j));
+}
+
 TEST(WeightView, ReaderCutsWholeRows) {
   std::vector<float> data(10 * 6);
   std::iota(data.begin(), data.end(), 0.0f);

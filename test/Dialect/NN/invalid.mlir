@@ -1185,6 +1185,14 @@ func.func @view_c4_count() -> tensor<2xf32> {
 
 // -----
 
+func.func @view_c4_empty_zero_run() -> tensor<2xf32> {
+  // expected-error @+1 {{view_c4: a zero run of dimension 0 has length 0}}
+  %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<4xf32>, [[0:2, zero:0]]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
 func.func @view_whole() -> tensor<2xf32> {
   // expected-error @+1 {{view_c4: the runs of dimension 0 list 4 indices for a dimension of size 2}}
   %0 = nn.constant #nn.view<"v", dense_resource<w> : tensor<4xf32>, [*]> : tensor<2xf32>

@@ -19,3 +19,22 @@ func.func @qkv() -> (tensor<2x6xbf16>, tensor<1x3xf32>) {
     }
   }
 #-}
+
+// -----
+
+// A zero run (`zero:n`) lists indices that read zeros: a vocabulary
+// padded for tp.
+// CHECK-LABEL: func.func @padded
+// CHECK: nn.constant #nn.view<"w.vocab4", dense_resource<w> : tensor<2x3xf32>, [*, [0:3, zero:1]]> : tensor<2x4xf32>
+func.func @padded() -> tensor<2x4xf32> {
+  %a = nn.constant #nn.view<"w.vocab4", dense_resource<w> : tensor<2x3xf32>, [*, [0:3, zero:1]]> : tensor<2x4xf32>
+  return %a : tensor<2x4xf32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x04000000000000000000803F000000400000404000008040"
+    }
+  }
+#-}

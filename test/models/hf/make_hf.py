@@ -55,6 +55,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 BATCH, SEQ = 2, 16
 PAD = 5  # The second row's last PAD positions are padding.
 VOCAB = 128
+# The fixtures whose vocabulary is not VOCAB: their inputs hold the last id.
+ODD_VOCAB = {"gpt2_vocab": 131, "bert_vocab": 130}
 PAST = 6  # Cached positions of the KV-cache fixtures.
 NEW = 4  # New positions of the KV-cache fixtures.
 
@@ -127,6 +129,17 @@ MODELS = {
     # RMS norms of q and k over the whole projection (not per head).
     "olmo2": (lambda: tf.Olmo2Config(**common(num_key_value_heads=2)),
               tf.Olmo2ForCausalLM, "lm"),
+    # Vocabularies that tp does not divide, as GPT-2's 50257 (odd; the LM
+    # head tied to the embedding) and BERT's 30522 (2 modulo 4).
+    "gpt2_vocab": (lambda: tf.GPT2Config(vocab_size=ODD_VOCAB["gpt2_vocab"],
+                                         n_embd=32, n_layer=2, n_inner=64,
+                                         n_head=4, n_positions=64,
+                                         initializer_range=0.1,
+                                         use_cache=False),
+                   tf.GPT2LMHeadModel, "lm"),
+    "bert_vocab": (lambda: tf.BertConfig(**common(
+        type_vocab_size=2, vocab_size=ODD_VOCAB["bert_vocab"])),
+                   tf.BertModel, "encoder"),
     "bert": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
              tf.BertModel, "encoder"),
     "minilm": (lambda: tf.BertConfig(**common(type_vocab_size=2)),
@@ -194,7 +207,10 @@ class Forward(torch.nn.Module):
 
 def make_inputs(name, kind):
     rng = np.random.default_rng(sum(map(ord, name)))
-    ids = rng.integers(0, VOCAB, (BATCH, SEQ), dtype=np.int64)
+    vocab = ODD_VOCAB.get(name, VOCAB)
+    ids = rng.integers(0, vocab, (BATCH, SEQ), dtype=np.int64)
+    if name in ODD_VOCAB:
+        ids[0, 1] = vocab - 1
     mask = np.ones((BATCH, SEQ), dtype=np.int64)
     mask[1, SEQ - PAD:] = 0
     # optimum's decoders take position_ids: transformers' default (arange).

@@ -92,14 +92,15 @@ std::optional<MatmulSplit> getMegatronSplit(ModelRole role) {
 
 class Megatron {
 public:
-  Megatron(MeshOp mesh, SequenceMode sequence, SmallVector<Attribute> &remarks)
+  Megatron(MeshOp mesh, SequenceMode sequence, int64_t vocabDivisibleBy,
+           SmallVector<Attribute> &remarks)
       : mesh(mesh), tpAxis(axisWithRole(mesh, AxisRole::Tensor)),
         dpAxis(axisWithRole(mesh, AxisRole::Data)),
         spAxis(axisWithRole(mesh, AxisRole::Sequence)),
         tp(mesh.getRoleSize(AxisRole::Tensor)),
         dp(mesh.getRoleSize(AxisRole::Data)),
         sp(mesh.getRoleSize(AxisRole::Sequence)), sequence(sequence),
-        remarks(remarks) {}
+        vocabMultiple(vocabDivisibleBy * tp), remarks(remarks) {}
   LogicalResult run(func::FuncOp func);
 
 private:
@@ -130,14 +131,39 @@ private:
   LogicalResult annotateTensorParallel(func::FuncOp func);
   LogicalResult annotateBatch(func::FuncOp func);
 
+  /// A vocabulary of `size` rounded up to a multiple of vocabMultiple.
+  int64_t paddedVocab(int64_t size) const {
+    return (size + vocabMultiple - 1) / vocabMultiple * vocabMultiple;
+  }
+  /// `constant` extended with zeros along `dim` to `size`: one new
+  /// constant per weight, dimension and size, so that an embedding table
+  /// and the LM head tied to it share their padded weight.
+  Value padConstant(nn::ConstantOp constant, int64_t dim, int64_t size);
+  /// Pads the LM head `matmul`'s columns to `padded` and slices its result
+  /// back. Returns why it cannot (its weight or bias is not a constant);
+  /// empty when done.
+  std::string padLmHead(nn::MatmulOp matmul, int64_t padded);
+  /// Pads `embedding`'s table to `padded` rows, its ids remapped so that
+  /// the ids outside the vocabulary stay outside. Returns why it cannot;
+  /// empty when done.
+  std::string padEmbedding(nn::EmbeddingOp embedding, int64_t padded);
+  /// Records that a vocabulary of `size` of `what` stays whole and why.
+  void remarkWholeVocabulary(Operation *op, StringRef what, int64_t size,
+                             StringRef why);
+
   MeshOp mesh;
   /// The axes of the tensor, data and sequence roles; empty when none has it.
   StringRef tpAxis, dpAxis, spAxis;
   int64_t tp, dp, sp;
   SequenceMode sequence;
+  /// Vocabularies are padded to multiples of this (Megatron-LM's
+  /// make_vocab_size_divisible_by times tp).
+  int64_t vocabMultiple;
   SmallVector<Attribute> &remarks;
   /// (user, operand) pairs pinned already.
   llvm::DenseSet<std::pair<Operation *, unsigned>> pinned;
+  /// The padded copies padConstant made, by (constant, dim, size).
+  std::map<std::tuple<Operation *, int64_t, int64_t>, Value> paddedConstants;
 };
 
 LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
@@ -527,19 +553,18 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
   ModelRoles roles(func);
   for (auto [op, role] : roles.getEntries()) {
     if (std::optional<MatmulSplit> split = getMegatronSplit(role)) {
-      // An LM head whose vocabulary tp does not divide (GPT-2's 50257)
-      // stays whole on every rank, as an embedding table does; the other
-      // projections' sizes are the model's and must divide.
-      auto rhs = cast<RankedTensorType>(op->getOperand(1).getType());
-      int64_t dim = split->dim < 0 ? split->dim + rhs.getRank() : split->dim;
-      if (role == ModelRole::LmHead && rhs.getDimSize(dim) % tp != 0) {
-        remarks.push_back(StringAttr::get(
-            op->getContext(), "LM head " + opName(op) + ": a vocabulary of " +
-                                  std::to_string(rhs.getDimSize(dim)) +
-                                  " does not divide " + tpAxis.str() + "=" +
-                                  std::to_string(tp) +
-                                  "; the head is replicated"));
-        continue;
+      // An LM head whose vocabulary is not a multiple of tp (GPT-2's
+      // 50257) is padded to one; the other projections' sizes are the
+      // model's and must divide.
+      if (role == ModelRole::LmHead) {
+        auto matmul = cast<nn::MatmulOp>(op);
+        int64_t vocab = matmul.getRhs().getType().getShape().back();
+        if (int64_t padded = paddedVocab(vocab); padded != vocab) {
+          if (std::string why = padLmHead(matmul, padded); !why.empty()) {
+            remarkWholeVocabulary(op, "LM head", vocab, why);
+            continue;
+          }
+        }
       }
       if (failed(pin(op, 1, split->dim, tpAxis, split->what)))
         return failure();
@@ -547,23 +572,156 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
     }
     if (role != ModelRole::Embedding)
       continue;
-    // A table with fewer rows than tp divides (BERT's two token types)
-    // stays whole on every rank: it is small, and splitting it would
-    // leave ranks without rows.
     auto embedding = cast<nn::EmbeddingOp>(op);
     int64_t rows = embedding.getTable().getType().getDimSize(0);
-    if (rows % tp != 0) {
-      remarks.push_back(StringAttr::get(
-          embedding.getContext(),
-          "embedding " + opName(embedding) + ": " + std::to_string(rows) +
-              " rows do not divide " + tpAxis.str() + "=" + std::to_string(tp) +
-              "; the table is replicated"));
+    // A table with fewer rows than tp (BERT's two token types) stays whole
+    // on every rank: it is small, and padding would give ranks only zeros.
+    if (rows < tp) {
+      remarkWholeVocabulary(op, "embedding", rows, "it has fewer rows");
       continue;
+    }
+    if (int64_t padded = paddedVocab(rows); padded != rows) {
+      if (std::string why = padEmbedding(embedding, padded); !why.empty()) {
+        remarkWholeVocabulary(op, "embedding", rows, why);
+        continue;
+      }
     }
     if (failed(pin(embedding, 0, 0, tpAxis, "vocab-parallel embedding")))
       return failure();
   }
   return success();
+}
+
+void Megatron::remarkWholeVocabulary(Operation *op, StringRef what,
+                                     int64_t size, StringRef why) {
+  remarks.push_back(StringAttr::get(
+      op->getContext(),
+      what + " " + opName(op) + ": a vocabulary of " + std::to_string(size) +
+          " is not a multiple of " + std::to_string(vocabMultiple) +
+          " and cannot be padded (" + why + "); it is replicated over " +
+          tpAxis + "=" + std::to_string(tp)));
+}
+
+Value Megatron::padConstant(nn::ConstantOp constant, int64_t dim,
+                            int64_t size) {
+  auto key = std::make_tuple(constant.getOperation(), dim, size);
+  if (auto it = paddedConstants.find(key); it != paddedConstants.end())
+    return it->second;
+  std::string name = weightName(constant);
+  ElementsAttr value = padAlongDim(constant.getValue(), dim, size,
+                                   (name.empty() ? "vocabulary" : name) +
+                                       ".vocab" + std::to_string(size));
+  if (!value)
+    return {};
+  OpBuilder b(constant);
+  b.setInsertionPointAfter(constant);
+  Value padded = nn::ConstantOp::create(b, constant.getLoc(), value);
+  paddedConstants[key] = padded;
+  return padded;
+}
+
+/// The constant `value` is, or the constant a transpose of it reads, and
+/// the dimension of that constant that `dim` of `value` is.
+static std::pair<nn::ConstantOp, int64_t> constantDim(Value value,
+                                                      int64_t dim) {
+  if (auto transpose = value.getDefiningOp<nn::TransposeOp>())
+    return {getConstant(transpose.getInput()), transpose.getPermutation()[dim]};
+  return {getConstant(value), dim};
+}
+
+/// `value` (a constant or a transpose of one, as constantDim) with
+/// dimension `dim` padded to `size` by `padConstant`.
+static Value padThrough(OpBuilder &b, Value value, int64_t dim, int64_t size,
+                        function_ref<Value(nn::ConstantOp, int64_t)> pad) {
+  auto [constant, constantDimension] = constantDim(value, dim);
+  Value padded = constant ? pad(constant, constantDimension) : Value();
+  auto transpose = value.getDefiningOp<nn::TransposeOp>();
+  if (!transpose || !padded)
+    return padded;
+  auto type = cast<RankedTensorType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] = size;
+  return nn::TransposeOp::create(b, transpose.getLoc(), type.clone(shape),
+                                 padded, transpose.getPermutationAttr());
+}
+
+std::string Megatron::padLmHead(nn::MatmulOp matmul, int64_t padded) {
+  int64_t last = matmul.getRhs().getType().getRank() - 1;
+  if (!constantDim(matmul.getRhs(), last).first)
+    return "its weight is not a constant: a trained parameter or a "
+           "quantized weight";
+  Value bias = matmul.getBias();
+  if (bias && !constantDim(bias, 0).first)
+    return "its bias is not a constant";
+  auto pad = [&](nn::ConstantOp constant, int64_t dim) {
+    return padConstant(constant, dim, padded);
+  };
+  OpBuilder b(matmul);
+  Value rhs = padThrough(b, matmul.getRhs(), last, padded, pad);
+  if (bias)
+    bias = padThrough(b, bias, 0, padded, pad);
+  if (!rhs || (matmul.getBias() && !bias))
+    return "its weight is not a float constant";
+  matmul.getRhsMutable().assign(rhs);
+  if (bias)
+    matmul.getBiasMutable().assign(bias);
+  // The logits of the real vocabulary: the padded ones never leave.
+  auto type = matmul.getType();
+  SmallVector<int64_t> shape(type.getShape());
+  int64_t vocab = shape.back();
+  shape.back() = padded;
+  matmul.getResult().setType(type.clone(shape));
+  b.setInsertionPointAfter(matmul);
+  SmallVector<int64_t> start(type.getRank(), 0), stride(type.getRank(), 1);
+  SmallVector<int64_t> limit(shape);
+  limit.back() = vocab;
+  auto slice = nn::SliceOp::create(b, matmul.getLoc(), type, matmul, start,
+                                   limit, stride);
+  matmul.getResult().replaceAllUsesExcept(slice, slice);
+  return "";
+}
+
+std::string Megatron::padEmbedding(nn::EmbeddingOp embedding, int64_t padded) {
+  nn::ConstantOp table = getConstant(embedding.getTable());
+  if (!table)
+    return "its table is not a constant: a trained parameter";
+  Value paddedTable = padConstant(table, 0, padded);
+  if (!paddedTable)
+    return "its table is not a float constant";
+  // An id the vocabulary does not hold must stay outside the padded
+  // table, and a negative one must still count from the vocabulary's end:
+  // ids in [rows, padded) move up by the padding, ids in [-padded, 0) down
+  // by it (id - pad + padded = id + rows), so the lookup refuses or finds
+  // what the unpadded one did. Ids outside [-padded, padded) are out of
+  // range already and keep their value (the error names the user's id).
+  int64_t rows = embedding.getTable().getType().getDimSize(0);
+  OpBuilder b(embedding);
+  Location loc = embedding.getLoc();
+  Value ids = embedding.getIndices();
+  auto idType = cast<RankedTensorType>(ids.getType());
+  Type element = idType.getElementType();
+  auto boolType = idType.clone(b.getI1Type());
+  auto constant = [&](int64_t value) {
+    return scalarConstant(b, loc, element, static_cast<double>(value));
+  };
+  auto compare = [&](nn::CompareDirection direction, int64_t bound) -> Value {
+    return nn::CompareOp::create(b, loc, boolType, direction, ids,
+                                 constant(bound));
+  };
+  auto within = [&](int64_t low, int64_t high) -> Value {
+    Value atLeast = compare(nn::CompareDirection::GE, low);
+    Value below = compare(nn::CompareDirection::LT, high);
+    return nn::AndOp::create(b, loc, atLeast, below);
+  };
+  Value padding = within(rows, padded);
+  Value negative = within(-padded, 0);
+  Value up = nn::AddOp::create(b, loc, ids, constant(padded - rows));
+  Value down = nn::SubOp::create(b, loc, ids, constant(padded - rows));
+  Value shifted = nn::WhereOp::create(b, loc, idType, negative, down, ids);
+  Value remapped = nn::WhereOp::create(b, loc, idType, padding, up, shifted);
+  embedding.getTableMutable().assign(paddedTable);
+  embedding.getIndicesMutable().assign(remapped);
+  return "";
 }
 
 LogicalResult Megatron::annotateBatch(func::FuncOp func) {
@@ -1046,7 +1204,13 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
       return signalPassFailure();
     }
     SmallVector<Attribute> remarks;
-    Megatron megatron(mesh, sequence, remarks);
+    if (vocabDivisibleBy < 1) {
+      module.emitError() << "--make-vocab-size-divisible-by must be at least "
+                            "1, not "
+                         << vocabDivisibleBy;
+      return signalPassFailure();
+    }
+    Megatron megatron(mesh, sequence, vocabDivisibleBy, remarks);
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() && failed(megatron.run(func)))
         return signalPassFailure();

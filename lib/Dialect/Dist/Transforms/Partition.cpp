@@ -344,18 +344,6 @@ void dropSequenceOrder(ModuleOp module, const std::string &why) {
   module->setAttr(kRemarksAttr, b.getArrayAttr(remarks));
 }
 
-/// An nn.constant of a scalar.
-Value scalarConstant(OpBuilder &b, Location loc, Type element, double value) {
-  auto type = RankedTensorType::get({}, element);
-  Attribute attr;
-  if (auto floatType = dyn_cast<FloatType>(element))
-    attr = DenseElementsAttr::get(type, b.getFloatAttr(floatType, value));
-  else
-    attr = DenseElementsAttr::get(
-        type, b.getIntegerAttr(element, static_cast<int64_t>(value)));
-  return nn::ConstantOp::create(b, loc, cast<ElementsAttr>(attr));
-}
-
 /// `sharding` with `axes` added to its partial axes.
 ShardingAttr withPartialAxes(ShardingAttr sharding, ArrayRef<StringRef> axes) {
   SmallVector<SmallVector<StringRef>> dims;

@@ -263,6 +263,49 @@ ElementsAttr dist::permuteAlongDim(ElementsAttr value, int64_t dim,
   return DenseElementsAttr::getFromRawBuffer(type, out);
 }
 
+ElementsAttr dist::padAlongDim(ElementsAttr value, int64_t dim, int64_t size,
+                               StringRef name) {
+  // A weight is not read: it becomes a view ending in a zero run.
+  if (ElementsAttr view = nn::padWeight(value, dim, size, name))
+    return view;
+  auto type = cast<RankedTensorType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] = size;
+  auto padded = type.clone(shape);
+  auto dense = dyn_cast<DenseElementsAttr>(value);
+  if (!dense || type.getElementTypeBitWidth() % 8 != 0)
+    return {};
+  // An inline value is small (at most kMaxInlineElements elements).
+  size_t width = type.getElementTypeBitWidth() / 8;
+  ArrayRef<char> bytes = dense.getRawData();
+  int64_t outer = 1, inner = 1, from = type.getDimSize(dim);
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= type.getDimSize(d);
+  for (int64_t d = dim + 1; d < type.getRank(); ++d)
+    inner *= type.getDimSize(d);
+  std::vector<char> out(size_t(outer * size * inner) * width, 0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < from * inner; ++i) {
+      // A splat's raw data is its one element.
+      size_t at = dense.isSplat() ? 0 : size_t(o * from * inner + i) * width;
+      std::memcpy(out.data() + size_t(o * size * inner + i) * width,
+                  bytes.data() + at, width);
+    }
+  return DenseElementsAttr::getFromRawBuffer(padded, out);
+}
+
+Value dist::scalarConstant(OpBuilder &b, Location loc, Type element,
+                           double value) {
+  auto type = RankedTensorType::get({}, element);
+  Attribute attr;
+  if (auto floatType = dyn_cast<FloatType>(element))
+    attr = DenseElementsAttr::get(type, b.getFloatAttr(floatType, value));
+  else
+    attr = DenseElementsAttr::get(
+        type, b.getIntegerAttr(element, static_cast<int64_t>(value)));
+  return nn::ConstantOp::create(b, loc, cast<ElementsAttr>(attr));
+}
+
 LogicalResult dist::fitShapeAttributes(Operation *clone, Operation *original) {
   if (auto slice = dyn_cast<nn::SliceOp>(clone)) {
     SmallVector<int64_t> limit(slice.getLimit());

@@ -84,6 +84,13 @@ WeightViewAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     int64_t listed = list.empty() ? size : 0;
     for (size_t i = 0; i + 1 < list.size(); i += 2) {
       int64_t start = list[i], length = list[i + 1];
+      if (start == rt::kZeroRunStart) {
+        if (length <= 0)
+          return emitError() << "view_c4: a zero run of dimension " << dim
+                             << " has length " << length;
+        listed += length;
+        continue;
+      }
       if (length <= 0 || start < 0 || start > size - length)
         return emitError() << "view_c4: run " << start << ":" << length
                            << " of dimension " << dim
@@ -114,9 +121,11 @@ Attribute WeightViewAttr::parse(AsmParser &parser, Type type) {
       return success();
     }
     auto parseRun = [&]() -> ParseResult {
-      int64_t start = 0, length = 0;
-      if (parser.parseInteger(start) || parser.parseColon() ||
-          parser.parseInteger(length))
+      int64_t start = rt::kZeroRunStart, length = 0;
+      if (failed(parser.parseOptionalKeyword("zero")) &&
+          parser.parseInteger(start))
+        return failure();
+      if (parser.parseColon() || parser.parseInteger(length))
         return failure();
       pairs.push_back(start);
       pairs.push_back(length);
@@ -153,8 +162,14 @@ void WeightViewAttr::print(AsmPrinter &printer) const {
       return;
     }
     printer << "[";
-    for (size_t i = 0; i + 1 < pairs.size(); i += 2)
-      printer << (i ? ", " : "") << pairs[i] << ":" << pairs[i + 1];
+    for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+      printer << (i ? ", " : "");
+      if (pairs[i] == rt::kZeroRunStart)
+        printer << "zero";
+      else
+        printer << pairs[i];
+      printer << ":" << pairs[i + 1];
+    }
     printer << "]";
   });
   printer << "]>";
@@ -217,5 +232,23 @@ ElementsAttr mlir::partita::nn::permuteWeight(ElementsAttr value, int64_t dim,
   MLIRContext *context = view.getContext();
   return WeightViewAttr::get(
       context, view.getType(), StringAttr::get(context, name), view.getSource(),
+      buildIndex(context, runs, view.getSource().getType().getShape()));
+}
+
+ElementsAttr mlir::partita::nn::padWeight(ElementsAttr value, int64_t dim,
+                                          int64_t size, StringRef name) {
+  WeightViewAttr view = asView(value);
+  if (!view)
+    return {};
+  SmallVector<rt::IndexRuns> runs;
+  for (int64_t d = 0; d < view.getType().getRank(); ++d)
+    runs.push_back(view.getRuns(d));
+  SmallVector<int64_t> shape(view.getType().getShape());
+  rt::appendRun(runs[dim], {rt::kZeroRunStart, size - shape[dim]});
+  shape[dim] = size;
+  MLIRContext *context = view.getContext();
+  return WeightViewAttr::get(
+      context, view.getType().clone(shape), StringAttr::get(context, name),
+      view.getSource(),
       buildIndex(context, runs, view.getSource().getType().getShape()));
 }

@@ -59,7 +59,8 @@ public:
   /// runs, not one entry per index).
   WeightView permute(int64_t dim, const std::vector<int64_t> &sourceOf) const;
   /// Picks indices of dimension `dim`: index j of the result is the j-th
-  /// index of this view that `runs` lists (each below shape()[dim]).
+  /// index of this view that `runs` lists (each below shape()[dim]); a
+  /// zero run's indices read zeros (padding).
   WeightView select(int64_t dim, const IndexRuns &runs) const;
   /// The same elements as `to`: the identity, or f32 to bf16 or f16
   /// (round to nearest even, as Float16.h). Other conversions are invalid.

@@ -74,7 +74,16 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
       attention and MLP end in one all-reduce;
     - embedding tables are split on their rows (vocab parallel), and the
       weight of a matmul that produces a function result (the LM head) on
-      its output features;
+      its output features; a vocabulary that `tp` does not divide, or
+      that is not a multiple of `make-vocab-size-divisible-by` times `tp`,
+      is padded with zeros to the next multiple first, as Megatron-LM pads
+      it: the table and the head's weight (and bias) become views ending
+      in a zero run, the head's result is sliced back to the vocabulary
+      (padded logits never reach a user), and token ids are remapped so
+      that an id outside the vocabulary stays outside the padded table
+      (every mesh refuses what one device refuses). A weight that is not
+      a constant (a trained parameter) or a quantized one stays whole,
+      with a remark;
     - every function argument and result is split on dimension 0 (the
       batch) over `dp`; results are otherwise whole on every device.
 
@@ -129,6 +138,9 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
            "Sequence parallelism: none, megatron (over tp), ulysses or ring "
            "(over sp)",
            "::mlir::partita::optionValues<::mlir::partita::SequenceMode>()">,
+    Option<"vocabDivisibleBy", "make-vocab-size-divisible-by", "int64_t",
+           /*default=*/"1",
+           "Pad vocabularies to a multiple of this times tp">,
   ];
   let dependentDialects = ["::mlir::partita::dist::DistDialect",
                            "::mlir::partita::nn::NNDialect"];

@@ -106,6 +106,16 @@ ShardingAttr getValueSharding(Value value, MeshOp mesh);
 ElementsAttr permuteAlongDim(ElementsAttr value, int64_t dim,
                              ArrayRef<int64_t> sourceOf, StringRef name);
 
+/// `value` with dimension `dim` extended to `size` by zeros at its end. A
+/// weight becomes a view named `name` whose last run along `dim` reads
+/// zeros, its bytes untouched; an inline value is padded. Null for a value
+/// of neither kind.
+ElementsAttr padAlongDim(ElementsAttr value, int64_t dim, int64_t size,
+                         StringRef name);
+
+/// An nn.constant of a scalar of `element` (a float or an integer type).
+Value scalarConstant(OpBuilder &b, Location loc, Type element, double value);
+
 /// After `clone` of `original` got smaller operand and result types (a
 /// split or a microbatch of them), fixes the attributes that spell out a
 /// shape: a slice's limits on the dimensions it keeps whole (the only ones

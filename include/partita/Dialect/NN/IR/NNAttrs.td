@@ -24,7 +24,9 @@ def NN_WeightViewAttr : NN_Attr<"WeightView", "view", [ElementsAttrInterface]> {
     the model's mapped bytes), picked along each dimension by a list of
     runs of indices, and converted to the view's element type. Index `i`
     of the view along dimension `d` is the `i`-th index the runs of `d`
-    list; `*` stands for all of the dimension, in order. The bytes are
+    list; `*` stands for all of the dimension, in order; a run
+    `zero:n` lists `n` indices that read zeros (a vocabulary padded to a
+    multiple of tp, as Megatron-LM pads it). The bytes are
     only read when the artifact writer streams the weight into its
     safetensors file, so compiling never holds a copy of a weight.
 
@@ -48,9 +50,9 @@ def NN_WeightViewAttr : NN_Attr<"WeightView", "view", [ElementsAttrInterface]> {
     3. `view_c3`: the element types are equal, or `source` is `f32` and the
        view `bf16` or `f16`.
     4. `view_c4`: every run has a positive length and lies inside its
-       dimension of `source`; the runs of a dimension list as many indices
-       as the view's dimension has (`*`: the view's and the source's
-       dimension are equal).
+       dimension of `source` (a zero run reads no source index); the runs
+       of a dimension list as many indices as the view's dimension has
+       (`*`: the view's and the source's dimension are equal).
   }];
   let parameters = (ins
     AttributeSelfTypeParameter<"", "::mlir::ShapedType">:$type,

@@ -66,6 +66,11 @@ ElementsAttr convertWeight(ElementsAttr value, Type elementType);
 /// a weight. Returns null for a value that is not a weight.
 ElementsAttr permuteWeight(ElementsAttr value, int64_t dim,
                            ArrayRef<int64_t> sourceOf, StringRef name);
+/// `value` with dimension `dim` extended to `size` by zeros at its end,
+/// named `name`, without reading it: a view whose last run along `dim` is
+/// a zero run. Returns null for a value that is not a weight.
+ElementsAttr padWeight(ElementsAttr value, int64_t dim, int64_t size,
+                       StringRef name);
 
 /// An i64 value of `shape` holding `values` for an nn.constant (an index
 /// table): inline up to nn.constant's inline limit, else a resource blob
