@@ -98,8 +98,10 @@ nn::MatmulOp projectionOf(Value value) {
       return {};
     if (auto matmul = dyn_cast<nn::MatmulOp>(def))
       return isConstant(matmul.getRhs()) ? matmul : nn::MatmulOp();
+    // Through norms too: OLMo2's q/k norms over the whole projection
+    // (distributed when split) and Qwen3's per head.
     if (isa<nn::ReshapeOp, nn::TransposeOp, nn::SplitOp, nn::SliceOp,
-            nn::ConcatOp, nn::RopeOp>(def) ||
+            nn::ConcatOp, nn::RopeOp, nn::RmsNormOp, nn::LayerNormOp>(def) ||
         isElementwise(def))
       value = firstVariable(def);
     else

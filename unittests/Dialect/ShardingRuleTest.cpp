@@ -72,8 +72,8 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
   %lsm = nn.log_softmax %a axis = 1 {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8 normalization, k=16}"} : tensor<2x8x16xf32>
   %scan = nn.cumsum %a axis = 1 exclusive {expected = "([i, j, k]) -> ([i, j, k]) {i=2, j=8 opaque, k=16}"} : tensor<2x8x16xf32>
   %pid = nn.cumsum %ids axis = 1 {expected = "([i, j]) -> ([i, j]) {i=2, j=8 opaque}"} : tensor<2x8xi64>
-  %ln = nn.layer_norm %a scale(%row : tensor<16xf32>) bias(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-05 {expected = "([i, j, k], [k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
-  %rms = nn.rms_norm %a scale(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-06 {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization}"} : tensor<2x8x16xf32>
+  %ln = nn.layer_norm %a scale(%row : tensor<16xf32>) bias(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-05 {expected = "([i, j, k], [k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization(sums)}"} : tensor<2x8x16xf32>
+  %rms = nn.rms_norm %a scale(%row : tensor<16xf32>) axis = 2 epsilon = 1.0e-06 {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16 normalization(sums)}"} : tensor<2x8x16xf32>
   %mm = nn.matmul %a, %w bias %bias {expected = "([i, j, l], [l, k], [k]) -> ([i, j, k]) {i=2, j=8, k=32, l=16 reduction}"} : (tensor<2x8x16xf32>, tensor<16x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
   %dq = nn.dequantize %pq, %ps {bits = 4 : i64, block_size = 16 : i64, expected = "([i, k, j], [i, k]) -> ([kl, i]) {i=32, j=8 opaque, k=4, l=16 opaque}"} : (tensor<32x4x8xi8>, tensor<32x4xf32>) -> tensor<64x32xf32>
   %qmm = nn.quantized_matmul %pa, %pq, %ps zero_points %pz bias %bias {bits = 4 : i64, block_size = 16 : i64, expected = "([i, lmn], [j, lm, k], [j, lm], [j, l], [j]) -> ([i, j]) {i=2, j=32, k=8 opaque, l=2 reduction, m=2 opaque, n=16 opaque}"} : (tensor<2x64xf32>, tensor<32x4x8xi8>, tensor<32x4xf32>, tensor<32x2xi8>, tensor<32xf32>) -> tensor<2x32xf32>

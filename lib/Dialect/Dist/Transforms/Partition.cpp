@@ -647,6 +647,9 @@ private:
                                 const FactorAxes &assignment,
                                 unsigned lookupFactor,
                                 SmallVectorImpl<Value> &operands);
+  void partitionNormalization(OpBuilder &b, Operation *op,
+                              ArrayRef<StringRef> axes,
+                              ArrayRef<Value> operands, ShardingAttr computed);
   Value maskLookupIndices(OpBuilder &b, Location loc, Value indices,
                           int64_t rows, int64_t groups,
                           ArrayRef<StringRef> axes, Value &held);
@@ -862,13 +865,23 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
     if (pass)
       computed.back() = withPartialAxes(computed.back(), pass->axes);
   }
+  // A norm over split dimensions: its statistics are all-reduced.
+  SmallVector<StringRef> normalizationAxes;
+  for (unsigned f = 0; f < rule.getNumFactors(); ++f)
+    if (rule.getFactor(f).kind == FactorKind::Normalization)
+      normalizationAxes.append(assignment[f].begin(), assignment[f].end());
+  if (!normalizationAxes.empty()) {
+    partitionNormalization(b, op, normalizationAxes, operands, computed[0]);
+    return success();
+  }
   if (failed(cloneLocal(b, op, operands, computed)))
     return failure();
   // A split max or min: each device reduced its block; the blocks' results
   // combine by the same reduction, at once.
   for (unsigned f = 0; f < rule.getNumFactors(); ++f) {
     const ShardingFactor &factor = rule.getFactor(f);
-    if (!isSelfReduced(factor) || assignment[f].empty())
+    if (factor.kind != FactorKind::Reduction || !isSelfReduced(factor) ||
+        assignment[f].empty())
       continue;
     auto kind = ReductionKindAttr::get(b.getContext(),
                                        factor.combiner == FactorCombiner::Max
@@ -1081,6 +1094,79 @@ LogicalResult Partitioner::partitionLookup(OpBuilder &b, Operation *op,
       scalarConstant(b, loc, resultType.getElementType(), 0));
   setLocal(op->getResult(0), zeroed, resultSharding);
   return success();
+}
+
+/// A norm (nn.rms_norm, nn.layer_norm) whose normalized dimensions are
+/// split over `axes`: each device sums its block's statistics and an
+/// all-reduce completes them, one value per row, instead of gathering the
+/// rows (Megatron's distributed norms of a split projection, such as
+/// OLMo2's q/k norms). RMS: x * rsqrt(sum(x^2) / n + eps); layer norm: the
+/// mean first, then the mean squared deviation from it (two passes, as the
+/// kernel computes it). Statistics are computed in f32 whatever the storage
+/// type, as the kernels accumulate.
+void Partitioner::partitionNormalization(OpBuilder &b, Operation *op,
+                                         ArrayRef<StringRef> axes,
+                                         ArrayRef<Value> operands,
+                                         ShardingAttr computed) {
+  Location loc = op->getLoc();
+  auto globalType = cast<RankedTensorType>(op->getResult(0).getType());
+  int64_t axis = op->getAttrOfType<IntegerAttr>("axis").getInt();
+  float epsilon =
+      op->getAttrOfType<FloatAttr>("epsilon").getValue().convertToFloat();
+  int64_t count = 1;
+  for (int64_t d = axis; d < globalType.getRank(); ++d)
+    count *= globalType.getDimSize(d);
+  SmallVector<int64_t> reduced;
+  for (int64_t d = axis; d < globalType.getRank(); ++d)
+    reduced.push_back(d);
+  Type f32 = b.getF32Type();
+  auto inF32 = [&](Value value) -> Value {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getElementType() == f32)
+      return value;
+    return nn::CastOp::create(b, loc, type.clone(f32), value);
+  };
+  Value x = inF32(operands[0]);
+  auto localType = cast<RankedTensorType>(x.getType());
+  SmallVector<int64_t> rowShape(localType.getShape());
+  for (int64_t d : reduced)
+    rowShape[d] = 1;
+  auto rowType = RankedTensorType::get(rowShape, f32);
+  auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  std::string reason = describe(op) + ": its statistics over a split "
+                                      "normalized dimension";
+  // The mean over the whole normalized dimensions of `value` (local).
+  auto mean = [&](Value value) -> Value {
+    Value sum = nn::ReduceOp::create(b, loc, rowType, nn::ReduceKind::Sum,
+                                     value, ArrayRef<int64_t>(reduced),
+                                     /*keepdims=*/true);
+    auto all = AllReduceOp::create(
+        b, loc, rowType, sum, meshRef, b.getStrArrayAttr(axes),
+        ReductionKindAttr::get(b.getContext(), ReductionKind::Sum));
+    all->setAttr(kReasonAttr, b.getStringAttr(reason));
+    return nn::MulOp::create(b, loc, all,
+                             scalarConstant(b, loc, f32, 1.0 / double(count)));
+  };
+  Value centered = x;
+  if (isa<nn::LayerNormOp>(op))
+    centered = nn::SubOp::create(b, loc, x, mean(x));
+  Value variance =
+      mean(nn::MulOp::create(b, loc, centered, centered).getResult());
+  Value inverse = nn::RsqrtOp::create(
+      b, loc,
+      nn::AddOp::create(b, loc, variance,
+                        scalarConstant(b, loc, f32, double(epsilon))));
+  Value y = nn::MulOp::create(b, loc, centered, inverse);
+  // The scale and (a layer norm's) bias, as the op's operands 1 and 2.
+  for (auto [i, operand] : llvm::enumerate(operands.drop_front())) {
+    Value term = inF32(operand);
+    y = i == 0 ? nn::MulOp::create(b, loc, y, term).getResult()
+               : nn::AddOp::create(b, loc, y, term).getResult();
+  }
+  auto resultType = cast<RankedTensorType>(operands[0].getType());
+  if (resultType.getElementType() != f32)
+    y = nn::CastOp::create(b, loc, resultType, y);
+  setLocal(op->getResult(0), y, computed);
 }
 
 /// The indices into this device's `rows` rows of a table split `groups`

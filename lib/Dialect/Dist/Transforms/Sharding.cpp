@@ -46,12 +46,17 @@ bool dist::isShardable(const ShardingFactor &factor) {
     // A mean's blocks would need their counts; a max or min is complete
     // once the op's own all-reduce has combined the blocks' (isSelfReduced).
     return factor.combiner != FactorCombiner::Mean;
+  case FactorKind::Normalization:
+    // A norm's statistics are sums the op all-reduces itself.
+    return factor.splitStatistics;
   default:
     return false;
   }
 }
 
 bool dist::isSelfReduced(const ShardingFactor &factor) {
+  if (factor.kind == FactorKind::Normalization)
+    return factor.splitStatistics;
   return factor.kind == FactorKind::Reduction &&
          (factor.combiner == FactorCombiner::Max ||
           factor.combiner == FactorCombiner::Min);

@@ -176,7 +176,12 @@ static ShardingRule normalizationRule(Operation *op, int64_t axis) {
     }
     for (unsigned i = 1; i < op->getNumOperands(); ++i)
       dims.push_back({operand(i), static_cast<unsigned>(d - axis)});
-    rule.addShared(size, FactorKind::Normalization, dims);
+    // Split, each device sums its block's statistics and an all-reduce
+    // completes them (a distributed norm): OLMo2's q/k norms over a
+    // column-parallel projection stay split.
+    if (std::optional<unsigned> f =
+            rule.addShared(size, FactorKind::Normalization, dims))
+      rule.setSplitStatistics(*f);
   }
   return rule;
 }

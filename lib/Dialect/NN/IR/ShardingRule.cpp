@@ -170,6 +170,8 @@ void ShardingRule::print(raw_ostream &os) const {
     if (factor.kind == FactorKind::Reduction &&
         factor.combiner != FactorCombiner::Sum)
       os << "(" << stringifyFactorCombiner(factor.combiner) << ")";
+    if (factor.splitStatistics)
+      os << "(sums)";
   });
   os << "}";
 }

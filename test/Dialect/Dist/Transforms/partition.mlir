@@ -147,3 +147,53 @@ func.func @attention_grad_causal_rows(%q: tensor<1x2x4x4xf32>, %k: tensor<1x2x6x
   %dq, %dk, %dv = nn.attention_grad %qs, %k, %v out %o dout %g {causal} : (tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>)
   return %dq, %dk, %dv : tensor<1x2x4x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>
 }
+
+// A distributed RMS norm: the normalized dimension is split, so each device
+// sums its block's squares and one all-reduce of a value per row completes
+// the mean (no gather of the rows); each device scales its block by its
+// block of the scale.
+// CHECK-LABEL: func.func @rms_norm_split
+// CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32>
+// CHECK: %[[G:.*]] = dist.all_slice %{{.*}} on @mesh axes [tp] slice_dim 0 {{.*}} -> tensor<4xf32>
+// CHECK: %[[SQ:.*]] = nn.mul %[[X]], %[[X]]
+// CHECK: %[[SUM:.*]] = nn.reduce sum %[[SQ]] axes = [1] keepdims : tensor<2x4xf32> -> tensor<2x1xf32>
+// CHECK: %[[ALL:.*]] = dist.all_reduce sum %[[SUM]] on @mesh axes [tp] {dist.reason = "nn.rms_norm: its statistics over a split normalized dimension"} : tensor<2x1xf32>
+// CHECK: %[[N:.*]] = nn.constant dense<1.250000e-01> : tensor<f32>
+// CHECK: %[[MEAN:.*]] = nn.mul %[[ALL]], %[[N]]
+// CHECK: %[[EPS:.*]] = nn.add %[[MEAN]], %{{.*}}
+// CHECK: %[[R:.*]] = nn.rsqrt %[[EPS]]
+// CHECK: %[[Y:.*]] = nn.mul %[[X]], %[[R]]
+// CHECK: %[[SCALED:.*]] = nn.mul %[[Y]], %[[G]]
+// CHECK: return %[[SCALED]] : tensor<2x4xf32>
+func.func @rms_norm_split(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %g = nn.constant dense<2.0> : tensor<8xf32>
+  %a = dist.annotate %x sharding<@mesh, [{}, {tp}]> : tensor<2x8xf32>
+  %y = nn.rms_norm %a scale(%g : tensor<8xf32>) axis = 1 epsilon = 1.0e-06 : tensor<2x8xf32>
+  %b = dist.annotate %y sharding<@mesh, [{}, {tp}]> : tensor<2x8xf32>
+  return %b : tensor<2x8xf32>
+}
+
+// A distributed layer norm in bf16: the statistics in f32, the mean
+// all-reduced first, then the squared deviations from it (two passes).
+// CHECK-LABEL: func.func @layer_norm_split
+// CHECK: %[[X:.*]] = nn.cast %arg0 : tensor<2x4xbf16> -> tensor<2x4xf32>
+// CHECK: %[[SUM:.*]] = nn.reduce sum %[[X]] axes = [1] keepdims
+// CHECK: %[[ALL:.*]] = dist.all_reduce sum %[[SUM]] on @mesh axes [tp]
+// CHECK: %[[MEAN:.*]] = nn.mul %[[ALL]], %{{.*}}
+// CHECK: %[[D:.*]] = nn.sub %[[X]], %[[MEAN]]
+// CHECK: %[[SQ:.*]] = nn.mul %[[D]], %[[D]]
+// CHECK: %[[VSUM:.*]] = nn.reduce sum %[[SQ]] axes = [1] keepdims
+// CHECK: dist.all_reduce sum %[[VSUM]] on @mesh axes [tp]
+// CHECK: nn.rsqrt
+// CHECK: %[[NORMED:.*]] = nn.mul %[[D]], %{{.*}}
+// CHECK: %[[SCALE:.*]] = nn.cast %arg1 : tensor<4xbf16> -> tensor<4xf32>
+// CHECK: %[[SCALED:.*]] = nn.mul %[[NORMED]], %[[SCALE]]
+// CHECK: %[[BIAS:.*]] = nn.cast %arg2 : tensor<4xbf16> -> tensor<4xf32>
+// CHECK: %[[SHIFTED:.*]] = nn.add %[[SCALED]], %[[BIAS]]
+// CHECK: nn.cast %[[SHIFTED]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+func.func @layer_norm_split(%x: tensor<2x8xbf16>, %g: tensor<8xbf16>, %c: tensor<8xbf16>) -> tensor<2x8xbf16> {
+  %a = dist.annotate %x sharding<@mesh, [{}, {tp}]> : tensor<2x8xbf16>
+  %y = nn.layer_norm %a scale(%g : tensor<8xbf16>) bias(%c : tensor<8xbf16>) axis = 1 epsilon = 1.0e-05 : tensor<2x8xbf16>
+  %b = dist.annotate %y sharding<@mesh, [{}, {tp}]> : tensor<2x8xbf16>
+  return %b : tensor<2x8xbf16>
+}

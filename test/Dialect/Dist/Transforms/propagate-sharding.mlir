@@ -65,17 +65,20 @@ func.func @priorities(%x: tensor<8x8xf32>, %y: tensor<8x8xf32>) -> (tensor<8x8xf
 
 // -----
 
-// A normalization axis stays whole; other dimensions pass through. A value
-// no annotation reaches is replicated.
+// A softmax axis stays whole; other dimensions pass through. A norm's
+// normalized axis stays split (a distributed norm: its statistics are
+// all-reduced). A value no annotation reaches is replicated.
 dist.mesh @mesh [dp = 2, tp = 2]
 // CHECK-LABEL: func.func @normalized
 // CHECK: nn.softmax {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{dp}, {}]>]}
+// CHECK: nn.rms_norm {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{dp}, {tp}]>]}
 // CHECK: nn.exp {{.*}}{dist.shardings = [#dist.sharding<@mesh, [{}, {}]>]}
-func.func @normalized(%x: tensor<8x8xf32>, %z: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+func.func @normalized(%x: tensor<8x8xf32>, %z: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) {
   %a = dist.annotate %x sharding<@mesh, [{dp}, {tp}]> : tensor<8x8xf32>
   %s = nn.softmax %a axis = 1 : tensor<8x8xf32>
+  %r = nn.rms_norm %a axis = 1 epsilon = 1.0e-06 : tensor<8x8xf32>
   %e = nn.exp %z : tensor<8x8xf32>
-  return %s, %e : tensor<8x8xf32>, tensor<8x8xf32>
+  return %s, %r, %e : tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>
 }
 
 // -----

@@ -50,14 +50,15 @@ using ::mlir::partita::FactorAxes;
 
 /// Whether shards of `factor` can be computed independently: parallel
 /// factors, lookups, reductions that combine by sum (which leave partial
-/// sums) and by max or min (isSelfReduced). Normalization axes, key/value
-/// sequences, means and opaque factors must be whole on every device.
+/// sums) and by max or min, and a norm's normalized axes (isSelfReduced).
+/// Softmax axes, key/value sequences, means and opaque factors must be
+/// whole on every device.
 bool isShardable(const ShardingFactor &factor);
 
-/// A max or min reduction: split, each device reduces its block and the
-/// op's partition all-reduces the blocks' results (max or min) at once,
-/// so its results never hold partial values (a sharding's partial axes
-/// are sums).
+/// A max or min reduction, or a norm's normalized axis (splitStatistics):
+/// split, each device reduces its block and the op's partition all-reduces
+/// the blocks' results (max or min) or statistics (sums) at once, so its
+/// results never hold partial values (a sharding's partial axes are sums).
 bool isSelfReduced(const ShardingFactor &factor);
 
 /// Splits `axes` (the axes of one dimension, major first) over the

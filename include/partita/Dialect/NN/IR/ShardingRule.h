@@ -55,6 +55,11 @@ struct ShardingFactor {
   int64_t size;
   FactorKind kind;
   FactorCombiner combiner = FactorCombiner::Sum;
+  /// A normalization factor whose statistics are sums the op completes
+  /// itself when the factor is split (rms_norm's sum of squares, layer
+  /// norm's sum and sum of squared deviations: an all-reduce of one value
+  /// per row), instead of gathering its input (softmax's).
+  bool splitStatistics = false;
 };
 
 /// Factors of one dimension, major to minor. Empty for a dimension of size 1.
@@ -99,6 +104,11 @@ public:
   addShared(int64_t size, FactorKind kind,
             llvm::ArrayRef<std::pair<TensorRef, unsigned>> dims,
             FactorCombiner combiner = FactorCombiner::Sum);
+
+  /// Marks normalization factor `factor` as splitStatistics.
+  void setSplitStatistics(unsigned factor) {
+    factors[factor].splitStatistics = true;
+  }
 
   unsigned getNumFactors() const { return factors.size(); }
   const ShardingFactor &getFactor(unsigned i) const { return factors[i]; }
