@@ -24,6 +24,16 @@ double elementsOf(Value value) {
   return tensor ? static_cast<double>(tensor.getNumElements()) : 0;
 }
 
+/// The share of the [sq, skv] scores a causal attention computes: about
+/// half, or with a sliding window of w keys, at most w per row.
+template <typename OpTy> double causalShare(OpTy op) {
+  double keys = static_cast<double>(op.getKey().getType().getDimSize(2));
+  std::optional<int64_t> window = op.getWindow();
+  if (!window || keys <= 0)
+    return 0.5;
+  return std::min(0.5, static_cast<double>(*window) / keys);
+}
+
 template <typename OpTy> double attentionFlops(OpTy op, bool causal) {
   ArrayRef<int64_t> q = op.getQuery().getType().getShape();
   ArrayRef<int64_t> k = op.getKey().getType().getShape();
@@ -31,7 +41,7 @@ template <typename OpTy> double attentionFlops(OpTy op, bool causal) {
   // Q K^T and P V per head, plus the softmax's few flops per score.
   double scores = static_cast<double>(q[0]) * q[1] * q[2] * k[2];
   double flops = scores * (2.0 * q[3] + 2.0 * v[3] + 5.0);
-  return causal ? flops / 2 : flops;
+  return causal ? flops * causalShare(op) : flops;
 }
 
 /// The flash-attention backward as the kernels run it: Q K^T twice (the
@@ -43,7 +53,7 @@ double attentionGradFlops(nn::AttentionGradOp op) {
   ArrayRef<int64_t> v = op.getValue().getType().getShape();
   double scores = static_cast<double>(q[0]) * q[1] * q[2] * k[2];
   double flops = scores * (8.0 * q[3] + 4.0 * v[3] + 10.0);
-  return op.getCausal() ? flops / 2 : flops;
+  return op.getCausal() ? flops * causalShare(op) : flops;
 }
 
 } // namespace

@@ -162,3 +162,24 @@ def test_softcapped_lm_head_is_split(tmp_path, name):
     lines = proc.stdout.splitlines() + proc.stderr.splitlines()
     heads = [line for line in lines if "tensor<32x128xf32>" in line]
     assert heads and all(line.endswith("[{}, {tp}]") for line in heads), heads
+
+
+@pytest.mark.parametrize("name", ["mistral_window.legacy.onnx",
+                                  "mistral_window.dynamo23.onnx"])
+def test_sliding_window_is_an_attribute(tmp_path, name):
+    """Mistral's sliding window (6 of 16 positions) becomes nn.attention's
+    `causal` and `window`, from the legacy export's raised softmax chain
+    and from the dynamo export's ONNX Attention mask alike; the padding
+    stays the mask. (The mesh matrix runs it, ring attention included.)"""
+    model, inputs = load_inputs(name)
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(HF / name), "--emit",
+         "nn", *binding(model, inputs)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    attentions = [line for line in proc.stdout.splitlines()
+                  if "nn.attention " in line]
+    assert len(attentions) == 2, attentions
+    for line in attentions:
+        assert "causal" in line and "window = 6 : i64" in line, line
+        assert "x16xi1>) ->" in line and "1x16xi1" in line, line

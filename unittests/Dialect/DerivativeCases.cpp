@@ -458,6 +458,23 @@ const std::vector<Case> &mlir::partita::test::cases() {
         {"bias", "tensor<3x3xf32>", false}},
        R"(  %y = nn.attention %q, %k, %v mask %bias {causal, scale = 0.5 : f32, softcap = 0.9 : f32} : (tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x3xf32>, tensor<3x3xf32>) -> tensor<1x4x3x3xf32>)",
        "tensor<1x4x3x3xf32>"},
+      // A sliding window (Mistral's, Gemma2's local layers): row i sees
+      // keys i + (skv - sq) - window < j <= i + (skv - sq).
+      {"attention_window",
+       {{"q", "tensor<1x2x4x3xf32>", true},
+        {"k", "tensor<1x2x6x3xf32>", true},
+        {"v", "tensor<1x2x6x2xf32>", true}},
+       R"(  %y = nn.attention %q, %k, %v {causal, window = 2 : i64} : (tensor<1x2x4x3xf32>, tensor<1x2x6x3xf32>, tensor<1x2x6x2xf32>) -> tensor<1x2x4x2xf32>)",
+       "tensor<1x2x4x2xf32>"},
+      {"attention_window_gqa_bool_mask_softcap",
+       {{"q", "tensor<1x4x5x2xf32>", true},
+        {"k", "tensor<1x2x5x2xf32>", true},
+        {"v", "tensor<1x2x5x3xf32>", true},
+        {"s", "tensor<1x5xf32>", false}},
+       R"(  %z = nn.constant dense<-0.5> : tensor<f32>
+  %m = nn.compare gt, %s, %z : (tensor<1x5xf32>, tensor<f32>) -> tensor<1x5xi1>
+  %y = nn.attention %q, %k, %v mask %m {causal, window = 3 : i64, softcap = 1.5 : f32} : (tensor<1x4x5x2xf32>, tensor<1x2x5x2xf32>, tensor<1x2x5x3xf32>, tensor<1x5xi1>) -> tensor<1x4x5x3xf32>)",
+       "tensor<1x4x5x3xf32>"},
   };
   return all;
 }

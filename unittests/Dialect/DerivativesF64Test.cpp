@@ -351,6 +351,9 @@ std::vector<std::string> classesOf(const runtime::OpAttrInfo &attr) {
   case runtime::OpAttrType::Int:
     if (name == "axis")
       return {"first", "middle", "last"};
+    // An optional Int (attention's window): given or not.
+    if (!attr.required)
+      return {"given", "absent"};
     return {};
   case runtime::OpAttrType::Ints:
     if (name == "axes")
@@ -378,9 +381,10 @@ classOn(Operation *op, const runtime::OpAttrInfo &attr,
   auto it = kernel.find(attr.name);
   const program::Attribute *value = it == kernel.end() ? nullptr : &it->second;
   // An optional Bool the translation leaves out is false; an optional
-  // Float is read from the nn op below.
+  // Float is read from the nn op below; an optional Int is given or not.
   bool optional = !attr.required && (attr.type == runtime::OpAttrType::Bool ||
-                                     attr.type == runtime::OpAttrType::Float);
+                                     attr.type == runtime::OpAttrType::Float ||
+                                     attr.type == runtime::OpAttrType::Int);
   if (!value && !optional) {
     error = "the translation gives it no " + name.str();
     return failure();
@@ -406,6 +410,8 @@ classOn(Operation *op, const runtime::OpAttrInfo &attr,
     return std::string(op->getAttr(name) ? "given" : "absent");
   }
   case runtime::OpAttrType::Int: {
+    if (!attr.required)
+      return std::string(value ? "given" : "absent");
     int64_t axis = value->i();
     if (axis == rank() - 1)
       return std::string("last");

@@ -90,6 +90,9 @@ struct AttentionInputs {
   double scale;
   /// 0 without one: the scores are then not capped.
   double softcap = 0;
+  /// With causal: a row sees only the keys less than `window` before its
+  /// last one; 0 without one.
+  int64_t window = 0;
   int64_t batch, qHeads, kvHeads, sq, skv, d, dv;
 
   int64_t qAt(int64_t b, int64_t h, int64_t i) const {
@@ -138,7 +141,8 @@ struct AttentionInputs {
     std::vector<double> scores(skv, -kInf);
     double top = -kInf;
     for (int64_t j = 0; j < skv; ++j) {
-      if (causal && j > i + (skv - sq))
+      if (causal &&
+          (j > i + (skv - sq) || (window > 0 && i + (skv - sq) - j >= window)))
         continue;
       double dot = 0;
       for (int64_t t = 0; t < d; ++t)
@@ -432,6 +436,8 @@ llvm::Error Interpreter::attentionInputs(Operation *op, Value q, Value k,
                                          AttentionInputs &a) {
   if (auto softcap = op->getAttrOfType<FloatAttr>("softcap"))
     a.softcap = softcap.getValueAsDouble();
+  if (auto window = op->getAttrOfType<IntegerAttr>("window"))
+    a.window = window.getInt();
   a.q = &get(q);
   a.k = &get(k);
   a.v = &get(v);

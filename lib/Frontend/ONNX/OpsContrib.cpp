@@ -714,7 +714,7 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   } else {
     auto attention = nn::AttentionOp::create(
         b, loc, q.getType(), q, presentKey, presentValue, mask, b.getUnitAttr(),
-        FloatAttr(), FloatAttr());
+        FloatAttr(), FloatAttr(), IntegerAttr());
     if (scaleAttr && scaleAttr->f() != 0.0f)
       attention.setScaleAttr(b.getF32FloatAttr(scale));
     if (softcap > 0.0f)

@@ -750,7 +750,7 @@ LogicalResult attentionHandler(NodeContext &ctx) {
   auto op = nn::AttentionOp::create(
       b, loc, resultType, q, k, v, mask,
       ctx.getAttrInt("is_causal", 0) ? b.getUnitAttr() : UnitAttr(),
-      FloatAttr(), FloatAttr());
+      FloatAttr(), FloatAttr(), IntegerAttr());
   if (const onnx::AttributeProto *scale = ctx.getAttr("scale"))
     op.setScaleAttr(b.getF32FloatAttr(scale->f()));
   Value out = op;

@@ -99,6 +99,8 @@ struct ScoreArguments {
   double scale = 1;
   /// 0: scores not capped.
   double softcap = 0.0;
+  /// 0: no sliding window.
+  int64_t window = 0;
   std::string maskType = "float", maskArg = "(const float *)nullptr";
   /// 0: no mask, 1: bool (keep where true), 2: added to the scores.
   int maskMode = 0;
@@ -129,6 +131,15 @@ llvm::Expected<ScoreArguments> addScoreOperands(const KernelContext &ctx,
       return ctx.error("softcap " + std::to_string(*softcap) +
                        " is not positive and finite");
     args.softcap = *softcap;
+  }
+  if (ctx.getKernel().attributes().count("window")) {
+    auto window = ctx.getInt("window");
+    if (!window)
+      return window.takeError();
+    if (*window <= 0 || *window >= (int64_t(1) << 31))
+      return ctx.error("window " + std::to_string(*window) +
+                       " is not in [1, 2^31)");
+    args.window = *window;
   }
   sig.addInput(ops[0], "a0");
   sig.addInput(ops[1], "a1");
@@ -256,6 +267,7 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
         "LL, " + std::to_string(maskStrides[1]) + "LL, " +
         std::to_string(maskStrides[3]) + "LL>(a0, a1, a2, " + maskArg + ", " +
         floatLiteral(scale) + ", " + floatLiteral(scores->softcap) + ", " +
+        std::to_string(scores->window) + ", " +
         (splits > 1 ? "@NAME@_part, @NAME@_done"
                     : "(float *)nullptr, (unsigned *)nullptr") +
         ", " + init + ")";
@@ -294,8 +306,8 @@ llvm::Expected<GeneratedKernel> emitAttention(const KernelContext &ctx,
       "LL, " + std::to_string(maskStrides[3]) + "LL, " + b(hasPositions) +
       ", " + b(partial) + ">(a0, a1, a2, " + maskArg + ", " + qposArg + ", " +
       kposArg + ", " + statsArgs[0] + ", " + statsArgs[1] + ", " +
-      floatLiteral(scale) + ", " + floatLiteral(scores->softcap) + ", " + init +
-      ")";
+      floatLiteral(scale) + ", " + floatLiteral(scores->softcap) + ", " +
+      std::to_string(scores->window) + ", " + init + ")";
 
   GeneratedKernel kernel;
   kernel.label = ctx.op();
@@ -394,8 +406,8 @@ llvm::Expected<GeneratedKernel> emitAttentionGrad(const KernelContext &ctx) {
       "LL, " + std::to_string(maskStrides[1]) + "LL, " +
       std::to_string(maskStrides[2]) + "LL, " + std::to_string(maskStrides[3]) +
       "LL>(a0, a1, a2, " + maskArg + ", " + outArg + ", " + doutArg + ", " +
-      floatLiteral(scale) + ", " + floatLiteral(scores->softcap) +
-      ", @NAME@_stats, r0, r1, r2)";
+      floatLiteral(scale) + ", " + floatLiteral(scores->softcap) + ", " +
+      std::to_string(scores->window) + ", @NAME@_stats, r0, r1, r2)";
 
   GeneratedKernel kernel;
   kernel.label = ctx.op();

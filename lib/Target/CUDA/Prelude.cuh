@@ -493,7 +493,8 @@ template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
 __device__ __forceinline__ void
 attention(const T *q, const T *k, const T *v, const M *mask,
           const long long *qpos, const long long *kpos, float *rowMax,
-          float *rowSum, float scale, float softcap, const Sink &sink) {
+          float *rowSum, float scale, float softcap, int window,
+          const Sink &sink) {
   typedef AttentionShape<B, HQ, HKV, SQ, SKV, D, DV, ROWS, WARPS> S;
   constexpr int BQ = S::BQ, DVL = S::DVL, THREADS = WARPS * 32;
   constexpr int OFFSET = SKV - SQ; // Causal: row i sees keys j <= i + OFFSET.
@@ -544,11 +545,14 @@ attention(const T *q, const T *k, const T *v, const M *mask,
       myPos[r] = i < SQ ? qpos[i] : 0;
   }
 
-  // Keys past the causal limit of the block's last row are masked for all.
+  // Keys past the causal limit of the block's last row are masked for all,
+  // and with a sliding window those before the first row's window.
   const int lastRow = min(i0 + BQ, SQ) - 1;
   const int keyEnd = CAUSAL ? min(SKV, max(0, lastRow + OFFSET + 1)) : SKV;
+  const int keyStart =
+      CAUSAL && window > 0 ? max(0, i0 + OFFSET - window + 1) / 32 * 32 : 0;
 
-  for (int j0 = 0; j0 < keyEnd; j0 += 32) {
+  for (int j0 = keyStart; j0 < keyEnd; j0 += 32) {
     __syncthreads(); // The previous tile's readers are done.
     for (int e = threadIdx.x * KVEC; e < 32 * D; e += THREADS * KVEC) {
       const int j = e / D, t = e % D;
@@ -594,9 +598,11 @@ attention(const T *q, const T *k, const T *v, const M *mask,
       const int i = i0 + warp * ROWS + r;
       bool keep = i < SQ && j < SKV;
       if constexpr (CAUSAL)
-        keep = keep && j <= i + OFFSET;
-      if constexpr (POS)
-        keep = keep && kpos[min(j, SKV - 1)] <= myPos[r];
+        keep = keep && j <= i + OFFSET && (window <= 0 || i + OFFSET - j < window);
+      if constexpr (POS) {
+        const long long kp = kpos[min(j, SKV - 1)];
+        keep = keep && kp <= myPos[r] && (window <= 0 || myPos[r] - kp < window);
+      }
       if constexpr (MASK != 0) {
         if (i < SQ && j < SKV) {
           const M *mp = mask + (long long)b * MS0 + (long long)h * MS1 +
@@ -683,12 +689,12 @@ attention(const T *q, const T *k, const T *v, const M *mask,
 template <typename M, int SQ, int SKV, bool CAUSAL, int MASK, long long MS0,
           long long MS1, long long MS2, long long MS3>
 __device__ __forceinline__ float
-grad_score(float dot, float scale, float softcap, const M *mask, int b, int h,
-           int i, int j) {
+grad_score(float dot, float scale, float softcap, int window, const M *mask,
+           int b, int h, int i, int j) {
   const float kNegInf = -__int_as_float(0x7f800000);
   float s = cap_score(dot * scale, softcap); // (q k) * scale, as the forward.
   if constexpr (CAUSAL)
-    if (j > i + (SKV - SQ))
+    if (j > i + (SKV - SQ) || (window > 0 && i + (SKV - SQ) - j >= window))
       return kNegInf;
   if constexpr (MASK != 0) {
     const M *mp = mask + (long long)b * MS0 + (long long)h * MS1 +
@@ -708,8 +714,8 @@ template <typename T, typename M, int B, int HQ, int HKV, int SQ, int SKV,
           long long MS1, long long MS2, long long MS3>
 __device__ __forceinline__ void
 attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
-               const T *dout, float scale, float softcap, float *stats, T *dq,
-               T *dk, T *dv) {
+               const T *dout, float scale, float softcap, int window,
+               float *stats, T *dq, T *dk, T *dv) {
   constexpr int GROUP = HQ / HKV, ROWS = GROUP * SQ;
   constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
   static_assert(HQ % HKV == 0, "GQA needs hq to be a multiple of hkv");
@@ -721,7 +727,7 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
   float *st = stats + (u64)blockIdx.x * ROWS * 3;
   auto scoreOf = [&](float dot, int h, int i, int j) {
     return grad_score<M, SQ, SKV, CAUSAL, MASK, MS0, MS1, MS2, MS3>(
-        dot, scale, softcap, mask, b, h, i, j);
+        dot, scale, softcap, window, mask, b, h, i, j);
   };
 
   // Phase 1: the rows' statistics and dq.
@@ -743,8 +749,10 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
     }
     dsum = warp_sum(dsum);
     const int keyEnd = CAUSAL ? min(SKV, max(0, i + (SKV - SQ) + 1)) : SKV;
+    const int keyStart =
+        CAUSAL && window > 0 ? max(0, i + (SKV - SQ) - window + 1) : 0;
     float m = kNegInf, l = 0.0f;
-    for (int j = 0; j < keyEnd; ++j) {
+    for (int j = keyStart; j < keyEnd; ++j) {
       float dot = 0.0f;
 #pragma unroll
       for (int c = 0; c < DL; ++c)
@@ -810,7 +818,9 @@ attention_grad(const T *q, const T *k, const T *v, const M *mask, const T *out,
     for (int r = 0; r < ROWS; ++r) {
       const int h = hk * GROUP + r / SQ, i = r % SQ;
       const float m = st[r * 3];
-      if (m == kNegInf || (CAUSAL && j > i + (SKV - SQ)))
+      if (m == kNegInf ||
+          (CAUSAL && (j > i + (SKV - SQ) ||
+                      (window > 0 && i + (SKV - SQ) - j >= window))))
         continue; // Uniform over the warp.
       const u64 row = (u64)(b * HQ + h) * SQ + i;
       float qv[DL], gv[DVL], dot = 0.0f, dp = 0.0f;
@@ -873,7 +883,8 @@ template <typename T, typename M, int B, int HQ, int HKV, int SKV, int D,
           long long MS3, typename Sink>
 __device__ __forceinline__ void
 attention_decode(const T *q, const T *k, const T *v, const M *mask, float scale,
-                 float softcap, float *part, unsigned *done, const Sink &sink) {
+                 float softcap, int window, float *part, unsigned *done,
+                 const Sink &sink) {
   constexpr int WARPS = 4, THREADS = WARPS * 32;
   constexpr int SPLITS = (SKV + SPLIT - 1) / SPLIT;
   constexpr int DL = (D + 31) / 32, DVL = (DV + 31) / 32;
@@ -901,7 +912,10 @@ attention_decode(const T *q, const T *k, const T *v, const M *mask, float scale,
   for (int c = 0; c < DVL; ++c)
     o[c] = 0.0f;
 
-  const int j0 = split * SPLIT, j1 = min(SKV, j0 + SPLIT);
+  // A causal sliding window (the one row is the last position): the last
+  // `window` keys only.
+  const int j0 = max(split * SPLIT, window > 0 ? SKV - window : 0);
+  const int j1 = min(SKV, split * SPLIT + SPLIT);
   for (int j = j0 + warp; j < j1; j += WARPS) {
     float s = 0.0f;
 #pragma unroll

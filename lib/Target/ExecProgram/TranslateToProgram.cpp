@@ -163,6 +163,8 @@ void mlir::partita::setKernelAttributes(
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
         if (std::optional<APFloat> cap = o.getSoftcap())
           m["softcap"] = floatAttr(cap->convertToDouble());
+        if (std::optional<int64_t> window = o.getWindow())
+          m["window"] = intAttr(*window);
       })
       .Case([&](nn::AttentionGradOp o) {
         m["causal"] = boolAttr(o.getCausal());
@@ -170,6 +172,8 @@ void mlir::partita::setKernelAttributes(
         m["has_mask"] = boolAttr(static_cast<bool>(o.getMask()));
         if (std::optional<APFloat> cap = o.getSoftcap())
           m["softcap"] = floatAttr(cap->convertToDouble());
+        if (std::optional<int64_t> window = o.getWindow())
+          m["window"] = intAttr(*window);
       })
       .Case([&](nn::AttentionPartialOp o) {
         m["scale"] = floatAttr(o.getEffectiveScale());
@@ -177,6 +181,8 @@ void mlir::partita::setKernelAttributes(
         m["has_positions"] = boolAttr(static_cast<bool>(o.getQueryPositions()));
         if (std::optional<APFloat> cap = o.getSoftcap())
           m["softcap"] = floatAttr(cap->convertToDouble());
+        if (std::optional<int64_t> window = o.getWindow())
+          m["window"] = intAttr(*window);
       })
       .Case([&](nn::RopeOp o) {
         m["interleaved"] = boolAttr(o.getInterleaved());

@@ -207,6 +207,9 @@ struct AttentionShape {
   /// Scores capped as softcap * tanh(score / softcap) when positive.
   float softcap = 0.0f;
   bool causal;
+  /// With causal (or positions): row i sees only keys less than `window`
+  /// positions before it; 0 for no window.
+  int64_t window = 0;
   const Tensor *mask;     // Null without one.
   int64_t maskStrides[4]; // Per [b, hq, sq, skv]; 0 where it broadcasts.
   // attention_partial: the global positions of the query rows and keys
@@ -242,6 +245,16 @@ bool boolMaskDropsBlock(const AttentionShape &g, const char *maskRows,
   return true;
 }
 
+/// The first key block that causal rows [i0, ...) with a sliding window
+/// can see (rows see keys j <= i + offset and, with a window, j > i +
+/// offset - window): 0 without a window.
+int64_t firstKeyBlock(const AttentionShape &g, int64_t i0, int64_t offset) {
+  if (!g.causal || g.window <= 0)
+    return 0;
+  int64_t first = std::max<int64_t>(0, i0 + offset - g.window + 1);
+  return first / kKeyBlock * kKeyBlock;
+}
+
 /// Scales row `i` of a block of scores (query `i0 + i`, keys from `j0`),
 /// caps it (softcap) and masks it: causally, by positions, by the mask.
 /// With a softcap and `capSlope`, each capped score's slope
@@ -262,11 +275,16 @@ void maskScoreRow(const AttentionShape &g, float *sRow, int64_t nk, int64_t i0,
     int64_t firstMasked = i0 + i + (g.skv - g.sq) + 1 - j0;
     for (int64_t j = std::max<int64_t>(firstMasked, 0); j < nk; ++j)
       sRow[j] = kNegInf;
+    // Keys `window` or more positions back are outside the window.
+    if (g.window > 0)
+      for (int64_t j = 0; j < std::min(nk, firstMasked - g.window); ++j)
+        sRow[j] = kNegInf;
   }
   if (g.qPos) {
     int64_t position = g.qPos[i0 + i];
     for (int64_t j = 0; j < nk; ++j)
-      if (g.kPos[j0 + j] > position)
+      if (g.kPos[j0 + j] > position ||
+          (g.window > 0 && position - g.kPos[j0 + j] >= g.window))
         sRow[j] = kNegInf;
   }
   if (!g.mask)
@@ -348,18 +366,25 @@ void attentionTyped(ThreadPool &pool, const AttentionShape &g, const T *q,
               : g.skv;
       // With positions, a key block after every row of the query block is
       // skipped whole.
-      int64_t lastQuery = 0;
-      if (g.qPos)
-        for (int64_t i = 0; i < nq; ++i)
+      // With a window, a key block before every row's window likewise.
+      int64_t lastQuery = 0, firstQuery = 0;
+      if (g.qPos) {
+        lastQuery = firstQuery = g.qPos[i0];
+        for (int64_t i = 0; i < nq; ++i) {
           lastQuery = std::max(lastQuery, g.qPos[i0 + i]);
+          firstQuery = std::min(firstQuery, g.qPos[i0 + i]);
+        }
+      }
       const char *maskRows = maskRowsOf(g, b, h, i0);
 
-      for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
+      for (int64_t j0 = firstKeyBlock(g, i0, offset); j0 < keyEnd;
+           j0 += kKeyBlock) {
         int64_t nk = std::min(kKeyBlock, keyEnd - j0);
         if (g.kPos) {
           bool any = false;
           for (int64_t j = 0; j < nk && !any; ++j)
-            any = g.kPos[j0 + j] <= lastQuery;
+            any = g.kPos[j0 + j] <= lastQuery &&
+                  (g.window <= 0 || firstQuery - g.kPos[j0 + j] < g.window);
           if (!any)
             continue;
         }
@@ -458,7 +483,8 @@ void attentionGradTyped(ThreadPool &pool, const AttentionShape &g,
           // 1. Each row's maximum score and sum of exp(score - max).
           std::fill(m.begin(), m.end(), kNegInf);
           std::fill(l.begin(), l.end(), 0.0f);
-          for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
+          for (int64_t j0 = firstKeyBlock(g, i0, offset); j0 < keyEnd;
+               j0 += kKeyBlock) {
             int64_t nk = std::min(kKeyBlock, keyEnd - j0);
             if (boolMaskDropsBlock(g, maskRows, nq, j0, nk))
               continue;
@@ -482,7 +508,8 @@ void attentionGradTyped(ThreadPool &pool, const AttentionShape &g,
 
           // 2. The cotangents, block by block.
           std::fill(dqAcc.begin(), dqAcc.begin() + nq * d, 0.0f);
-          for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
+          for (int64_t j0 = firstKeyBlock(g, i0, offset); j0 < keyEnd;
+               j0 += kKeyBlock) {
             int64_t nk = std::min(kKeyBlock, keyEnd - j0);
             if (boolMaskDropsBlock(g, maskRows, nq, j0, nk))
               continue;
@@ -613,6 +640,12 @@ Status prepareAttention(KernelContext &ctx, bool hasMask, AttentionShape &g,
                        " is not positive and finite");
     g.softcap = static_cast<float>(softcap);
   }
+  if (ctx.attrs.has("window")) {
+    PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("window", g.window));
+    if (g.window <= 0)
+      return ctx.error("window " + std::to_string(g.window) +
+                       " is not positive");
+  }
   g.mask = hasMask ? &ctx.operands[3] : nullptr;
   if (g.mask) {
     const Tensor &mask = *g.mask;
@@ -664,6 +697,8 @@ Status runAttention(KernelContext &ctx) {
   PARTITA_RETURN_IF_ERROR(
       prepareAttention(ctx, hasMask, g, ctx.results[0], "the result"));
   g.causal = causal;
+  if (g.window > 0 && !causal)
+    return ctx.error("a window needs causal");
   return dispatchAttention(ctx, g);
 }
 
@@ -710,6 +745,8 @@ Status runAttentionPartial(KernelContext &ctx) {
     g.qPos = qPos.as<int64_t>();
     g.kPos = kPos.as<int64_t>();
   }
+  if (g.window > 0 && !hasPositions)
+    return ctx.error("a window needs the positions");
   return dispatchAttention(ctx, g);
 }
 
@@ -732,6 +769,8 @@ Status runAttentionGrad(KernelContext &ctx) {
   AttentionShape g;
   PARTITA_RETURN_IF_ERROR(prepareAttention(ctx, hasMask, g, out, "out"));
   g.causal = causal;
+  if (g.window > 0 && !causal)
+    return ctx.error("a window needs causal");
   PARTITA_RETURN_IF_ERROR(ctx.expectDType(dout, out.dtype, "dout"));
   PARTITA_RETURN_IF_ERROR(ctx.expectShape(dout, out.shape, "dout"));
   const char *names[] = {"dq", "dk", "dv"};

@@ -37,6 +37,8 @@ struct DecodeShape {
   bool emptyRow = false;
   /// Gemma2's cap of the scores; 0: none.
   double softcap = 0;
+  /// A causal sliding window: the last `window` keys only; 0: none.
+  int64_t window = 0;
 };
 
 std::ostream &operator<<(std::ostream &os, const DecodeShape &s) {
@@ -55,7 +57,9 @@ TEST_P(DecodeAttention, MatchesReference) {
   int32_t out = k.buffer(program::F32, {s.batch, s.hq, 1, s.d});
   program::Kernel &kernel = k.kernel("attention", {q, kk, v, mask}, {out});
   (*kernel.mutable_attributes())["has_mask"].set_b(true);
-  (*kernel.mutable_attributes())["causal"].set_b(false);
+  (*kernel.mutable_attributes())["causal"].set_b(s.window > 0);
+  if (s.window > 0)
+    (*kernel.mutable_attributes())["window"].set_i(s.window);
   if (s.softcap > 0)
     (*kernel.mutable_attributes())["softcap"].set_f(s.softcap);
   cudatarget::CodeGenOptions options;
@@ -83,6 +87,11 @@ TEST_P(DecodeAttention, MatchesReference) {
     for (int64_t j = 0; j < s.keys; ++j)
       if ((j >= s.maskedFrom && j < s.maskedTo) || (s.emptyRow && b == 1))
         ms[size_t(b * s.keys + j)] = 0;
+  // The window's keys are the last `window`: the reference masks the rest.
+  std::vector<uint8_t> seen = ms;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t j = 0; j < s.keys - s.window && s.window > 0; ++j)
+      seen[size_t(b * s.keys + j)] = 0;
   Status ran = k.run({qs.data(), ks.data(), vs.data(), ms.data(), os.data()});
   ASSERT_TRUE(ran) << ran.message();
 
@@ -93,7 +102,7 @@ TEST_P(DecodeAttention, MatchesReference) {
       std::vector<double> p(size_t(s.keys), 0);
       double mx = -INFINITY, sum = 0;
       for (int64_t j = 0; j < s.keys; ++j) {
-        if (!ms[size_t(b * s.keys + j)])
+        if (!seen[size_t(b * s.keys + j)])
           continue;
         double dot = 0;
         for (int64_t t = 0; t < s.d; ++t)
@@ -105,12 +114,12 @@ TEST_P(DecodeAttention, MatchesReference) {
         mx = std::max(mx, p[size_t(j)]);
       }
       for (int64_t j = 0; j < s.keys; ++j)
-        if (ms[size_t(b * s.keys + j)])
+        if (seen[size_t(b * s.keys + j)])
           sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
       for (int64_t t = 0; t < s.d; ++t) {
         double want = 0;
         for (int64_t j = 0; j < s.keys; ++j)
-          if (ms[size_t(b * s.keys + j)])
+          if (seen[size_t(b * s.keys + j)])
             want += p[size_t(j)] / sum *
                     vs[size_t(((b * s.hkv + hk) * s.keys + j) * s.d + t)];
         float got = os[size_t((b * s.hq + h) * s.d + t)];
@@ -134,7 +143,10 @@ INSTANTIATE_TEST_SUITE_P(
         // Head dimension 128 (4 columns per lane) over 3 splits of 256.
         DecodeShape{"head_dim_128", 1, 2, 1, 600, 128, 256},
         // Gemma2's softcap, a cap of 0.5 on scores of a few units.
-        DecodeShape{"softcap", 2, 4, 2, 100, 64, 32, 40, 50, false, 0.5}),
+        DecodeShape{"softcap", 2, 4, 2, 100, 64, 32, 40, 50, false, 0.5},
+        // A sliding window of the last 45 of 100 keys: the first split
+        // sees none, the second some, keys 60..69 masked too.
+        DecodeShape{"window", 2, 4, 2, 100, 32, 32, 60, 70, false, 0, 45}),
     [](const ::testing::TestParamInfo<DecodeShape> &info) {
       return info.param.name;
     });

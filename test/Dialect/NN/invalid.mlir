@@ -1253,3 +1253,39 @@ func.func @attention_c10_softcap(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32
   %0 = nn.attention %q, %k, %v {softcap = 0.0 : f32} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
   return
 }
+
+// -----
+
+// attention_c11: a window needs causal
+func.func @attention_c11_window_without_causal(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>) {
+  // expected-error @+1 {{attention_c11: a window needs causal}}
+  %0 = nn.attention %q, %k, %v {window = 2 : i64} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return
+}
+
+// -----
+
+// attention_c11: a positive window
+func.func @attention_c11_window_zero(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>) {
+  // expected-error @+1 {{attention_c11: window must be positive, got 0}}
+  %0 = nn.attention %q, %k, %v {causal, window = 0 : i64} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return
+}
+
+// -----
+
+// attention_partial_c13: a window needs the positions
+func.func @attention_partial_c13(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>) {
+  // expected-error @+1 {{attention_partial_c13: a window needs positions}}
+  %0:3 = nn.attention_partial %q, %k, %v {window = 2 : i64} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x2x3x4xf32>, tensor<1x2x3xf32>, tensor<1x2x3xf32>)
+  return
+}
+
+// -----
+
+// attention_grad_c12: a window needs causal
+func.func @attention_grad_c12(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>) {
+  // expected-error @+1 {{attention_grad_c12: a window needs causal}}
+  %0:3 = nn.attention_grad %q, %k, %v out %q dout %q {window = 2 : i64} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>)
+  return
+}

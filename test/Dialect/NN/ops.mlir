@@ -139,6 +139,8 @@ func.func @contractions(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>,
   %2 = nn.attention %q, %kv, %kv mask %m {causal, scale = 0.25 : f32} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x1x1x4xi1>) -> tensor<2x8x4x16xbf16>
   // CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<4x4xbf16>) -> tensor<2x8x4x16xbf16>
   %3 = nn.attention %q, %kv, %kv mask %add : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<4x4xbf16>) -> tensor<2x8x4x16xbf16>
+  // CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, window = 3 : i64} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
+  %windowed = nn.attention %q, %kv, %kv {causal, window = 3 : i64} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
   // CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
   %4 = nn.attention %q, %kv, %kv : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>) -> tensor<2x8x4x16xbf16>
   // CHECK: nn.attention_partial %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} positions(%{{.*}}, %{{.*}}) {scale = 2.500000e-01 : f32} : (tensor<2x8x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x2x4x16xbf16>, tensor<2x1x1x4xi1>, tensor<4xi64>, tensor<4xi64>) -> (tensor<2x8x4x16xbf16>, tensor<2x8x4xf32>, tensor<2x8x4xf32>)

@@ -87,6 +87,10 @@ MODELS = {
     "mistral": (lambda: tf.MistralConfig(**common(num_key_value_heads=2,
                                                   sliding_window=4096)),
                 tf.MistralForCausalLM, "lm"),
+    # A sliding window shorter than the sequence: nn.attention's window.
+    "mistral_window": (lambda: tf.MistralConfig(**common(
+        num_key_value_heads=2, sliding_window=6)),
+                       tf.MistralForCausalLM, "lm"),
     "qwen2": (lambda: tf.Qwen2Config(**common(num_key_value_heads=2)),
               tf.Qwen2ForCausalLM, "lm"),
     "phi3": (lambda: tf.Phi3Config(**common(num_key_value_heads=2,

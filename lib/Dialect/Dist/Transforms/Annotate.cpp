@@ -968,12 +968,15 @@ LogicalResult Megatron::ulyssesAttention(Operation *attention) {
 }
 
 /// The work of each rank of a causal ring: the number of (query, key) pairs
-/// its queries see, given the global position of every sequence slot.
-static SmallVector<int64_t> ringWork(ArrayRef<int64_t> order, int64_t ranks) {
+/// its queries see, given the global position of every sequence slot (with
+/// a sliding `window`, at most that many keys per query; 0: none).
+static SmallVector<int64_t> ringWork(ArrayRef<int64_t> order, int64_t ranks,
+                                     int64_t window) {
   SmallVector<int64_t> work(ranks, 0);
   int64_t perRank = static_cast<int64_t>(order.size()) / ranks;
   for (auto [slot, position] : llvm::enumerate(order))
-    work[slot / perRank] += position + 1;
+    work[slot / perRank] +=
+        window > 0 ? std::min<int64_t>(position + 1, window) : position + 1;
   return work;
 }
 
@@ -1030,6 +1033,22 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
     return usesFactor(rule, ShardingRule::operand(3),
                       rule.getOperands()[0][kAttentionSequenceDim].front());
   });
+  // With sliding windows (every causal attention's; the widest counts),
+  // each row sees at most a window of keys: contiguous blocks are about as
+  // balanced, and only they let the ring stop once the blocks left are
+  // behind every window (RingAttention skips those steps). Zigzag is kept
+  // only where it balances better.
+  int64_t window = 0;
+  for (nn::AttentionOp attention : attentions) {
+    if (!attention.getCausal())
+      continue;
+    std::optional<int64_t> own = attention.getWindow();
+    if (!own) {
+      window = 0;
+      break;
+    }
+    window = std::max(window, *own);
+  }
   bool zigzag = causal && !perQueryMask && length % (2 * sp) == 0;
   if (zigzag) {
     int64_t chunk = length / (2 * sp), perRank = length / sp;
@@ -1038,14 +1057,19 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
       int64_t which = offset < chunk ? rank : 2 * sp - 1 - rank;
       order[i] = which * chunk + offset % chunk;
     }
+    if (window > 0 && imbalance(ringWork(order, sp, window)) >=
+                          imbalance(ringWork(contiguous, sp, window))) {
+      zigzag = false;
+      order = contiguous;
+    }
   }
   ModuleOp module = func->getParentOfType<ModuleOp>();
   Builder attrs(context);
   FloatAttr balance, contiguousBalance;
   if (causal) {
-    balance = attrs.getF64FloatAttr(imbalance(ringWork(order, sp)));
+    balance = attrs.getF64FloatAttr(imbalance(ringWork(order, sp, window)));
     contiguousBalance =
-        attrs.getF64FloatAttr(imbalance(ringWork(contiguous, sp)));
+        attrs.getF64FloatAttr(imbalance(ringWork(contiguous, sp, window)));
   }
   StringAttr ringAxis = attrs.getStringAttr(spAxis);
   module->setAttr(kSequenceParallelAttr,

@@ -676,7 +676,8 @@ void attentionVjp(AttentionOp op, Rule &r, Value g,
       TypeRange{op.getQuery().getType(), op.getKey().getType(),
                 op.getValue().getType()},
       op.getQuery(), op.getKey(), op.getValue(), op.getMask(), op.getResult(),
-      g, op.getCausalAttr(), op.getScaleAttr(), op.getSoftcapAttr());
+      g, op.getCausalAttr(), op.getScaleAttr(), op.getSoftcapAttr(),
+      op.getWindowAttr());
   out.append(grad.getResults().begin(), grad.getResults().end());
   if (op.getMask())
     out.push_back(Value());

@@ -506,6 +506,22 @@ verifyAttentionLike(OpTy op, StringRef stem,
   return success();
 }
 
+/// Constraint `id`: `window`, when given, is positive and comes with
+/// `needs` (`present`: causal, or attention_partial's positions).
+template <typename OpTy>
+LogicalResult verifyWindow(OpTy op, StringRef id, bool present,
+                           StringRef needs) {
+  std::optional<int64_t> window = op.getWindow();
+  if (!window)
+    return success();
+  if (*window <= 0)
+    return op.emitOpError()
+           << id << ": window must be positive, got " << *window;
+  if (!present)
+    return op.emitOpError() << id << ": a window needs " << needs;
+  return success();
+}
+
 template <typename OpTy> double effectiveScale(OpTy op) {
   if (std::optional<APFloat> scale = op.getScale())
     return scale->convertToDouble();
@@ -517,7 +533,10 @@ template <typename OpTy> double effectiveScale(OpTy op) {
 double AttentionOp::getEffectiveScale() { return effectiveScale(*this); }
 
 LogicalResult AttentionOp::verify() {
-  return verifyAttentionLike(*this, "attention", {{"result", getResult()}});
+  if (failed(
+          verifyAttentionLike(*this, "attention", {{"result", getResult()}})))
+    return failure();
+  return verifyWindow(*this, "attention_c11", getCausal(), "causal");
 }
 
 //===----------------------------------------------------------------------===//
@@ -556,7 +575,8 @@ LogicalResult AttentionPartialOp::verify() {
       return emitOpError() << "attention_partial_c12: " << name << " type "
                            << value.getType() << " differs from the expected "
                            << stats;
-  return success();
+  return verifyWindow(*this, "attention_partial_c13", static_cast<bool>(qpos),
+                      "positions");
 }
 
 //===----------------------------------------------------------------------===//
@@ -577,7 +597,7 @@ LogicalResult AttentionGradOp::verify() {
       return emitOpError() << "attention_grad_c11: " << name << " type "
                            << grad.getType() << " differs from the expected "
                            << primal.getType();
-  return success();
+  return verifyWindow(*this, "attention_grad_c12", getCausal(), "causal");
 }
 
 //===----------------------------------------------------------------------===//

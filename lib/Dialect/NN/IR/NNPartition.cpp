@@ -108,6 +108,7 @@ private:
                                Value keyPos);
   void rotateBlocks(int64_t t);
   void rotateBlocks(const std::string &why);
+  SmallVector<bool> findSeenSteps();
   void merge(AttentionPartialOp next);
   void mergeStats(Value max, Value sum);
   Value shiftOf(Value max);
@@ -143,6 +144,12 @@ private:
   FloatAttr scale;
   /// The op's softcap (null without one), which every step keeps.
   FloatAttr softcap;
+  /// The op's sliding window (null without one): a step's positions keep
+  /// it, the backward's step masks apply it.
+  IntegerAttr window;
+  /// The program's sequence order (row block p of the ring holds positions
+  /// order[p * rows ...]), causal attention only.
+  SmallVector<int64_t> order;
   /// The merged result so far, its rows' largest score and the sum of
   /// exp(score - rowMax) (nn.attention_partial's results).
   Value out, rowMax, rowSum;
@@ -193,6 +200,24 @@ static Value hideUnseen(OpBuilder &b, Location loc, Value seen, Value mask) {
                          mask, hidden);
 }
 
+/// Where key positions `keys` ([1, n] or [r, n]) lie within `window` of
+/// query positions `queries` ([r, 1]): `queries - keys < window`, i1
+/// [r, n].
+static Value withinWindow(OpBuilder &b, Location loc, Value keys, Value queries,
+                          int64_t window) {
+  auto keyType = cast<RankedTensorType>(keys.getType());
+  auto queryType = cast<RankedTensorType>(queries.getType());
+  auto type = RankedTensorType::get(
+      {queryType.getDimSize(0), keyType.getDimSize(1)}, b.getI64Type());
+  Value distance = SubOp::create(b, loc, type, queries, keys);
+  Value bound = ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, b.getI64Type()), window)));
+  return CompareOp::create(b, loc, type.clone(b.getI1Type()),
+                           CompareDirection::LT, distance, bound);
+}
+
 /// Causal attention whose queries are split over `axes` but whose keys are
 /// whole on every device (no ring): nn.attention's `causal` aligns the
 /// local queries with the last keys, which is right for the last block of
@@ -203,7 +228,7 @@ static Value hideUnseen(OpBuilder &b, Location loc, Value seen, Value mask) {
 /// (`mask`, null for none).
 static Value causalBlockMask(PartitionContext &context, Location loc,
                              ArrayRef<StringRef> axes, int64_t rows,
-                             int64_t keys, Value mask) {
+                             int64_t keys, Value mask, IntegerAttr window) {
   OpBuilder &b = context.getBuilder();
   int64_t ranks = context.getGroupSize(axes), queries = rows * ranks;
   SmallVector<int64_t> order(queries);
@@ -234,6 +259,10 @@ static Value causalBlockMask(PartitionContext &context, Location loc,
   auto seenType = RankedTensorType::get({1, 1, rows, keys}, b.getI1Type());
   Value seen = CompareOp::create(b, loc, seenType.clone({rows, keys}),
                                  CompareDirection::LE, keyPositions, last);
+  if (window)
+    seen = AndOp::create(
+        b, loc, seen,
+        withinWindow(b, loc, keyPositions, last, window.getInt()));
   seen = ReshapeOp::create(b, loc, seenType, seen);
   return hideUnseen(b, loc, seen, mask);
 }
@@ -253,15 +282,16 @@ LogicalResult AttentionOp::partition(PartitionContext &context) {
     if (keys != getKey().getType().getDimSize(2))
       return emitOpError() << "causal attention with split keys and no ring "
                               "(a compiler bug)";
-    Value mask = causalBlockMask(context, getLoc(), split, qType.getDimSize(2),
-                                 keys, getMask() ? operands[3] : Value());
+    Value mask =
+        causalBlockMask(context, getLoc(), split, qType.getDimSize(2), keys,
+                        getMask() ? operands[3] : Value(), getWindowAttr());
     auto local = AttentionOp::create(
         context.getBuilder(), getLoc(),
         qType.clone(
             {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2),
              cast<RankedTensorType>(operands[2].getType()).getDimSize(3)}),
         operands[0], operands[1], operands[2], mask, UnitAttr(), getScaleAttr(),
-        getSoftcapAttr());
+        getSoftcapAttr(), IntegerAttr());
     return context.setResult(0, local);
   }
   if (!context.hasRingPlan())
@@ -283,6 +313,7 @@ void RingAttention::start() {
   buildPositions();
   scale = b.getF32FloatAttr(scaleValue);
   softcap = op->getAttrOfType<FloatAttr>("softcap");
+  window = op->getAttrOfType<IntegerAttr>("window");
   statsType = RankedTensorType::get(
       {qType.getDimSize(0), qType.getDimSize(1), rows}, b.getF32Type());
   outType =
@@ -301,11 +332,51 @@ LogicalResult RingAttention::build() {
   out = first.getResult();
   rowMax = first.getRowMax();
   rowSum = first.getRowSum();
-  for (int64_t t = 1; t < ranks; ++t) {
+  // A step no device's rows see a key of (with a sliding window, a key
+  // block behind every row's window) is skipped, and after the last step
+  // that is seen the blocks stop travelling.
+  SmallVector<bool> seen = findSeenSteps();
+  int64_t last = ranks - 1;
+  while (last > 0 && !seen[last])
+    --last;
+  for (int64_t t = 1; t <= last; ++t) {
     rotateBlocks(t);
-    merge(buildStep(k, v, getMaskColumns(t), kpos));
+    if (seen[t])
+      merge(buildStep(k, v, getMaskColumns(t), kpos));
   }
   return context.setResult(0, out);
+}
+
+/// Whether some device's query rows see some key of the block visiting it
+/// at each step: always without causal attention; with it, some key
+/// position at or before a row's, and within its window. After `t` steps
+/// ring position `i` holds the keys of position (i - t) mod ranks.
+SmallVector<bool> RingAttention::findSeenSteps() {
+  SmallVector<bool> seen(ranks, true);
+  if (!causal)
+    return seen;
+  int64_t width = window ? window.getInt() : rows * ranks;
+  // Each block's positions, sorted: a row sees the block iff some key lies
+  // in (position - width, position].
+  SmallVector<SmallVector<int64_t>> blocks(ranks);
+  for (int64_t p = 0; p < ranks; ++p) {
+    blocks[p].assign(order.begin() + p * rows, order.begin() + (p + 1) * rows);
+    llvm::sort(blocks[p]);
+  }
+  for (int64_t t = 1; t < ranks; ++t) {
+    seen[t] = false;
+    for (int64_t i = 0; i < ranks && !seen[t]; ++i) {
+      ArrayRef<int64_t> keys = blocks[(i - t + ranks) % ranks];
+      for (int64_t position : blocks[i]) {
+        const int64_t *first = llvm::lower_bound(keys, position - width + 1);
+        if (first != keys.end() && *first <= position) {
+          seen[t] = true;
+          break;
+        }
+      }
+    }
+  }
+  return seen;
 }
 
 /// Ring attention's backward. Block j's share of the softmax of row i is
@@ -361,7 +432,8 @@ LogicalResult RingAttention::buildBackward() {
     Value scaled = MulOp::create(b, loc, dout, asColumn(weight));
     auto step = AttentionGradOp::create(
         b, loc, TypeRange{q.getType(), k.getType(), v.getType()}, q, k, v,
-        getStepMask(t), out0, scaled, /*causal=*/nullptr, scale, softcap);
+        getStepMask(t), out0, scaled, /*causal=*/nullptr, scale, softcap,
+        /*window=*/nullptr);
     dq = t ? AddOp::create(b, loc, dq, step.getDq()).getResult() : step.getDq();
     dk = t ? AddOp::create(b, loc, dk, step.getDk()).getResult() : step.getDk();
     dv = t ? AddOp::create(b, loc, dv, step.getDv()).getResult() : step.getDv();
@@ -444,7 +516,7 @@ void RingAttention::buildPositions() {
   if (!causal)
     return;
   int64_t length = rows * ranks;
-  SmallVector<int64_t> order(length);
+  order.resize(length);
   for (int64_t i = 0; i < length; ++i)
     order[i] = i;
   if (ArrayRef<int64_t> given = context.getSequenceOrder(); !given.empty())
@@ -461,7 +533,7 @@ AttentionPartialOp RingAttention::buildStep(Value key, Value value,
                                             Value stepMask, Value keyPos) {
   return AttentionPartialOp::create(
       b, loc, TypeRange{outType, statsType, statsType}, q, key, value, stepMask,
-      qpos, keyPos, scale, softcap);
+      qpos, keyPos, scale, softcap, window);
 }
 
 /// Passes the key/value block (and what travels with it) on to the next
@@ -510,6 +582,9 @@ Value RingAttention::getStepMask(int64_t t) {
   auto seenType = RankedTensorType::get({rows, rows}, b.getI1Type());
   Value seen =
       CompareOp::create(b, loc, seenType, CompareDirection::LE, krow, qrow);
+  if (window)
+    seen = AndOp::create(b, loc, seen,
+                         withinWindow(b, loc, krow, qrow, window.getInt()));
   return hideUnseen(b, loc, seen, columns);
 }
 
@@ -588,6 +663,7 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
   // global positions, as the forward.
   Value mask = getMask() ? operands[3] : Value();
   UnitAttr causal = getCausalAttr();
+  IntegerAttr window = getWindowAttr();
   if (causal && !ring.empty()) {
     int64_t keys = cast<RankedTensorType>(operands[1].getType()).getDimSize(2);
     if (keys != getKey().getType().getDimSize(2))
@@ -595,9 +671,10 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
                               "(a compiler bug)";
     mask = causalBlockMask(
         context, getLoc(), ring,
-        cast<RankedTensorType>(operands[0].getType()).getDimSize(2), keys,
-        mask);
+        cast<RankedTensorType>(operands[0].getType()).getDimSize(2), keys, mask,
+        getWindowAttr());
     causal = UnitAttr();
+    window = IntegerAttr();
   }
   // dq, dk and dv are split as q, k and v are (the same factors).
   auto local = AttentionGradOp::create(
@@ -605,7 +682,7 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
       TypeRange{operands[0].getType(), operands[1].getType(),
                 operands[2].getType()},
       operands[0], operands[1], operands[2], mask, operands[next],
-      operands[next + 1], causal, getScaleAttr(), getSoftcapAttr());
+      operands[next + 1], causal, getScaleAttr(), getSoftcapAttr(), window);
   for (unsigned i = 0; i < 3; ++i)
     if (failed(context.setResult(i, local->getResult(i))))
       return failure();

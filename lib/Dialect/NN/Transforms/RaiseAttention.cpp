@@ -17,7 +17,8 @@
 // on [b, h, s, d] operands, or [b * h, s, d] ones (MultiheadAttention).
 // The pattern is rooted at the last matmul and walks up to the first one,
 // collecting the scale and the masks. A constant mask with the causal
-// pattern becomes `causal`; the others become the `mask` operand. Key and
+// pattern becomes `causal`, one with a sliding window's `causal` and
+// `window`; the others become the `mask` operand. Key and
 // value heads repeated for grouped-query attention (HF's repeat_kv) are
 // un-repeated, since nn.attention reads them grouped; the dynamo exporter's
 // key transpose through [b * h, s, d] is lifted back to rank 4 first.
@@ -300,6 +301,44 @@ bool isCausalMask(const MaskTerm &mask, int64_t sq, int64_t skv) {
   return true;
 }
 
+/// The window w of `mask` when it is a constant holding the pattern of
+/// nn.attention's `causal` with `window` w for `sq` queries and `skv` keys
+/// (query `i` keeps key `j` iff `0 <= i + skv - sq - j < w`, in every
+/// leading slice), with w < skv (a wider window is plain causal); none
+/// otherwise.
+std::optional<int64_t> windowOfMask(const MaskTerm &mask, int64_t sq,
+                                    int64_t skv) {
+  ArrayRef<int64_t> shape =
+      cast<RankedTensorType>(mask.value.getType()).getShape();
+  if (shape.size() < 2 || shape[shape.size() - 2] != sq ||
+      shape.back() != skv || skv < 2)
+    return std::nullopt;
+  std::optional<std::vector<double>> elements = readConstantView(mask.value);
+  if (!elements || elements->empty())
+    return std::nullopt;
+  auto kept = [&](double element) {
+    return mask.isBool ? (element != 0.0) != mask.isInverted : element == 0.0;
+  };
+  // The last row keeps keys [skv - w, skv): its first kept key gives w.
+  int64_t last = int64_t(elements->size()) - skv, first = 0;
+  while (first < skv && !kept((*elements)[size_t(last + first)]))
+    ++first;
+  int64_t window = skv - first;
+  if (window <= 0 || window >= skv)
+    return std::nullopt;
+  for (auto [index, element] : llvm::enumerate(*elements)) {
+    int64_t i = static_cast<int64_t>(index);
+    int64_t key = i % skv, query = (i / skv) % sq;
+    int64_t distance = query + skv - sq - key;
+    bool keep = distance >= 0 && distance < window;
+    // A float mask must hide with -inf (see the caller).
+    if (kept(element) != keep ||
+        (!mask.isBool && !keep && !(std::isinf(element) && element < 0.0)))
+      return std::nullopt;
+  }
+  return window;
+}
+
 /// What determines the elements of a constant view (readConstantView's
 /// chain of reshapes, broadcasts and slices down to a constant): each op's
 /// name, attributes (the constant's value among them) and result type, all
@@ -323,30 +362,43 @@ std::optional<std::vector<const void *>> viewFingerprint(Value value) {
   return std::nullopt;
 }
 
-/// isCausalMask's answers by the mask's fingerprint: every layer of a model
-/// shares one mask (16M elements at a sequence of 4096), read once.
+/// isCausalMask's and windowOfMask's answers by the mask's fingerprint:
+/// every layer of a model shares one mask (16M elements at a sequence of
+/// 4096), read once.
 class CausalMaskCache {
 public:
   bool isCausal(const MaskTerm &mask, int64_t sq, int64_t skv) {
+    return lookup(causal, mask, sq, skv,
+                  [&] { return int64_t(isCausalMask(mask, sq, skv)); }) != 0;
+  }
+  /// windowOfMask's answer.
+  std::optional<int64_t> window(const MaskTerm &mask, int64_t sq, int64_t skv) {
+    int64_t w = lookup(windows, mask, sq, skv,
+                       [&] { return windowOfMask(mask, sq, skv).value_or(0); });
+    return w ? std::optional<int64_t>(w) : std::nullopt;
+  }
+
+private:
+  using Key = std::pair<std::vector<const void *>, std::array<int64_t, 4>>;
+  int64_t lookup(std::map<Key, int64_t> &answers, const MaskTerm &mask,
+                 int64_t sq, int64_t skv, function_ref<int64_t()> compute) {
     std::optional<std::vector<const void *>> view = viewFingerprint(mask.value);
     if (!view)
-      return isCausalMask(mask, sq, skv);
+      return compute();
     Key key{std::move(*view), {sq, skv, mask.isBool, mask.isInverted}};
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (auto found = answers.find(key); found != answers.end())
         return found->second;
     }
-    bool causal = isCausalMask(mask, sq, skv);
+    int64_t answer = compute();
     std::lock_guard<std::mutex> lock(mutex);
-    answers.emplace(std::move(key), causal);
-    return causal;
+    answers.emplace(std::move(key), answer);
+    return answer;
   }
 
-private:
-  using Key = std::pair<std::vector<const void *>, std::array<int64_t, 4>>;
   std::mutex mutex;
-  std::map<Key, bool> answers;
+  std::map<Key, int64_t> causal, windows;
 };
 
 /// Key or value heads repeated for grouped-query attention:
@@ -534,6 +586,59 @@ void splitConjunction(const MaskTerm &term, SmallVectorImpl<MaskTerm> &out,
   }
   splitConjunction({conjunction.getLhs(), true, false}, out, depth + 1);
   splitConjunction({conjunction.getRhs(), true, false}, out, depth + 1);
+}
+
+/// Attention's masks sorted out: a constant causal pattern is `causal`, a
+/// sliding window's `causal` with `window`, the rest the mask operand.
+struct MaskParts {
+  bool causal = false;
+  std::optional<int64_t> window;
+  SmallVector<MaskTerm> masks;
+};
+
+/// Splits `given` (the masks applied to [.., sq, skv] scores) into its
+/// terms (a float mask of -inf as a boolean one, conjunctions as their
+/// operands) and sorts them (MaskParts). A window comes only from a
+/// boolean or -inf mask: a window's float mask of finfo.min, as Gemma2's
+/// eager export writes, gives a row whose window is all padding the mean
+/// of every value, which only the mask itself reproduces.
+MaskParts splitMasks(ArrayRef<MaskTerm> given, int64_t sq, int64_t skv,
+                     CausalMaskCache &cache) {
+  SmallVector<MaskTerm> terms;
+  for (const MaskTerm &mask : given)
+    splitConjunction(asBoolMask(mask).value_or(mask), terms);
+  MaskParts parts;
+  for (const MaskTerm &mask : terms) {
+    if (cache.isCausal(mask, sq, skv)) {
+      parts.causal = true;
+      continue;
+    }
+    if (!parts.window && (parts.window = cache.window(mask, sq, skv))) {
+      parts.causal = true;
+      continue;
+    }
+    parts.masks.push_back(mask);
+  }
+  return parts;
+}
+
+/// The one mask operand of `masks` (all boolean or all float): their
+/// conjunction or sum; null for none.
+Value combineMasks(PatternRewriter &rewriter, Location loc,
+                   ArrayRef<MaskTerm> masks) {
+  Value mask;
+  for (const MaskTerm &term : masks) {
+    Value next = term.value;
+    if (term.isInverted)
+      next = NotOp::create(rewriter, loc, next);
+    if (!mask)
+      mask = next;
+    else if (term.isBool)
+      mask = AndOp::create(rewriter, loc, mask, next);
+    else
+      mask = AddOp::create(rewriter, loc, mask, next);
+  }
+  return mask;
 }
 
 /// `reshape(transpose(reshape(x) : [n, ...], p) : [n, ...]) : [l..., ...]`
@@ -814,20 +919,13 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
       return rewriter.notifyMatchFailure(op, "scale is not positive");
 
     int64_t sq = s[lead], skv = s[lead + 1];
-    bool causal = false;
-    SmallVector<MaskTerm> terms, masks;
-    for (const MaskTerm &mask : scores->masks)
-      splitConjunction(asBoolMask(mask).value_or(mask), terms);
-    for (const MaskTerm &mask : terms) {
-      if (causalMasks.isCausal(mask, sq, skv))
-        causal = true;
-      else
-        masks.push_back(mask);
-    }
-    if (llvm::any_of(masks, [&](const MaskTerm &m) {
-          return m.isBool != masks.front().isBool;
+    MaskParts parts = splitMasks(scores->masks, sq, skv, causalMasks);
+    if (llvm::any_of(parts.masks, [&](const MaskTerm &m) {
+          return m.isBool != parts.masks.front().isBool;
         }))
       return rewriter.notifyMatchFailure(op, "mixes boolean and float masks");
+    bool causal = parts.causal;
+    std::optional<int64_t> window = parts.window;
 
     // kT = transpose(keySource, p) and key = transpose(kT, swap last two).
     SmallVector<int64_t> keyPermutation(kTPermutation);
@@ -856,18 +954,7 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
           keySource, keyPermutation);
     }
 
-    Value mask;
-    for (const MaskTerm &term : masks) {
-      Value next = term.value;
-      if (term.isInverted)
-        next = NotOp::create(rewriter, loc, next);
-      if (!mask)
-        mask = next;
-      else if (term.isBool)
-        mask = AndOp::create(rewriter, loc, mask, next);
-      else
-        mask = AddOp::create(rewriter, loc, mask, next);
-    }
+    Value mask = combineMasks(rewriter, loc, parts.masks);
 
     // Rank 3: [n, s, d] with n = b * h becomes [b, h, s, d]; a mask with
     // a leading n is split the same way, one broadcasting there keeps its
@@ -897,26 +984,67 @@ struct RaiseAttention : OpRewritePattern<MatmulOp> {
     if (std::fabs(scale - defaultScale) > 1e-6 * defaultScale)
       scaleAttr = rewriter.getF32FloatAttr(scale);
     UnitAttr causalAttr = causal ? rewriter.getUnitAttr() : UnitAttr();
+    IntegerAttr windowAttr =
+        window ? rewriter.getI64IntegerAttr(*window) : IntegerAttr();
     FloatAttr softcapAttr = scores->softcap > 0.0
                                 ? rewriter.getF32FloatAttr(scores->softcap)
                                 : FloatAttr();
     if (rank == 4) {
-      rewriter.replaceOpWithNewOp<AttentionOp>(op, resultType, query, key,
-                                               value, mask, causalAttr,
-                                               scaleAttr, softcapAttr);
+      rewriter.replaceOpWithNewOp<AttentionOp>(
+          op, resultType, query, key, value, mask, causalAttr, scaleAttr,
+          softcapAttr, windowAttr);
       return success();
     }
     Value attention =
         AttentionOp::create(rewriter, loc, resultType, query, key, value, mask,
-                            causalAttr, scaleAttr, softcapAttr);
+                            causalAttr, scaleAttr, softcapAttr, windowAttr);
     rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), attention);
     return success();
   }
+};
+
+/// An nn.attention imported with its causal or sliding-window pattern in
+/// the mask (ONNX's Attention, which the dynamo exporter writes at opset
+/// 23, takes `and(padding, causal)`): the pattern becomes `causal` (and
+/// `window`), the rest stays the mask, so that flash and ring attention
+/// skip the blocks the pattern hides.
+struct AttentionMaskToAttributes : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    Value given = op.getMask();
+    if (op.getCausal() || !given)
+      return rewriter.notifyMatchFailure(op, "causal already, or no mask");
+    MaskTerm term{
+        given,
+        cast<RankedTensorType>(given.getType()).getElementType().isInteger(1),
+        false};
+    int64_t sq = op.getQuery().getType().getDimSize(2);
+    int64_t skv = op.getKey().getType().getDimSize(2);
+    MaskParts parts = splitMasks({term}, sq, skv, causalMasks);
+    if (!parts.causal)
+      return rewriter.notifyMatchFailure(op, "no causal pattern in the mask");
+    if (llvm::any_of(parts.masks, [&](const MaskTerm &m) {
+          return m.isBool != parts.masks.front().isBool;
+        }))
+      return rewriter.notifyMatchFailure(op, "mixes boolean and float masks");
+    Value mask = combineMasks(rewriter, op.getLoc(), parts.masks);
+    rewriter.replaceOpWithNewOp<AttentionOp>(
+        op, op.getType(), op.getQuery(), op.getKey(), op.getValue(), mask,
+        rewriter.getUnitAttr(), op.getScaleAttr(), op.getSoftcapAttr(),
+        parts.window ? rewriter.getI64IntegerAttr(*parts.window)
+                     : IntegerAttr());
+    return success();
+  }
+
+  mutable CausalMaskCache causalMasks;
 };
 
 } // namespace
 
 void nn::populateRaiseAttentionPatterns(RewritePatternSet &patterns) {
   patterns.add<RaiseAttention, LiftMergedTranspose, SplitBeforeScores,
-               SplitBeforeValues>(patterns.getContext());
+               SplitBeforeValues, AttentionMaskToAttributes>(
+      patterns.getContext());
 }

@@ -410,3 +410,57 @@ func.func @mask_inside_softcap(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf3
   %o = nn.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
   return %o : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// A sliding window (Mistral's): the constant keeps key j for query i where
+// 0 <= i - j < 3; it becomes `causal` with `window = 3`, the padding the
+// mask operand.
+// CHECK-LABEL: func.func @sliding_window
+// CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} {causal, window = 3 : i64} : (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x1x1x6xi1>)
+func.func @sliding_window(%q: tensor<1x2x6x4xf32>, %kt: tensor<1x2x4x6xf32>, %v: tensor<1x2x6x4xf32>, %pad: tensor<1x1x1x6xi1>) -> tensor<1x2x6x4xf32> {
+  %s = nn.matmul %q, %kt : (tensor<1x2x6x4xf32>, tensor<1x2x4x6xf32>) -> tensor<1x2x6x6xf32>
+  %c = nn.constant dense<2.0> : tensor<f32>
+  %d = nn.div %s, %c : (tensor<1x2x6x6xf32>, tensor<f32>) -> tensor<1x2x6x6xf32>
+  %w = nn.constant dense<[[true, false, false, false, false, false], [true, true, false, false, false, false], [true, true, true, false, false, false], [false, true, true, true, false, false], [false, false, true, true, true, false], [false, false, false, true, true, true]]> : tensor<6x6xi1>
+  %keep = nn.and %pad, %w : (tensor<1x1x1x6xi1>, tensor<6x6xi1>) -> tensor<1x1x6x6xi1>
+  %zero = nn.constant dense<0.0> : tensor<f32>
+  %inf = nn.constant dense<0xFF800000> : tensor<f32>
+  %m = nn.where %keep, %zero, %inf : (tensor<1x1x6x6xi1>, tensor<f32>, tensor<f32>) -> tensor<1x1x6x6xf32>
+  %a = nn.add %d, %m : (tensor<1x2x6x6xf32>, tensor<1x1x6x6xf32>) -> tensor<1x2x6x6xf32>
+  %p = nn.softmax %a axis = 3 : tensor<1x2x6x6xf32>
+  %o = nn.matmul %p, %v : (tensor<1x2x6x6xf32>, tensor<1x2x6x4xf32>) -> tensor<1x2x6x4xf32>
+  return %o : tensor<1x2x6x4xf32>
+}
+
+// -----
+
+// The same window added as finfo.min (Gemma2's eager export) stays the
+// mask: a row whose window is all padding averages every value there,
+// which only the mask reproduces.
+// CHECK-LABEL: func.func @window_of_finfo_min
+// CHECK: nn.attention {{.*}} mask %{{.*}} : (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<6x6xf32>)
+func.func @window_of_finfo_min(%q: tensor<1x2x6x4xf32>, %kt: tensor<1x2x4x6xf32>, %v: tensor<1x2x6x4xf32>) -> tensor<1x2x6x4xf32> {
+  %s = nn.matmul %q, %kt : (tensor<1x2x6x4xf32>, tensor<1x2x4x6xf32>) -> tensor<1x2x6x6xf32>
+  %c = nn.constant dense<2.0> : tensor<f32>
+  %d = nn.div %s, %c : (tensor<1x2x6x6xf32>, tensor<f32>) -> tensor<1x2x6x6xf32>
+  %m = nn.constant dense<[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [-3.40282347E+38, 0.0, 0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [-3.40282347E+38, -3.40282347E+38, 0.0, 0.0, 0.0, -3.40282347E+38], [-3.40282347E+38, -3.40282347E+38, -3.40282347E+38, 0.0, 0.0, 0.0]]> : tensor<6x6xf32>
+  %a = nn.add %d, %m : (tensor<1x2x6x6xf32>, tensor<6x6xf32>) -> tensor<1x2x6x6xf32>
+  %p = nn.softmax %a axis = 3 : tensor<1x2x6x6xf32>
+  %o = nn.matmul %p, %v : (tensor<1x2x6x6xf32>, tensor<1x2x6x4xf32>) -> tensor<1x2x6x4xf32>
+  return %o : tensor<1x2x6x4xf32>
+}
+
+// -----
+
+// ONNX's Attention (the dynamo exporter at opset 23) imported with
+// `and(padding, window)` as its mask: the window's pattern becomes the
+// attributes, the padding stays the mask.
+// CHECK-LABEL: func.func @imported_window
+// CHECK: nn.attention %arg0, %arg1, %arg2 mask %arg3 {causal, scale = 5.000000e-01 : f32, window = 3 : i64}
+func.func @imported_window(%q: tensor<1x2x6x4xf32>, %k: tensor<1x2x6x4xf32>, %v: tensor<1x2x6x4xf32>, %pad: tensor<1x1x1x6xi1>) -> tensor<1x2x6x4xf32> {
+  %w = nn.constant dense<[[true, false, false, false, false, false], [true, true, false, false, false, false], [true, true, true, false, false, false], [false, true, true, true, false, false], [false, false, true, true, true, false], [false, false, false, true, true, true]]> : tensor<6x6xi1>
+  %keep = nn.and %pad, %w : (tensor<1x1x1x6xi1>, tensor<6x6xi1>) -> tensor<1x1x6x6xi1>
+  %o = nn.attention %q, %k, %v mask %keep {scale = 0.5 : f32} : (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x1x6x6xi1>) -> tensor<1x2x6x4xf32>
+  return %o : tensor<1x2x6x4xf32>
+}

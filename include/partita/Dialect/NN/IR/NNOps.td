@@ -565,7 +565,9 @@ def NN_AttentionOp
     `scale` defaults to `1 / sqrt(d)`. With `softcap` c (Gemma2's, Grok's),
     the scaled scores are capped first: `c * tanh(q k^T * scale / c)`. With
     `causal`, query `i` attends to keys `j <= i + (skv - sq)` (aligned at
-    the last position, as with a key/value cache). The optional `mask`
+    the last position, as with a key/value cache); with `window` w as well,
+    only to the last w of them, `i + (skv - sq) - j < w` (a sliding window:
+    Mistral's, Gemma2's local layers). The optional `mask`
     broadcasts to `[b, hq, sq, skv]`: an `i1` mask keeps the positions where
     it is true; a float mask is added to the (capped) scores.
 
@@ -588,11 +590,14 @@ def NN_AttentionOp
     9. `attention_c9`: the result type is `[b, hq, sq, dv]` with the element
        type of `q`.
     10. `attention_c10`: `scale` and `softcap`, when given, are positive.
+    11. `attention_c11`: `window`, when given, is positive and comes with
+        `causal`.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
                        UnitAttr:$causal, OptionalAttr<F32Attr>:$scale,
-                       OptionalAttr<F32Attr>:$softcap);
+                       OptionalAttr<F32Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? attr-dict `:`
@@ -630,7 +635,8 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
     With `positions(%qpos, %kpos)` (the global positions of the query rows
     and of the keys, as ring attention's blocks are not aligned), query
     `i` attends only to keys `j` with `kpos[j] <= qpos[i]`: causal attention
-    on any order of the sequence.
+    on any order of the sequence; with `window` w as well, only to those
+    with `qpos[i] - kpos[j] < w`.
 
     ```mlir
     %o, %max, %sum = nn.attention_partial %q, %k, %v positions(%qp, %kp) : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>)
@@ -657,13 +663,16 @@ def NN_AttentionPartialOp : NN_Op<"attention_partial",
         `sq` and `skv`.
     12. `attention_partial_c12`: `row_max` and `row_sum` are `[b, hq, sq]`
         of `f32`.
+    13. `attention_partial_c13`: `window`, when given, is positive and comes
+        with the positions.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
                        Optional<NN_IndexTensor>:$query_positions,
                        Optional<NN_IndexTensor>:$key_positions,
                        OptionalAttr<F32Attr>:$scale,
-                       OptionalAttr<F32Attr>:$softcap);
+                       OptionalAttr<F32Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$row_max,
                       NN_FloatTensor:$row_sum);
   let assemblyFormat = [{
@@ -702,8 +711,8 @@ def NN_AttentionGradOp
     row that sees no key (every key masked out, or a causal row before the
     first key) has `P = 0`, as `nn.attention` gives it zeros: it adds
     nothing to any cotangent, and its `dq` row is zero. The mask takes no
-    cotangent. `causal`, `scale`, `softcap`, the mask and the grouped heads
-    are as for `nn.attention`, whose operands these are.
+    cotangent. `causal`, `window`, `scale`, `softcap`, the mask and the
+    grouped heads are as for `nn.attention`, whose operands these are.
 
     ```mlir
     %dq, %dk, %dv = nn.attention_grad %q, %k, %v mask %m out %o dout %g {causal} : (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x1x1x16xi1>, tensor<2x8x16x64xf32>, tensor<2x8x16x64xf32>) -> (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>)
@@ -727,12 +736,15 @@ def NN_AttentionGradOp
         positive.
     11. `attention_grad_c11`: `dq`, `dk` and `dv` have the types of `q`, `k`
         and `v`.
+    12. `attention_grad_c12`: `window`, when given, is positive and comes
+        with `causal`.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                        NN_FloatTensor:$value, Optional<NN_Tensor>:$mask,
                        NN_FloatTensor:$out, NN_FloatTensor:$dout,
                        UnitAttr:$causal, OptionalAttr<F32Attr>:$scale,
-                       OptionalAttr<F32Attr>:$softcap);
+                       OptionalAttr<F32Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs NN_FloatTensor:$dq, NN_FloatTensor:$dk,
                       NN_FloatTensor:$dv);
   let assemblyFormat = [{
