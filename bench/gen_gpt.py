@@ -3,8 +3,11 @@ exports it (decomposed GELU, where-masked softmax attention), for the
 import, compile and planning benchmarks and tests.
 
 Usage: gen_gpt.py LAYERS OUT.onnx [--hidden H] [--heads N] [--ffn F]
-                  [--seq S] [--vocab V] [--batch B]
+                  [--seq S] [--vocab V] [--batch B] [--window W]
                   [--llama [--kv-heads K]] [--external | --sparse]
+
+--window W makes every layer's attention a sliding window of W keys (query
+i sees keys i - W < j <= i), as Mistral's, in the causal mask constant.
 
 --llama gives Llama's layer instead (no biases; separate query, key and
 value projections with K key/value heads repeated to N as Hugging Face's
@@ -65,7 +68,7 @@ class ExternalData:
 
 
 def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None,
-          llama=False, kv_heads=None):
+          llama=False, kv_heads=None, window=0):
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     head = hidden // heads
@@ -104,7 +107,10 @@ def build(layers, hidden, heads, seq, vocab, batch=1, ffn=None, external=None,
     const("three", 3.0)
     const("c1", 0.044715)
     const("c2", float(np.sqrt(2 / np.pi)))
-    const("causal", np.tril(np.ones((seq, seq), bool))[None, None], bool)
+    keep = np.tril(np.ones((seq, seq), bool))
+    if window:
+        keep &= ~np.tril(np.ones((seq, seq), bool), -window)
+    const("causal", keep[None, None], bool)
     x = node("Gather", [weight("wte", [vocab, hidden]), "input_ids"])
     if llama:
         const("kv_shape", [batch, seq, kv_heads, head], np.int64)
@@ -196,6 +202,8 @@ def main():
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--window", type=int, default=0,
+                        help="a sliding window of this many keys (0: none)")
     parser.add_argument("--ffn", type=int, default=0,
                         help="the MLP's width (default 4 * hidden)")
     parser.add_argument("--llama", action="store_true",
@@ -216,7 +224,8 @@ def main():
     if args.external or args.sparse:
         external = ExternalData(args.out + ".data", args.sparse)
     model = build(args.layers, args.hidden, args.heads, args.seq, args.vocab,
-                  args.batch, args.ffn, external, args.llama, args.kv_heads)
+                  args.batch, args.ffn, external, args.llama, args.kv_heads,
+                  args.window)
     if external is not None:
         external.close()
         weights = sum(4 * int(np.prod(t.dims)) for t in model.graph.initializer

@@ -28,13 +28,16 @@ all_to_all (n-1)/n of the rank's input, collective_permute all of it):
 - ulysses: 4 all-to-alls per layer (q, k, v to heads, the output back),
   each of the rank's S/N;
 - ring: per layer N-1 steps, each rotating a key and a value block
-  (b·(s/N)·h·4) and the block's positions ((s/N)·8, causal only);
+  (b·(s/N)·h·4) and the block's positions ((s/N)·8, causal only); with
+  `--window W` (every layer a sliding window of W keys) only up to the
+  last step whose key blocks some rank's rows see within their window
+  (computed here from the layout the report names, contiguous or zigzag);
 - every sp row: one all-gather of the logits.
 
 `--run` also runs the first model's one-rank artifact and that of the given
 mode with partita-run and checks that their logits agree.
 Usage: sequence_parallel_bench.py [--seqs 256,1024,2048] [--layers 4]
-           [--hidden 256] [--heads 8] [--vocab 512] [--batch 1]
+           [--hidden 256] [--heads 8] [--vocab 512] [--batch 1] [--window W]
            [--tp 2,4] [--sp 2,4] [--run "tp=2 megatron"] [--build-dir build]
 """
 
@@ -70,6 +73,26 @@ def modes(tps, sps):
     return rows
 
 
+def ring_rotations(seq, n, window, zigzag):
+    """How many times ring attention rotates its key blocks: N - 1, or with
+    a sliding window up to the last step t at which some rank i's rows see
+    a key of block (i - t) mod N within their window."""
+    if not window:
+        return n - 1
+    order = list(range(seq))
+    if zigzag:
+        chunk, per = seq // (2 * n), seq // n
+        order = [(r if o < chunk else 2 * n - 1 - r) * chunk + o % chunk
+                 for r, o in (divmod(i, per) for i in range(seq))]
+    blocks = [order[p * (seq // n):(p + 1) * (seq // n)] for p in range(n)]
+    last = 0
+    for t in range(1, n):
+        if any(0 <= q - k < window for i in range(n) for q in blocks[i]
+               for k in blocks[(i - t) % n]):
+            last = t
+    return last
+
+
 def expected(label, dims):
     """{kind: (count, bytes)} a rank sends per forward, from the dimensions."""
     b, s, h, vocab, layers = (dims[k] for k in ("batch", "seq", "hidden", "vocab", "layers"))
@@ -90,7 +113,7 @@ def expected(label, dims):
         return {"all_to_all": (4 * layers, 4 * layers * (n - 1) * (act // n) // n),
                 "all_gather": (1, gather_logits)}
     if kind == "ring":
-        steps = layers * (n - 1)
+        steps = layers * ring_rotations(s, n, dims["window"], dims["zigzag"])
         block, positions = b * (s // n) * h * 4, (s // n) * 8
         return {"collective_permute": (3 * steps, steps * (2 * block + positions)),
                 "all_gather": (1, gather_logits)}
@@ -101,7 +124,7 @@ def generate(seq, args, path):
     subprocess.run([sys.executable, str(GEN), str(args.layers), path,
                     "--hidden", str(args.hidden), "--heads", str(args.heads),
                     "--seq", str(seq), "--vocab", str(args.vocab),
-                    "--batch", str(args.batch)],
+                    "--batch", str(args.batch), "--window", str(args.window)],
                    check=True, capture_output=True)
 
 
@@ -205,6 +228,8 @@ def main():
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--window", type=int, default=0,
+                        help="a sliding window of this many keys (0: causal)")
     parser.add_argument("--tp", default="2,4", help="tensor-parallel sizes")
     parser.add_argument("--sp", default="2,4", help="sequence-parallel sizes")
     parser.add_argument("--run", metavar="MODE",
@@ -222,7 +247,8 @@ def main():
         sys.exit(f"--run {args.run!r}: not one of {[label for label, *_ in rows]}")
 
     print(f"layers {args.layers}, hidden {args.hidden}, heads {args.heads}, "
-          f"vocabulary {args.vocab}, batch {args.batch}; rank 0 of each report\n")
+          f"vocabulary {args.vocab}, batch {args.batch}, window "
+          f"{args.window or 'none'}; rank 0 of each report\n")
     print("| seq | mode | ranks | peak activation (MiB) | vs baseline | largest live set (MiB) "
           "| vs baseline | sent per rank (MiB) | collectives (count) |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
@@ -232,7 +258,8 @@ def main():
             model = os.path.join(tmp, f"gpt_s{seq}.onnx")
             generate(seq, args, model)
             dims = {"batch": args.batch, "seq": seq, "hidden": args.hidden,
-                    "vocab": args.vocab, "layers": args.layers}
+                    "vocab": args.vocab, "layers": args.layers,
+                    "window": args.window, "zigzag": False}
             results = {}
             for row, (label, ranks, flags, baseline) in enumerate(rows):
                 work = os.path.join(tmp, f"s{seq}_{row}")
@@ -260,6 +287,7 @@ def main():
                 if plan and plan.get("mode") == "ring" and seq == seqs[0]:
                     notes.append(f"{command}: imbalance {plan.get('imbalance')}, "
                                  f"contiguous {plan.get('contiguous_imbalance'):.3f}")
+                dims["zigzag"] = bool(plan and plan.get("zigzag"))
                 want = expected(label, dims)
                 got = result["collectives"]
                 for kind in sorted(set(want) | set(got)):

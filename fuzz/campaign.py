@@ -1363,6 +1363,10 @@ def runtime_artifacts(work):
     window_ids = np.random.default_rng(2).integers(0, 32, [2, 8])
     ids = {"input_ids": np.load(models / "gpt2.inputs.npz")["input_ids"]}
     bert = dict(np.load(models / "bert.inputs.npz"))
+    # GPT-2 with a vocabulary of 131 at tp=4: padded to 132, so that the
+    # ids at and past the vocabulary's end probe the padding's remap.
+    odd = dict(np.load(models / "hf" / "gpt2_vocab.inputs.npz"))
+    odd = {k: odd[k] for k in ("input_ids", "attention_mask")}
     x = np.random.default_rng(0).standard_normal([4, 8]).astype(np.float32)
     return [
         ("gpt2", models / "gpt2.onnx", [], ids, 128),
@@ -1372,6 +1376,8 @@ def runtime_artifacts(work):
         ("gpt2-ring", models / "gpt2.onnx",
          ["--mesh", "sp=2", "--sp-mode", "ring"], ids, 128),
         ("bert-dp2", models / "bert.onnx", ["--mesh", "dp=2"], bert, 128),
+        ("gpt2-vocab131-tp4", models / "hf" / "gpt2_vocab.legacy.onnx",
+         ["--mesh", "tp=4"], odd, 131),
         ("mlp-tp2", mlp, ["--mesh", "tp=2"], {"x": x}, None),
         ("window-ring", window, ["--mesh", "sp=2", "--sp-mode", "ring"],
          {"ids": window_ids}, 32),

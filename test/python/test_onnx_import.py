@@ -799,9 +799,10 @@ def test_conv_refusals(compile_model):
             result.stderr
 
 
-def test_vocabulary_tp_does_not_divide_is_replicated(tmp_path):
+def test_vocabulary_tp_does_not_divide_is_padded(tmp_path):
     # GPT-2's 50257 tokens at tp=2 were refused ("cannot split weight
-    # 'head' (LM head)"): the table and the head stay whole, with remarks.
+    # 'head' (LM head)"), then left whole with remarks: the table and the
+    # head are now padded to 128 and split, with no remark.
     from conftest import compile_and_run
     table = RNG.standard_normal((127, 16)).astype(np.float32)
     head = RNG.standard_normal((16, 127)).astype(np.float32)
@@ -812,14 +813,15 @@ def test_vocabulary_tp_does_not_divide_is_replicated(tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(m, str(path))
     ids = RNG.integers(0, 127, (2, 5)).astype(np.int64)
+    ids[0, 0] = 126
     outputs, report = compile_and_run(tmp_path / "run", path, {"ids": ids},
                                       "--mesh", "tp=2")
     np.testing.assert_allclose(outputs["logits"],
                                reference(m, {"ids": ids})[0], rtol=1e-5,
                                atol=1e-5)
-    remarks = " ".join(report["remarks"])
-    assert "a vocabulary of 127 does not divide tp=2; the head is " \
-        "replicated" in remarks
+    assert not [r for r in report["remarks"] if "vocabulary" in r]
+    # Each rank holds 64 rows of the table and 64 columns of the head.
+    assert [r["weight_bytes"] for r in report["ranks"]] == [2 * 64 * 16 * 4] * 2
 
 
 def test_if_branch_may_not_redefine_an_outer_value(compile_model):

@@ -574,10 +574,12 @@ LogicalResult Megatron::annotateTensorParallel(func::FuncOp func) {
       continue;
     auto embedding = cast<nn::EmbeddingOp>(op);
     int64_t rows = embedding.getTable().getType().getDimSize(0);
-    // A table with fewer rows than tp (BERT's two token types) stays whole
-    // on every rank: it is small, and padding would give ranks only zeros.
-    if (rows < tp) {
-      remarkWholeVocabulary(op, "embedding", rows, "it has fewer rows");
+    // A table with fewer rows than a multiple (BERT's two token types)
+    // stays whole on every rank: it is small, and padding would give ranks
+    // mostly zeros.
+    if (rows < vocabMultiple) {
+      remarkWholeVocabulary(op, "embedding", rows,
+                            "it has fewer rows than that");
       continue;
     }
     if (int64_t padded = paddedVocab(rows); padded != rows) {
