@@ -12,6 +12,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
 #include "partita/Analysis/Cluster.h"
+#include "partita/Analysis/CostModel.h"
 #include "partita/Artifact/Artifact.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/Dist/Transforms/Passes.h"
@@ -105,15 +106,159 @@ std::vector<std::string> describeWeights(func::FuncOp main) {
   return lines;
 }
 
-/// The --explain listing: weights, then rank 0's collectives in program
-/// order with the op that needed each.
+/// The weight constant `value` reads (through the strategy's annotations,
+/// transposes and reshapes), or null.
+nn::ConstantOp weightOf(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (auto constant = dyn_cast<nn::ConstantOp>(def))
+      return nn::isWeight(constant.getValue()) ? constant : nn::ConstantOp();
+    if (!isa<dist::AnnotateOp, nn::TransposeOp, nn::ReshapeOp>(def))
+      return {};
+    value = def->getOperand(0);
+  }
+  return {};
+}
+
+/// The bytes of `value` on one rank of the axes other than `tp` that its
+/// `sharding` splits it over (what the tp group shares).
+double bytesOverOtherAxes(Value value, dist::ShardingAttr sharding,
+                          dist::MeshOp mesh, StringRef tp) {
+  double bytes = static_cast<double>(tensorBytes(value.getType()));
+  for (int64_t d = 0; d < sharding.getRank(); ++d)
+    for (StringRef axis : sharding.getAxesOfDim(d))
+      if (axis != tp)
+        bytes /= static_cast<double>(mesh.getAxisSize(axis).value_or(1));
+  return bytes;
+}
+
+/// The tensor-parallel split of each matmul weight and the splits the
+/// strategy did not choose, each with its cost on one rank: the weight's
+/// bytes, and the collective bytes the matmul needs to read its input as
+/// it arrives and to leave its result as the plan holds it (the
+/// report's ring convention: an all-gather (n-1)/n of the whole, an
+/// all-reduce 2(n-1)/n, a reduce-scatter (n-1)/n). Columns read the input
+/// whole and give a result split on its columns; rows read it split on
+/// the reduced dimension and give a partial sum; whole reads it whole.
+/// Empty without a tp axis.
+std::vector<std::string> describeSplitChoices(func::FuncOp main,
+                                              dist::MeshOp mesh) {
+  std::vector<std::string> lines;
+  std::optional<StringRef> tpAxis =
+      mesh.getAxisWithRole(dist::AxisRole::Tensor);
+  int64_t n = tpAxis ? mesh.getAxisSize(*tpAxis).value_or(1) : 1;
+  if (n <= 1)
+    return lines;
+  StringRef tp = *tpAxis;
+  double gather = double(n - 1) / double(n), reduce = 2 * gather;
+  auto has = [&](dist::ShardingAttr s, int64_t d) {
+    return llvm::is_contained(s.getAxesOfDim(d), tp);
+  };
+  main.walk([&](nn::MatmulOp matmul) {
+    nn::ConstantOp weight = weightOf(matmul.getRhs());
+    if (!weight)
+      return;
+    dist::ShardingAttr rhs = dist::getValueSharding(matmul.getRhs(), mesh);
+    dist::ShardingAttr lhs = dist::getValueSharding(matmul.getLhs(), mesh);
+    dist::ShardingAttr out = dist::getValueSharding(matmul.getResult(), mesh);
+    auto rhsType = matmul.getRhs().getType();
+    int64_t k = rhsType.getRank() - 2, cols = rhsType.getRank() - 1;
+    int64_t lhsK = lhs.getRank() - 1, outN = out.getRank() - 1;
+    std::string chosen = has(rhs, cols) ? "columns"
+                         : has(rhs, k)  ? "rows"
+                                        : "whole";
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    os << "  " << nn::getWeightName(weight.getValue()) << "  " << chosen;
+    // An input or a result split over tp on another dimension than the
+    // reduced one and the columns (Megatron-SP's sequence) is not
+    // estimated here.
+    bool elsewhere = false;
+    for (int64_t d = 0; d < lhsK; ++d)
+      elsewhere |= has(lhs, d);
+    for (int64_t d = 0; d < outN; ++d)
+      elsewhere |= has(out, d);
+    // Users of its shape (the residual add) that split the sequence over
+    // tp reduce-scatter a partial result onto it.
+    for (Operation *user : matmul->getUsers())
+      for (Value result : user->getResults()) {
+        if (result.getType() != matmul.getType())
+          continue;
+        dist::ShardingAttr taken = dist::getValueSharding(result, mesh);
+        for (int64_t d = 0; d < outN; ++d)
+          elsewhere |= has(taken, d);
+      }
+    if (elsewhere) {
+      os << "  (it or its users split another dimension over " << tp
+         << ", the sequence: not estimated)";
+      lines.push_back(line);
+      return;
+    }
+    double weightBytes = static_cast<double>(tensorBytes(rhsType));
+    double lhsBytes = bytesOverOtherAxes(matmul.getLhs(), lhs, mesh, tp);
+    double outBytes = bytesOverOtherAxes(matmul.getResult(), out, mesh, tp);
+    bool lhsPartial = llvm::is_contained(lhs.getPartialAxisNames(), tp);
+    bool lhsSplit = has(lhs, lhsK);
+    // The plan holds the result split on its columns (a column-parallel
+    // output, read by the next matmul's rows) or whole; resharding after
+    // that is its users' (the LM head's logits gathered by the slice).
+    bool usersSplit = has(out, outN);
+    struct Candidate {
+      const char *name;
+      int64_t dim; // -1: whole
+    };
+    for (Candidate c : {Candidate{"columns", cols}, Candidate{"rows", k},
+                        Candidate{"whole", -1}}) {
+      os << (llvm::StringRef(c.name) == "columns" ? "  [" : "; ") << c.name
+         << ": ";
+      if (c.dim >= 0 && rhsType.getDimSize(c.dim) % n != 0) {
+        os << rhsType.getDimSize(c.dim) << " not divisible by " << n;
+        continue;
+      }
+      double bytes = c.dim >= 0 ? weightBytes / double(n) : weightBytes;
+      SmallVector<std::string> moves;
+      auto move = [&](StringRef kind, double amount) {
+        moves.push_back((kind + " " + Twine(int64_t(amount)) + " B").str());
+      };
+      bool rows = c.dim == k;
+      if (lhsPartial)
+        move("all_reduce", reduce * lhsBytes);
+      else if (lhsSplit && !rows)
+        move("all_gather", gather * lhsBytes);
+      if (rows)
+        move(usersSplit ? "reduce_scatter" : "all_reduce",
+             (usersSplit ? gather : reduce) * outBytes);
+      else if (c.dim == cols && !usersSplit)
+        move("all_gather", gather * outBytes);
+      os << int64_t(bytes) << " B";
+      for (const std::string &m : moves)
+        os << ", " << m;
+      if (moves.empty())
+        os << ", no collective";
+    }
+    os << "]";
+    lines.push_back(line);
+  });
+  return lines;
+}
+
+/// The --explain listing: weights, the splits of matmul weights with their
+/// candidates, then rank 0's collectives in program order with the op that
+/// needed each.
 std::string explanation(ArrayRef<std::string> weights,
+                        ArrayRef<std::string> choices,
                         const ExecProgram &rank0) {
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "weights (name, global type, sharding):\n";
   for (const std::string &line : weights)
     os << line << "\n";
+  if (!choices.empty()) {
+    os << "matmul weights over tp (name, chosen split, [each candidate: "
+          "weight bytes per rank, the collective bytes per rank it needs "
+          "at the matmul]):\n";
+    for (const std::string &line : choices)
+      os << line << "\n";
+  }
   os << "collectives of rank 0 (kind, axes, payload bytes, reason):\n";
   for (const ExecCollectiveStat &c : rank0.collectives) {
     os << "  " << c.kind << " [";
@@ -454,7 +599,7 @@ struct CompiledModule {
   func::FuncOp main;
   /// The report's model: the global one, before any sharding.
   ModelSummary model;
-  std::vector<std::string> weightLines;
+  std::vector<std::string> weightLines, choiceLines;
   std::vector<ExecProgram> programs;
 };
 
@@ -610,8 +755,12 @@ LogicalResult ProgramCompiler::run(KvCacheForm form, CompiledModule &compiled,
       if (stopped)
         return success();
     }
-    if (phase.emit == EmitStage::Dist && options.explain)
+    if (phase.emit == EmitStage::Dist && options.explain) {
       compiled.weightLines = describeWeights(compiled.main);
+      if (auto module = compiled.main->getParentOfType<ModuleOp>())
+        for (auto mesh : module.getOps<dist::MeshOp>())
+          compiled.choiceLines = describeSplitChoices(compiled.main, mesh);
+    }
   }
   if (options.emit <= EmitStage::Local)
     return success();
@@ -783,8 +932,8 @@ LogicalResult runServingCompiler(MLIRContext &context, DriverOptions &options,
        failed(checkCompiledPlan(context, *result.plan, prefill.programs))))
     return failure();
   if (options.explain)
-    result.explanation =
-        explanation(prefill.weightLines, prefill.programs.front());
+    result.explanation = explanation(prefill.weightLines, prefill.choiceLines,
+                                     prefill.programs.front());
   ServingPrograms serving{decode.main, decode.programs, options.maxSeq};
   if (!options.reportFile.empty() &&
       failed(writeReport(prefill.model, prefill.main, prefill.programs, cluster,
@@ -860,7 +1009,8 @@ LogicalResult mlir::partita::runCompiler(MLIRContext &context,
   if (plan && failed(checkCompiledPlan(context, *plan, programs)))
     return failure();
   if (options.explain)
-    result.explanation = explanation(compiled.weightLines, programs.front());
+    result.explanation = explanation(compiled.weightLines, compiled.choiceLines,
+                                     programs.front());
   if (!options.reportFile.empty() &&
       failed(writeReport(compiled.model, main, programs, cluster,
                          plan ? &*plan : nullptr, options.reportFile)))

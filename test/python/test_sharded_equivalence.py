@@ -149,3 +149,58 @@ def test_tp8_splits_every_matmul_weight_of_a_70b_shaped_llama(tmp_path):
     assert report["mesh"]["world_size"] == 8
     for key, want in expected.items():
         np.testing.assert_allclose(outputs[key], want, rtol=1e-4, atol=1e-5)
+
+
+def test_explain_lists_the_split_candidates_of_each_matmul_weight(tmp_path):
+    """--explain lists, for each matmul weight over tp, the split chosen
+    and each candidate's cost per rank: its weight bytes and the collective
+    bytes the matmul needs. The chosen candidates' costs are what the
+    program does: their all-reduces, with the vocab-parallel embedding's,
+    are the report's."""
+    import subprocess
+    import sys
+    import json
+    from conftest import BUILD
+    model = tmp_path / "gpt.onnx"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_gpt.py"), "2",
+                    str(model), "--hidden", "64", "--heads", "4", "--vocab",
+                    "256", "--seq", "8", "--batch", "2"],
+                   check=True, capture_output=True)
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(model), "-o",
+         str(tmp_path / "art"), "--mesh", "tp=2", "--explain", "--report",
+         str(report)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split("matmul weights over tp")[1].split(
+        "collectives of rank 0")[0].splitlines()[1:]
+    choices = {}
+    for line in lines:
+        name, chosen, rest = line.split(None, 2)
+        candidates = dict(part.split(": ", 1)
+                          for part in rest.strip("[]").split("; "))
+        choices[name] = (chosen, candidates)
+    activation = 2 * 8 * 64 * 4
+    for layer in ("h0", "h1"):
+        assert choices[f"{layer}.up.w"][0] == "columns"
+        assert choices[f"{layer}.down.w"][0] == "rows"
+        up = choices[f"{layer}.up.w"][1]
+        assert up["columns"] == "32768 B, no collective"
+        assert up["whole"] == "65536 B, no collective"
+        down = choices[f"{layer}.down.w"][1]
+        # Row-parallel: the partial sum all-reduced, 2(n-1)/n of it.
+        assert down["rows"] == f"32768 B, all_reduce {activation} B"
+        # Columns would gather the [2, 8, 256] input and the output.
+        assert down["columns"] == \
+            f"32768 B, all_gather {2 * 8 * 256 * 4 // 2} B, " \
+            f"all_gather {activation // 2} B"
+    chosen_reduce = sum(
+        int(part.split("all_reduce ")[1].split(" B")[0])
+        for chosen, candidates in choices.values()
+        for part in [candidates[chosen]] if "all_reduce" in part)
+    collectives = json.loads(report.read_text())["ranks"][0]["collectives"]
+    reported = sum(c["bytes"] for c in collectives
+                   if c["kind"] == "all_reduce")
+    # The vocab-parallel embedding's lookup adds one all-reduce of an
+    # activation.
+    assert chosen_reduce + activation == reported
