@@ -209,6 +209,19 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
       for (Value v : op->getResults())
         keyValuePath.insert(v);
     }
+    // The MLP widths tp splits, which must divide (the partitioner's
+    // pin); heads and key/value heads have rules of their own.
+    if (role &&
+        (*role == ModelRole::MlpUp || *role == ModelRole::MlpGate ||
+         *role == ModelRole::MlpFusedGateUp || *role == ModelRole::MlpDown)) {
+      auto rhs = cast<RankedTensorType>(op->getOperand(1).getType());
+      int64_t width =
+          rhs.getDimSize(rhs.getRank() - (*role == ModelRole::MlpDown ? 2 : 1));
+      if (*role == ModelRole::MlpFusedGateUp)
+        width /= 2;
+      if (!llvm::is_contained(shape.splitWidths, width))
+        shape.splitWidths.push_back(width);
+    }
     if (role && isColumnParallel(*role)) {
       entry.tensorSplit = splitResult = true;
       splitHere = weightBytesOf(op, countedWeights);
@@ -382,6 +395,10 @@ std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
   if (shape.heads % c.tp != 0)
     return refuse(std::to_string(shape.heads) +
                   " heads over tp=" + std::to_string(c.tp));
+  for (int64_t width : shape.splitWidths)
+    if (width % c.tp != 0)
+      return refuse("an MLP width of " + std::to_string(width) +
+                    " over tp=" + std::to_string(c.tp));
   // Fewer key/value heads than tp ranks: each group of tp / kvHeads ranks
   // holds one key/value head (GQA replication), under plain Megatron tp.
   bool replicated = shape.kvHeads > 0 && shape.kvHeads < c.tp;

@@ -336,3 +336,32 @@ def test_published_choice_405b(tmp_path):
     mesh = best["mesh"]
     assert mesh.get("tp", 1) * mesh.get("sp", 1) <= 8, str(plan)
     assert mesh.get("tp", 1) > 1
+
+
+def test_planner_checks_the_mlp_widths_the_partitioner_splits(tmp_path):
+    """An MLP width of 102 splits over tp=2 but not over 4 or 8: the
+    planner refuses those candidates with the partitioner's reason instead
+    of choosing one that then fails to compile, and every feasible plan it
+    lists compiles."""
+    model = tmp_path / "gpt.onnx"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_gpt.py"), "2",
+                    str(model), "--hidden", "64", "--heads", "8", "--ffn",
+                    "102", "--seq", "16", "--vocab", "256"],
+                   check=True, capture_output=True)
+    plan = partita.plan(model, devices=8, cluster="h100-80g")
+    for c in plan:
+        tp = c["mesh"].get("tp", 1)
+        if tp in (4, 8):
+            assert not c["feasible"], c
+            assert c["reason"].startswith("divisibility:"), c
+    reasons = [c["reason"] for c in plan if not c["feasible"]]
+    assert "divisibility: an MLP width of 102 over tp=4" in reasons
+    feasible = [c for c in plan if c["feasible"]]
+    assert feasible and any(c["mesh"].get("tp") == 2 for c in feasible)
+    for c in feasible[:3] + [next(c for c in feasible
+                                  if c["mesh"].get("tp") == 2)]:
+        proc = subprocess.run(
+            [str(COMPILER), str(model), *c["flags"].split(), "-o",
+             str(tmp_path / "art"), "--cluster", "h100-80g"],
+            capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (c["flags"], proc.stderr)

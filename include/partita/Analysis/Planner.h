@@ -101,6 +101,11 @@ struct ModelShape {
   int64_t layers = 0;
   int64_t heads = 0;
   int64_t kvHeads = 0;
+  /// The widths tp splits besides heads: each MLP's hidden width (of the
+  /// up and gate projections' outputs, the down projection's input; each
+  /// half of a fused gate/up), which the partitioner refuses to split
+  /// unevenly.
+  std::vector<int64_t> splitWidths;
   /// The residual stream's bytes per token (hidden size times the element
   /// size): what a pipeline stage sends.
   double tokenBytes = 0;
