@@ -82,8 +82,8 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
       (padded logits never reach a user), and token ids are remapped so
       that an id outside the vocabulary stays outside the padded table
       (every mesh refuses what one device refuses). A weight that is not
-      a constant (a trained parameter) or a quantized one stays whole,
-      with a remark;
+      a constant (a trained parameter) or a quantized one, and a table
+      with fewer rows than the multiple, stay whole, with a remark;
     - every function argument and result is split on dimension 0 (the
       batch) over `dp`; results are otherwise whole on every device.
 
