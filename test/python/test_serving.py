@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import BUILD, ROOT, check_bf16_steps
+from conftest import BUILD, ROOT, check_bf16_steps, check_greedy_generation
 from conftest import serving_prompt as prompt
 
 HF = ROOT / "test" / "models" / "hf"
@@ -126,8 +126,7 @@ def test_generation_matches_onnxruntime(tmp_path, name, mesh):
     artifact = compile_serving(tmp_path, name, *mesh)
     tokens, logits, stdout = generate(tmp_path, artifact)
     want_tokens, want_logits = reference(name)
-    np.testing.assert_array_equal(tokens, want_tokens)
-    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    check_greedy_generation(tokens, logits, want_tokens, want_logits)
     for line in ("time to first token", "per-token latency", "tokens/s",
                  "kv cache"):
         assert line in stdout
@@ -172,8 +171,7 @@ def test_legacy_optimum_exports_generate_like_onnxruntime(tmp_path, name,
     artifact = compile_serving(tmp_path, name, *mesh,
                                model=legacy_export(tmp_path, name, form))
     tokens, logits, _ = generate(tmp_path, artifact)
-    np.testing.assert_array_equal(tokens, want_tokens)
-    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    check_greedy_generation(tokens, logits, want_tokens, want_logits)
     manifest = json.loads((artifact / "manifest.json").read_text())
     assert "use_cache_branch" not in {t["name"] for t in manifest["inputs"]}
 
@@ -451,8 +449,7 @@ def test_pipeline_microbatches_write_the_cache_in_place(tmp_path, mesh):
     assert writes == 2 * 2 * 2 * ranks
     tokens, logits, _ = generate(tmp_path, artifact)
     want_tokens, want_logits = reference("gpt2_kv")
-    np.testing.assert_array_equal(tokens, want_tokens)
-    np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+    check_greedy_generation(tokens, logits, want_tokens, want_logits)
 
 
 def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
@@ -477,8 +474,7 @@ def test_gqa_cache_holds_one_kv_head_per_rank(tmp_path):
                             "pp=2,tp=4", "--microbatches", "2")
     for artifact in (four, dp_tp, pp_tp):
         tokens, logits, _ = generate(artifact.parent, artifact)
-        np.testing.assert_array_equal(tokens, want_tokens)
-        np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-5)
+        check_greedy_generation(tokens, logits, want_tokens, want_logits)
 
 
 def test_python_generate_and_step_api(tmp_path):
@@ -491,8 +487,8 @@ def test_python_generate_and_step_api(tmp_path):
     want_tokens, want_logits = reference("llama_kv")
     tokens, logits = artifact.generate(ids, 16, attention_mask=mask,
                                        return_logits=True)
-    np.testing.assert_array_equal(tokens, want_tokens[:, :16])
-    np.testing.assert_allclose(logits, want_logits[:16], rtol=1e-4, atol=1e-5)
+    check_greedy_generation(tokens, logits, want_tokens[:, :16],
+                            want_logits[:16])
     assert len(artifact.last_timings["step_seconds"]) == 15
     # The step API, sampling in the caller: the same logits.
     step_logits = [artifact.prefill(ids, attention_mask=mask)]
@@ -521,9 +517,11 @@ def test_generation_takes_the_ids_a_plain_run_takes(mesh):
     ids, mask = prompt()
     ids = ids.copy()
     ids[0, -1], ids[1, -2] = -1, -128
-    want, _ = ort_greedy(HF / "gpt2_kv.optimum.onnx", ids, mask, 4)
-    tokens = artifact.generate(ids.astype(np.int32), 4, attention_mask=mask)
-    np.testing.assert_array_equal(tokens, want)
+    want, want_logits = ort_greedy(HF / "gpt2_kv.optimum.onnx", ids, mask, 4)
+    tokens, logits = artifact.generate(ids.astype(np.int32), 4,
+                                       attention_mask=mask,
+                                       return_logits=True)
+    check_greedy_generation(tokens, logits, want, want_logits)
     artifact.prefill(ids, attention_mask=mask)
     artifact.step(np.array([-1, 5]))
     with pytest.raises(partita.RunError, match="token id 128"):
