@@ -132,9 +132,9 @@ struct MlpInput {
 };
 
 /// The matmuls with constant weights that `value` comes from through
-/// elementwise ops, reshapes and splits only (an MLP's up projections as
-/// seen from its down projection), none of them claimed by another role
-/// (`hasRole`). Empty when some path reaches anything else.
+/// elementwise ops, reshapes, splits and norms only (an MLP's up
+/// projections as seen from its down projection), none of them claimed by
+/// another role (`hasRole`). Empty when some path reaches anything else.
 SmallVector<MlpInput> mlpInputsOf(Value value,
                                   function_ref<bool(Operation *)> hasRole) {
   struct Step {
@@ -169,7 +169,10 @@ SmallVector<MlpInput> mlpInputsOf(Value value,
     }
     if (isa<nn::ConstantOp>(def))
       continue;
-    if (!isElementwise(def) && !isa<nn::ReshapeOp, nn::SplitOp>(def))
+    // A norm between the two matmuls (over the MLP's width: a distributed
+    // norm when it is split) keeps the MLP an MLP.
+    if (!isElementwise(def) &&
+        !isa<nn::ReshapeOp, nn::SplitOp, nn::RmsNormOp, nn::LayerNormOp>(def))
       return {};
     for (Value operand : def->getOperands())
       work.push_back({operand, step.activated || isActivation(def),

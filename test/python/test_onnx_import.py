@@ -824,6 +824,42 @@ def test_vocabulary_tp_does_not_divide_is_padded(tmp_path):
     assert [r["weight_bytes"] for r in report["ranks"]] == [2 * 64 * 16 * 4] * 2
 
 
+def test_mlp_with_a_norm_inside_is_split(tmp_path):
+    # A norm over the MLP's width between its two matmuls (NormFormer's
+    # and sub-LN's MLPs) left both weights whole; now the up projection is
+    # column-parallel, the norm distributed (its statistics all-reduced)
+    # and the down projection row-parallel.
+    from conftest import compile_and_run
+    w1 = RNG.standard_normal((64, 128)).astype(np.float32)
+    w2 = RNG.standard_normal((128, 64)).astype(np.float32)
+    g = RNG.standard_normal(128).astype(np.float32)
+    b = RNG.standard_normal(128).astype(np.float32)
+    m = model([helper.make_node("MatMul", ["x", "w1"], ["h"]),
+               helper.make_node("LayerNormalization", ["h", "g", "b"], ["n"],
+                                axis=-1, epsilon=1e-5),
+               helper.make_node("Relu", ["n"], ["r"]),
+               helper.make_node("MatMul", ["r", "w2"], ["y"])],
+              [vi("x", F, [2, 4, 64])], [vi("y", F, [2, 4, 64])],
+              [const("w1", w1), const("w2", w2), const("g", g),
+               const("b", b)], opset=17)
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    x = RNG.standard_normal((2, 4, 64)).astype(np.float32)
+    outputs, report = compile_and_run(tmp_path / "run", path, {"x": x},
+                                      "--mesh", "tp=2")
+    np.testing.assert_allclose(outputs["y"], reference(m, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
+    # Each rank: half of w1 and of w2 (g and b are small enough to be
+    # inline constants, not weights).
+    assert [r["weight_bytes"] for r in report["ranks"]] == \
+        [64 * 128 * 2 * 4 // 2] * 2
+    collectives = {c["kind"]: c["count"]
+                   for c in report["ranks"][0]["collectives"]}
+    # Two for the norm's statistics (the mean, then the variance), one for
+    # the down projection's partial sums.
+    assert collectives == {"all_reduce": 3}, collectives
+
+
 def test_if_branch_may_not_redefine_an_outer_value(compile_model):
     m = if_model(size_condition(),
                  then_nodes=[helper.make_node("Mul", ["x", "two"], ["rows"]),
