@@ -78,18 +78,24 @@ def test_hf_fixture_matches_onnxruntime(tmp_path, name, mesh):
                                    err_msg=f"{name} {mesh}: {key}")
 
 
-@pytest.mark.parametrize("name", FILES)
-def test_hf_fixture_attention_raised(name):
-    """Every layer's attention is one nn.attention; no softmax is left."""
+def emit_nn(name):
+    """The fixture's raised nn, as partita-compile --emit nn prints it."""
     model, inputs = load_inputs(name)
     proc = subprocess.run(
         [str(BUILD / "bin" / "partita-compile"), str(HF / name), "--emit",
          "nn", *binding(model, inputs)],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_hf_fixture_attention_raised(name):
+    """Every layer's attention is one nn.attention; no softmax is left."""
+    raised = emit_nn(name)
     layers = 2
-    assert proc.stdout.count("nn.attention ") == layers, proc.stdout
-    assert "nn.softmax" not in proc.stdout
+    assert raised.count("nn.attention ") == layers, raised
+    assert "nn.softmax" not in raised
 
 
 @pytest.mark.parametrize("name", [n for n in FILES
@@ -171,13 +177,7 @@ def test_sliding_window_is_an_attribute(tmp_path, name):
     `causal` and `window`, from the legacy export's raised softmax chain
     and from the dynamo export's ONNX Attention mask alike; the padding
     stays the mask. (The mesh matrix runs it, ring attention included.)"""
-    model, inputs = load_inputs(name)
-    proc = subprocess.run(
-        [str(BUILD / "bin" / "partita-compile"), str(HF / name), "--emit",
-         "nn", *binding(model, inputs)],
-        capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    attentions = [line for line in proc.stdout.splitlines()
+    attentions = [line for line in emit_nn(name).splitlines()
                   if "nn.attention " in line]
     assert len(attentions) == 2, attentions
     for line in attentions:

@@ -217,22 +217,34 @@ ElementsAttr mlir::partita::nn::convertWeight(ElementsAttr value,
                              view.getSource(), view.getIndex());
 }
 
+/// The runs of every dimension of `view`.
+static SmallVector<rt::IndexRuns> runsOfView(WeightViewAttr view) {
+  SmallVector<rt::IndexRuns> runs;
+  for (int64_t d = 0; d < view.getType().getRank(); ++d)
+    runs.push_back(view.getRuns(d));
+  return runs;
+}
+
+/// A view of `view`'s source named `name`, of `type`, reading `runs`.
+static WeightViewAttr withRuns(WeightViewAttr view, ShapedType type,
+                               StringRef name, ArrayRef<rt::IndexRuns> runs) {
+  MLIRContext *context = view.getContext();
+  return WeightViewAttr::get(
+      context, type, StringAttr::get(context, name), view.getSource(),
+      buildIndex(context, runs, view.getSource().getType().getShape()));
+}
+
 ElementsAttr mlir::partita::nn::permuteWeight(ElementsAttr value, int64_t dim,
                                               ArrayRef<int64_t> sourceOf,
                                               StringRef name) {
   WeightViewAttr view = asView(value);
   if (!view)
     return {};
-  SmallVector<rt::IndexRuns> runs;
-  for (int64_t d = 0; d < view.getType().getRank(); ++d)
-    runs.push_back(view.getRuns(d));
+  SmallVector<rt::IndexRuns> runs = runsOfView(view);
   runs[dim] = rt::composeRuns(
       runs[dim],
       rt::runsOf(std::vector<int64_t>(sourceOf.begin(), sourceOf.end())));
-  MLIRContext *context = view.getContext();
-  return WeightViewAttr::get(
-      context, view.getType(), StringAttr::get(context, name), view.getSource(),
-      buildIndex(context, runs, view.getSource().getType().getShape()));
+  return withRuns(view, view.getType(), name, runs);
 }
 
 ElementsAttr mlir::partita::nn::padWeight(ElementsAttr value, int64_t dim,
@@ -240,15 +252,9 @@ ElementsAttr mlir::partita::nn::padWeight(ElementsAttr value, int64_t dim,
   WeightViewAttr view = asView(value);
   if (!view)
     return {};
-  SmallVector<rt::IndexRuns> runs;
-  for (int64_t d = 0; d < view.getType().getRank(); ++d)
-    runs.push_back(view.getRuns(d));
+  SmallVector<rt::IndexRuns> runs = runsOfView(view);
   SmallVector<int64_t> shape(view.getType().getShape());
   rt::appendRun(runs[dim], {rt::kZeroRunStart, size - shape[dim]});
   shape[dim] = size;
-  MLIRContext *context = view.getContext();
-  return WeightViewAttr::get(
-      context, view.getType().clone(shape), StringAttr::get(context, name),
-      view.getSource(),
-      buildIndex(context, runs, view.getSource().getType().getShape()));
+  return withRuns(view, view.getType().clone(shape), name, runs);
 }

@@ -93,12 +93,6 @@ inline std::vector<int64_t> indicesOf(const IndexRuns &runs) {
   return indices;
 }
 
-/// True when some run of `runs` reads zeros.
-inline bool hasZeroRun(const IndexRuns &runs) {
-  return std::any_of(runs.begin(), runs.end(),
-                     [](const IndexRun &run) { return run.isZero(); });
-}
-
 /// `select` maps a new dimension onto positions of `current`, which maps
 /// them onto the source: the composition, onto the source. Every index
 /// `select` names must be below runsLength(current); a zero run of either
