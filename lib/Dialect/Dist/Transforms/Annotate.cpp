@@ -701,24 +701,12 @@ std::string Megatron::padEmbedding(nn::EmbeddingOp embedding, int64_t padded) {
   Location loc = embedding.getLoc();
   Value ids = embedding.getIndices();
   auto idType = cast<RankedTensorType>(ids.getType());
-  Type element = idType.getElementType();
-  auto boolType = idType.clone(b.getI1Type());
-  auto constant = [&](int64_t value) {
-    return scalarConstant(b, loc, element, static_cast<double>(value));
-  };
-  auto compare = [&](nn::CompareDirection direction, int64_t bound) -> Value {
-    return nn::CompareOp::create(b, loc, boolType, direction, ids,
-                                 constant(bound));
-  };
-  auto within = [&](int64_t low, int64_t high) -> Value {
-    Value atLeast = compare(nn::CompareDirection::GE, low);
-    Value below = compare(nn::CompareDirection::LT, high);
-    return nn::AndOp::create(b, loc, atLeast, below);
-  };
-  Value padding = within(rows, padded);
-  Value negative = within(-padded, 0);
-  Value up = nn::AddOp::create(b, loc, ids, constant(padded - rows));
-  Value down = nn::SubOp::create(b, loc, ids, constant(padded - rows));
+  Value padding = indicesWithin(b, loc, ids, rows, padded);
+  Value negative = indicesWithin(b, loc, ids, -padded, 0);
+  Value shift = scalarConstant(b, loc, idType.getElementType(),
+                               static_cast<double>(padded - rows));
+  Value up = nn::AddOp::create(b, loc, ids, shift);
+  Value down = nn::SubOp::create(b, loc, ids, shift);
   Value shifted = nn::WhereOp::create(b, loc, idType, negative, down, ids);
   Value remapped = nn::WhereOp::create(b, loc, idType, padding, up, shifted);
   embedding.getTableMutable().assign(paddedTable);

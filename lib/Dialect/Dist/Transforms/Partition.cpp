@@ -1184,21 +1184,9 @@ Value Partitioner::maskLookupIndices(OpBuilder &b, Location loc, Value indices,
   auto indexType = cast<RankedTensorType>(indices.getType());
   Type indexElement = indexType.getElementType();
   int64_t total = rows * groups;
-  auto boolType = indexType.clone(b.getI1Type());
-  auto compare = [&](nn::CompareDirection direction, Value lhs,
-                     int64_t bound) -> Value {
-    return nn::CompareOp::create(
-        b, loc, boolType, direction, lhs,
-        scalarConstant(b, loc, indexElement, double(bound)));
-  };
-  // Operands are built one statement at a time: argument evaluation order
-  // is unspecified, and the IR must not depend on the host compiler.
-  auto inRange = [&](Value x, int64_t size) -> Value {
-    Value atLeast = compare(nn::CompareDirection::GE, x, 0);
-    Value below = compare(nn::CompareDirection::LT, x, size);
-    return nn::AndOp::create(b, loc, atLeast, below);
-  };
-  Value negative = compare(nn::CompareDirection::LT, indices, 0);
+  Value negative = nn::CompareOp::create(
+      b, loc, indexType.clone(b.getI1Type()), nn::CompareDirection::LT, indices,
+      scalarConstant(b, loc, indexElement, 0));
   Value fromEnd = nn::AddOp::create(
       b, loc, indices, scalarConstant(b, loc, indexElement, double(total)));
   Value wrapped =
@@ -1212,8 +1200,8 @@ Value Partitioner::maskLookupIndices(OpBuilder &b, Location loc, Value indices,
   Value offset = nn::MulOp::create(
       b, loc, position, scalarConstant(b, loc, indexElement, double(rows)));
   Value shifted = nn::SubOp::create(b, loc, wrapped, offset);
-  held = inRange(shifted, rows);
-  Value valid = inRange(wrapped, total);
+  held = indicesWithin(b, loc, shifted, 0, rows);
+  Value valid = indicesWithin(b, loc, wrapped, 0, total);
   Value notHeld =
       nn::WhereOp::create(b, loc, indexType, valid,
                           scalarConstant(b, loc, indexElement, 0), indices);

@@ -311,6 +311,21 @@ Value dist::scalarConstant(OpBuilder &b, Location loc, Type element,
   return nn::ConstantOp::create(b, loc, cast<ElementsAttr>(attr));
 }
 
+Value dist::indicesWithin(OpBuilder &b, Location loc, Value indices,
+                          int64_t low, int64_t high) {
+  auto type = cast<RankedTensorType>(indices.getType());
+  auto boolType = type.clone(b.getI1Type());
+  // Operands are built one statement at a time: argument evaluation order
+  // is unspecified, and the IR must not depend on the host compiler.
+  Value atLeast = nn::CompareOp::create(
+      b, loc, boolType, nn::CompareDirection::GE, indices,
+      scalarConstant(b, loc, type.getElementType(), double(low)));
+  Value below = nn::CompareOp::create(
+      b, loc, boolType, nn::CompareDirection::LT, indices,
+      scalarConstant(b, loc, type.getElementType(), double(high)));
+  return nn::AndOp::create(b, loc, atLeast, below);
+}
+
 LogicalResult dist::fitShapeAttributes(Operation *clone, Operation *original) {
   if (auto slice = dyn_cast<nn::SliceOp>(clone)) {
     SmallVector<int64_t> limit(slice.getLimit());

@@ -117,6 +117,10 @@ ElementsAttr padAlongDim(ElementsAttr value, int64_t dim, int64_t size,
 /// An nn.constant of a scalar of `element` (a float or an integer type).
 Value scalarConstant(OpBuilder &b, Location loc, Type element, double value);
 
+/// Where integer `indices` lie in [low, high): i1 of their shape.
+Value indicesWithin(OpBuilder &b, Location loc, Value indices, int64_t low,
+                    int64_t high);
+
 /// After `clone` of `original` got smaller operand and result types (a
 /// split or a microbatch of them), fixes the attributes that spell out a
 /// shape: a slice's limits on the dimensions it keeps whole (the only ones
