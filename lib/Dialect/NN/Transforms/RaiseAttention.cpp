@@ -276,45 +276,56 @@ std::optional<std::vector<double>> readConstantView(Value value,
   return out;
 }
 
-/// Whether `mask` is a constant holding the causal pattern of
-/// nn.attention's `causal` for `sq` queries and `skv` keys: query `i` keeps
-/// key `j` iff `j <= i + skv - sq`, in every leading slice.
-bool isCausalMask(const MaskTerm &mask, int64_t sq, int64_t skv) {
+/// The elements of `mask` when it is a constant of `sq` query rows and
+/// `skv` key columns (after any leading dimensions); none otherwise.
+std::optional<std::vector<double>> patternElements(const MaskTerm &mask,
+                                                   int64_t sq, int64_t skv) {
   ArrayRef<int64_t> shape =
       cast<RankedTensorType>(mask.value.getType()).getShape();
   if (shape.size() < 2 || shape[shape.size() - 2] != sq || shape.back() != skv)
-    return false;
-  std::optional<std::vector<double>> elements = readConstantView(mask.value);
-  if (!elements)
-    return false;
-  for (auto [index, element] : llvm::enumerate(*elements)) {
+    return std::nullopt;
+  return readConstantView(mask.value);
+}
+
+/// Whether `elements` (of `mask`) keep exactly the keys of causal attention
+/// with a sliding `window` (0: none) in every leading slice: query `i`
+/// keeps key `j` iff `0 <= i + skv - sq - j` (and `< window`). A float mask
+/// keeps with 0 and hides with at most `hiddenAtMost`.
+bool followsCausalPattern(const MaskTerm &mask, ArrayRef<double> elements,
+                          int64_t sq, int64_t skv, int64_t window,
+                          double hiddenAtMost) {
+  for (auto [index, element] : llvm::enumerate(elements)) {
     int64_t i = static_cast<int64_t>(index);
-    int64_t key = i % skv, query = (i / skv) % sq;
-    bool keep = key <= query + skv - sq;
+    int64_t distance = (i / skv) % sq + skv - sq - i % skv;
+    bool keep = distance >= 0 && (window == 0 || distance < window);
     if (mask.isBool) {
       if ((element != 0.0) != (keep != mask.isInverted))
         return false;
-    } else if (keep ? element != 0.0 : !(element <= kMaskedScore)) {
+    } else if (keep ? element != 0.0 : !(element <= hiddenAtMost)) {
       return false;
     }
   }
   return true;
 }
 
+/// Whether `mask` is a constant holding the causal pattern of
+/// nn.attention's `causal` for `sq` queries and `skv` keys: query `i` keeps
+/// key `j` iff `j <= i + skv - sq`, in every leading slice.
+bool isCausalMask(const MaskTerm &mask, int64_t sq, int64_t skv) {
+  std::optional<std::vector<double>> elements = patternElements(mask, sq, skv);
+  return elements &&
+         followsCausalPattern(mask, *elements, sq, skv, 0, kMaskedScore);
+}
+
 /// The window w of `mask` when it is a constant holding the pattern of
 /// nn.attention's `causal` with `window` w for `sq` queries and `skv` keys
 /// (query `i` keeps key `j` iff `0 <= i + skv - sq - j < w`, in every
 /// leading slice), with w < skv (a wider window is plain causal); none
-/// otherwise.
+/// otherwise. A float mask must hide with -inf (see the caller).
 std::optional<int64_t> windowOfMask(const MaskTerm &mask, int64_t sq,
                                     int64_t skv) {
-  ArrayRef<int64_t> shape =
-      cast<RankedTensorType>(mask.value.getType()).getShape();
-  if (shape.size() < 2 || shape[shape.size() - 2] != sq ||
-      shape.back() != skv || skv < 2)
-    return std::nullopt;
-  std::optional<std::vector<double>> elements = readConstantView(mask.value);
-  if (!elements || elements->empty())
+  std::optional<std::vector<double>> elements = patternElements(mask, sq, skv);
+  if (!elements || elements->empty() || skv < 2)
     return std::nullopt;
   auto kept = [&](double element) {
     return mask.isBool ? (element != 0.0) != mask.isInverted : element == 0.0;
@@ -324,18 +335,10 @@ std::optional<int64_t> windowOfMask(const MaskTerm &mask, int64_t sq,
   while (first < skv && !kept((*elements)[size_t(last + first)]))
     ++first;
   int64_t window = skv - first;
-  if (window <= 0 || window >= skv)
+  if (window <= 0 || window >= skv ||
+      !followsCausalPattern(mask, *elements, sq, skv, window,
+                            -std::numeric_limits<double>::infinity()))
     return std::nullopt;
-  for (auto [index, element] : llvm::enumerate(*elements)) {
-    int64_t i = static_cast<int64_t>(index);
-    int64_t key = i % skv, query = (i / skv) % sq;
-    int64_t distance = query + skv - sq - key;
-    bool keep = distance >= 0 && distance < window;
-    // A float mask must hide with -inf (see the caller).
-    if (kept(element) != keep ||
-        (!mask.isBool && !keep && !(std::isinf(element) && element < 0.0)))
-      return std::nullopt;
-  }
   return window;
 }
 
