@@ -236,6 +236,17 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
         os << ", no collective";
     }
     os << "]";
+    // A weight the strategy's split search placed: the estimated step of
+    // each candidate, the others as chosen.
+    if (auto costs =
+            matmul->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr)) {
+      os << "  {chosen by the estimated step on one device:";
+      for (NamedAttribute cost : costs)
+        if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
+          os << " " << cost.getName().getValue() << " "
+             << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
+      os << "}";
+    }
     lines.push_back(line);
   });
   return lines;

@@ -204,3 +204,102 @@ def test_explain_lists_the_split_candidates_of_each_matmul_weight(tmp_path):
     # The vocab-parallel embedding's lookup adds one all-reduce of an
     # activation.
     assert chosen_reduce + activation == reported
+
+
+def conv_stem(path, mels, width, frames):
+    """Whisper's encoder stem: two Conv1d (the second with stride 2), each
+    followed by an erf GELU, with random weights. No role of the strategy
+    recognizes it: the convolutions' weights are placed by the split
+    search."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    weights = {
+        "conv1.weight": rng.standard_normal((width, mels, 3)) / np.sqrt(3 * mels),
+        "conv1.bias": rng.standard_normal(width) * 0.1,
+        "conv2.weight": rng.standard_normal((width, width, 3)) / np.sqrt(3 * width),
+        "conv2.bias": rng.standard_normal(width) * 0.1,
+        "sqrt2": np.array(np.sqrt(2)), "half": np.array(0.5),
+        "one": np.array(1.0)}
+    inits = [numpy_helper.from_array(v.astype(np.float32), k)
+             for k, v in weights.items()]
+
+    def gelu(x, y):
+        return [helper.make_node("Div", [x, "sqrt2"], [y + "_d"]),
+                helper.make_node("Erf", [y + "_d"], [y + "_e"]),
+                helper.make_node("Add", [y + "_e", "one"], [y + "_a"]),
+                helper.make_node("Mul", [x, y + "_a"], [y + "_m"]),
+                helper.make_node("Mul", [y + "_m", "half"], [y])]
+    nodes = [helper.make_node("Conv", ["input_features", "conv1.weight",
+                                       "conv1.bias"], ["c1"], pads=[1, 1],
+                              kernel_shape=[3])]
+    nodes += gelu("c1", "g1")
+    nodes += [helper.make_node("Conv", ["g1", "conv2.weight", "conv2.bias"],
+                               ["c2"], pads=[1, 1], strides=[2],
+                               kernel_shape=[3])]
+    nodes += gelu("c2", "hidden")
+    graph = helper.make_graph(
+        nodes, "stem", [helper.make_tensor_value_info(
+            "input_features", TensorProto.FLOAT, [1, mels, frames])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT,
+                                       [1, width, frames // 2])], inits)
+    model = helper.make_model(graph,
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path), save_as_external_data=True,
+              location=path.name + ".data")
+
+
+@pytest.mark.parametrize("width,frames,split", [(1280, 3000, True),
+                                                (16, 8, False)])
+def test_unrecognized_convolutions_are_split_by_cost(tmp_path, width, frames,
+                                                     split):
+    """Whisper's convolution stem has no role the strategy knows. At
+    Whisper-large's width (128 mel bins, 1280 channels, 3000 frames) the
+    cost model's estimate of the step prefers conv1 by columns and conv2
+    by rows (one all-reduce, half the weight bytes per rank); at a tiny
+    width every split's latency exceeds what it saves, and both stay whole.
+    Either way the run equals onnxruntime, --explain gives the search's
+    estimates, and a split is remarked in the report."""
+    import subprocess
+    import onnxruntime as ort
+    from conftest import BUILD
+    model = tmp_path / "stem.onnx"
+    conv_stem(model, 128 if split else 4, width, frames)
+    session = ort.InferenceSession(str(model),
+                                   providers=["CPUExecutionProvider"])
+    features = np.random.default_rng(1).standard_normal(
+        session.get_inputs()[0].shape).astype(np.float32)
+    expected = session.run(None, {"input_features": features})[0]
+    outputs, report = compile_and_run(tmp_path / "run", model,
+                                      {"input_features": features},
+                                      "--mesh", "tp=2")
+    np.testing.assert_allclose(outputs["hidden"], expected, rtol=1e-4,
+                               atol=1e-4)
+    kinds = [c["kind"] for c in report["ranks"][0]["collectives"]]
+    remarks = [r for r in report["remarks"] if "no role splits" in r]
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(model), "-o",
+         str(tmp_path / "explained"), "--mesh", "tp=2", "--explain"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    chosen = {}
+    for line in proc.stdout.splitlines():
+        if "{chosen by the estimated step on one device:" not in line:
+            continue
+        name, split_of = line.split()[:2]
+        estimates = dict(part.split()[:2] for part in line.split(
+            "one device:")[1].strip(" ;}").split(";"))
+        estimates = {k: float(v) for k, v in estimates.items()}
+        # The choice is the minimum of the search's estimates.
+        assert min(estimates, key=estimates.get) == split_of, line
+        chosen[name] = split_of
+    if split:
+        assert chosen == {"conv1.weight": "columns", "conv2.weight": "rows"}
+        assert kinds == ["all_reduce"], kinds
+        assert len(remarks) == 2, report["remarks"]
+        # The convolutions' weights (f32) halve; the biases are small.
+        whole = 4 * 3 * width * (128 + width)
+        assert max(r["weight_bytes"] for r in report["ranks"]) < \
+            0.5 * whole + 4 * 4 * width
+    else:
+        assert chosen == {"conv1.weight": "whole", "conv2.weight": "whole"}
+        assert kinds == [] and remarks == [], (kinds, report["remarks"])

@@ -172,6 +172,21 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "expects an axis name, got " << value;
     return verifyAxisOfModuleMesh(op, "attrs_c7", axis.getValue());
   }
+  if (name == kSplitCostsAttr) {
+    auto costs = dyn_cast<DictionaryAttr>(value);
+    bool valid = costs && op->getName().getStringRef() == "nn.matmul" &&
+                 llvm::all_of(costs, [](NamedAttribute entry) {
+                   return llvm::is_contained({"columns", "rows", "whole"},
+                                             entry.getName().getValue()) &&
+                          isa<FloatAttr>(entry.getValue());
+                 });
+    if (!valid)
+      return emitAttrError(op, attribute, 9)
+             << "expects a dictionary of seconds by columns, rows and whole "
+                "on an nn.matmul, got "
+             << value;
+    return success();
+  }
   return emitAttrError(op, attribute, 8)
          << "is not an attribute of the dist dialect";
 }

@@ -7,7 +7,9 @@
 // The Megatron strategy pins the weights of the roles the model-role
 // analysis finds (projections into attention and an MLP's first matmuls
 // column-parallel, the matmuls after them row-parallel, embedding and LM
-// head vocab-parallel); every other sharding comes from propagation.
+// head vocab-parallel); the matmul weights no role places and propagation
+// leaves whole are split as the cost model's estimate of the whole step
+// prefers (searchSplits); every other sharding comes from propagation.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +20,7 @@
 #include "partita/Dialect/Dist/Transforms/Sharding.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <map>
 
@@ -128,6 +131,17 @@ private:
   /// is uneven.
   LogicalResult pin(Operation *user, unsigned index, int64_t dim,
                     StringRef axis, StringRef role);
+  /// Why pin would refuse that split; empty when it would not.
+  std::string splitRefusal(Operation *user, unsigned index, int64_t dim,
+                           StringRef axis, StringRef role);
+  /// Puts a strategy annotation splitting operand `index` of `user` on
+  /// `dim` over `axis` (replicated without a `dim`) between it and its
+  /// producer.
+  AnnotateOp annotateOperand(Operation *user, unsigned index,
+                             std::optional<int64_t> dim, StringRef axis);
+  /// Splits, by the cost model, the matmul weights no role placed and
+  /// propagation left whole (searchSplits' comment).
+  LogicalResult searchSplits(func::FuncOp func);
   LogicalResult annotateTensorParallel(func::FuncOp func);
   LogicalResult annotateBatch(func::FuncOp func);
 
@@ -166,15 +180,15 @@ private:
   std::map<std::tuple<Operation *, int64_t, int64_t>, Value> paddedConstants;
 };
 
-LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
-                            StringRef axis, StringRef role) {
-  if (!pinned.insert({user, index}).second)
-    return success();
+std::string Megatron::splitRefusal(Operation *user, unsigned index, int64_t dim,
+                                   StringRef axis, StringRef role) {
   Value value = user->getOperand(index);
   auto type = cast<RankedTensorType>(value.getType());
   if (dim < 0)
     dim += type.getRank();
   int64_t size = *mesh.getAxisSize(axis);
+  std::string text;
+  llvm::raw_string_ostream os(text);
   if (type.getDimSize(dim) % size != 0) {
     std::string what =
         "operand " + std::to_string(index) + " of " + opName(user);
@@ -187,10 +201,10 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
                   .getArgAttrOfType<StringAttr>(
                       arg.getArgNumber(), nn::NNDialect::kParameterAttrName))
         what = "parameter '" + name.str() + "'";
-    return user->emitError()
-           << "cannot split " << what << " (" << role << ") over " << axis
-           << "=" << size << ": dimension " << dim << " has size "
-           << type.getDimSize(dim) << ", which " << axis << " does not divide";
+    os << "cannot split " << what << " (" << role << ") over " << axis << "="
+       << size << ": dimension " << dim << " has size " << type.getDimSize(dim)
+       << ", which " << axis << " does not divide";
+    return text;
   }
   // A packed weight's rows split by whole blocks, and where four-bit zero
   // points pack two blocks to a byte, by whole bytes.
@@ -205,23 +219,29 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
                        " weight " +
                        (name.empty() ? "of " + opName(user) : "'" + name + "'");
     if (rows != blocks * blockSize)
-      return user->emitError()
-             << "cannot split " << what << " (" << role << ") over " << axis
-             << "=" << size << ": its " << rows
-             << " rows end in a short block of " << rows % blockSize
-             << " (block_size " << blockSize
-             << "), and a split may not cut a block";
-    if (blocks % (perUnit * size) != 0)
-      return user->emitError()
-             << "cannot split " << what << " (" << role << ") over " << axis
-             << "=" << size << ": its " << blocks << " blocks of " << blockSize
-             << " rows do not divide into " << size << " parts of whole blocks"
-             << (perUnit > 1 ? " and whole bytes of zero points (2 blocks "
-                               "to a byte)"
-                             : "");
+      os << "cannot split " << what << " (" << role << ") over " << axis << "="
+         << size << ": its " << rows << " rows end in a short block of "
+         << rows % blockSize << " (block_size " << blockSize
+         << "), and a split may not cut a block";
+    else if (blocks % (perUnit * size) != 0)
+      os << "cannot split " << what << " (" << role << ") over " << axis << "="
+         << size << ": its " << blocks << " blocks of " << blockSize
+         << " rows do not divide into " << size << " parts of whole blocks"
+         << (perUnit > 1 ? " and whole bytes of zero points (2 blocks "
+                           "to a byte)"
+                         : "");
   }
+  return text;
+}
+
+AnnotateOp Megatron::annotateOperand(Operation *user, unsigned index,
+                                     std::optional<int64_t> dim,
+                                     StringRef axis) {
+  Value value = user->getOperand(index);
+  auto type = cast<RankedTensorType>(value.getType());
   SmallVector<SmallVector<StringRef>> dims(type.getRank());
-  dims[dim].push_back(axis);
+  if (dim)
+    dims[*dim < 0 ? *dim + type.getRank() : *dim].push_back(axis);
   auto sharding =
       ShardingAttr::get(user->getContext(), mesh.getSymName(), dims);
   OpBuilder b(user);
@@ -230,6 +250,17 @@ LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
   auto annotate = AnnotateOp::create(b, user->getLoc(), value, sharding);
   annotate->setAttr(kStrategyAttr, b.getUnitAttr());
   user->setOperand(index, annotate);
+  return annotate;
+}
+
+LogicalResult Megatron::pin(Operation *user, unsigned index, int64_t dim,
+                            StringRef axis, StringRef role) {
+  if (!pinned.insert({user, index}).second)
+    return success();
+  if (std::string why = splitRefusal(user, index, dim, axis, role);
+      !why.empty())
+    return user->emitError() << why;
+  annotateOperand(user, index, dim, axis);
   return success();
 }
 
@@ -1121,6 +1152,204 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   return success();
 }
 
+/// The weight constant a matmul's weight operand reads through layout
+/// changes and dequantization, or null.
+static nn::ConstantOp weightConstant(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (auto constant = dyn_cast<nn::ConstantOp>(def))
+      return nn::isWeight(constant.getValue()) ? constant : nn::ConstantOp();
+    if (auto dequantize = dyn_cast<nn::DequantizeOp>(def)) {
+      value = dequantize.getPacked();
+      continue;
+    }
+    if (!isa<AnnotateOp, nn::TransposeOp, nn::ReshapeOp>(def))
+      return {};
+    value = def->getOperand(0);
+  }
+  return {};
+}
+
+namespace {
+/// A matmul weight the split search places: its candidate dimensions
+/// (the weight's columns and rows, where tp divides them) and the one
+/// chosen (-1: whole).
+struct SearchedWeight {
+  nn::MatmulOp matmul;
+  SmallVector<int64_t, 2> splits;
+  /// The next searched matmul its result reaches without passing another
+  /// matmul, whose choice is searched jointly with this one's; -1: none.
+  int partner = -1;
+};
+} // namespace
+
+/// The first matmul in `searched` (its index) that `matmul`'s result
+/// reaches through ops other than matmuls; -1 when none within a few
+/// dozen ops.
+static int findPartner(nn::MatmulOp matmul, ArrayRef<SearchedWeight> searched) {
+  SmallVector<Operation *> work(matmul->getUsers());
+  llvm::SmallPtrSet<Operation *, 32> seen;
+  while (!work.empty() && seen.size() < 64) {
+    Operation *op = work.pop_back_val();
+    if (!seen.insert(op).second)
+      continue;
+    if (auto next = dyn_cast<nn::MatmulOp>(op)) {
+      for (auto [index, candidate] : llvm::enumerate(searched))
+        if (candidate.matmul == next)
+          return static_cast<int>(index);
+      continue;
+    }
+    for (Operation *user : op->getUsers())
+      work.push_back(user);
+  }
+  return -1;
+}
+
+/// Where the model-role analysis gives a matmul no role (a patch
+/// embedding, an encoder's convolutions, a block the analysis does not
+/// know) and propagation from the pinned roles leaves its weight whole,
+/// the weight's split is chosen by comparing the cost model's estimate of
+/// the whole function on one device (compute divided among the devices
+/// that split it, the collectives each placement needs, by the cluster's
+/// alpha-beta links): columns, rows or whole. A matmul and the next
+/// searched matmul its result reaches are decided jointly (a column split
+/// pays off only with the row split after it), then each alone, until no
+/// change lowers the estimate. Each placed weight's candidates and their
+/// estimates go on its matmul (`dist.split_costs`, for --explain) and in a
+/// remark. The search evaluates at most kMaxEvaluations placements; where
+/// it stops early, what it has not decided stays whole, with a remark.
+LogicalResult Megatron::searchSplits(func::FuncOp func) {
+  constexpr int kMaxEvaluations = 512;
+  FailureOr<ClusterModel> cluster = ClusterModel::of(func);
+  if (failed(cluster))
+    return failure();
+  propagateShardings(func, mesh);
+  SmallVector<SearchedWeight> searched;
+  func.walk([&](nn::MatmulOp matmul) {
+    if (pinned.contains({matmul, 1u}) || !weightConstant(matmul.getRhs()))
+      return;
+    ShardingAttr held = getValueSharding(matmul.getRhs(), mesh);
+    for (int64_t d = 0; d < held.getRank(); ++d)
+      if (llvm::is_contained(held.getAxesOfDim(d), tpAxis))
+        return;
+    SearchedWeight weight{matmul, {}, -1};
+    for (int64_t dim : {-1, -2})
+      if (splitRefusal(matmul, 1, dim, tpAxis, "").empty())
+        weight.splits.push_back(dim);
+    if (!weight.splits.empty())
+      searched.push_back(weight);
+  });
+  if (searched.empty()) {
+    clearShardings(func);
+    return success();
+  }
+  for (SearchedWeight &weight : searched)
+    weight.partner = findPartner(weight.matmul, searched);
+
+  // The estimate of each placement evaluated, by the chosen dimension of
+  // every searched weight (0: whole).
+  std::map<std::vector<int64_t>, double> estimates;
+  auto asSplit = [](int64_t dim) {
+    return dim == 0 ? std::nullopt : std::optional<int64_t>(dim);
+  };
+  auto evaluate = [&](const std::vector<int64_t> &choice) {
+    if (auto it = estimates.find(choice); it != estimates.end())
+      return it->second;
+    SmallVector<AnnotateOp> placed;
+    for (auto [weight, dim] : llvm::zip(searched, choice))
+      placed.push_back(annotateOperand(weight.matmul, 1, asSplit(dim), tpAxis));
+    propagateShardings(func, mesh);
+    double seconds = estimateShardedCost(func, mesh, *cluster).seconds();
+    for (AnnotateOp annotate : placed) {
+      annotate.getResult().replaceAllUsesWith(annotate.getInput());
+      annotate.erase();
+    }
+    estimates[choice] = seconds;
+    return seconds;
+  };
+  auto optionsOf = [&](const SearchedWeight &weight) {
+    SmallVector<int64_t, 3> options{0};
+    options.append(weight.splits.begin(), weight.splits.end());
+    return options;
+  };
+  std::vector<int64_t> best(searched.size(), 0);
+  double bestSeconds = evaluate(best);
+  bool stopped = false;
+  for (bool changed = true; changed && !stopped;) {
+    changed = false;
+    for (auto [index, weight] : llvm::enumerate(searched)) {
+      for (int64_t mine : optionsOf(weight)) {
+        SmallVector<int64_t, 3> theirs{0};
+        if (weight.partner >= 0)
+          theirs = optionsOf(searched[weight.partner]);
+        for (int64_t other : theirs) {
+          if (estimates.size() >= static_cast<size_t>(kMaxEvaluations)) {
+            stopped = true;
+            break;
+          }
+          std::vector<int64_t> trial = best;
+          trial[index] = mine;
+          if (weight.partner >= 0)
+            trial[weight.partner] = other;
+          // Ties keep the current placement; a real gain must beat the
+          // estimate's rounding.
+          double seconds = evaluate(trial);
+          if (seconds < bestSeconds * (1 - 1e-9)) {
+            best = trial;
+            bestSeconds = seconds;
+            changed = true;
+          }
+        }
+      }
+    }
+  }
+
+  MLIRContext *context = func.getContext();
+  auto nameOf = [](int64_t dim) {
+    return dim == -1 ? "columns" : dim == -2 ? "rows" : "whole";
+  };
+  for (auto [index, weight] : llvm::enumerate(searched)) {
+    // Each candidate with the others as chosen.
+    SmallVector<NamedAttribute> costs;
+    std::string listed;
+    for (int64_t dim : optionsOf(weight)) {
+      std::vector<int64_t> trial = best;
+      trial[index] = dim;
+      auto it = estimates.find(trial);
+      if (it == estimates.end())
+        continue;
+      costs.emplace_back(StringAttr::get(context, nameOf(dim)),
+                         FloatAttr::get(Float64Type::get(context), it->second));
+      listed += (listed.empty() ? "" : ", ") + std::string(nameOf(dim)) + " " +
+                llvm::formatv("{0:e3}", it->second).str() + " s";
+    }
+    weight.matmul->setAttr(kSplitCostsAttr,
+                           DictionaryAttr::get(context, costs));
+    // A split is the search's doing: the report says why.
+    if (best[index] != 0) {
+      std::string name = weightName(weightConstant(weight.matmul.getRhs()));
+      remarks.push_back(StringAttr::get(
+          context, "weight '" + name + "', which no role splits, is split by " +
+                       nameOf(best[index]) + " over " + tpAxis +
+                       ": the cost model's estimate of a step is " + listed));
+    }
+    // Whole is pinned too, so that the plan is the one estimated (else
+    // propagation could still split the weight from its neighbours).
+    if (best[index] == 0) {
+      pinned.insert({weight.matmul, 1u});
+      annotateOperand(weight.matmul, 1, std::nullopt, tpAxis);
+    } else if (failed(pin(weight.matmul, 1, best[index], tpAxis,
+                          "split by cost"))) {
+      return failure();
+    }
+  }
+  if (stopped)
+    remarks.push_back(StringAttr::get(
+        context, "the split search stopped after " + Twine(kMaxEvaluations) +
+                     " estimates; the weights it had not placed stay whole"));
+  clearShardings(func);
+  return success();
+}
+
 LogicalResult Megatron::run(func::FuncOp func) {
   if (tp > 1 && headSplit() == tp)
     groupKeyValueCaches(func);
@@ -1130,7 +1359,9 @@ LogicalResult Megatron::run(func::FuncOp func) {
     return failure();
   if (sequence != SequenceMode::None && failed(annotateSequence(func)))
     return failure();
-  return annotateBatch(func);
+  if (failed(annotateBatch(func)))
+    return failure();
+  return tp > 1 ? searchSplits(func) : success();
 }
 
 /// Whether `mesh` has the axes `spec` gives, in order (a module planned by

@@ -70,6 +70,7 @@ std::string describe(Operation *op) {
 void dropPlan(Operation *op) {
   op->removeAttr(kResultShardingsAttr);
   op->removeAttr(kRingAttr);
+  op->removeAttr(kSplitCostsAttr);
 }
 
 /// The constant of the ring's sequence order (or its inverse) that `gather`
@@ -624,8 +625,6 @@ private:
   LogicalResult partitionByRule(OpBuilder &b, Operation *op,
                                 const ShardingRule &rule,
                                 const FactorAxes &assignment);
-  ShardingAttr getOperandNeed(Operation *op, const ShardingRule &rule,
-                              const FactorAxes &assignment, unsigned index);
   /// Partial sums that flow through `op` unreduced: the operands that
   /// keep them and their axes.
   struct PassThrough {
@@ -844,7 +843,7 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
   const FactorAxes &assignment = pass ? pass->assignment : planned;
   SmallVector<Value> operands;
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
-    ShardingAttr need = getOperandNeed(op, rule, assignment, i);
+    ShardingAttr need = getOperandNeed(rule, i, assignment, mesh);
     if (pass && llvm::is_contained(pass->operands, i))
       need = withPartialAxes(need, pass->axes);
     operands.push_back(localOperand(b, op, i, need));
@@ -902,30 +901,6 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
     }
   }
   return success();
-}
-
-/// The sharding operand `index` needs. Split sum-reduction factors make
-/// the results partial sums; an operand without such a factor (a matmul's
-/// bias) enters that sum once, so it must be partial over the factor's
-/// axes too.
-ShardingAttr Partitioner::getOperandNeed(Operation *op,
-                                         const ShardingRule &rule,
-                                         const FactorAxes &assignment,
-                                         unsigned index) {
-  ShardingAttr need =
-      getTensorSharding(rule, ShardingRule::operand(index), assignment, mesh,
-                        /*withPartial=*/false);
-  SmallVector<StringRef> partial;
-  for (unsigned f = 0; f < rule.getNumFactors(); ++f)
-    if (rule.getFactor(f).kind == FactorKind::Reduction &&
-        !usesFactor(rule, ShardingRule::operand(index), f))
-      partial.append(assignment[f].begin(), assignment[f].end());
-  if (partial.empty())
-    return need;
-  SmallVector<SmallVector<StringRef>> dims;
-  for (int64_t d = 0; d < need.getRank(); ++d)
-    dims.push_back(need.getAxesOfDim(d));
-  return ShardingAttr::get(op->getContext(), mesh.getSymName(), dims, partial);
 }
 
 /// A partial sum is reduced where it is read by an op that is not linear

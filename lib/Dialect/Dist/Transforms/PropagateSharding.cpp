@@ -318,6 +318,22 @@ void Propagation::run(func::FuncOp func) {
   record(func);
 }
 
+} // namespace
+
+void dist::propagateShardings(func::FuncOp func, MeshOp mesh) {
+  Propagation(mesh).run(func);
+}
+
+void dist::clearShardings(func::FuncOp func) {
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    func.removeArgAttr(i, kShardingAttr);
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    func.removeResultAttr(i, StringAttr::get(func.getContext(), kShardingAttr));
+  func.walk([](Operation *op) { op->removeAttr(kResultShardingsAttr); });
+}
+
+namespace {
+
 struct PropagateShardingPass
     : mlir::partita::impl::PropagateShardingPassBase<PropagateShardingPass> {
   void runOnOperation() override {
@@ -328,7 +344,7 @@ struct PropagateShardingPass
       return; // Nothing is sharded without a mesh.
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal())
-        Propagation(*mesh).run(func);
+        propagateShardings(func, *mesh);
   }
 };
 

@@ -219,6 +219,24 @@ FactorAxes dist::inferAssignment(const ShardingRule &rule,
   return assignment;
 }
 
+ShardingAttr dist::getOperandNeed(const ShardingRule &rule, unsigned index,
+                                  const FactorAxes &assignment, MeshOp mesh) {
+  ShardingAttr need =
+      getTensorSharding(rule, ShardingRule::operand(index), assignment, mesh,
+                        /*withPartial=*/false);
+  SmallVector<StringRef> partial;
+  for (unsigned f = 0; f < rule.getNumFactors(); ++f)
+    if (rule.getFactor(f).kind == FactorKind::Reduction &&
+        !usesFactor(rule, ShardingRule::operand(index), f))
+      partial.append(assignment[f].begin(), assignment[f].end());
+  if (partial.empty())
+    return need;
+  SmallVector<SmallVector<StringRef>> dims;
+  for (int64_t d = 0; d < need.getRank(); ++d)
+    dims.push_back(need.getAxesOfDim(d));
+  return ShardingAttr::get(mesh.getContext(), mesh.getSymName(), dims, partial);
+}
+
 ShardingAttr dist::getValueSharding(Value value, MeshOp mesh) {
   auto type = cast<RankedTensorType>(value.getType());
   if (auto arg = dyn_cast<BlockArgument>(value)) {

@@ -75,6 +75,7 @@ def Dist_Dialect : Dialect {
     | `dist.sequence_order` | module / index constant | `#dist.sequence_order` / unit |
     | `dist.sequence_parallel` | module | `#dist.sequence_parallel` |
     | `dist.pipeline` | module | `#dist.pipeline` |
+    | `dist.split_costs` | `nn.matmul` | the split search's estimate per candidate |
 
     **Constraints**
 
@@ -92,6 +93,10 @@ def Dist_Dialect : Dialect {
     7. `attrs_c7`: `dist.ring` is the name of an axis of the module's
        `dist.mesh`.
     8. `attrs_c8`: no other attribute name starts with `dist.`.
+    9. `attrs_c9`: `dist.split_costs` is on an `nn.matmul`: a dictionary
+       from the candidates the strategy's split search compared for its
+       weight (`columns`, `rows`, `whole`) to the estimated seconds of the
+       function's step on one device with that candidate (f64).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;

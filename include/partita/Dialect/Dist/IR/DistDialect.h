@@ -27,6 +27,10 @@ constexpr llvm::StringLiteral kStrategyAttr = "dist.strategy";
 constexpr llvm::StringLiteral kPriorityAttr = "dist.priority";
 /// On a collective: why partitioning inserted it.
 constexpr llvm::StringLiteral kReasonAttr = "dist.reason";
+/// On an nn.matmul whose weight the strategy's split search placed: the
+/// estimated seconds of a step with each candidate split (a dictionary of
+/// f64 by "columns", "rows", "whole").
+constexpr llvm::StringLiteral kSplitCostsAttr = "dist.split_costs";
 /// On the module: remarks of the plan for the report (strings).
 constexpr llvm::StringLiteral kRemarksAttr = "dist.remarks";
 /// On the module, with ring attention: a #dist.sequence_order, the layout

@@ -15,7 +15,9 @@
 #ifndef PARTITA_DIALECT_DIST_TRANSFORMS_SHARDING_H
 #define PARTITA_DIALECT_DIST_TRANSFORMS_SHARDING_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "partita/Analysis/Cluster.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
 #include "partita/Dialect/NN/IR/ShardingRule.h"
 
@@ -87,6 +89,13 @@ ShardingAttr getTensorSharding(const ShardingRule &rule,
                                const FactorAxes &assignment, MeshOp mesh,
                                bool withPartial);
 
+/// The sharding operand `index` of an op with `rule` needs under
+/// `assignment`. Split sum-reduction factors make the results partial sums;
+/// an operand without such a factor (a matmul's bias) enters that sum once,
+/// so it must be partial over the factor's axes too.
+ShardingAttr getOperandNeed(const ShardingRule &rule, unsigned index,
+                            const FactorAxes &assignment, MeshOp mesh);
+
 /// The assignment an op with these operand and result shardings computes
 /// with: parallel factors take the axes the results give them; reduction and
 /// lookup factors take the axes an operand gives them that are partial in
@@ -99,6 +108,30 @@ FactorAxes inferAssignment(const ShardingRule &rule,
 /// `dist.sharding`, a result's entry of its op's `dist.shardings`, a
 /// dist.annotate's or dist.reshard's own; replicated when none is recorded.
 ShardingAttr getValueSharding(Value value, MeshOp mesh);
+
+/// Propagates the shardings `func`'s annotations give to every value and
+/// records them (`dist.sharding` on arguments and results, `dist.shardings`
+/// on ops), as the partita-propagate-sharding pass does.
+void propagateShardings(func::FuncOp func, MeshOp mesh);
+
+/// Removes what propagateShardings recorded.
+void clearShardings(func::FuncOp func);
+
+/// What running `func` as propagation recorded it costs one device of
+/// `mesh`, by the cost model: each op's compute divided by the devices that
+/// split its work, and each collective its operands need to arrive as the
+/// op computes with them (an all-reduce or reduce-scatter of partial sums,
+/// an all-gather of a split the op needs whole, an all-to-all of a split
+/// that moves to another dimension) by the cluster's alpha-beta model.
+/// Weights split at load cost nothing to split.
+struct ShardedCost {
+  double computeSeconds = 0;
+  double communicationSeconds = 0;
+  int64_t collectives = 0;
+  double seconds() const { return computeSeconds + communicationSeconds; }
+};
+ShardedCost estimateShardedCost(func::FuncOp func, MeshOp mesh,
+                                const ClusterModel &cluster);
 
 /// `value` with dimension `dim` permuted: index `i` of the result is index
 /// `sourceOf[i]` of `value`. A splat is returned as it is; a weight (a
