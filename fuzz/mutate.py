@@ -237,6 +237,13 @@ def _op_specs():
                   [("z", F, [4, 3])]))
     for op in ["ArgMax", "ArgMin"]:
         specs.append((op, 13, [x23], {}, {"axis": 1}, [("z", I64, [2, 1])]))
+    # Issue 37's: a mixture of experts' router.
+    specs.append(("TopK", 17, [x23], {"k": np.array([2], np.int64)},
+                  {"axis": 1}, [("z", F, [2, 2]), ("i", I64, [2, 2])]))
+    specs.append(("OneHot", 17, [("x", I64, [2, 3])],
+                  {"d": np.array([4], np.int64),
+                   "v": np.array([0, 1], np.float32)}, {},
+                  [("z", F, [2, 3, 4])]))
     specs.append(("Conv", 17, [("x", F, [1, 2, 6])],
                   {"w": np.ones([4, 2, 3], np.float32)},
                   {"pads": [1, 1], "strides": [2]}, [("z", F, [1, 4, 3])]))

@@ -45,7 +45,7 @@ Where Equal Less Greater Not And Or Cast Constant ConstantOfShape Shape
 Range Identity Dropout Trilu ReduceMean ReduceSum ReduceMax Max Min
 Attention RotaryEmbedding Sin Cos CumSum IsNaN Clip Mod ReduceProd ReduceL1
 ReduceL2 ReduceSumSquare ReduceLogSumExp GatherElements GatherND
-ScatterND""".split()
+ScatterND TopK OneHot""".split()
 MIN_OPSET, MAX_OPSET = 13, 23
 TIMEOUT_S = 20
 STATUSES = ["passed", "mismatch", "run-failed", "refused-opset", "unsupported",

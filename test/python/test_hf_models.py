@@ -89,13 +89,29 @@ def emit_nn(name):
     return proc.stdout
 
 
+# The mixtures of experts (transformers' batched experts).
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+EXPERTS = 4
+
+
+def family(name):
+    return name.split(".")[0]
+
+
 @pytest.mark.parametrize("name", FILES)
 def test_hf_fixture_attention_raised(name):
-    """Every layer's attention is one nn.attention; no softmax is left."""
+    """Every layer's attention is one nn.attention; no softmax is left but
+    a mixture of experts' router, over the experts."""
     raised = emit_nn(name)
     layers = 2
     assert raised.count("nn.attention ") == layers, raised
-    assert "nn.softmax" not in raised
+    softmaxes = [line for line in raised.splitlines() if "nn.softmax" in line]
+    if family(name) in MOE:
+        assert len(softmaxes) == layers, softmaxes
+        assert all(line.endswith(f"x{EXPERTS}xf32>") for line in softmaxes), \
+            softmaxes
+    else:
+        assert not softmaxes, softmaxes
 
 
 @pytest.mark.parametrize("name", [n for n in FILES
@@ -132,9 +148,13 @@ def test_hf_fixture_ring_runs_ring_attention(tmp_path, name):
     assert "collective_permute" in kinds, kinds
 
 
-@pytest.mark.parametrize("name", [n for n in FILES
-                                  if MANIFEST[n]["kind"] != "kv" and
-                                  not MANIFEST[n]["dynamic"]])
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(
+        strict=True, reason="the experts stay whole on every rank until "
+        "nn.moe splits them over ep and tp (issue 37)"))
+    if family(n) in MOE else n
+    for n in FILES
+    if MANIFEST[n]["kind"] != "kv" and not MANIFEST[n]["dynamic"]])
 def test_hf_fixture_tp2_splits_the_weights(tmp_path, name):
     """At tp=2 no rank holds more than 60% of the model's weight bytes."""
     model, inputs = load_inputs(name)

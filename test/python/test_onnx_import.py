@@ -739,6 +739,118 @@ def test_arg_extremes_pass_over_nan_as_onnxruntime(tmp_path, op, last):
     assert_same(*run_both(tmp_path, m, {"x": x}))
 
 
+def topk_model(k, elem, shape, axis, largest, sorted_=1, k_input=None):
+    out = list(shape)
+    out[axis] = k
+    return model([helper.make_node("TopK", ["x", k_input or "k"],
+                                   ["values", "indices"], axis=axis,
+                                   largest=largest, sorted=sorted_)],
+                 [vi("x", elem, shape)],
+                 [vi("values", elem, out), vi("indices", I64, out)],
+                 [] if k_input else [const("k", np.array([k], np.int64))],
+                 opset=17)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("axis,k", [(-1, 2), (0, 3), (1, 4), (1, 1)])
+@pytest.mark.parametrize("elem", [F, I64])
+def test_topk_runs_like_onnxruntime(tmp_path, largest, axis, k, elem):
+    # A router's top-k, and ties on purpose: equal values come by lower
+    # position first, as the specification and onnxruntime order them.
+    x = np.array([[3, 1, 3, 0], [2, 2, 0, 0], [1, 5, 5, 5], [7, -1, 7, 7]])
+    x = x.astype(np.float32 if elem == F else np.int64)
+    m = topk_model(k, elem, [4, 4], axis, largest)
+    assert_same(*run_both(tmp_path, m, {"x": x}))
+
+
+def test_topk_of_a_router_runs_like_onnxruntime_on_every_mesh(tmp_path):
+    # Mixtral's router: softmax over 8 experts, the top 2 of 64 tokens.
+    x = RNG.standard_normal((2, 32, 8)).astype(np.float32)
+    m = model([helper.make_node("Softmax", ["x"], ["p"], axis=-1),
+               helper.make_node("TopK", ["p", "k"], ["values", "indices"],
+                                axis=-1)],
+              [vi("x", F, [2, 32, 8])],
+              [vi("values", F, [2, 32, 2]), vi("indices", I64, [2, 32, 2])],
+              [const("k", np.array([2], np.int64))], opset=17)
+    for flags in ([], ["--mesh", "dp=2"], ["--mesh", "tp=2"]):
+        directory = tmp_path / "_".join(flags or ["one"])
+        directory.mkdir()
+        assert_same(*run_both(directory, m, {"x": x}, *flags))
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_ranks_nan_above_every_number(tmp_path, largest):
+    # As torch.topk ranks it (onnxruntime leaves NaN's place unspecified):
+    # first with largest, last without; equal values by lower position.
+    x = np.array([[1, np.nan, 3, np.inf], [np.nan, 2, np.nan, -np.inf],
+                  [-np.inf, -np.inf, 0, 5]], np.float32)
+    m = topk_model(3, F, [3, 4], 1, largest)
+    values, indices = run_both(tmp_path, m, {"x": x})[0]
+    if largest:
+        want_indices = [[1, 3, 2], [0, 2, 1], [3, 2, 0]]
+    else:
+        want_indices = [[0, 2, 3], [3, 1, 0], [0, 1, 2]]
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(
+        values, np.take_along_axis(x, np.array(want_indices), 1))
+
+
+@pytest.mark.parametrize("k,message", [
+    (0, "TopK's k is 0, but the axis 1 has 4 elements (k must be between 1 "
+        "and that)"),
+    (5, "TopK's k is 5, but the axis 1 has 4 elements"),
+    (None, "TopK's k must be a constant of one element")])
+def test_topk_bad_k_is_refused(compile_model, k, message):
+    m = topk_model(2 if k is None else k, F, [3, 4], 1, 1,
+                   k_input="kin" if k is None else None)
+    if k is None:
+        m.graph.input.append(vi("kin", I64, [1]))
+    result = compile_model(m)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("folded", [False, True])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("elem", [F, I64])
+def test_onehot_runs_like_onnxruntime(tmp_path, folded, axis, elem):
+    # A mixture of experts' dispatch mask; negative indices count from the
+    # end, and indices outside [-depth, depth) give a row of `off`.
+    ids = np.array([[0, 3, -1], [2, -4, 7]], np.int64)
+    values = np.array([-1, 5], np.float32 if elem == F else np.int64)
+    shape = [2, 3]
+    shape.insert(axis % 3, 4)
+    inits = [const("depth", np.array([4], np.int64)), const("v", values)]
+    inputs = [vi("ids", I64, [2, 3])]
+    if folded:
+        inits.append(const("ids", ids))
+        inputs = []
+    m = model([helper.make_node("OneHot", ["ids", "depth", "v"], ["h"],
+                                axis=axis),
+               helper.make_node("Identity", ["h"], ["y"])], inputs,
+              [vi("y", elem, shape)], inits, opset=17)
+    assert_same(*run_both(tmp_path, m, {} if folded else {"ids": ids}))
+
+
+@pytest.mark.parametrize("depth,values,message", [
+    (np.array([0], np.int64), [0, 1],
+     "OneHot's depth is 0; it must be at least 1"),
+    (None, [0, 1], "OneHot's depth must be a constant of one element"),
+    (np.array([3], np.int64), [0, 1, 2],
+     "OneHot's values must be [off, on] (shape [2]), not of shape [3]")])
+def test_onehot_bad_operands_are_refused(compile_model, depth, values,
+                                         message):
+    inits = [const("v", np.array(values, np.float32))]
+    inputs = [vi("ids", I64, [2])]
+    if depth is None:
+        inputs.append(vi("depth", I64, [1]))
+    else:
+        inits.append(const("depth", depth))
+    m = model([helper.make_node("OneHot", ["ids", "depth", "v"], ["y"])],
+              inputs, [vi("y", F, None)], inits, opset=17)
+    result = compile_model(m)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
 # --- Conv: patches times the weight ----------------------------------------------
 
 CONV_CASES = {

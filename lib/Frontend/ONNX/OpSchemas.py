@@ -36,7 +36,7 @@ IsNaN Clip Mod ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
 GatherElements GatherND ScatterND
 CumSum
 If
-Tile ArgMax ArgMin Conv
+Tile ArgMax ArgMin Conv TopK OneHot
 """.split()
 
 # Ops of onnxruntime's contrib domain (keyed "com.microsoft.<op type>") and
@@ -57,7 +57,7 @@ BOOLEAN_ATTRS = {"keepdims", "noop_with_empty_axes", "allowzero", "upper",
                  "transA", "transB", "saturate", "is_causal", "interleaved",
                  "exclusive", "reverse", "fmod", "do_rotary",
                  "rotary_interleaved", "is_packed_batching", "smooth_softmax",
-                 "causal", "select_last_index"}
+                 "causal", "select_last_index", "largest", "sorted"}
 
 OPTION = {
     defs.OpSchema.FormalParameterOption.Single: "Single",

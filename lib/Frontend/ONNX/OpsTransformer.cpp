@@ -692,6 +692,280 @@ LogicalResult argExtremeHandler(NodeContext &ctx) {
   return success();
 }
 
+/// The lowest (or highest) value of `element` as a scalar constant: -inf
+/// (+inf) for floats, the signed minimum (maximum) for integers.
+static Value extremeConstant(NodeContext &ctx, Type element, bool lowest) {
+  if (isa<FloatType>(element))
+    return scalarConstant(ctx, element,
+                          lowest ? -std::numeric_limits<double>::infinity()
+                                 : std::numeric_limits<double>::infinity());
+  unsigned width = element.getIntOrFloatBitWidth();
+  APInt value = lowest ? APInt::getSignedMinValue(width)
+                       : APInt::getSignedMaxValue(width);
+  auto type = RankedTensorType::get({}, element);
+  return nn::ConstantOp::create(
+      ctx.getBuilder(), ctx.getLoc(),
+      cast<ElementsAttr>(DenseElementsAttr::get(type, value)));
+}
+
+/// TopK (the router of a mixture of experts: the k experts of highest
+/// probability): k rounds, each taking the extreme of what is left and the
+/// first position holding it, then marking that position taken; the
+/// rounds' values and positions are concatenated along the axis. So the
+/// results are sorted, equal values by lower position first, as the
+/// specification asks (with sorted = 0 the order is free; this order is
+/// given too). NaN ranks above every number, as torch.topk ranks it: first
+/// with largest, last without. k must be a constant between 1 and the
+/// axis's size.
+LogicalResult topKHandler(NodeContext &ctx) {
+  Value x = ctx.getInput(0);
+  if (!x)
+    return failure();
+  auto type = typeOf(x);
+  Type element = type.getElementType();
+  if (!isa<FloatType>(element) && !element.isSignlessInteger(32) &&
+      !element.isSignlessInteger(64))
+    return ctx.emitError() << "TopK supports float, int32 and int64 inputs, "
+                              "not "
+                           << element;
+  int64_t rank = type.getRank();
+  FailureOr<int64_t> axis = ctx.normalizeAxis(ctx.getAttrInt("axis", -1), rank);
+  if (failed(axis))
+    return failure();
+  const HostTensor *kTensor = ctx.getConstant(1);
+  if (!kTensor || kTensor->getNumElements() != 1)
+    return ctx.emitError()
+           << "TopK's k must be a constant of one element (it sets the "
+              "shape of the results)";
+  int64_t k = kTensor->getAsInt(0), n = type.getDimSize(*axis);
+  if (k < 1 || k > n)
+    return ctx.emitError() << "TopK's k is " << k << ", but the axis " << *axis
+                           << " has " << n
+                           << " elements (k must be between 1 and that)";
+  bool largest = ctx.getAttrInt("largest", 1);
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto i64 = b.getI64Type();
+  auto i1Type = type.clone(b.getI1Type());
+  SmallVector<int64_t> kept(type.getShape());
+  kept[*axis] = 1;
+  auto keptType = type.clone(kept);
+  auto keptIndexType = keptType.clone(i64);
+  SmallVector<int64_t> axes = {*axis};
+  SmallVector<int64_t> iotaShape(rank, 1);
+  iotaShape[*axis] = n;
+  SmallVector<int64_t> positions(n);
+  for (int64_t i = 0; i < n; ++i)
+    positions[i] = i;
+  Value iota = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get(iotaShape, i64), ArrayRef(positions))));
+  Value none = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, i64), b.getI64IntegerAttr(n).getValue())));
+  bool isFloat = isa<FloatType>(element);
+  Value nan;
+  if (isFloat)
+    nan = nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::NE, x, x);
+  Value outside = extremeConstant(ctx, element, /*lowest=*/largest);
+  // The first position of `where` (i1) along the axis; n where none is.
+  auto firstOf = [&](Value where) {
+    Value candidates =
+        nn::WhereOp::create(b, loc, type.clone(i64), where, iota, none);
+    return nn::ReduceOp::create(b, loc, keptIndexType, nn::ReduceKind::Min,
+                                candidates, axes, /*keepdims=*/true)
+        .getResult();
+  };
+  auto found = [&](Value first) {
+    return nn::CompareOp::create(b, loc, keptIndexType.clone(b.getI1Type()),
+                                 nn::CompareDirection::LT, first, none)
+        .getResult();
+  };
+  Value available = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(i1Type, b.getBoolAttr(true))));
+  SmallVector<Value> values, indices;
+  for (int64_t round = 0; round < k; ++round) {
+    Value numeric = available;
+    if (isFloat)
+      numeric =
+          nn::AndOp::create(b, loc, available, nn::NotOp::create(b, loc, nan));
+    Value clean = nn::WhereOp::create(b, loc, type, numeric, x, outside);
+    Value extreme = nn::ReduceOp::create(
+        b, loc, keptType, largest ? nn::ReduceKind::Max : nn::ReduceKind::Min,
+        clean, axes,
+        /*keepdims=*/true);
+    Value holds = nn::AndOp::create(
+        b, loc,
+        nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::EQ, clean,
+                              extreme),
+        numeric);
+    Value number = firstOf(holds);
+    Value index = number, tookNan;
+    if (isFloat) {
+      Value firstNan = firstOf(nn::AndOp::create(b, loc, nan, available));
+      // Largest: a NaN left goes first; smallest: only when no number is.
+      tookNan = largest ? found(firstNan)
+                        : nn::NotOp::create(b, loc, found(number)).getResult();
+      index =
+          nn::WhereOp::create(b, loc, keptIndexType, tookNan, firstNan, number);
+    }
+    Value taken = nn::CompareOp::create(b, loc, i1Type,
+                                        nn::CompareDirection::EQ, iota, index);
+    Value value = extreme;
+    if (isFloat)
+      value = nn::WhereOp::create(
+          b, loc, keptType, tookNan,
+          scalarConstant(ctx, element,
+                         std::numeric_limits<double>::quiet_NaN()),
+          extreme);
+    values.push_back(value);
+    indices.push_back(index);
+    available =
+        nn::AndOp::create(b, loc, available, nn::NotOp::create(b, loc, taken));
+  }
+  SmallVector<int64_t> out(type.getShape());
+  out[*axis] = k;
+  auto join = [&](ArrayRef<Value> parts, Type elementType) -> Value {
+    if (parts.size() == 1)
+      return parts.front();
+    return nn::ConcatOp::create(b, loc, type.clone(out).clone(elementType),
+                                parts, static_cast<uint64_t>(*axis))
+        .getResult();
+  };
+  ctx.setOutput(0, join(values, element));
+  ctx.setOutput(1, join(indices, i64));
+  return success();
+}
+
+/// OneHot of constant operands (transformers' dynamic export computes Tile's
+/// repeats with one), as oneHotHandler builds it.
+LogicalResult foldOneHot(NodeContext &ctx) {
+  const HostTensor *indices = ctx.getConstant(0),
+                   *depthTensor = ctx.getConstant(1),
+                   *values = ctx.getConstant(2);
+  if (!indices || !depthTensor || !values || indices->isFloat() ||
+      depthTensor->getNumElements() != 1 || values->getNumElements() != 2 ||
+      values->shape.size() != 1)
+    return failure();
+  int64_t depth = depthTensor->getAsInt(0);
+  int64_t rank = indices->shape.size() + 1;
+  int64_t axis = ctx.getAttrInt("axis", -1);
+  if (axis < 0)
+    axis += rank;
+  if (depth < 1 || axis < 0 || axis >= rank)
+    return failure();
+  SmallVector<int64_t> shape(indices->shape);
+  shape.insert(shape.begin() + axis, depth);
+  HostTensor probe(values->dataType, shape);
+  if (probe.getNumElements() > kMaxFoldedElements)
+    return failure();
+  // Element i sits at position `p` of the new axis and reads index `j`.
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= shape[d];
+  auto isHot = [&](int64_t i) {
+    int64_t position = (i / inner) % depth;
+    int64_t j = (i / (inner * depth)) * inner + i % inner;
+    int64_t index = indices->getAsInt(j);
+    return (index < 0 ? index + depth : index) == position;
+  };
+  if (values->isFloat()) {
+    ctx.setOutput(0, makeTensor(values->dataType, shape, [&](int64_t i) {
+                    return values->getAsDouble(isHot(i) ? 1 : 0);
+                  }));
+  } else {
+    HostTensor out(values->dataType, shape);
+    std::vector<int64_t> &v = out.mutableInts();
+    for (int64_t i = 0, e = out.getNumElements(); i < e; ++i)
+      v.push_back(values->getAsInt(isHot(i) ? 1 : 0));
+    ctx.setOutput(0, std::move(out));
+  }
+  return success();
+}
+
+/// OneHot (a mixture of experts' dispatch mask: which tokens each expert
+/// was routed): `on` where a position along the new axis equals the
+/// index, `off` elsewhere, as `where(iota == index, on, off)`. Negative
+/// indices count from the end of the depth; an index outside [-depth,
+/// depth) gives a row of `off`, as the specification says. The depth must
+/// be a positive constant (it sets the shape); values are [off, on].
+LogicalResult oneHotHandler(NodeContext &ctx) {
+  Value indices = ctx.getInput(0), values = ctx.getInput(2);
+  if (!indices || !values)
+    return failure();
+  auto indexType = typeOf(indices);
+  Type indexElement = indexType.getElementType();
+  if (!indexElement.isSignlessInteger(32) &&
+      !indexElement.isSignlessInteger(64))
+    return ctx.emitError() << "OneHot supports int32 and int64 indices, not "
+                           << indexElement;
+  auto valuesType = typeOf(values);
+  if (valuesType.getRank() != 1 || valuesType.getDimSize(0) != 2)
+    return ctx.emitError() << "OneHot's values must be [off, on] (shape "
+                              "[2]), not of shape "
+                           << shapeText(valuesType.getShape());
+  const HostTensor *depthTensor = ctx.getConstant(1);
+  if (!depthTensor || depthTensor->getNumElements() != 1)
+    return ctx.emitError() << "OneHot's depth must be a constant of one "
+                              "element (it sets the shape of the result)";
+  int64_t depth = depthTensor->getAsInt(0);
+  if (depth < 1)
+    return ctx.emitError() << "OneHot's depth is " << depth
+                           << "; it must be at least 1";
+  int64_t rank = indexType.getRank() + 1;
+  FailureOr<int64_t> axis = ctx.normalizeAxis(ctx.getAttrInt("axis", -1), rank);
+  if (failed(axis))
+    return failure();
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto i64 = b.getI64Type();
+  Value index = indices;
+  if (!indexElement.isSignlessInteger(64))
+    index = nn::CastOp::create(b, loc, indexType.clone(i64), indices);
+  auto scalar = [&](int64_t value) -> Value {
+    return nn::ConstantOp::create(b, loc,
+                                  cast<ElementsAttr>(DenseElementsAttr::get(
+                                      RankedTensorType::get({}, i64),
+                                      b.getI64IntegerAttr(value).getValue())));
+  };
+  auto indexI64 = indexType.clone(i64);
+  Value negative =
+      nn::CompareOp::create(b, loc, indexI64.clone(b.getI1Type()),
+                            nn::CompareDirection::LT, index, scalar(0));
+  index = nn::WhereOp::create(b, loc, indexI64, negative,
+                              nn::AddOp::create(b, loc, index, scalar(depth)),
+                              index);
+  SmallVector<int64_t> out(indexType.getShape());
+  out.insert(out.begin() + *axis, depth);
+  SmallVector<int64_t> spread(indexType.getShape());
+  spread.insert(spread.begin() + *axis, 1);
+  SmallVector<int64_t> iotaShape(rank, 1);
+  iotaShape[*axis] = depth;
+  SmallVector<int64_t> positions(depth);
+  for (int64_t i = 0; i < depth; ++i)
+    positions[i] = i;
+  Value iota = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get(iotaShape, i64), ArrayRef(positions))));
+  auto outType = RankedTensorType::get(out, valuesType.getElementType());
+  Value hot = nn::CompareOp::create(b, loc, outType.clone(b.getI1Type()),
+                                    nn::CompareDirection::EQ, iota,
+                                    reshape(ctx, index, spread));
+  auto pick = [&](int64_t i) {
+    auto one = valuesType.clone({1});
+    Value slice =
+        nn::SliceOp::create(b, loc, one, values, ArrayRef<int64_t>{i},
+                            ArrayRef<int64_t>{i + 1}, ArrayRef<int64_t>{1});
+    return reshape(ctx, slice, {});
+  };
+  ctx.setOutput(0, nn::WhereOp::create(b, loc, outType, hot, pick(1), pick(0)));
+  return success();
+}
+
 /// ONNX Attention (opset 23): Q, K, V as [B, heads, S, D], or as [B, S,
 /// heads * D] with q_num_heads / kv_num_heads; an optional bool or additive
 /// mask; is_causal; scale. Past key/value, softcap and the QK output are not
@@ -876,6 +1150,9 @@ void mlir::partita::onnx_import::registerTransformerOps(OpRegistry &registry) {
   registry.add("Attention", {23, nullptr, attentionHandler});
   registry.add("ArgMax", {13, nullptr, argExtremeHandler<nn::ReduceKind::Max>});
   registry.add("ArgMin", {13, nullptr, argExtremeHandler<nn::ReduceKind::Min>});
+  // Versions 11 and 24 take k as an input, with largest and sorted.
+  registry.add("TopK", {11, nullptr, topKHandler});
+  registry.add("OneHot", {11, foldOneHot, oneHotHandler});
   registry.add("RotaryEmbedding", {23, nullptr, rotaryHandler});
   struct Reduce {
     const char *name;

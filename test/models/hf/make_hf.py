@@ -162,7 +162,31 @@ MODELS = {
     "qwen2_kv": (lambda: tf.Qwen2Config(**common(num_key_value_heads=2,
                                                  use_cache=True)),
                  tf.Qwen2ForCausalLM, "kv"),
+    # Mixtures of experts, with transformers' "batched_mm" experts (each
+    # token's k experts' weights gathered, then batched products): a
+    # softmax router and its top 2 of 4 (renormalized for Mixtral and
+    # Qwen3-MoE), Qwen2-MoE's shared expert behind a sigmoid gate.
+    "mixtral": (lambda: tf.MixtralConfig(**common(
+        num_key_value_heads=2, intermediate_size=48, num_local_experts=4,
+        num_experts_per_tok=2)),
+                tf.MixtralForCausalLM, "lm"),
+    "qwen2_moe": (lambda: tf.Qwen2MoeConfig(**common(
+        num_key_value_heads=2, moe_intermediate_size=24,
+        shared_expert_intermediate_size=40, num_experts=4,
+        num_experts_per_tok=2, decoder_sparse_step=1,
+        norm_topk_prob=False)),
+                  tf.Qwen2MoeForCausalLM, "lm"),
+    "qwen3_moe": (lambda: tf.Qwen3MoeConfig(**common(
+        num_key_value_heads=2, head_dim=8, moe_intermediate_size=24,
+        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+        norm_topk_prob=True)),
+                  tf.Qwen3MoeForCausalLM, "lm"),
 }
+
+# How the mixtures of experts compute their experts (transformers'
+# set_experts_implementation).
+EXPERTS = {"mixtral": "batched_mm", "qwen2_moe": "batched_mm",
+           "qwen3_moe": "batched_mm"}
 
 # The KV-cache models also exported in optimum's legacy form.
 LEGACY_MODELS = ("gpt2_kv", "llama_kv")
@@ -184,6 +208,8 @@ def build(name):
     except ValueError:  # No sdpa path (BLOOM): the class's eager one.
         config._attn_implementation = "eager"
         model = cls(config).eval()
+    if name in EXPERTS:
+        model.set_experts_implementation(EXPERTS[name])
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if p.dim() == 1:
