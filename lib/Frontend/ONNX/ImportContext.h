@@ -235,6 +235,13 @@ private:
   std::map<std::string, std::vector<OpEntry>, std::less<>> entries;
 };
 
+/// The k largest (or smallest) elements of `x` along `axis` and their
+/// positions (i64), sorted, equal values by lower position first, NaN
+/// above every number (OpsTransformer.cpp, TopK). 1 <= k <= the axis's
+/// size.
+std::pair<Value, Value> buildTopK(NodeContext &ctx, Value x, int64_t axis,
+                                  int64_t k, bool largest);
+
 void registerElementwiseOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerTransformerOps(OpRegistry &registry);

@@ -47,6 +47,7 @@ ORT_OPS = [
     ("", "SimplifiedLayerNormalization"),
     ("com.microsoft", "GroupQueryAttention"),
     ("com.microsoft", "MatMulNBits"),
+    ("com.microsoft", "MoE"),
     ("com.microsoft", "RotaryEmbedding"),
     ("com.microsoft", "SkipLayerNormalization"),
     ("com.microsoft", "SkipSimplifiedLayerNormalization"),

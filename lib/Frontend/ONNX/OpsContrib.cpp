@@ -7,8 +7,9 @@
 // The ops of onnxruntime's `com.microsoft` domain (and its own ops of the
 // default domain) that onnxruntime-genai's model builder writes, lowered to
 // the nn ops the ONNX standard ones become: the fused residual norms, rotary
-// embedding with cos/sin caches, and GroupQueryAttention with its rotary
-// embedding and key/value cache (docs/frontend.md).
+// embedding with cos/sin caches, GroupQueryAttention with its rotary
+// embedding and key/value cache, int4 matmuls and the fused mixture of
+// experts (docs/frontend.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -759,6 +760,217 @@ FailureOr<Value> packedBytes(NodeContext &ctx, unsigned i, StringRef what,
   return ctx.createConstantView(i, bytes);
 }
 
+/// com.microsoft.MoE (onnxruntime's fused mixture of experts): the router's
+/// softmax over the experts and its top k (renormalized to sum 1 with
+/// normalize_routing_weights), then every expert's MLP, each token's
+/// result the sum of its k experts' outputs weighted by their routing
+/// weights. Written densely: every expert computes every token (a batched
+/// matmul over the experts' stacked weights, read transposed: no copy),
+/// and a token's result takes only its routed experts, by `where`, so
+/// an expert's output on a token it was not routed never enters (not even
+/// an inf times zero). The expert dimension is what raising to a sparse
+/// dispatch will split (docs/frontend.md). Activations: relu, gelu (the
+/// tanh approximation, as onnxruntime computes it),
+/// silu, identity and swiglu (gate and up unfused with fc3, interleaved,
+/// or concatenated; activation_alpha, activation_beta, swiglu_limit).
+/// Refused: the sparse mixer, CUDA's relu2 and geglu, and a limit after
+/// the activation (CUDA only).
+LogicalResult moeHandler(NodeContext &ctx) {
+  Value input = ctx.getInput(0), router = ctx.getInput(1);
+  Value fc1 = ctx.getInput(2), fc2 = ctx.getInput(4);
+  if (!input || !router || !fc1 || !fc2)
+    return failure();
+  auto optional = [&](unsigned i) {
+    return i < ctx.getNumInputs() && !ctx.getNode().input(i).empty()
+               ? ctx.getInput(i)
+               : Value();
+  };
+  Value bias1 = optional(3), bias2 = optional(5), fc3 = optional(6),
+        bias3 = optional(7);
+  if (ctx.getAttrInt("use_sparse_mixer", 0))
+    return ctx.emitError() << "MoE's sparse mixer is not supported";
+  if (ctx.getAttrInt("swiglu_limit_after_activation", 0))
+    return ctx.emitError() << "MoE's swiglu_limit_after_activation (CUDA "
+                              "only in onnxruntime) is not supported";
+  std::string activation = ctx.getAttrString("activation_type", "relu");
+  if (!llvm::is_contained({"relu", "gelu", "silu", "identity", "swiglu"},
+                          activation))
+    return ctx.emitError() << "MoE's activation_type '" << activation
+                           << "' is not supported (relu, gelu, silu, "
+                              "identity and swiglu are)";
+  auto inputType = typeOf(input);
+  Type element = inputType.getElementType();
+  if (!isa<FloatType>(element))
+    return ctx.emitError() << "MoE computes in floats, not " << element;
+  int64_t hidden = inputType.getShape().back();
+  int64_t tokens = inputType.getNumElements() / std::max<int64_t>(hidden, 1);
+  auto routerType = typeOf(router);
+  auto fc1Type = typeOf(fc1), fc2Type = typeOf(fc2);
+  if (routerType.getRank() != 2 || routerType.getDimSize(0) != tokens ||
+      fc1Type.getRank() != 3 || fc2Type.getRank() != 3)
+    return ctx.emitError()
+           << "MoE expects router_probs [tokens, experts] (" << tokens
+           << " tokens) and 3-D expert weights, got router_probs "
+           << shapeText(routerType.getShape()) << ", fc1 "
+           << shapeText(fc1Type.getShape()) << " and fc2 "
+           << shapeText(fc2Type.getShape());
+  int64_t experts = routerType.getDimSize(1);
+  int64_t k = ctx.getAttrInt("k", 1);
+  if (k < 1 || k > experts)
+    return ctx.emitError() << "MoE's k is " << k << ", but there are "
+                           << experts << " experts";
+  int64_t fusion = ctx.getAttrInt("swiglu_fusion", 0);
+  bool swiglu = activation == "swiglu";
+  if (fusion < 0 || fusion > 2 || (swiglu && fusion == 0 && !fc3) ||
+      (!swiglu && fusion != 0))
+    return ctx.emitError() << "MoE's swiglu_fusion is " << fusion
+                           << " with activation_type '" << activation
+                           << "' and " << (fc3 ? "" : "no ")
+                           << "fc3_experts_weights";
+  int64_t fused = fc1Type.getDimSize(1);
+  int64_t inter = swiglu && fusion != 0 ? fused / 2 : fused;
+  auto expect = [&](Value v, ArrayRef<int64_t> shape, StringRef what) {
+    if (!v || typeOf(v).getShape() == shape)
+      return true;
+    ctx.emitError() << "MoE's " << what << " has shape "
+                    << shapeText(typeOf(v).getShape()) << ", not "
+                    << shapeText(shape);
+    return false;
+  };
+  if (!expect(fc1, {experts, fused, hidden}, "fc1_experts_weights") ||
+      !expect(bias1, {experts, fused}, "fc1_experts_bias") ||
+      !expect(fc2, {experts, hidden, inter}, "fc2_experts_weights") ||
+      !expect(bias2, {experts, hidden}, "fc2_experts_bias") ||
+      !expect(fc3, {experts, inter, hidden}, "fc3_experts_weights") ||
+      !expect(bias3, {experts, inter}, "fc3_experts_bias") ||
+      (swiglu && fusion != 0 && fused % 2 != 0))
+    return failure();
+
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto scalar = [&](double value) -> Value {
+    return nn::ConstantOp::create(b, loc,
+                                  cast<ElementsAttr>(DenseElementsAttr::get(
+                                      RankedTensorType::get({}, element),
+                                      b.getFloatAttr(element, value))));
+  };
+  // Routing: softmax, top k, renormalized; each token's weight per expert
+  // (zero outside its k) and whether it was routed there.
+  Value probabilities =
+      nn::SoftmaxOp::create(b, loc, routerType, router, int64_t(1));
+  auto [weights, chosen] = buildTopK(ctx, probabilities, 1, k, true);
+  auto topType = typeOf(weights);
+  if (ctx.getAttrInt("normalize_routing_weights", 0)) {
+    Value total = nn::ReduceOp::create(b, loc, topType.clone({tokens, 1}),
+                                       nn::ReduceKind::Sum, weights,
+                                       ArrayRef<int64_t>{1}, true);
+    weights = nn::DivOp::create(b, loc, weights, total);
+  }
+  SmallVector<int64_t> ids(experts);
+  for (int64_t e = 0; e < experts; ++e)
+    ids[e] = e;
+  auto i64 = b.getI64Type();
+  Value iota = intConstant(ctx, RankedTensorType::get({1, experts}, i64), ids);
+  auto gridType = routerType.clone({tokens, experts});
+  Value gate =
+      nn::ConstantOp::create(b, loc,
+                             cast<ElementsAttr>(DenseElementsAttr::get(
+                                 gridType, b.getFloatAttr(element, 0.0))));
+  Value routed = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(gridType.clone(b.getI1Type()),
+                                                b.getBoolAttr(false))));
+  for (int64_t j = 0; j < k; ++j) {
+    auto column = [&](Value v) {
+      return nn::SliceOp::create(
+          b, loc, typeOf(v).clone({tokens, 1}), v, ArrayRef<int64_t>{0, j},
+          ArrayRef<int64_t>{tokens, j + 1}, ArrayRef<int64_t>{1, 1});
+    };
+    Value hit =
+        nn::CompareOp::create(b, loc, gridType.clone(b.getI1Type()),
+                              nn::CompareDirection::EQ, iota, column(chosen));
+    gate = nn::WhereOp::create(b, loc, gridType, hit, column(weights), gate);
+    routed = nn::OrOp::create(b, loc, routed, hit);
+  }
+
+  // Every expert on every token: [1, T, H] x [E, H, F] -> [E, T, F].
+  Value x = reshape(ctx, input, {1, tokens, hidden});
+  auto apply = [&](Value lhs, Value weight, Value bias) -> Value {
+    auto w = typeOf(weight);
+    int64_t out = w.getDimSize(1), in = w.getDimSize(2);
+    Value read = nn::TransposeOp::create(b, loc, w.clone({experts, in, out}),
+                                         weight, ArrayRef<int64_t>{0, 2, 1});
+    Value product = nn::MatmulOp::create(
+        b, loc, w.clone({experts, tokens, out}), lhs, read, Value());
+    if (bias)
+      product = nn::AddOp::create(b, loc, product,
+                                  reshape(ctx, bias, {experts, 1, out}));
+    return product;
+  };
+  Value h = apply(x, fc1, bias1);
+  auto hType = typeOf(h);
+  Value act;
+  if (activation == "relu") {
+    act = nn::ReluOp::create(b, loc, h);
+  } else if (activation == "gelu") {
+    act = nn::GeluOp::create(b, loc, h, nn::GeluApproximation::Tanh);
+  } else if (activation == "silu") {
+    act = nn::SiluOp::create(b, loc, h);
+  } else if (activation == "identity") {
+    act = h;
+  } else {
+    auto half = hType.clone({experts, tokens, inter});
+    Value g = h, l;
+    auto slice = [&](int64_t start, int64_t limit, int64_t stride) {
+      return nn::SliceOp::create(b, loc, half, h,
+                                 ArrayRef<int64_t>{0, 0, start},
+                                 ArrayRef<int64_t>{experts, tokens, limit},
+                                 ArrayRef<int64_t>{1, 1, stride});
+    };
+    if (fusion == 1) {
+      g = slice(0, fused, 2);
+      l = slice(1, fused, 2);
+    } else if (fusion == 2) {
+      g = slice(0, inter, 1);
+      l = slice(inter, fused, 1);
+    } else {
+      l = apply(x, fc3, bias3);
+    }
+    if (llvm::any_of(ctx.getNode().attribute(), [](const auto &attribute) {
+          return attribute.name() == "swiglu_limit";
+        })) {
+      double limit = ctx.getAttrFloat("swiglu_limit", 0);
+      g = nn::MinOp::create(b, loc, g, scalar(limit));
+      l = nn::MaxOp::create(b, loc, nn::MinOp::create(b, loc, l, scalar(limit)),
+                            scalar(-limit));
+    }
+    double alpha = ctx.getAttrFloat("activation_alpha", 1.0);
+    double beta = ctx.getAttrFloat("activation_beta", 0.0);
+    Value sig = nn::SigmoidOp::create(
+        b, loc, nn::MulOp::create(b, loc, g, scalar(alpha)));
+    act = nn::MulOp::create(b, loc, nn::MulOp::create(b, loc, g, sig),
+                            nn::AddOp::create(b, loc, l, scalar(beta)));
+  }
+  Value y = apply(act, fc2, bias2);
+  // Each token's routed experts, weighted, summed over the experts.
+  auto perExpert = [&](Value v) {
+    return reshape(ctx,
+                   nn::TransposeOp::create(b, loc,
+                                           typeOf(v).clone({experts, tokens}),
+                                           v, ArrayRef<int64_t>{1, 0}),
+                   {experts, tokens, 1});
+  };
+  auto yType = typeOf(y);
+  Value weighted = nn::MulOp::create(b, loc, y, perExpert(gate));
+  Value kept = nn::WhereOp::create(b, loc, yType, perExpert(routed), weighted,
+                                   scalar(0));
+  Value sum = nn::ReduceOp::create(b, loc, yType.clone({1, tokens, hidden}),
+                                   nn::ReduceKind::Sum, kept,
+                                   ArrayRef<int64_t>{0}, true);
+  ctx.setOutput(0, reshape(ctx, sum, inputType.getShape()));
+  return success();
+}
+
 /// onnxruntime's MatMulNBits: `A [..., K]` times the `[K, N]` weight that
 /// `B` (packed `bits`-bit integers), `scales` and `zero_points` quantize
 /// block by block along K, plus `bias`: an nn.matmul of an nn.dequantize,
@@ -871,4 +1083,5 @@ void mlir::partita::onnx_import::registerContribOps(OpRegistry &registry) {
   registry.add("com.microsoft.GroupQueryAttention",
                {1, nullptr, groupQueryAttentionHandler});
   registry.add("com.microsoft.MatMulNBits", {1, nullptr, matMulNBitsHandler});
+  registry.add("com.microsoft.MoE", {1, nullptr, moeHandler});
 }

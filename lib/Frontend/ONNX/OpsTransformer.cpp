@@ -742,101 +742,10 @@ LogicalResult topKHandler(NodeContext &ctx) {
     return ctx.emitError() << "TopK's k is " << k << ", but the axis " << *axis
                            << " has " << n
                            << " elements (k must be between 1 and that)";
-  bool largest = ctx.getAttrInt("largest", 1);
-  OpBuilder &b = ctx.getBuilder();
-  Location loc = ctx.getLoc();
-  auto i64 = b.getI64Type();
-  auto i1Type = type.clone(b.getI1Type());
-  SmallVector<int64_t> kept(type.getShape());
-  kept[*axis] = 1;
-  auto keptType = type.clone(kept);
-  auto keptIndexType = keptType.clone(i64);
-  SmallVector<int64_t> axes = {*axis};
-  SmallVector<int64_t> iotaShape(rank, 1);
-  iotaShape[*axis] = n;
-  SmallVector<int64_t> positions(n);
-  for (int64_t i = 0; i < n; ++i)
-    positions[i] = i;
-  Value iota = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get(iotaShape, i64), ArrayRef(positions))));
-  Value none = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get({}, i64), b.getI64IntegerAttr(n).getValue())));
-  bool isFloat = isa<FloatType>(element);
-  Value nan;
-  if (isFloat)
-    nan = nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::NE, x, x);
-  Value outside = extremeConstant(ctx, element, /*lowest=*/largest);
-  // The first position of `where` (i1) along the axis; n where none is.
-  auto firstOf = [&](Value where) {
-    Value candidates =
-        nn::WhereOp::create(b, loc, type.clone(i64), where, iota, none);
-    return nn::ReduceOp::create(b, loc, keptIndexType, nn::ReduceKind::Min,
-                                candidates, axes, /*keepdims=*/true)
-        .getResult();
-  };
-  auto found = [&](Value first) {
-    return nn::CompareOp::create(b, loc, keptIndexType.clone(b.getI1Type()),
-                                 nn::CompareDirection::LT, first, none)
-        .getResult();
-  };
-  Value available = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(i1Type, b.getBoolAttr(true))));
-  SmallVector<Value> values, indices;
-  for (int64_t round = 0; round < k; ++round) {
-    Value numeric = available;
-    if (isFloat)
-      numeric =
-          nn::AndOp::create(b, loc, available, nn::NotOp::create(b, loc, nan));
-    Value clean = nn::WhereOp::create(b, loc, type, numeric, x, outside);
-    Value extreme = nn::ReduceOp::create(
-        b, loc, keptType, largest ? nn::ReduceKind::Max : nn::ReduceKind::Min,
-        clean, axes,
-        /*keepdims=*/true);
-    Value holds = nn::AndOp::create(
-        b, loc,
-        nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::EQ, clean,
-                              extreme),
-        numeric);
-    Value number = firstOf(holds);
-    Value index = number, tookNan;
-    if (isFloat) {
-      Value firstNan = firstOf(nn::AndOp::create(b, loc, nan, available));
-      // Largest: a NaN left goes first; smallest: only when no number is.
-      tookNan = largest ? found(firstNan)
-                        : nn::NotOp::create(b, loc, found(number)).getResult();
-      index =
-          nn::WhereOp::create(b, loc, keptIndexType, tookNan, firstNan, number);
-    }
-    Value taken = nn::CompareOp::create(b, loc, i1Type,
-                                        nn::CompareDirection::EQ, iota, index);
-    Value value = extreme;
-    if (isFloat)
-      value = nn::WhereOp::create(
-          b, loc, keptType, tookNan,
-          scalarConstant(ctx, element,
-                         std::numeric_limits<double>::quiet_NaN()),
-          extreme);
-    values.push_back(value);
-    indices.push_back(index);
-    available =
-        nn::AndOp::create(b, loc, available, nn::NotOp::create(b, loc, taken));
-  }
-  SmallVector<int64_t> out(type.getShape());
-  out[*axis] = k;
-  auto join = [&](ArrayRef<Value> parts, Type elementType) -> Value {
-    if (parts.size() == 1)
-      return parts.front();
-    return nn::ConcatOp::create(b, loc, type.clone(out).clone(elementType),
-                                parts, static_cast<uint64_t>(*axis))
-        .getResult();
-  };
-  ctx.setOutput(0, join(values, element));
-  ctx.setOutput(1, join(indices, i64));
+  auto [values, indices] =
+      buildTopK(ctx, x, *axis, k, ctx.getAttrInt("largest", 1));
+  ctx.setOutput(0, values);
+  ctx.setOutput(1, indices);
   return success();
 }
 
@@ -1133,6 +1042,107 @@ LogicalResult rotaryHandler(NodeContext &ctx) {
 }
 
 } // namespace
+
+std::pair<Value, Value>
+mlir::partita::onnx_import::buildTopK(NodeContext &ctx, Value x, int64_t axis,
+                                      int64_t k, bool largest) {
+  auto type = typeOf(x);
+  Type element = type.getElementType();
+  int64_t rank = type.getRank(), n = type.getDimSize(axis);
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  auto i64 = b.getI64Type();
+  auto i1Type = type.clone(b.getI1Type());
+  SmallVector<int64_t> kept(type.getShape());
+  kept[axis] = 1;
+  auto keptType = type.clone(kept);
+  auto keptIndexType = keptType.clone(i64);
+  SmallVector<int64_t> axes = {axis};
+  SmallVector<int64_t> iotaShape(rank, 1);
+  iotaShape[axis] = n;
+  SmallVector<int64_t> positions(n);
+  for (int64_t i = 0; i < n; ++i)
+    positions[i] = i;
+  Value iota = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get(iotaShape, i64), ArrayRef(positions))));
+  Value none = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, i64), b.getI64IntegerAttr(n).getValue())));
+  bool isFloat = isa<FloatType>(element);
+  Value nan;
+  if (isFloat)
+    nan = nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::NE, x, x);
+  Value outside = extremeConstant(ctx, element, /*lowest=*/largest);
+  // The first position of `where` (i1) along the axis; n where none is.
+  auto firstOf = [&](Value where) {
+    Value candidates =
+        nn::WhereOp::create(b, loc, type.clone(i64), where, iota, none);
+    return nn::ReduceOp::create(b, loc, keptIndexType, nn::ReduceKind::Min,
+                                candidates, axes, /*keepdims=*/true)
+        .getResult();
+  };
+  auto found = [&](Value first) {
+    return nn::CompareOp::create(b, loc, keptIndexType.clone(b.getI1Type()),
+                                 nn::CompareDirection::LT, first, none)
+        .getResult();
+  };
+  Value available = nn::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(i1Type, b.getBoolAttr(true))));
+  SmallVector<Value> values, indices;
+  for (int64_t round = 0; round < k; ++round) {
+    Value numeric = available;
+    if (isFloat)
+      numeric =
+          nn::AndOp::create(b, loc, available, nn::NotOp::create(b, loc, nan));
+    Value clean = nn::WhereOp::create(b, loc, type, numeric, x, outside);
+    Value extreme = nn::ReduceOp::create(
+        b, loc, keptType, largest ? nn::ReduceKind::Max : nn::ReduceKind::Min,
+        clean, axes,
+        /*keepdims=*/true);
+    Value holds = nn::AndOp::create(
+        b, loc,
+        nn::CompareOp::create(b, loc, i1Type, nn::CompareDirection::EQ, clean,
+                              extreme),
+        numeric);
+    Value number = firstOf(holds);
+    Value index = number, tookNan;
+    if (isFloat) {
+      Value firstNan = firstOf(nn::AndOp::create(b, loc, nan, available));
+      // Largest: a NaN left goes first; smallest: only when no number is.
+      tookNan = largest ? found(firstNan)
+                        : nn::NotOp::create(b, loc, found(number)).getResult();
+      index =
+          nn::WhereOp::create(b, loc, keptIndexType, tookNan, firstNan, number);
+    }
+    Value taken = nn::CompareOp::create(b, loc, i1Type,
+                                        nn::CompareDirection::EQ, iota, index);
+    Value value = extreme;
+    if (isFloat)
+      value = nn::WhereOp::create(
+          b, loc, keptType, tookNan,
+          scalarConstant(ctx, element,
+                         std::numeric_limits<double>::quiet_NaN()),
+          extreme);
+    values.push_back(value);
+    indices.push_back(index);
+    available =
+        nn::AndOp::create(b, loc, available, nn::NotOp::create(b, loc, taken));
+  }
+  SmallVector<int64_t> out(type.getShape());
+  out[axis] = k;
+  auto join = [&](ArrayRef<Value> parts, Type elementType) -> Value {
+    if (parts.size() == 1)
+      return parts.front();
+    return nn::ConcatOp::create(b, loc, type.clone(out).clone(elementType),
+                                parts, static_cast<uint64_t>(axis))
+        .getResult();
+  };
+  return {join(values, element), join(indices, i64)};
+}
 
 void mlir::partita::onnx_import::registerTransformerOps(OpRegistry &registry) {
   registry.add("MatMul", {13, nullptr, matmulHandler});

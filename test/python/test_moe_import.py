@@ -1,0 +1,191 @@
+"""onnxruntime's fused mixture of experts (com.microsoft.MoE) imports and
+runs like onnxruntime's CPU kernel; the forms its CPU kernel refuses
+(SwiGLU unfused with fc3, or concatenated) against a NumPy reference."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import compile_and_run
+
+F32 = TensorProto.FLOAT
+
+
+def moe_model(tokens=6, hidden=8, inter=12, experts=4, k=2,
+              activation="relu", normalize=0, fusion=0, bias=False,
+              fc3=False, attrs=None, input_shape=None, seed=0):
+    """A graph of one MoE node with random expert weights (initializers),
+    inputs x and router logits r."""
+    rng = np.random.default_rng(seed)
+    fused = 2 * inter if activation == "swiglu" and fusion else inter
+    arrays = {"w1": rng.standard_normal((experts, fused, hidden)) * 0.3,
+              "w2": rng.standard_normal((experts, hidden, inter)) * 0.3}
+    inputs = ["x", "r", "w1", "b1" if bias else "", "w2", "b2" if bias else ""]
+    if bias:
+        arrays["b1"] = rng.standard_normal((experts, fused)) * 0.1
+        arrays["b2"] = rng.standard_normal((experts, hidden)) * 0.1
+    if fc3:
+        arrays["w3"] = rng.standard_normal((experts, inter, hidden)) * 0.3
+        inputs.append("w3")
+        if bias:
+            arrays["b3"] = rng.standard_normal((experts, inter)) * 0.1
+            inputs.append("b3")
+    node = helper.make_node("MoE", inputs, ["y"], domain="com.microsoft",
+                            k=k, activation_type=activation,
+                            normalize_routing_weights=normalize,
+                            swiglu_fusion=fusion, **(attrs or {}))
+    shape = input_shape or [tokens, hidden]
+    graph = helper.make_graph(
+        [node], "moe",
+        [helper.make_tensor_value_info("x", F32, shape),
+         helper.make_tensor_value_info("r", F32, [tokens, experts])],
+        [helper.make_tensor_value_info("y", F32, shape)],
+        [numpy_helper.from_array(a.astype(np.float32), n)
+         for n, a in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32),
+             "r": rng.standard_normal((tokens, experts)).astype(np.float32)}
+    return model, feeds, {n: a.astype(np.float32) for n, a in arrays.items()}
+
+
+def partita(tmp_path, model, feeds, *flags):
+    path = tmp_path / "moe.onnx"
+    onnx.save(model, str(path))
+    outputs, _ = compile_and_run(tmp_path / "run", path, feeds, *flags)
+    return outputs["y"]
+
+
+def onnxruntime(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+CPU_CASES = {
+    "relu": {},
+    "renormalized": dict(normalize=1),
+    "gelu": dict(activation="gelu"),
+    "silu": dict(activation="silu"),
+    "identity": dict(activation="identity"),
+    "top1": dict(k=1),
+    "all_experts": dict(k=4, normalize=1),
+    "biases": dict(bias=True),
+    "swiglu_interleaved": dict(activation="swiglu", fusion=1),
+    # gpt-oss's: alpha 1.702, beta 1, limit 7 (here 0.5, so it clamps).
+    "swiglu_gpt_oss": dict(activation="swiglu", fusion=1, bias=True,
+                           normalize=1,
+                           attrs=dict(activation_alpha=1.702,
+                                      activation_beta=1.0,
+                                      swiglu_limit=0.5)),
+    "three_d_input": dict(input_shape=[2, 3, 8]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CPU_CASES))
+def test_moe_runs_like_onnxruntime(tmp_path, case):
+    model, feeds, _ = moe_model(**CPU_CASES[case])
+    np.testing.assert_allclose(partita(tmp_path, model, feeds),
+                               onnxruntime(model, feeds), rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("mesh", ["dp=2", "tp=2", "pp=2"])
+def test_moe_runs_like_onnxruntime_on_meshes(tmp_path, mesh):
+    model, feeds, _ = moe_model(**CPU_CASES["swiglu_gpt_oss"])
+    np.testing.assert_allclose(partita(tmp_path, model, feeds, "--mesh",
+                                       mesh),
+                               onnxruntime(model, feeds), rtol=1e-4,
+                               atol=1e-5)
+
+
+def reference(feeds, arrays, k, normalize, fusion, alpha=1.0, beta=0.0):
+    """The MoE schema's SwiGLU mixture, token by token, in float64."""
+    x = feeds["x"].astype(np.float64)
+    logits = feeds["r"].astype(np.float64)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        order = np.argsort(-p[t], kind="stable")[:k]
+        weights = p[t, order]
+        if normalize:
+            weights = weights / weights.sum()
+        for e, w in zip(order, weights):
+            h = arrays["w1"][e] @ x[t] + (arrays["b1"][e]
+                                          if "b1" in arrays else 0)
+            if fusion == 1:
+                g, lin = h[0::2], h[1::2]
+            elif fusion == 2:
+                g, lin = np.split(h, 2)
+            else:
+                g = h
+                lin = arrays["w3"][e] @ x[t] + (arrays["b3"][e]
+                                                if "b3" in arrays else 0)
+            act = g / (1 + np.exp(-alpha * g)) * (lin + beta)
+            out = arrays["w2"][e] @ act + (arrays["b2"][e]
+                                           if "b2" in arrays else 0)
+            y[t] += w * out
+    return y
+
+
+@pytest.mark.parametrize("fusion,fc3,bias", [(0, True, False),
+                                             (0, True, True),
+                                             (2, False, True),
+                                             (1, False, True)])
+def test_moe_swiglu_forms_match_the_schema(tmp_path, fusion, fc3, bias):
+    # onnxruntime's CPU kernel takes only the interleaved form (1); the
+    # unfused (fc3) and concatenated (2) forms are CUDA's. Checked against
+    # the schema's formula, the interleaved form too.
+    model, feeds, arrays = moe_model(activation="swiglu", fusion=fusion,
+                                     fc3=fc3, bias=bias, normalize=1,
+                                     attrs=dict(activation_alpha=1.702,
+                                                activation_beta=1.0))
+    np.testing.assert_allclose(
+        partita(tmp_path, model, feeds),
+        reference(feeds, arrays, 2, 1, fusion, alpha=1.702, beta=1.0),
+        rtol=1e-4, atol=1e-5)
+
+
+def test_an_unrouted_expert_cannot_poison_the_result(tmp_path):
+    # Expert 3 overflows to inf on every token but no token is routed to
+    # it: the dense form must not let its inf (times a zero weight) in.
+    model, feeds, _ = moe_model()
+    w1 = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    w1[3] = 1e30
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w1, "w1"))
+    feeds["r"][:, 3] = -1e9
+    got = partita(tmp_path, model, feeds)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, onnxruntime(model, feeds), rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(attrs=dict(use_sparse_mixer=1)),
+     "MoE's sparse mixer is not supported"),
+    (dict(activation="relu2"),
+     "MoE's activation_type 'relu2' is not supported"),
+    (dict(k=5), "MoE's k is 5, but there are 4 experts"),
+    (dict(activation="swiglu"),
+     "MoE's swiglu_fusion is 0 with activation_type 'swiglu' and no "
+     "fc3_experts_weights"),
+    (dict(attrs=dict(swiglu_limit_after_activation=1)),
+     "MoE's swiglu_limit_after_activation (CUDA only in onnxruntime) is not "
+     "supported")])
+def test_moe_refusals(compile_model, change, message):
+    model, _, _ = moe_model(**change)
+    result = compile_model(model)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
+def test_moe_weight_of_the_wrong_shape_is_refused(compile_model):
+    model, _, _ = moe_model()
+    w2 = np.zeros((4, 8, 10), np.float32)
+    model.graph.initializer[1].CopyFrom(numpy_helper.from_array(w2, "w2"))
+    result = compile_model(model)
+    assert result.returncode == 1
+    assert "MoE's fc2_experts_weights has shape [4, 8, 10], not [4, 8, 12]" \
+        in result.stderr
