@@ -809,6 +809,14 @@ def test_topk_bad_k_is_refused(compile_model, k, message):
     assert result.returncode == 1 and message in result.stderr, result.stderr
 
 
+def test_topk_over_too_many_positions_is_refused(compile_model):
+    m = topk_model(2, F, [1, 2**25], 1, 1)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "TopK over 33554432 positions is not supported (at most " \
+        "16777216)" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("folded", [False, True])
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 @pytest.mark.parametrize("elem", [F, I64])
@@ -836,7 +844,11 @@ def test_onehot_runs_like_onnxruntime(tmp_path, folded, axis, elem):
      "OneHot's depth is 0; it must be at least 1"),
     (None, [0, 1], "OneHot's depth must be a constant of one element"),
     (np.array([3], np.int64), [0, 1, 2],
-     "OneHot's values must be [off, on] (shape [2]), not of shape [3]")])
+     "OneHot's values must be [off, on] (shape [2]), not of shape [3]"),
+    # Found by the fuzz campaign: the positions are a compile-time constant.
+    (np.array([2**63 - 1], np.int64), [0, 1],
+     "OneHot over 9223372036854775807 positions is not supported (at most "
+     "16777216)")])
 def test_onehot_bad_operands_are_refused(compile_model, depth, values,
                                          message):
     inits = [const("v", np.array(values, np.float32))]

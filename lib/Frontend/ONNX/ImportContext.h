@@ -238,7 +238,8 @@ private:
 /// The k largest (or smallest) elements of `x` along `axis` and their
 /// positions (i64), sorted, equal values by lower position first, NaN
 /// above every number (OpsTransformer.cpp, TopK). 1 <= k <= the axis's
-/// size.
+/// size. Nulls, with an error at the node, for an axis too long to number
+/// at compile time.
 std::pair<Value, Value> buildTopK(NodeContext &ctx, Value x, int64_t axis,
                                   int64_t k, bool largest);
 

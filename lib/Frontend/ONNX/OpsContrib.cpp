@@ -859,6 +859,8 @@ LogicalResult moeHandler(NodeContext &ctx) {
   Value probabilities =
       nn::SoftmaxOp::create(b, loc, routerType, router, int64_t(1));
   auto [weights, chosen] = buildTopK(ctx, probabilities, 1, k, true);
+  if (!weights)
+    return failure();
   auto topType = typeOf(weights);
   if (ctx.getAttrInt("normalize_routing_weights", 0)) {
     Value total = nn::ReduceOp::create(b, loc, topType.clone({tokens, 1}),

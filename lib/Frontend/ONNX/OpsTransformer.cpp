@@ -605,6 +605,29 @@ LogicalResult reduceHandler(NodeContext &ctx, Reduction kind,
   return success();
 }
 
+/// The positions 0..n-1 along `axis` of a rank-`rank` i64 constant whose
+/// other dimensions are 1 (it broadcasts against a tensor of that rank).
+/// Null, with an error at the node, when n exceeds what a constant made at
+/// compile time may hold (kMaxFoldedElements).
+Value iotaAlong(NodeContext &ctx, int64_t rank, int64_t axis, int64_t n) {
+  if (n > kMaxFoldedElements) {
+    ctx.emitError() << ctx.getNode().op_type() << " over " << n
+                    << " positions is not supported (at most "
+                    << kMaxFoldedElements << ")";
+    return {};
+  }
+  SmallVector<int64_t> shape(rank, 1);
+  shape[axis] = n;
+  SmallVector<int64_t> positions(n);
+  for (int64_t i = 0; i < n; ++i)
+    positions[i] = i;
+  return nn::ConstantOp::create(
+      ctx.getBuilder(), ctx.getLoc(),
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get(shape, ctx.getBuilder().getI64Type()),
+          ArrayRef(positions))));
+}
+
 /// ArgMax and ArgMin (CLIP's pooler: the position of the end-of-text
 /// token): the extreme along the axis, then the first position that holds
 /// it (the last with select_last_index), as i64: where(x == extreme,
@@ -650,15 +673,9 @@ LogicalResult argExtremeHandler(NodeContext &ctx) {
   auto i64 = b.getI64Type();
   Value same = nn::CompareOp::create(b, loc, type.clone(b.getI1Type()),
                                      nn::CompareDirection::EQ, x, extreme);
-  SmallVector<int64_t> iotaShape(rank, 1);
-  iotaShape[*axis] = n;
-  SmallVector<int64_t> positions(n);
-  for (int64_t i = 0; i < n; ++i)
-    positions[i] = i;
-  auto iotaType = RankedTensorType::get(iotaShape, i64);
-  Value iota = nn::ConstantOp::create(b, loc,
-                                      cast<ElementsAttr>(DenseElementsAttr::get(
-                                          iotaType, ArrayRef(positions))));
+  Value iota = iotaAlong(ctx, rank, *axis, n);
+  if (!iota)
+    return failure();
   auto scalarType = RankedTensorType::get({}, i64);
   Value beyond = nn::ConstantOp::create(
       b, loc,
@@ -744,6 +761,8 @@ LogicalResult topKHandler(NodeContext &ctx) {
                            << " elements (k must be between 1 and that)";
   auto [values, indices] =
       buildTopK(ctx, x, *axis, k, ctx.getAttrInt("largest", 1));
+  if (!values)
+    return failure();
   ctx.setOutput(0, values);
   ctx.setOutput(1, indices);
   return success();
@@ -851,15 +870,9 @@ LogicalResult oneHotHandler(NodeContext &ctx) {
   out.insert(out.begin() + *axis, depth);
   SmallVector<int64_t> spread(indexType.getShape());
   spread.insert(spread.begin() + *axis, 1);
-  SmallVector<int64_t> iotaShape(rank, 1);
-  iotaShape[*axis] = depth;
-  SmallVector<int64_t> positions(depth);
-  for (int64_t i = 0; i < depth; ++i)
-    positions[i] = i;
-  Value iota = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get(iotaShape, i64), ArrayRef(positions))));
+  Value iota = iotaAlong(ctx, rank, *axis, depth);
+  if (!iota)
+    return failure();
   auto outType = RankedTensorType::get(out, valuesType.getElementType());
   Value hot = nn::CompareOp::create(b, loc, outType.clone(b.getI1Type()),
                                     nn::CompareDirection::EQ, iota,
@@ -1058,15 +1071,9 @@ mlir::partita::onnx_import::buildTopK(NodeContext &ctx, Value x, int64_t axis,
   auto keptType = type.clone(kept);
   auto keptIndexType = keptType.clone(i64);
   SmallVector<int64_t> axes = {axis};
-  SmallVector<int64_t> iotaShape(rank, 1);
-  iotaShape[axis] = n;
-  SmallVector<int64_t> positions(n);
-  for (int64_t i = 0; i < n; ++i)
-    positions[i] = i;
-  Value iota = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get(iotaShape, i64), ArrayRef(positions))));
+  Value iota = iotaAlong(ctx, rank, axis, n);
+  if (!iota)
+    return {};
   Value none = nn::ConstantOp::create(
       b, loc,
       cast<ElementsAttr>(DenseElementsAttr::get(
