@@ -284,8 +284,8 @@ def contrib_seeds():
     """onnxruntime's ops that onnxruntime-genai's builder writes (its
     com.microsoft domain at version 1, beside the default one at 22): a
     SimplifiedLayerNormalization, the skip norms, RotaryEmbedding,
-    GroupQueryAttention over a past of `past`, bound with --bind, and
-    MatMulNBits (int4 weights)."""
+    GroupQueryAttention over a past of `past`, bound with --bind,
+    MatMulNBits (int4 weights) and the fused mixture of experts (MoE)."""
     ms = "com.microsoft"
 
     def contrib(name, nodes, inputs, outputs, inits=()):
@@ -371,6 +371,20 @@ def contrib_seeds():
          numpy_helper.from_array(
              rng.integers(0, 256, (8, 1)).astype(np.uint8), "z4"),
          numpy_helper.from_array(_rand([8], np.float32, rng), "b4")]))
+    # Issue 37's fused mixture of experts: 4 experts, top 2, SwiGLU
+    # interleaved (gpt-oss's layout), biases, over 6 tokens.
+    seeds.append(contrib(
+        "com.microsoft.MoE",
+        [helper.make_node("MoE", ["t", "r", "w1", "b1", "w2", "b2"], ["z"],
+                          name="moe_node", domain=ms, k=2,
+                          activation_type="swiglu", swiglu_fusion=1,
+                          normalize_routing_weights=1, activation_alpha=1.702,
+                          activation_beta=1.0, swiglu_limit=7.0)],
+        [_vi("t", F, [6, 8]), _vi("r", F, [6, 4])], [_vi("z", F, [6, 8])],
+        [numpy_helper.from_array(_rand([4, 12, 8], np.float32, rng), "w1"),
+         numpy_helper.from_array(_rand([4, 12], np.float32, rng), "b1"),
+         numpy_helper.from_array(_rand([4, 8, 6], np.float32, rng), "w2"),
+         numpy_helper.from_array(_rand([4, 8], np.float32, rng), "b2")]))
     return seeds
 
 

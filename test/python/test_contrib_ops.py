@@ -300,3 +300,27 @@ def test_group_query_attention_refusals(compile_model, attrs, message):
     m, _ = gqa(0, 6, **attrs)
     result = compile_model(m, "--bind", "past=0")
     assert result.returncode == 1 and message in result.stderr
+
+
+@pytest.mark.parametrize("past,lengths,total,message", [
+    (5, [5, 3], 6, "GroupQueryAttention seqlens_k[1] is 3, but it must be "
+     "past + sequence - 1 = 5 (a contiguous cache of 6 positions)"),
+    (0, [5, 6], 6, "GroupQueryAttention seqlens_k[1] is 6, but it must be "
+     "between 0 and 5 (a contiguous cache of 6 positions)"),
+    (5, [5, 5], 0, "GroupQueryAttention total_sequence_length is 0, but "
+     "past + sequence is 6")])
+def test_group_query_attention_constant_lengths_are_checked(
+        compile_model, past, lengths, total, message):
+    # Lengths given as initializers (found by the fuzz campaign: accepted,
+    # and onnxruntime refuses them) are checked at compile time by the
+    # rule the run-time check applies.
+    m, _ = gqa(past, 6 if past == 0 else 1, batch=2)
+    m.graph.input.remove(next(i for i in m.graph.input
+                              if i.name == "seqlens"))
+    m.graph.input.remove(next(i for i in m.graph.input if i.name == "total"))
+    m.graph.initializer.extend([
+        const("seqlens", np.array(lengths, np.int32)),
+        const("total", np.array(total, np.int32))])
+    result = compile_model(m, "--bind", f"past={past}")
+    assert result.returncode == 1 and message in result.stderr, \
+        result.stderr

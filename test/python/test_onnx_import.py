@@ -739,6 +739,22 @@ def test_arg_extremes_pass_over_nan_as_onnxruntime(tmp_path, op, last):
     assert_same(*run_both(tmp_path, m, {"x": x}))
 
 
+def test_initializer_declared_as_an_input_must_match(compile_model):
+    # IR versions before 4 list initializers among the inputs; a
+    # declaration that does not describe the initializer is refused, as
+    # onnxruntime refuses it (found by the fuzz campaign).
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+              [vi("x", F, [3, 4]), vi("w", F, [4, 1])], [vi("y", F, [3, 2])],
+              [const("w", np.ones((4, 2), np.float32))], opset=17)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert ("initializer 'w' is also a graph input, declared as float [4, 1], "
+            "but it holds float [4, 2]") in result.stderr, result.stderr
+    # A declaration that matches (or leaves a dimension symbolic) is fine.
+    m.graph.input[1].type.tensor_type.shape.dim[1].dim_param = "n"
+    assert compile_model(m).returncode == 0
+
+
 def topk_model(k, elem, shape, axis, largest, sorted_=1, k_input=None):
     out = list(shape)
     out[axis] = k

@@ -29,6 +29,7 @@
 #include "partita/Dialect/NN/IR/NNOps.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/FileSystem.h"
@@ -766,11 +767,43 @@ GraphImporter::bindInputs(SmallVectorImpl<std::string> &inputNames,
   };
 
   for (const onnx::ValueInfoProto &input : graph.input()) {
-    // IR versions before 4 list initializers among the inputs too.
-    if (lookup(input.name()))
-      continue;
     Location loc =
         NameLoc::get(StringAttr::get(context, input.name()), fileLoc);
+    // IR versions before 4 list initializers among the inputs too; the
+    // declaration must then describe the initializer (onnxruntime refuses
+    // a model where it does not).
+    if (ValueInfo *initializer = lookup(input.name())) {
+      if (!input.type().has_tensor_type())
+        continue;
+      const onnx::TypeProto::Tensor &declared = input.type().tensor_type();
+      ArrayRef<int64_t> held = initializer->constant
+                                   ? ArrayRef(initializer->constant->shape)
+                                   : typeOf(*initializer).getShape();
+      bool sameType = declared.elem_type() == initializer->dataType;
+      bool sameShape =
+          !declared.has_shape() ||
+          declared.shape().dim_size() == static_cast<int>(held.size());
+      for (int d = 0;
+           sameShape && declared.has_shape() && d < declared.shape().dim_size();
+           ++d)
+        if (declared.shape().dim(d).has_dim_value())
+          sameShape = declared.shape().dim(d).dim_value() == held[d];
+      if (!sameType || !sameShape) {
+        SmallVector<std::string> dims;
+        for (const auto &dim : declared.shape().dim())
+          dims.push_back(
+              dim.has_dim_value()
+                  ? std::to_string(dim.dim_value())
+                  : (dim.dim_param().empty() ? "?" : dim.dim_param()));
+        return emitError(loc)
+               << "initializer '" << input.name()
+               << "' is also a graph input, declared as "
+               << dataTypeName(declared.elem_type()) << " ["
+               << llvm::join(dims, ", ") << "], but it holds "
+               << dataTypeName(initializer->dataType) << " " << shapeText(held);
+      }
+      continue;
+    }
     if (!input.type().has_tensor_type())
       return emitError(loc) << "input '" << input.name() << "' is not a tensor";
     int dataType = input.type().tensor_type().elem_type();

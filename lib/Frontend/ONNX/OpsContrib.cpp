@@ -564,6 +564,30 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                                         ValueRange{pastValue, v}, uint64_t(2));
   }
 
+  // Lengths given as constants (initializers) are checked now, by the
+  // rule the gather below applies at run time.
+  if (const HostTensor *given = ctx.getConstant(5),
+      *givenTotal = ctx.getConstant(6);
+      given && givenTotal) {
+    if (givenTotal->getAsInt(0) != total)
+      return ctx.emitError()
+             << "GroupQueryAttention total_sequence_length is "
+             << givenTotal->getAsInt(0) << ", but past + sequence is " << total;
+    bool exact = past > 0 && !firstSlot;
+    int64_t low = exact ? total - 1 : (firstSlot ? seq - 1 : 0);
+    for (int64_t row = 0; row < batch; ++row) {
+      int64_t length = given->getAsInt(row);
+      if (length < low || length > total - 1)
+        return ctx.emitError()
+               << "GroupQueryAttention seqlens_k[" << row << "] is " << length
+               << ", but it must be "
+               << (exact ? "past + sequence - 1 = " + std::to_string(total - 1)
+                         : "between " + std::to_string(low) + " and " +
+                               std::to_string(total - 1))
+               << " (a contiguous cache of " << total << " positions)";
+    }
+  }
+
   // Keys a row may see: j <= seqlens_k[b]. The row's lengths must describe
   // the contiguous cache: 0 <= seqlens_k[b] <= total - 1, equal to it
   // after a first prompt (unless serving writes each row at its own
