@@ -163,12 +163,29 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
     auto rhsType = matmul.getRhs().getType();
     int64_t k = rhsType.getRank() - 2, cols = rhsType.getRank() - 1;
     int64_t lhsK = lhs.getRank() - 1, outN = out.getRank() - 1;
+    bool batch = false;
+    for (int64_t d = 0; d < k; ++d)
+      batch |= has(rhs, d);
     std::string chosen = has(rhs, cols) ? "columns"
                          : has(rhs, k)  ? "rows"
+                         : batch        ? "batch"
                                         : "whole";
     std::string line;
     llvm::raw_string_ostream os(line);
     os << "  " << nn::getWeightName(weight.getValue()) << "  " << chosen;
+    // A weight the strategy's split search placed: the estimated step of
+    // each candidate, the others as chosen.
+    auto searched = [&] {
+      auto costs = matmul->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr);
+      if (!costs)
+        return;
+      os << "  {chosen by the estimated step on one device:";
+      for (NamedAttribute cost : costs)
+        if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
+          os << " " << cost.getName().getValue() << " "
+             << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
+      os << "}";
+    };
     // An input or a result split over tp on another dimension than the
     // reduced one and the columns (Megatron-SP's sequence) is not
     // estimated here.
@@ -189,7 +206,9 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
       }
     if (elsewhere) {
       os << "  (it or its users split another dimension over " << tp
-         << ", the sequence: not estimated)";
+         << " (the sequence, or a stacked weight's batch): not estimated "
+            "here)";
+      searched();
       lines.push_back(line);
       return;
     }
@@ -236,17 +255,7 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
         os << ", no collective";
     }
     os << "]";
-    // A weight the strategy's split search placed: the estimated step of
-    // each candidate, the others as chosen.
-    if (auto costs =
-            matmul->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr)) {
-      os << "  {chosen by the estimated step on one device:";
-      for (NamedAttribute cost : costs)
-        if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
-          os << " " << cost.getName().getValue() << " "
-             << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
-      os << "}";
-    }
+    searched();
     lines.push_back(line);
   });
   return lines;

@@ -189,3 +189,43 @@ def test_moe_weight_of_the_wrong_shape_is_refused(compile_model):
     assert result.returncode == 1
     assert "MoE's fc2_experts_weights has shape [4, 8, 10], not [4, 8, 12]" \
         in result.stderr
+
+
+def test_moe_experts_are_split_over_tp_by_cost(tmp_path):
+    """At a width where halving the work pays for one all-reduce (8
+    experts of FFN 1024 over 1024 tokens), the split search gives each tp
+    rank half of the experts of both stacked weights (their batch
+    dimension): half the weight bytes, one all-reduce of the output, and
+    the result equals onnxruntime's."""
+    import subprocess
+    from conftest import BUILD
+    model, feeds, arrays = moe_model(
+        tokens=1024, hidden=256, inter=1024, experts=8, k=2,
+        activation="swiglu", fusion=1, normalize=1)
+    want = onnxruntime(model, feeds)
+    path = tmp_path / "moe.onnx"
+    # Saving moves the weights out of `model` into moe.data.
+    onnx.save(model, str(path), save_as_external_data=True,
+              location="moe.data")
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(path), "-o",
+         str(tmp_path / "explained"), "--mesh", "tp=2", "--explain"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    chosen = {line.split()[0]: line.split()[1]
+              for line in proc.stdout.splitlines()
+              if "{chosen by the estimated step" in line}
+    assert chosen == {"w1": "batch", "w2": "batch"}, proc.stdout
+    outputs, report = compile_and_run(tmp_path / "run", path, feeds,
+                                      "--mesh", "tp=2")
+    # Outputs reach a few hundred (sums of 256 and 1024 products): the
+    # error is held to 1e-5 of their scale, as fp32 sums in another order
+    # allow.
+    error = np.abs(outputs["y"] - want).max()
+    assert error <= 1e-5 * np.abs(want).max(), (error, np.abs(want).max())
+    # Half of the experts' weights, and the router's small constants.
+    whole = sum(a.nbytes for a in arrays.values())
+    for rank in report["ranks"]:
+        assert whole // 2 <= rank["weight_bytes"] < whole // 2 + whole // 100, \
+            (rank["weight_bytes"], whole)
+        assert [c["kind"] for c in rank["collectives"]] == ["all_reduce"]

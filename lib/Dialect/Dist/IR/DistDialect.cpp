@@ -174,16 +174,17 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kSplitCostsAttr) {
     auto costs = dyn_cast<DictionaryAttr>(value);
-    bool valid = costs && op->getName().getStringRef() == "nn.matmul" &&
-                 llvm::all_of(costs, [](NamedAttribute entry) {
-                   return llvm::is_contained({"columns", "rows", "whole"},
-                                             entry.getName().getValue()) &&
-                          isa<FloatAttr>(entry.getValue());
-                 });
+    bool valid =
+        costs && op->getName().getStringRef() == "nn.matmul" &&
+        llvm::all_of(costs, [](NamedAttribute entry) {
+          return llvm::is_contained({"columns", "rows", "batch", "whole"},
+                                    entry.getName().getValue()) &&
+                 isa<FloatAttr>(entry.getValue());
+        });
     if (!valid)
       return emitAttrError(op, attribute, 9)
-             << "expects a dictionary of seconds by columns, rows and whole "
-                "on an nn.matmul, got "
+             << "expects a dictionary of seconds by columns, rows, batch and "
+                "whole on an nn.matmul, got "
              << value;
     return success();
   }

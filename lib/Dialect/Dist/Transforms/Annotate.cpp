@@ -22,6 +22,7 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <limits>
 #include <map>
 
 namespace mlir::partita {
@@ -1171,8 +1172,8 @@ static nn::ConstantOp weightConstant(Value value) {
 
 namespace {
 /// A matmul weight the split search places: its candidate dimensions
-/// (the weight's columns and rows, where tp divides them) and the one
-/// chosen (-1: whole).
+/// (the weight's columns and rows, and the batch dimensions of a stacked
+/// weight, where tp divides them) and the one chosen.
 struct SearchedWeight {
   nn::MatmulOp matmul;
   SmallVector<int64_t, 2> splits;
@@ -1210,13 +1211,15 @@ static int findPartner(nn::MatmulOp matmul, ArrayRef<SearchedWeight> searched) {
 /// the weight's split is chosen by comparing the cost model's estimate of
 /// the whole function on one device (compute divided among the devices
 /// that split it, the collectives each placement needs, by the cluster's
-/// alpha-beta links): columns, rows or whole. A matmul and the next
-/// searched matmul its result reaches are decided jointly (a column split
-/// pays off only with the row split after it), then each alone, until no
-/// change lowers the estimate. Each placed weight's candidates and their
-/// estimates go on its matmul (`dist.split_costs`, for --explain) and in a
-/// remark. The search evaluates at most kMaxEvaluations placements; where
-/// it stops early, what it has not decided stays whole, with a remark.
+/// alpha-beta links): columns, rows, a batch dimension of a stacked weight
+/// (a mixture of experts' [E, in, out], split by experts), or whole. A
+/// matmul and the next searched matmul its result reaches are decided
+/// jointly (a column split pays off only with the row split after it),
+/// then each alone, until no change lowers the estimate. Each placed
+/// weight's candidates and their estimates go on its matmul
+/// (`dist.split_costs`, for --explain); a split one gets a remark. The
+/// search evaluates at most kMaxEvaluations placements; where it stops
+/// early, what it has not decided stays whole, with a remark.
 LogicalResult Megatron::searchSplits(func::FuncOp func) {
   constexpr int kMaxEvaluations = 512;
   FailureOr<ClusterModel> cluster = ClusterModel::of(func);
@@ -1232,7 +1235,13 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
       if (llvm::is_contained(held.getAxesOfDim(d), tpAxis))
         return;
     SearchedWeight weight{matmul, {}, -1};
-    for (int64_t dim : {-1, -2})
+    // Columns, rows, and a batch dimension of a stacked weight (a mixture
+    // of experts' [E, in, out]: its experts).
+    SmallVector<int64_t> dims{-1, -2};
+    int64_t rank = matmul.getRhs().getType().getRank();
+    for (int64_t d = 0; d + 2 < rank; ++d)
+      dims.push_back(d);
+    for (int64_t dim : dims)
       if (splitRefusal(matmul, 1, dim, tpAxis, "").empty())
         weight.splits.push_back(dim);
     if (!weight.splits.empty())
@@ -1246,10 +1255,11 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
     weight.partner = findPartner(weight.matmul, searched);
 
   // The estimate of each placement evaluated, by the chosen dimension of
-  // every searched weight (0: whole).
+  // every searched weight (kWhole: none).
+  constexpr int64_t kWhole = std::numeric_limits<int64_t>::min();
   std::map<std::vector<int64_t>, double> estimates;
   auto asSplit = [](int64_t dim) {
-    return dim == 0 ? std::nullopt : std::optional<int64_t>(dim);
+    return dim == kWhole ? std::nullopt : std::optional<int64_t>(dim);
   };
   auto evaluate = [&](const std::vector<int64_t> &choice) {
     if (auto it = estimates.find(choice); it != estimates.end())
@@ -1267,18 +1277,18 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
     return seconds;
   };
   auto optionsOf = [&](const SearchedWeight &weight) {
-    SmallVector<int64_t, 3> options{0};
+    SmallVector<int64_t, 4> options{kWhole};
     options.append(weight.splits.begin(), weight.splits.end());
     return options;
   };
-  std::vector<int64_t> best(searched.size(), 0);
+  std::vector<int64_t> best(searched.size(), kWhole);
   double bestSeconds = evaluate(best);
   bool stopped = false;
   for (bool changed = true; changed && !stopped;) {
     changed = false;
     for (auto [index, weight] : llvm::enumerate(searched)) {
       for (int64_t mine : optionsOf(weight)) {
-        SmallVector<int64_t, 3> theirs{0};
+        SmallVector<int64_t, 4> theirs{kWhole};
         if (weight.partner >= 0)
           theirs = optionsOf(searched[weight.partner]);
         for (int64_t other : theirs) {
@@ -1305,7 +1315,10 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
 
   MLIRContext *context = func.getContext();
   auto nameOf = [](int64_t dim) {
-    return dim == -1 ? "columns" : dim == -2 ? "rows" : "whole";
+    return dim == -1       ? "columns"
+           : dim == -2     ? "rows"
+           : dim == kWhole ? "whole"
+                           : "batch";
   };
   for (auto [index, weight] : llvm::enumerate(searched)) {
     // Each candidate with the others as chosen.
@@ -1325,7 +1338,7 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
     weight.matmul->setAttr(kSplitCostsAttr,
                            DictionaryAttr::get(context, costs));
     // A split is the search's doing: the report says why.
-    if (best[index] != 0) {
+    if (best[index] != kWhole) {
       std::string name = weightName(weightConstant(weight.matmul.getRhs()));
       remarks.push_back(StringAttr::get(
           context, "weight '" + name + "', which no role splits, is split by " +
@@ -1334,7 +1347,7 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
     }
     // Whole is pinned too, so that the plan is the one estimated (else
     // propagation could still split the weight from its neighbours).
-    if (best[index] == 0) {
+    if (best[index] == kWhole) {
       pinned.insert({weight.matmul, 1u});
       annotateOperand(weight.matmul, 1, std::nullopt, tpAxis);
     } else if (failed(pin(weight.matmul, 1, best[index], tpAxis,

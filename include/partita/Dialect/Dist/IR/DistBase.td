@@ -95,7 +95,7 @@ def Dist_Dialect : Dialect {
     8. `attrs_c8`: no other attribute name starts with `dist.`.
     9. `attrs_c9`: `dist.split_costs` is on an `nn.matmul`: a dictionary
        from the candidates the strategy's split search compared for its
-       weight (`columns`, `rows`, `whole`) to the estimated seconds of the
+       weight (`columns`, `rows`, `batch`, `whole`) to the estimated seconds of the
        function's step on one device with that candidate (f64).
   }];
   let useDefaultAttributePrinterParser = 1;

@@ -29,7 +29,7 @@ constexpr llvm::StringLiteral kPriorityAttr = "dist.priority";
 constexpr llvm::StringLiteral kReasonAttr = "dist.reason";
 /// On an nn.matmul whose weight the strategy's split search placed: the
 /// estimated seconds of a step with each candidate split (a dictionary of
-/// f64 by "columns", "rows", "whole").
+/// f64 by "columns", "rows", "batch", "whole").
 constexpr llvm::StringLiteral kSplitCostsAttr = "dist.split_costs";
 /// On the module: remarks of the plan for the report (strings).
 constexpr llvm::StringLiteral kRemarksAttr = "dist.remarks";
