@@ -172,6 +172,12 @@ def test_an_unrouted_expert_cannot_poison_the_result(tmp_path):
     (dict(activation="swiglu"),
      "MoE's swiglu_fusion is 0 with activation_type 'swiglu' and no "
      "fc3_experts_weights"),
+    (dict(activation="swiglu", fusion=1, fc3=True),
+     "MoE's fc3_experts_weights is used only by an unfused swiglu "
+     "(swiglu_fusion 0), not with activation_type 'swiglu' and "
+     "swiglu_fusion 1"),
+    (dict(fc3=True),
+     "MoE's fc3_experts_weights is used only by an unfused swiglu"),
     (dict(attrs=dict(swiglu_limit_after_activation=1)),
      "MoE's swiglu_limit_after_activation (CUDA only in onnxruntime) is not "
      "supported")])

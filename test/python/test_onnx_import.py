@@ -825,6 +825,20 @@ def test_topk_bad_k_is_refused(compile_model, k, message):
     assert result.returncode == 1 and message in result.stderr, result.stderr
 
 
+def test_onehot_of_constants_with_a_huge_depth_is_refused(compile_model):
+    # The folder declines (its result would be too large to fold) and the
+    # builder refuses by name, without allocating the result.
+    m = model([helper.make_node("OneHot", ["ids", "d", "v"], ["y"])], [],
+              [vi("y", F, None)],
+              [const("ids", np.array([[0, 1, 2], [1, 0, 2]], np.int64)),
+               const("d", np.array([2**62], np.int64)),
+               const("v", np.array([0, 1], np.float32))], opset=17)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "OneHot over 4611686018427387904 positions is not supported" \
+        in result.stderr, result.stderr
+
+
 def test_topk_over_too_many_positions_is_refused(compile_model):
     m = topk_model(2, F, [1, 2**25], 1, 1)
     result = compile_model(m)

@@ -851,6 +851,11 @@ LogicalResult moeHandler(NodeContext &ctx) {
                            << " with activation_type '" << activation
                            << "' and " << (fc3 ? "" : "no ")
                            << "fc3_experts_weights";
+  if (fc3 && (!swiglu || fusion != 0))
+    return ctx.emitError() << "MoE's fc3_experts_weights is used only by an "
+                              "unfused swiglu (swiglu_fusion 0), not with "
+                              "activation_type '"
+                           << activation << "' and swiglu_fusion " << fusion;
   int64_t fused = fc1Type.getDimSize(1);
   int64_t inter = swiglu && fusion != 0 ? fused / 2 : fused;
   auto expect = [&](Value v, ArrayRef<int64_t> shape, StringRef what) {

@@ -787,8 +787,7 @@ LogicalResult foldOneHot(NodeContext &ctx) {
     return failure();
   SmallVector<int64_t> shape(indices->shape);
   shape.insert(shape.begin() + axis, depth);
-  HostTensor probe(values->dataType, shape);
-  if (probe.getNumElements() > kMaxFoldedElements)
+  if (getElementCountSaturated(shape) > kMaxFoldedElements)
     return failure();
   // Element i sits at position `p` of the new axis and reads index `j`.
   int64_t inner = 1;
