@@ -309,7 +309,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int4", "int4", "", false, "", "make_int4_case.py"},
         Case{"int4_tp2", "int4", "--mesh tp=2", false, "", "make_int4_case.py"},
         Case{"int4_bf16", "int4", "--dtype bf16", true, "",
-             "make_int4_case.py"}),
+             "make_int4_case.py"},
+        // onnxruntime's fused mixture of experts: the router's top k as
+        // reductions, batched matmuls over stacked expert weights, SwiGLU's
+        // strided slices and clamps, `where` over the routed experts;
+        // unsharded and at tp=2.
+        Case{"moe", "moe", "", false, "", "make_moe_case.py"},
+        Case{"moe_tp2", "moe", "--mesh tp=2", false, "", "make_moe_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace
