@@ -839,6 +839,22 @@ def test_onehot_of_constants_with_a_huge_depth_is_refused(compile_model):
         in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("name,hint", [
+    ("/model/layers.0/mlp/experts/NonZero", True),
+    ("nonzero_node", False)])
+def test_eager_experts_loop_is_refused_with_a_hint(compile_model, name, hint):
+    # transformers' eager per-expert loop (legacy exporter) selects each
+    # expert's tokens with NonZero: refused, pointing to the exports that
+    # import.
+    m = model([helper.make_node("NonZero", ["x"], ["y"], name=name)],
+              [vi("x", F, [2, 3])], [vi("y", I64, [2, None])], opset=17)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "unsupported ONNX ops at opset 17: NonZero" in result.stderr
+    assert ('set_experts_implementation("batched_mm")' in result.stderr) \
+        == hint, result.stderr
+
+
 def test_topk_over_too_many_positions_is_refused(compile_model):
     m = topk_model(2, F, [1, 2**25], 1, 1)
     result = compile_model(m)

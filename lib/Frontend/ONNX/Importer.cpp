@@ -1072,6 +1072,17 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
         diag << ")";
       },
       [&] { diag << "; "; });
+  // transformers' eager per-expert loop (NonZero of each expert's routing
+  // mask, then the tokens it selects): its shapes depend on the routing.
+  for (auto &[key, nodes] : unsupported)
+    if (key == "NonZero" && llvm::any_of(nodes, [](const std::string &name) {
+          return name.find("experts") != std::string::npos;
+        }))
+      diag.attachNote()
+          << "this looks like transformers' eager mixture-of-experts loop, "
+             "whose shapes depend on the routing; export the model after "
+             "model.set_experts_implementation(\"batched_mm\"), or use "
+             "onnxruntime-genai's export (com.microsoft.MoE)";
   return diag;
 }
 
