@@ -72,3 +72,25 @@ func.func @pair(%x: tensor<8192x4096xf32>) -> tensor<8192x4096xf32> {
   %p = nn.softmax %z axis = 1 : tensor<8192x4096xf32>
   return %p : tensor<8192x4096xf32>
 }
+
+// -----
+
+// A stacked weight (a mixture of experts' [E, in, out], every expert on
+// every token) may be split on its batch dimension, the experts: each rank
+// computes its experts, and the sum over them is one all-reduce. At this
+// size that beats splitting either projection alone. (A softmax over the
+// tokens between the two keeps the role analysis from calling it an MLP.)
+
+// CHECK-LABEL: func.func @experts
+// CHECK: %[[W1:.*]] = dist.annotate %{{.*}} sharding<@mesh, [{tp}, {}, {}]> {dist.strategy} : tensor<8x2048x4096xf32>
+// CHECK: %[[W2:.*]] = dist.annotate %{{.*}} sharding<@mesh, [{tp}, {}, {}]> {dist.strategy} : tensor<8x4096x2048xf32>
+// CHECK: nn.matmul %{{.*}}, %[[W1]] {dist.split_costs = {batch = {{.*}}, columns = {{.*}}, rows = {{.*}}, whole = {{.*}}}}
+func.func @experts(%x: tensor<1x4096x2048xf32>) -> tensor<4096x2048xf32> {
+  %w1 = nn.constant dense_resource<w1> : tensor<8x2048x4096xf32>
+  %w2 = nn.constant dense_resource<w2> : tensor<8x4096x2048xf32>
+  %h = nn.matmul %x, %w1 : (tensor<1x4096x2048xf32>, tensor<8x2048x4096xf32>) -> tensor<8x4096x4096xf32>
+  %a = nn.softmax %h axis = 1 : tensor<8x4096x4096xf32>
+  %y = nn.matmul %a, %w2 : (tensor<8x4096x4096xf32>, tensor<8x4096x2048xf32>) -> tensor<8x4096x2048xf32>
+  %s = nn.reduce sum %y axes = [0] : tensor<8x4096x2048xf32> -> tensor<4096x2048xf32>
+  return %s : tensor<4096x2048xf32>
+}
