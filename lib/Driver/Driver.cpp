@@ -106,19 +106,6 @@ std::vector<std::string> describeWeights(func::FuncOp main) {
   return lines;
 }
 
-/// The weight constant `value` reads (through the strategy's annotations,
-/// transposes and reshapes), or null.
-nn::ConstantOp weightOf(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    if (auto constant = dyn_cast<nn::ConstantOp>(def))
-      return nn::isWeight(constant.getValue()) ? constant : nn::ConstantOp();
-    if (!isa<dist::AnnotateOp, nn::TransposeOp, nn::ReshapeOp>(def))
-      return {};
-    value = def->getOperand(0);
-  }
-  return {};
-}
-
 /// The bytes of `value` on one rank of the axes other than `tp` that its
 /// `sharding` splits it over (what the tp group shares).
 double bytesOverOtherAxes(Value value, dist::ShardingAttr sharding,
@@ -154,7 +141,8 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
     return llvm::is_contained(s.getAxesOfDim(d), tp);
   };
   main.walk([&](nn::MatmulOp matmul) {
-    nn::ConstantOp weight = weightOf(matmul.getRhs());
+    nn::ConstantOp weight =
+        dist::getWeightConstant(matmul.getRhs(), /*throughDequantize=*/false);
     if (!weight)
       return;
     dist::ShardingAttr rhs = dist::getValueSharding(matmul.getRhs(), mesh);

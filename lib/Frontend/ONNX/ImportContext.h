@@ -235,6 +235,11 @@ private:
   std::map<std::string, std::vector<OpEntry>, std::less<>> entries;
 };
 
+/// An nn.constant of integer `type` holding `values` (one value: that
+/// value everywhere).
+Value intConstant(NodeContext &ctx, RankedTensorType type,
+                  ArrayRef<int64_t> values);
+
 /// The k largest (or smallest) elements of `x` along `axis` and their
 /// positions (i64), sorted, equal values by lower position first, NaN
 /// above every number (OpsTransformer.cpp, TopK). 1 <= k <= the axis's

@@ -46,17 +46,6 @@ Value fromHeads(NodeContext &ctx, Value x) {
   return reshape(ctx, t, {s[0], s[2], s[1] * s[3]});
 }
 
-/// A constant of `type` holding `values` (integers) or `value` everywhere.
-Value intConstant(NodeContext &ctx, RankedTensorType type,
-                  ArrayRef<int64_t> values) {
-  SmallVector<APInt> bits;
-  for (int64_t v : values)
-    bits.push_back(APInt(type.getElementTypeBitWidth(), v, /*isSigned=*/true));
-  return nn::ConstantOp::create(
-      ctx.getBuilder(), ctx.getLoc(),
-      cast<ElementsAttr>(DenseElementsAttr::get(type, bits)));
-}
-
 /// Rows `[first, first + count)` of a rotary cache `[max, r/2]`, as nn.rope
 /// reads them: `[1, count, r/2]`. The rows must exist.
 FailureOr<Value> cacheRows(NodeContext &ctx, Value cache, int64_t first,
@@ -564,8 +553,15 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                                         ValueRange{pastValue, v}, uint64_t(2));
   }
 
-  // Lengths given as constants (initializers) are checked now, by the
-  // rule the gather below applies at run time.
+  // Keys a row may see: j <= seqlens_k[b]. The row's lengths must describe
+  // the contiguous cache: low <= seqlens_k[b] <= total - 1, where low is
+  // total - 1 after a first prompt (unless serving writes each row at its
+  // own position: then sequence - 1), else 0; and total_sequence_length
+  // must equal total. Lengths given as constants (initializers) are
+  // checked now; others at run time, where a row that breaks the rule
+  // picks index 1 of a one-entry table, which the gather refuses.
+  bool exact = past > 0 && !firstSlot;
+  int64_t low = exact ? total - 1 : (firstSlot ? seq - 1 : 0);
   if (const HostTensor *given = ctx.getConstant(5),
       *givenTotal = ctx.getConstant(6);
       given && givenTotal) {
@@ -573,8 +569,6 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
       return ctx.emitError()
              << "GroupQueryAttention total_sequence_length is "
              << givenTotal->getAsInt(0) << ", but past + sequence is " << total;
-    bool exact = past > 0 && !firstSlot;
-    int64_t low = exact ? total - 1 : (firstSlot ? seq - 1 : 0);
     for (int64_t row = 0; row < batch; ++row) {
       int64_t length = given->getAsInt(row);
       if (length < low || length > total - 1)
@@ -587,13 +581,6 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
                << " (a contiguous cache of " << total << " positions)";
     }
   }
-
-  // Keys a row may see: j <= seqlens_k[b]. The row's lengths must describe
-  // the contiguous cache: 0 <= seqlens_k[b] <= total - 1, equal to it
-  // after a first prompt (unless serving writes each row at its own
-  // position: then at least sequence - 1), and total_sequence_length equal
-  // to total; a row that breaks this picks index 1 of a one-entry table,
-  // which the gather refuses at run time.
   auto i32 = b.getI32Type(), i1 = b.getI1Type();
   auto rowType = RankedTensorType::get({batch, 1}, i32);
   auto scalar = [&](int64_t x) {
@@ -604,12 +591,8 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
     return nn::CompareOp::create(b, loc, type.clone(i1), direction, lhs, rhs);
   };
   Value ok = nn::AndOp::create(
-      b, loc,
-      compare(nn::CompareDirection::GE, lengths,
-              scalar(firstSlot ? seq - 1 : 0), rowType),
-      compare(past > 0 && !firstSlot ? nn::CompareDirection::EQ
-                                     : nn::CompareDirection::LE,
-              lengths, scalar(total - 1), rowType));
+      b, loc, compare(nn::CompareDirection::GE, lengths, scalar(low), rowType),
+      compare(nn::CompareDirection::LE, lengths, scalar(total - 1), rowType));
   ok = nn::AndOp::create(
       b, loc, ok,
       compare(nn::CompareDirection::EQ, reshape(ctx, totalLength, {1, 1}),

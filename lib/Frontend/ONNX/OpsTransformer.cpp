@@ -621,11 +621,9 @@ Value iotaAlong(NodeContext &ctx, int64_t rank, int64_t axis, int64_t n) {
   SmallVector<int64_t> positions(n);
   for (int64_t i = 0; i < n; ++i)
     positions[i] = i;
-  return nn::ConstantOp::create(
-      ctx.getBuilder(), ctx.getLoc(),
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get(shape, ctx.getBuilder().getI64Type()),
-          ArrayRef(positions))));
+  return intConstant(
+      ctx, RankedTensorType::get(shape, ctx.getBuilder().getI64Type()),
+      positions);
 }
 
 /// ArgMax and ArgMin (CLIP's pooler: the position of the end-of-text
@@ -852,11 +850,8 @@ LogicalResult oneHotHandler(NodeContext &ctx) {
   Value index = indices;
   if (!indexElement.isSignlessInteger(64))
     index = nn::CastOp::create(b, loc, indexType.clone(i64), indices);
-  auto scalar = [&](int64_t value) -> Value {
-    return nn::ConstantOp::create(b, loc,
-                                  cast<ElementsAttr>(DenseElementsAttr::get(
-                                      RankedTensorType::get({}, i64),
-                                      b.getI64IntegerAttr(value).getValue())));
+  auto scalar = [&](int64_t value) {
+    return intConstant(ctx, RankedTensorType::get({}, i64), {value});
   };
   auto indexI64 = indexType.clone(i64);
   Value negative =
@@ -1055,6 +1050,17 @@ LogicalResult rotaryHandler(NodeContext &ctx) {
 
 } // namespace
 
+Value mlir::partita::onnx_import::intConstant(NodeContext &ctx,
+                                              RankedTensorType type,
+                                              ArrayRef<int64_t> values) {
+  SmallVector<APInt> bits;
+  for (int64_t v : values)
+    bits.push_back(APInt(type.getElementTypeBitWidth(), v, /*isSigned=*/true));
+  return nn::ConstantOp::create(
+      ctx.getBuilder(), ctx.getLoc(),
+      cast<ElementsAttr>(DenseElementsAttr::get(type, bits)));
+}
+
 std::pair<Value, Value>
 mlir::partita::onnx_import::buildTopK(NodeContext &ctx, Value x, int64_t axis,
                                       int64_t k, bool largest) {
@@ -1073,10 +1079,7 @@ mlir::partita::onnx_import::buildTopK(NodeContext &ctx, Value x, int64_t axis,
   Value iota = iotaAlong(ctx, rank, axis, n);
   if (!iota)
     return {};
-  Value none = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(
-          RankedTensorType::get({}, i64), b.getI64IntegerAttr(n).getValue())));
+  Value none = intConstant(ctx, RankedTensorType::get({}, i64), {n});
   bool isFloat = isa<FloatType>(element);
   Value nan;
   if (isFloat)

@@ -1153,23 +1153,6 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
   return success();
 }
 
-/// The weight constant a matmul's weight operand reads through layout
-/// changes and dequantization, or null.
-static nn::ConstantOp weightConstant(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    if (auto constant = dyn_cast<nn::ConstantOp>(def))
-      return nn::isWeight(constant.getValue()) ? constant : nn::ConstantOp();
-    if (auto dequantize = dyn_cast<nn::DequantizeOp>(def)) {
-      value = dequantize.getPacked();
-      continue;
-    }
-    if (!isa<AnnotateOp, nn::TransposeOp, nn::ReshapeOp>(def))
-      return {};
-    value = def->getOperand(0);
-  }
-  return {};
-}
-
 namespace {
 /// A matmul weight the split search places: its candidate dimensions
 /// (the weight's columns and rows, and the batch dimensions of a stacked
@@ -1228,7 +1211,7 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
   propagateShardings(func, mesh);
   SmallVector<SearchedWeight> searched;
   func.walk([&](nn::MatmulOp matmul) {
-    if (pinned.contains({matmul, 1u}) || !weightConstant(matmul.getRhs()))
+    if (pinned.contains({matmul, 1u}) || !getWeightConstant(matmul.getRhs()))
       return;
     ShardingAttr held = getValueSharding(matmul.getRhs(), mesh);
     for (int64_t d = 0; d < held.getRank(); ++d)
@@ -1339,7 +1322,7 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
                            DictionaryAttr::get(context, costs));
     // A split is the search's doing: the report says why.
     if (best[index] != kWhole) {
-      std::string name = weightName(weightConstant(weight.matmul.getRhs()));
+      std::string name = weightName(getWeightConstant(weight.matmul.getRhs()));
       remarks.push_back(StringAttr::get(
           context, "weight '" + name + "', which no role splits, is split by " +
                        nameOf(best[index]) + " over " + tpAxis +

@@ -219,6 +219,22 @@ FactorAxes dist::inferAssignment(const ShardingRule &rule,
   return assignment;
 }
 
+nn::ConstantOp dist::getWeightConstant(Value value, bool throughDequantize) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (auto constant = dyn_cast<nn::ConstantOp>(def))
+      return nn::isWeight(constant.getValue()) ? constant : nn::ConstantOp();
+    if (auto dequantize = dyn_cast<nn::DequantizeOp>(def);
+        dequantize && throughDequantize) {
+      value = dequantize.getPacked();
+      continue;
+    }
+    if (!isa<AnnotateOp, nn::TransposeOp, nn::ReshapeOp>(def))
+      return {};
+    value = def->getOperand(0);
+  }
+  return {};
+}
+
 ShardingAttr dist::getOperandNeed(const ShardingRule &rule, unsigned index,
                                   const FactorAxes &assignment, MeshOp mesh) {
   ShardingAttr need =

@@ -19,6 +19,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "partita/Analysis/Cluster.h"
 #include "partita/Dialect/Dist/IR/DistOps.h"
+#include "partita/Dialect/NN/IR/NNOps.h"
 #include "partita/Dialect/NN/IR/ShardingRule.h"
 
 #include <string>
@@ -108,6 +109,11 @@ FactorAxes inferAssignment(const ShardingRule &rule,
 /// `dist.sharding`, a result's entry of its op's `dist.shardings`, a
 /// dist.annotate's or dist.reshard's own; replicated when none is recorded.
 ShardingAttr getValueSharding(Value value, MeshOp mesh);
+
+/// The weight constant `value` reads through the strategy's annotations,
+/// transposes and reshapes (and, with `throughDequantize`, a packed
+/// weight's dequantization), or null.
+nn::ConstantOp getWeightConstant(Value value, bool throughDequantize = true);
 
 /// Propagates the shardings `func`'s annotations give to every value and
 /// records them (`dist.sharding` on arguments and results, `dist.shardings`
