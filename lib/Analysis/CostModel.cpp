@@ -56,6 +56,14 @@ double attentionGradFlops(nn::AttentionGradOp op) {
   return op.getCausal() ? flops * causalShare(op) : flops;
 }
 
+/// The routed work of nn.moe: per (token, slot), the expert's products,
+/// its activation, and the weighted add.
+double moeFlops(nn::MoeOp op) {
+  double slots = elementsOf(op.getExpertIds());
+  double hidden = op.getInput().getType().getDimSize(1);
+  return op.getProductFlops() + slots * (8.0 * op.getFfnSize() + 2.0 * hidden);
+}
+
 } // namespace
 
 int64_t mlir::partita::tensorBytes(Type type) {
@@ -75,6 +83,13 @@ OpCost mlir::partita::estimateCost(Operation *op) {
     return cost;
   for (Value operand : op->getOperands())
     cost.bytes += bytesOf(operand.getType());
+  if (auto moe = dyn_cast<nn::MoeOp>(op)) {
+    // Only the experts some slot reaches are read: at most T * k of them.
+    double experts = moe.getNumExperts();
+    double reached = std::min(experts, double(elementsOf(moe.getExpertIds())));
+    for (Value weight : moe->getOperands().drop_front(3))
+      cost.bytes -= bytesOf(weight.getType()) * (1.0 - reached / experts);
+  }
   for (Value result : op->getResults())
     cost.bytes += bytesOf(result.getType());
   double out = op->getNumResults() ? elementsOf(op->getResult(0)) : 0;
@@ -90,6 +105,7 @@ OpCost mlir::partita::estimateCost(Operation *op) {
           .Case(
               [](nn::AttentionPartialOp a) { return attentionFlops(a, false); })
           .Case([](nn::AttentionGradOp a) { return attentionGradFlops(a); })
+          .Case([](nn::MoeOp m) { return moeFlops(m); })
           .Case<nn::LayerNormOp, nn::RmsNormOp, nn::SoftmaxOp,
                 nn::LogSoftmaxOp>([&](Operation *) { return 8 * out; })
           .Case<nn::GeluOp, nn::SiluOp, nn::ErfOp, nn::TanhOp, nn::ExpOp,

@@ -508,6 +508,9 @@ ModelSummary mlir::partita::summarizeModel(func::FuncOp global) {
       summary.flops += 2 * result.getNumElements() *
                        matmul.getLhs().getType().getShape().back();
     }
+    // A mixture of experts' products: the routed experts' only.
+    if (auto moe = dyn_cast<nn::MoeOp>(op))
+      summary.flops += static_cast<int64_t>(moe.getProductFlops());
   });
   return summary;
 }

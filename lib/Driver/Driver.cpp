@@ -246,6 +246,35 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
     searched();
     lines.push_back(line);
   });
+  // A mixture of experts' weights: split by experts, by each expert's
+  // features, or whole; with the split search's estimates.
+  main.walk([&](nn::MoeOp moe) {
+    auto costs = moe->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr);
+    for (Value operand : moe->getOperands().drop_front(3)) {
+      nn::ConstantOp weight =
+          dist::getWeightConstant(operand, /*throughDequantize=*/false);
+      if (!weight)
+        continue;
+      dist::ShardingAttr held = dist::getValueSharding(operand, mesh);
+      std::string chosen = "whole";
+      for (int64_t d = 0; d < held.getRank(); ++d)
+        if (has(held, d))
+          chosen = d == 0 ? "experts" : "features";
+      std::string line;
+      llvm::raw_string_ostream os(line);
+      os << "  " << nn::getWeightName(weight.getValue()) << "  " << chosen
+         << "  (an expert weight of nn.moe)";
+      if (costs) {
+        os << "  {chosen by the estimated step on one device:";
+        for (NamedAttribute cost : costs)
+          if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
+            os << " " << cost.getName().getValue() << " "
+               << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
+        os << "}";
+      }
+      lines.push_back(line);
+    }
+  });
   return lines;
 }
 
@@ -717,6 +746,8 @@ LogicalResult ProgramCompiler::lowerRanks(CompiledModule &compiled) {
     OwningOpRef<ModuleOp> planned = compiled.module->clone();
     ExecPipelineOptions exec;
     exec.rank = rank;
+    exec.expandMoe =
+        options.target == Target::CUDA || options.emit == EmitStage::CUDA;
     if (failed(runStage(*planned, options, lowerTiming,
                         "Rank " + std::to_string(rank),
                         [&](PassManager &pm) { buildExecPipeline(pm, exec); })))
@@ -1133,6 +1164,8 @@ mlir::partita::describePipeline(MLIRContext &context,
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     ExecPipelineOptions exec;
     exec.rank = rank;
+    exec.expandMoe =
+        options.target == Target::CUDA || options.emit == EmitStage::CUDA;
     PassManager pm(&context, ModuleOp::getOperationName());
     buildExecPipeline(pm, exec);
     os << "// --emit exec of rank " << rank << ", on " << previous

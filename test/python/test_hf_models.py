@@ -101,12 +101,17 @@ def family(name):
 @pytest.mark.parametrize("name", FILES)
 def test_hf_fixture_attention_raised(name):
     """Every layer's attention is one nn.attention; no softmax is left but
-    a mixture of experts' router, over the experts."""
+    a mixture of experts' router, over the experts, and its experts are one
+    nn.moe."""
     raised = emit_nn(name)
     layers = 2
     assert raised.count("nn.attention ") == layers, raised
     softmaxes = [line for line in raised.splitlines() if "nn.softmax" in line]
     if family(name) in MOE:
+        # The batched experts are raised: one nn.moe per layer, and no
+        # gather of expert weights is left.
+        assert raised.count("nn.moe ") == layers, raised
+        assert "nn.gather" not in raised, raised
         assert len(softmaxes) == layers, softmaxes
         assert all(line.endswith(f"x{EXPERTS}xf32>") for line in softmaxes), \
             softmaxes

@@ -34,7 +34,11 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
                     %pos: tensor<4xi64>,
                     %cs: tensor<1x4x8xf32>, %slot: tensor<1xi64>,
                     %pa: tensor<2x64xf32>, %pq: tensor<32x4x8xi8>,
-                    %ps: tensor<32x4xf32>, %pz: tensor<32x2xi8>) {
+                    %ps: tensor<32x4xf32>, %pz: tensor<32x2xi8>,
+                    %tok: tensor<6x8xf32>, %eids: tensor<6x2xi64>,
+                    %ew: tensor<6x2xf32>, %fc1: tensor<4x12x8xf32>,
+                    %fc2: tensor<4x8x12xf32>, %fc3: tensor<4x12x8xf32>,
+                    %eb: tensor<4x12xf32>) {
   %c = nn.constant {expected = "() -> ([i, j]) {i=4, j=8}"} dense<1.0> : tensor<4x8xf32>
   %add = nn.add %a, %row {expected = "([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %sub = nn.sub %a, %a {expected = "([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}"} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
@@ -82,6 +86,7 @@ func.func @every_op(%a: tensor<2x8x16xf32>, %row: tensor<16xf32>,
   %ag:3 = nn.attention_grad %q, %kv, %kv mask %mask out %q dout %q {expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, 1, 1, m], [i, jk, l, o], [i, jk, l, o]) -> ([i, jk, l, n], [i, j, m, n], [i, j, m, o]) {i=2, j=2, k=4 reduction, l=4 reduction, m=4 opaque, n=16 opaque, o=16 reduction}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x1x1x4xi1>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
   %agc:3 = nn.attention_grad %q, %kv, %kv out %q dout %q {causal, expected = "([i, jk, l, n], [i, j, m, n], [i, j, m, o], [i, jk, l, o], [i, jk, l, o]) -> ([i, jk, l, n], [i, j, m, n], [i, j, m, o]) {i=2, j=2, k=4 reduction, l=4 opaque, m=4 opaque, n=16 opaque, o=16 reduction}"} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
   %rope = nn.rope %q, %cs, %cs {interleaved, expected = "([i, j, k, l], [1, k, m], [1, k, m]) -> ([i, j, k, l]) {i=2, j=8, k=4, l=16 opaque, m=8 opaque}"} : (tensor<2x8x4x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> tensor<2x8x4x16xf32>
+  %moe = nn.moe swiglu %tok, %eids, %ew experts(%fc1, %fc2, %fc3) fc1_bias %eb fc3_bias %eb {expected = "([i, l], [i, j], [i, j], [k, n, l], [k, m, n], [k, n, l], [k, n], [k, n]) -> ([i, m]) {i=6, j=2 opaque, k=4 lookup, l=8 opaque, m=8, n=12 lookup}"} : (tensor<6x8xf32>, tensor<6x2xi64>, tensor<6x2xf32>, tensor<4x12x8xf32>, tensor<4x8x12xf32>, tensor<4x12x8xf32>, tensor<4x12xf32>, tensor<4x12xf32>) -> tensor<6x8xf32>
   %kvw = nn.kv_cache_write %q, %q, %slot axis = 2 {expected = "([i, j, k, m], [i, j, l, m], [1]) -> ([i, j, k, m]) {i=2, j=8, k=4 opaque, l=4 opaque, m=16}"} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<1xi64>) -> tensor<2x8x4x16xf32>
   %emb = nn.embedding %table, %ids {expected = "([i, l], [j, k]) -> ([j, k, l]) {i=100 lookup, j=2, k=8, l=16}"} : (tensor<100x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
   %g = nn.gather %a, %ids axis = 1 {expected = "([i, j, m], [k, l]) -> ([i, k, l, m]) {i=2, j=8 lookup, k=2, l=8, m=16}"} : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<2x2x8x16xf32>

@@ -17,6 +17,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "partita/Dialect/NN/IR/NNOps.h"
+#include "llvm/ADT/StringSwitch.h"
 
 #include <cmath>
 #include <limits>
@@ -769,19 +770,14 @@ FailureOr<Value> packedBytes(NodeContext &ctx, unsigned i, StringRef what,
 
 /// com.microsoft.MoE (onnxruntime's fused mixture of experts): the router's
 /// softmax over the experts and its top k (renormalized to sum 1 with
-/// normalize_routing_weights), then every expert's MLP, each token's
-/// result the sum of its k experts' outputs weighted by their routing
-/// weights. Written densely: every expert computes every token (a batched
-/// matmul over the experts' stacked weights, read transposed: no copy),
-/// and a token's result takes only its routed experts, by `where`, so
-/// an expert's output on a token it was not routed never enters (not even
-/// an inf times zero). The expert dimension is what raising to a sparse
-/// dispatch will split (docs/frontend.md). Activations: relu, gelu (the
-/// tanh approximation, as onnxruntime computes it),
-/// silu, identity and swiglu (gate and up unfused with fc3, interleaved,
-/// or concatenated; activation_alpha, activation_beta, swiglu_limit).
-/// Refused: the sparse mixer, CUDA's relu2 and geglu, and a limit after
-/// the activation (CUDA only).
+/// normalize_routing_weights), then nn.moe: each token's k experts' MLPs,
+/// weighted by their routing weights, on the stacked `[E, out, in]`
+/// weights as the model stores them. Activations: relu, gelu (the tanh
+/// approximation, as onnxruntime computes it), silu, identity and swiglu
+/// (gate and up unfused with fc3, interleaved, or concatenated;
+/// activation_alpha, activation_beta, swiglu_limit). Refused: the sparse
+/// mixer, CUDA's relu2 and geglu, and a limit after the activation (CUDA
+/// only).
 LogicalResult moeHandler(NodeContext &ctx) {
   Value input = ctx.getInput(0), router = ctx.getInput(1);
   Value fc1 = ctx.getInput(2), fc2 = ctx.getInput(4);
@@ -860,14 +856,7 @@ LogicalResult moeHandler(NodeContext &ctx) {
 
   OpBuilder &b = ctx.getBuilder();
   Location loc = ctx.getLoc();
-  auto scalar = [&](double value) -> Value {
-    return nn::ConstantOp::create(b, loc,
-                                  cast<ElementsAttr>(DenseElementsAttr::get(
-                                      RankedTensorType::get({}, element),
-                                      b.getFloatAttr(element, value))));
-  };
-  // Routing: softmax, top k, renormalized; each token's weight per expert
-  // (zero outside its k) and whether it was routed there.
+  // Routing: softmax, top k, renormalized.
   Value probabilities =
       nn::SoftmaxOp::create(b, loc, routerType, router, int64_t(1));
   auto [weights, chosen] = buildTopK(ctx, probabilities, 1, k, true);
@@ -880,108 +869,32 @@ LogicalResult moeHandler(NodeContext &ctx) {
                                        ArrayRef<int64_t>{1}, true);
     weights = nn::DivOp::create(b, loc, weights, total);
   }
-  SmallVector<int64_t> ids(experts);
-  for (int64_t e = 0; e < experts; ++e)
-    ids[e] = e;
-  auto i64 = b.getI64Type();
-  Value iota = intConstant(ctx, RankedTensorType::get({1, experts}, i64), ids);
-  auto gridType = routerType.clone({tokens, experts});
-  Value gate =
-      nn::ConstantOp::create(b, loc,
-                             cast<ElementsAttr>(DenseElementsAttr::get(
-                                 gridType, b.getFloatAttr(element, 0.0))));
-  Value routed = nn::ConstantOp::create(
-      b, loc,
-      cast<ElementsAttr>(DenseElementsAttr::get(gridType.clone(b.getI1Type()),
-                                                b.getBoolAttr(false))));
-  for (int64_t j = 0; j < k; ++j) {
-    auto column = [&](Value v) {
-      return nn::SliceOp::create(
-          b, loc, typeOf(v).clone({tokens, 1}), v, ArrayRef<int64_t>{0, j},
-          ArrayRef<int64_t>{tokens, j + 1}, ArrayRef<int64_t>{1, 1});
-    };
-    Value hit =
-        nn::CompareOp::create(b, loc, gridType.clone(b.getI1Type()),
-                              nn::CompareDirection::EQ, iota, column(chosen));
-    gate = nn::WhereOp::create(b, loc, gridType, hit, column(weights), gate);
-    routed = nn::OrOp::create(b, loc, routed, hit);
-  }
-
-  // Every expert on every token: [1, T, H] x [E, H, F] -> [E, T, F].
-  Value x = reshape(ctx, input, {1, tokens, hidden});
-  auto apply = [&](Value lhs, Value weight, Value bias) -> Value {
-    auto w = typeOf(weight);
-    int64_t out = w.getDimSize(1), in = w.getDimSize(2);
-    Value read = nn::TransposeOp::create(b, loc, w.clone({experts, in, out}),
-                                         weight, ArrayRef<int64_t>{0, 2, 1});
-    Value product = nn::MatmulOp::create(
-        b, loc, w.clone({experts, tokens, out}), lhs, read, Value());
-    if (bias)
-      product = nn::AddOp::create(b, loc, product,
-                                  reshape(ctx, bias, {experts, 1, out}));
-    return product;
-  };
-  Value h = apply(x, fc1, bias1);
-  auto hType = typeOf(h);
-  Value act;
-  if (activation == "relu") {
-    act = nn::ReluOp::create(b, loc, h);
-  } else if (activation == "gelu") {
-    act = nn::GeluOp::create(b, loc, h, nn::GeluApproximation::Tanh);
-  } else if (activation == "silu") {
-    act = nn::SiluOp::create(b, loc, h);
-  } else if (activation == "identity") {
-    act = h;
-  } else {
-    auto half = hType.clone({experts, tokens, inter});
-    Value g = h, l;
-    auto slice = [&](int64_t start, int64_t limit, int64_t stride) {
-      return nn::SliceOp::create(b, loc, half, h,
-                                 ArrayRef<int64_t>{0, 0, start},
-                                 ArrayRef<int64_t>{experts, tokens, limit},
-                                 ArrayRef<int64_t>{1, 1, stride});
-    };
-    if (fusion == 1) {
-      g = slice(0, fused, 2);
-      l = slice(1, fused, 2);
-    } else if (fusion == 2) {
-      g = slice(0, inter, 1);
-      l = slice(inter, fused, 1);
-    } else {
-      l = apply(x, fc3, bias3);
-    }
+  nn::MoeActivation kind = llvm::StringSwitch<nn::MoeActivation>(activation)
+                               .Case("relu", nn::MoeActivation::Relu)
+                               .Case("gelu", nn::MoeActivation::GeluTanh)
+                               .Case("silu", nn::MoeActivation::Silu)
+                               .Case("identity", nn::MoeActivation::Identity)
+                               .Default(nn::MoeActivation::Swiglu);
+  Value x = reshape(ctx, input, {tokens, hidden});
+  auto moe = nn::MoeOp::create(
+      b, loc, typeOf(x), x, chosen, weights, fc1, fc2, fc3, bias1, bias2, bias3,
+      kind, swiglu && fusion == 1, FloatAttr(), FloatAttr(), FloatAttr());
+  if (swiglu) {
+    moe.setAlphaAttr(
+        b.getF32FloatAttr(ctx.getAttrFloat("activation_alpha", 1.0)));
+    moe.setBetaAttr(
+        b.getF32FloatAttr(ctx.getAttrFloat("activation_beta", 0.0)));
     if (llvm::any_of(ctx.getNode().attribute(), [](const auto &attribute) {
           return attribute.name() == "swiglu_limit";
         })) {
-      double limit = ctx.getAttrFloat("swiglu_limit", 0);
-      g = nn::MinOp::create(b, loc, g, scalar(limit));
-      l = nn::MaxOp::create(b, loc, nn::MinOp::create(b, loc, l, scalar(limit)),
-                            scalar(-limit));
+      float limit = ctx.getAttrFloat("swiglu_limit", 0);
+      if (!(limit > 0))
+        return ctx.emitError()
+               << "MoE's swiglu_limit must be positive, got " << limit;
+      moe.setLimitAttr(b.getF32FloatAttr(limit));
     }
-    double alpha = ctx.getAttrFloat("activation_alpha", 1.0);
-    double beta = ctx.getAttrFloat("activation_beta", 0.0);
-    Value sig = nn::SigmoidOp::create(
-        b, loc, nn::MulOp::create(b, loc, g, scalar(alpha)));
-    act = nn::MulOp::create(b, loc, nn::MulOp::create(b, loc, g, sig),
-                            nn::AddOp::create(b, loc, l, scalar(beta)));
   }
-  Value y = apply(act, fc2, bias2);
-  // Each token's routed experts, weighted, summed over the experts.
-  auto perExpert = [&](Value v) {
-    return reshape(ctx,
-                   nn::TransposeOp::create(b, loc,
-                                           typeOf(v).clone({experts, tokens}),
-                                           v, ArrayRef<int64_t>{1, 0}),
-                   {experts, tokens, 1});
-  };
-  auto yType = typeOf(y);
-  Value weighted = nn::MulOp::create(b, loc, y, perExpert(gate));
-  Value kept = nn::WhereOp::create(b, loc, yType, perExpert(routed), weighted,
-                                   scalar(0));
-  Value sum = nn::ReduceOp::create(b, loc, yType.clone({1, tokens, hidden}),
-                                   nn::ReduceKind::Sum, kept,
-                                   ArrayRef<int64_t>{0}, true);
-  ctx.setOutput(0, reshape(ctx, sum, inputType.getShape()));
+  ctx.setOutput(0, reshape(ctx, moe, inputType.getShape()));
   return success();
 }
 

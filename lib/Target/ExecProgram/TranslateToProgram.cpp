@@ -187,6 +187,21 @@ void mlir::partita::setKernelAttributes(
       .Case([&](nn::RopeOp o) {
         m["interleaved"] = boolAttr(o.getInterleaved());
       })
+      .Case([&](nn::MoeOp o) {
+        m["activation"] =
+            stringAttr(nn::stringifyMoeActivation(o.getActivation()));
+        m["interleaved"] = boolAttr(o.getInterleaved());
+        if (std::optional<APFloat> alpha = o.getAlpha())
+          m["alpha"] = floatAttr(alpha->convertToDouble());
+        if (std::optional<APFloat> beta = o.getBeta())
+          m["beta"] = floatAttr(beta->convertToDouble());
+        if (std::optional<APFloat> limit = o.getLimit())
+          m["limit"] = floatAttr(limit->convertToDouble());
+        m["has_fc3"] = boolAttr(static_cast<bool>(o.getFc3()));
+        m["has_fc1_bias"] = boolAttr(static_cast<bool>(o.getFc1Bias()));
+        m["has_fc2_bias"] = boolAttr(static_cast<bool>(o.getFc2Bias()));
+        m["has_fc3_bias"] = boolAttr(static_cast<bool>(o.getFc3Bias()));
+      })
       .Case([&](nn::GatherOp o) { m["axis"] = intAttr(o.getAxis()); })
       .Case([&](nn::TransposeOp o) {
         m["permutation"] = intsAttr(o.getPermutation());

@@ -194,6 +194,7 @@ KernelFn hostKernel(const OpInfo &op) {
       {"attention_partial", runAttentionPartial},
       {"attention_grad", runAttentionGrad},
       {"rope", runRope},
+      {"moe", runMoe},
       {"embedding", runEmbedding},
       {"gather", runGather},
       {"transpose", runTranspose},

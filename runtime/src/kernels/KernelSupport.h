@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // Hot loops get an AVX2+FMA clone chosen at load time (an ifunc), so one
@@ -293,6 +294,38 @@ inline int64_t grainFor(int64_t itemCost, int64_t targetWork = 32768) {
   return std::max<int64_t>(1, targetWork / std::max<int64_t>(1, itemCost));
 }
 
+template <typename T>
+PARTITA_HOT void widenRun(const T *__restrict src, int64_t n,
+                          float *__restrict dst) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = loadFloat(src[i]);
+}
+
+/// An fp32 view of a float tensor: the tensor itself, or a widened copy.
+template <typename T> struct Fp32 {
+  std::unique_ptr<float[]> owned;
+  const float *data = nullptr;
+
+  Fp32(ThreadPool &pool, const Tensor &t) {
+    if constexpr (std::is_same_v<T, float>) {
+      data = t.as<float>();
+    } else {
+      int64_t n = t.numElements();
+      owned.reset(new float[std::max<int64_t>(n, 1)]);
+      const T *src = t.as<T>();
+      float *dst = owned.get();
+      pool.parallelFor(n, grainFor(1, 1 << 16), [&](int64_t b, int64_t e) {
+        widenRun(src + b, e - b, dst + b);
+      });
+      data = dst;
+    }
+  }
+};
+
+/// Keeps OpenBLAS at one thread, for kernels that call cblas (MatMul.cpp
+/// says why).
+void useSingleThreadedBlas();
+
 //===----------------------------------------------------------------------===//
 // Kernels
 //===----------------------------------------------------------------------===//
@@ -341,6 +374,7 @@ Status runAttention(KernelContext &ctx);
 Status runAttentionPartial(KernelContext &ctx);
 Status runAttentionGrad(KernelContext &ctx);
 Status runRope(KernelContext &ctx);
+Status runMoe(KernelContext &ctx);
 Status runEmbedding(KernelContext &ctx);
 Status runGather(KernelContext &ctx);
 Status runTranspose(KernelContext &ctx);

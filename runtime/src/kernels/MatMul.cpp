@@ -58,39 +58,11 @@ namespace partita::runtime::kernels {
 namespace {
 
 template <typename T>
-PARTITA_HOT void widenRun(const T *__restrict src, int64_t n,
-                          float *__restrict dst) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = loadFloat(src[i]);
-}
-
-template <typename T>
 PARTITA_HOT void narrowRun(const float *__restrict src, int64_t n,
                            T *__restrict dst) {
   for (int64_t i = 0; i < n; ++i)
     dst[i] = storeFloat<T>(src[i]);
 }
-
-/// An fp32 view of a float tensor: the tensor itself, or a widened copy.
-template <typename T> struct Fp32 {
-  std::unique_ptr<float[]> owned;
-  const float *data = nullptr;
-
-  Fp32(ThreadPool &pool, const Tensor &t) {
-    if constexpr (std::is_same_v<T, float>) {
-      data = t.as<float>();
-    } else {
-      int64_t n = t.numElements();
-      owned.reset(new float[std::max<int64_t>(n, 1)]);
-      const T *src = t.as<T>();
-      float *dst = owned.get();
-      pool.parallelFor(n, grainFor(1, 1 << 16), [&](int64_t b, int64_t e) {
-        widenRun(src + b, e - b, dst + b);
-      });
-      data = dst;
-    }
-  }
-};
 
 typedef float F32x8 __attribute__((vector_size(32)));
 
@@ -226,13 +198,6 @@ void parallelGemm(ThreadPool &pool, int64_t m, int64_t n, int64_t k,
                    });
 }
 
-/// Keeps OpenBLAS at one thread (see the file comment). Checked on every
-/// call, as code outside the runtime may have raised it since.
-void useSingleThreadedBlas() {
-  if (openblas_get_num_threads() != 1)
-    openblas_set_num_threads(1);
-}
-
 PARTITA_HOT void addBiasRun(float *__restrict c, int64_t n,
                             const float *__restrict bias) {
   for (int64_t j = 0; j < n; ++j)
@@ -299,6 +264,13 @@ Status prepareEpilogue(KernelContext &ctx, const Tensor &result,
 }
 
 } // namespace
+
+/// Keeps OpenBLAS at one thread (see the file comment). Checked on every
+/// call, as code outside the runtime may have raised it since.
+void useSingleThreadedBlas() {
+  if (openblas_get_num_threads() != 1)
+    openblas_set_num_threads(1);
+}
 
 Status runMatmul(KernelContext &ctx) {
   bool hasBias;

@@ -880,7 +880,7 @@ module attributes {dist.sequence_parallel = #dist.sequence_parallel<mode = ulyss
 // -----
 
 func.func @split_costs_not_on_a_matmul(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{attrs_c9: 'dist.split_costs' expects a dictionary of seconds by columns, rows, batch and whole on an nn.matmul, got {columns = 1.000000e+00 : f64}}}
+  // expected-error @+1 {{attrs_c9: 'dist.split_costs' expects a dictionary of seconds by columns, rows, batch and whole on an nn.matmul, or by experts, features and whole on an nn.moe, got {columns = 1.000000e+00 : f64}}}
   %y = nn.exp %x {dist.split_costs = {columns = 1.0 : f64}} : tensor<4xf32>
   return %y : tensor<4xf32>
 }
@@ -888,7 +888,7 @@ func.func @split_costs_not_on_a_matmul(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @split_costs_unknown_candidate(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4x4xf32> {
-  // expected-error @+1 {{attrs_c9: 'dist.split_costs' expects a dictionary of seconds by columns, rows, batch and whole on an nn.matmul, got {diagonal = 1.000000e+00 : f64}}}
+  // expected-error @+1 {{attrs_c9: 'dist.split_costs' expects a dictionary of seconds by columns, rows, batch and whole on an nn.matmul, or by experts, features and whole on an nn.moe, got {diagonal = 1.000000e+00 : f64}}}
   %y = nn.matmul %x, %w {dist.split_costs = {diagonal = 1.0 : f64}} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %y : tensor<4x4xf32>
 }

@@ -956,6 +956,60 @@ func.func @rope_c3(%x: tensor<2x4x8x16xf32>, %c: tensor<1x8x10xf32>) {
 
 // -----
 
+// moe_c1
+func.func @moe_c1(%x: tensor<4x8xf32>, %ids: tensor<3x2xi64>, %w: tensor<3x2xf32>, %fc1: tensor<3x16x8xf32>, %fc2: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{moe_c1: input 'tensor<4x8xf32>' must be [tokens, hidden], expert_ids 'tensor<3x2xi64>' and routing_weights 'tensor<3x2xf32>' [tokens, k] (k >= 1), the weights and the result of the input's type}}
+  %0 = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : (tensor<4x8xf32>, tensor<3x2xi64>, tensor<3x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// moe_c2
+func.func @moe_c2(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>, %w: tensor<4x2xf32>, %fc1: tensor<3x16x8xf32>, %fc2: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{moe_c2: fc1 'tensor<3x16x8xf32>' and fc2 'tensor<3x8x16xf32>' must be [E, F1, 8] and [E, 8, F] of 'f32', with F1 = 2F (a fused swiglu)}}
+  %0 = nn.moe swiglu %x, %ids, %w experts(%fc1, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// moe_c3
+func.func @moe_c3(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>, %w: tensor<4x2xf32>, %fc1: tensor<3x16x8xf32>, %fc2: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{moe_c3: alpha, beta and limit are a swiglu's, not silu's}}
+  %0 = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) {alpha = 2.0 : f32} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// moe_c3
+func.func @moe_c3_fc3(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>, %w: tensor<4x2xf32>, %fc1: tensor<3x16x8xf32>, %fc2: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{moe_c3: fc3 is the up projection of a swiglu, not of relu}}
+  %0 = nn.moe relu %x, %ids, %w experts(%fc1, %fc2, %fc1) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>, tensor<3x16x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// moe_c3
+func.func @moe_c3_limit(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>, %w: tensor<4x2xf32>, %fc1: tensor<3x32x8xf32>, %fc2: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{moe_c3: limit must be positive}}
+  %0 = nn.moe swiglu %x, %ids, %w experts(%fc1, %fc2) {limit = 0.0 : f32} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x32x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// moe_c4
+func.func @moe_c4(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>, %w: tensor<4x2xf32>, %fc1: tensor<3x16x8xf32>, %fc2: tensor<3x8x16xf32>, %b: tensor<3x8xf32>) {
+  // expected-error @+1 {{moe_c4: bias 'tensor<3x8xf32>' must be 'tensor<3x16xf32>'}}
+  %0 = nn.moe relu %x, %ids, %w experts(%fc1, %fc2) fc1_bias %b : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
 // embedding_c1
 func.func @embedding_c1(%t: tensor<100xf32>, %i: tensor<2xi64>) {
   // expected-error @+1 {{embedding_c1: table must have rank 2, got 1}}

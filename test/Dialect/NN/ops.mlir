@@ -183,3 +183,23 @@ func.func @data_movement(%t: tensor<100x16xf32>, %ids: tensor<2x8xi64>,
   %7:2 = nn.split %x axis = 2 : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x8x32xf32>
   return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @mixtures_of_experts
+func.func @mixtures_of_experts(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>,
+                               %w: tensor<4x2xf32>, %fused: tensor<3x32x8xf32>,
+                               %fc1: tensor<3x16x8xf32>,
+                               %fc2: tensor<3x8x16xf32>,
+                               %b1: tensor<3x16xf32>, %b2: tensor<3x8xf32>) {
+  // CHECK: nn.moe swiglu %{{.*}}, %{{.*}}, %{{.*}} experts(%{{.*}}, %{{.*}}) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x32x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  %0 = nn.moe swiglu %x, %ids, %w experts(%fused, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x32x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  // CHECK: nn.moe swiglu %{{.*}}, %{{.*}}, %{{.*}} experts(%{{.*}}, %{{.*}}, %{{.*}}) fc1_bias %{{.*}} fc2_bias %{{.*}} fc3_bias %{{.*}} {alpha = 1.702000e+00 : f32, beta = 1.000000e+00 : f32, limit = 7.000000e+00 : f32}
+  %1 = nn.moe swiglu %x, %ids, %w experts(%fc1, %fc2, %fc1) fc1_bias %b1 fc2_bias %b2 fc3_bias %b1 {alpha = 1.702 : f32, beta = 1.0 : f32, limit = 7.0 : f32} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>, tensor<3x16x8xf32>, tensor<3x16xf32>, tensor<3x8xf32>, tensor<3x16xf32>) -> tensor<4x8xf32>
+  // CHECK: nn.moe swiglu %{{.*}}, %{{.*}}, %{{.*}} experts(%{{.*}}, %{{.*}}) {interleaved}
+  %2 = nn.moe swiglu %x, %ids, %w experts(%fused, %fc2) {interleaved} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x32x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+  // CHECK: nn.moe gelu_tanh %{{.*}}, %{{.*}}, %{{.*}} experts(%{{.*}}, %{{.*}}) fc2_bias %{{.*}} :
+  %3 = nn.moe gelu_tanh %x, %ids, %w experts(%fc1, %fc2) fc2_bias %b2 : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+  return
+}
+

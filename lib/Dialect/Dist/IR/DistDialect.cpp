@@ -174,17 +174,24 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kSplitCostsAttr) {
     auto costs = dyn_cast<DictionaryAttr>(value);
+    StringRef opName = op->getName().getStringRef();
+    bool matmul = opName == "nn.matmul";
     bool valid =
-        costs && op->getName().getStringRef() == "nn.matmul" &&
-        llvm::all_of(costs, [](NamedAttribute entry) {
-          return llvm::is_contained({"columns", "rows", "batch", "whole"},
-                                    entry.getName().getValue()) &&
-                 isa<FloatAttr>(entry.getValue());
+        costs && (matmul || opName == "nn.moe") &&
+        llvm::all_of(costs, [&](NamedAttribute entry) {
+          StringRef key = entry.getName().getValue();
+          bool known =
+              matmul
+                  ? llvm::is_contained({"columns", "rows", "batch", "whole"},
+                                       key)
+                  : llvm::is_contained({"experts", "features", "whole"}, key);
+          return known && isa<FloatAttr>(entry.getValue());
         });
     if (!valid)
       return emitAttrError(op, attribute, 9)
              << "expects a dictionary of seconds by columns, rows, batch and "
-                "whole on an nn.matmul, got "
+                "whole on an nn.matmul, or by experts, features and whole on "
+                "an nn.moe, got "
              << value;
     return success();
   }

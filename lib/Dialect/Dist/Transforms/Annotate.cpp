@@ -1159,11 +1159,33 @@ namespace {
 /// weight, where tp divides them) and the one chosen.
 struct SearchedWeight {
   nn::MatmulOp matmul;
+  /// Or a mixture of experts, whose expert weights are placed together.
+  nn::MoeOp moe;
   SmallVector<int64_t, 2> splits;
   /// The next searched matmul its result reaches without passing another
   /// matmul, whose choice is searched jointly with this one's; -1: none.
   int partner = -1;
 };
+/// A mixture of experts' candidates, beside a matmul weight's dimensions.
+constexpr int64_t kByExperts = -3, kByFeatures = -4;
+
+/// The dimension of nn.moe's operand `index` (an expert weight or bias) that
+/// `split` (kByExperts or kByFeatures) splits; none where it stays whole
+/// (fc2's bias under a feature split).
+std::optional<int64_t> moeSplitDim(nn::MoeOp moe, unsigned index,
+                                   int64_t split) {
+  if (split == kByExperts)
+    return 0;
+  // fc2 [E, H, F]; fc1, fc3 and their biases hold the features on
+  // dimension 1; fc2's bias [E, H] has none (operands: fc1, fc2, then the
+  // optional fc3, fc1_bias, fc2_bias, fc3_bias that are present).
+  if (index == 4)
+    return 2;
+  unsigned fc2Bias = 5 + (moe.getFc3() ? 1 : 0) + (moe.getFc1Bias() ? 1 : 0);
+  if (moe.getFc2Bias() && index == fc2Bias)
+    return std::nullopt;
+  return 1;
+}
 } // namespace
 
 /// The first matmul in `searched` (its index) that `matmul`'s result
@@ -1217,7 +1239,7 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
     for (int64_t d = 0; d < held.getRank(); ++d)
       if (llvm::is_contained(held.getAxesOfDim(d), tpAxis))
         return;
-    SearchedWeight weight{matmul, {}, -1};
+    SearchedWeight weight{matmul, nn::MoeOp(), {}, -1};
     // Columns, rows, and a batch dimension of a stacked weight (a mixture
     // of experts' [E, in, out]: its experts).
     SmallVector<int64_t> dims{-1, -2};
@@ -1230,12 +1252,41 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
     if (!weight.splits.empty())
       searched.push_back(weight);
   });
+  // A mixture of experts: its experts (each device computes the slots
+  // routed to its block) or, where the activation allows, each expert's
+  // features.
+  func.walk([&](nn::MoeOp moe) {
+    SmallVector<int64_t, 2> splits;
+    for (int64_t split : {kByExperts, kByFeatures}) {
+      if (split == kByFeatures) {
+        ShardingRule rule = moe.getShardingRule();
+        unsigned features = rule.getTensor(ShardingRule::operand(4))[2].back();
+        if (rule.getFactor(features).kind == FactorKind::Opaque)
+          continue;
+      }
+      bool refused = false;
+      for (unsigned i = 3; i < moe->getNumOperands(); ++i) {
+        if (pinned.contains({moe, i}) ||
+            !getWeightConstant(moe->getOperand(i))) {
+          refused = true;
+          break;
+        }
+        if (std::optional<int64_t> dim = moeSplitDim(moe, i, split))
+          refused |= !splitRefusal(moe, i, *dim, tpAxis, "").empty();
+      }
+      if (!refused)
+        splits.push_back(split);
+    }
+    if (!splits.empty())
+      searched.push_back({nn::MatmulOp(), moe, splits, -1});
+  });
   if (searched.empty()) {
     clearShardings(func);
     return success();
   }
   for (SearchedWeight &weight : searched)
-    weight.partner = findPartner(weight.matmul, searched);
+    if (weight.matmul)
+      weight.partner = findPartner(weight.matmul, searched);
 
   // The estimate of each placement evaluated, by the chosen dimension of
   // every searched weight (kWhole: none).
@@ -1244,12 +1295,25 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
   auto asSplit = [](int64_t dim) {
     return dim == kWhole ? std::nullopt : std::optional<int64_t>(dim);
   };
+  // Annotates the weights of `weight` as `dim` places them.
+  auto place = [&](const SearchedWeight &weight, int64_t dim,
+                   SmallVectorImpl<AnnotateOp> &placed) {
+    if (weight.matmul) {
+      placed.push_back(annotateOperand(weight.matmul, 1, asSplit(dim), tpAxis));
+      return;
+    }
+    for (unsigned i = 3; i < weight.moe->getNumOperands(); ++i)
+      placed.push_back(annotateOperand(
+          weight.moe, i,
+          dim == kWhole ? std::nullopt : moeSplitDim(weight.moe, i, dim),
+          tpAxis));
+  };
   auto evaluate = [&](const std::vector<int64_t> &choice) {
     if (auto it = estimates.find(choice); it != estimates.end())
       return it->second;
     SmallVector<AnnotateOp> placed;
     for (auto [weight, dim] : llvm::zip(searched, choice))
-      placed.push_back(annotateOperand(weight.matmul, 1, asSplit(dim), tpAxis));
+      place(weight, dim, placed);
     propagateShardings(func, mesh);
     double seconds = estimateShardedCost(func, mesh, *cluster).seconds();
     for (AnnotateOp annotate : placed) {
@@ -1298,10 +1362,12 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
 
   MLIRContext *context = func.getContext();
   auto nameOf = [](int64_t dim) {
-    return dim == -1       ? "columns"
-           : dim == -2     ? "rows"
-           : dim == kWhole ? "whole"
-                           : "batch";
+    return dim == -1            ? "columns"
+           : dim == -2          ? "rows"
+           : dim == kByExperts  ? "experts"
+           : dim == kByFeatures ? "features"
+           : dim == kWhole      ? "whole"
+                                : "batch";
   };
   for (auto [index, weight] : llvm::enumerate(searched)) {
     // Each candidate with the others as chosen.
@@ -1318,24 +1384,36 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
       listed += (listed.empty() ? "" : ", ") + std::string(nameOf(dim)) + " " +
                 llvm::formatv("{0:e3}", it->second).str() + " s";
     }
-    weight.matmul->setAttr(kSplitCostsAttr,
-                           DictionaryAttr::get(context, costs));
+    Operation *op = weight.matmul ? weight.matmul.getOperation()
+                                  : weight.moe.getOperation();
+    op->setAttr(kSplitCostsAttr, DictionaryAttr::get(context, costs));
     // A split is the search's doing: the report says why.
     if (best[index] != kWhole) {
-      std::string name = weightName(getWeightConstant(weight.matmul.getRhs()));
+      std::string name =
+          weightName(getWeightConstant(op->getOperand(weight.matmul ? 1 : 3)));
       remarks.push_back(StringAttr::get(
-          context, "weight '" + name + "', which no role splits, is split by " +
+          context, (weight.matmul ? "weight '" + name + "'"
+                                  : "the experts of '" + name + "'") +
+                       ", which no role splits, " +
+                       (weight.matmul ? "is" : "are") + " split by " +
                        nameOf(best[index]) + " over " + tpAxis +
                        ": the cost model's estimate of a step is " + listed));
     }
     // Whole is pinned too, so that the plan is the one estimated (else
     // propagation could still split the weight from its neighbours).
-    if (best[index] == kWhole) {
-      pinned.insert({weight.matmul, 1u});
-      annotateOperand(weight.matmul, 1, std::nullopt, tpAxis);
-    } else if (failed(pin(weight.matmul, 1, best[index], tpAxis,
-                          "split by cost"))) {
-      return failure();
+    unsigned first = weight.matmul ? 1 : 3;
+    unsigned last = weight.matmul ? 2 : op->getNumOperands();
+    for (unsigned i = first; i < last; ++i) {
+      std::optional<int64_t> dim;
+      if (best[index] != kWhole)
+        dim = weight.matmul ? std::optional<int64_t>(best[index])
+                            : moeSplitDim(weight.moe, i, best[index]);
+      if (!dim) {
+        pinned.insert({op, i});
+        annotateOperand(op, i, std::nullopt, tpAxis);
+      } else if (failed(pin(op, i, *dim, tpAxis, "split by cost"))) {
+        return failure();
+      }
     }
   }
   if (stopped)

@@ -622,9 +622,10 @@ private:
   SmallVector<Type> localizeArguments(Block &body);
   LogicalResult partitionOp(Operation *op);
   LogicalResult partitionAnnotation(Operation *op);
-  LogicalResult partitionByRule(OpBuilder &b, Operation *op,
-                                const ShardingRule &rule,
-                                const FactorAxes &assignment);
+  LogicalResult
+  partitionByRule(OpBuilder &b, Operation *op, const ShardingRule &rule,
+                  const FactorAxes &assignment,
+                  nn::PartitionContext::LocalOperandsFn adjust = nullptr);
   /// Partial sums that flow through `op` unreduced: the operands that
   /// keep them and their axes.
   struct PassThrough {
@@ -671,6 +672,9 @@ public:
   const FactorAxes &getAssignment() override { return assignment; }
   LogicalResult partitionByRule() override {
     return p.partitionByRule(b, op, rule, assignment);
+  }
+  LogicalResult partitionByRule(LocalOperandsFn adjust) override {
+    return p.partitionByRule(b, op, rule, assignment, adjust);
   }
   Value getOperand(unsigned index, const FactorAxes &assign) override {
     ShardingAttr need =
@@ -836,9 +840,9 @@ LogicalResult Partitioner::partitionAnnotation(Operation *op) {
   return success();
 }
 
-LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
-                                           const ShardingRule &rule,
-                                           const FactorAxes &planned) {
+LogicalResult Partitioner::partitionByRule(
+    OpBuilder &b, Operation *op, const ShardingRule &rule,
+    const FactorAxes &planned, nn::PartitionContext::LocalOperandsFn adjust) {
   std::optional<PassThrough> pass = findPassThrough(op, rule, planned);
   const FactorAxes &assignment = pass ? pass->assignment : planned;
   SmallVector<Value> operands;
@@ -848,9 +852,17 @@ LogicalResult Partitioner::partitionByRule(OpBuilder &b, Operation *op,
       need = withPartialAxes(need, pass->axes);
     operands.push_back(localOperand(b, op, i, need));
   }
-  for (unsigned f = 0; f < rule.getNumFactors(); ++f)
-    if (rule.getFactor(f).kind == FactorKind::Lookup && !assignment[f].empty())
-      return partitionLookup(b, op, rule, assignment, f, operands);
+  // An op that adjusts its local operands (nn.moe) has placed its
+  // lookups itself; the others look up as partitionLookup says.
+  if (adjust) {
+    if (failed(adjust(b, operands)))
+      return failure();
+  } else {
+    for (unsigned f = 0; f < rule.getNumFactors(); ++f)
+      if (rule.getFactor(f).kind == FactorKind::Lookup &&
+          !assignment[f].empty())
+        return partitionLookup(b, op, rule, assignment, f, operands);
+  }
   // The results hold what the assignment computes: the sharding
   // propagation recorded, unless an operand arrived without the split its
   // partial sums come from (a partial operand reduced, or gathered, for

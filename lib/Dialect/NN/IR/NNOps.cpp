@@ -629,6 +629,69 @@ LogicalResult RopeOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Mixtures of experts
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoeOp::verify() {
+  RankedTensorType x = getInput().getType();
+  RankedTensorType ids = getExpertIds().getType();
+  RankedTensorType weights = getRoutingWeights().getType();
+  if (x.getRank() != 2 || ids.getRank() != 2 ||
+      ids.getDimSize(0) != x.getDimSize(0) || ids.getDimSize(1) < 1 ||
+      weights != ids.clone(x.getElementType()) || getType() != x)
+    return emitOpError() << "moe_c1: input " << x
+                         << " must be [tokens, hidden], expert_ids " << ids
+                         << " and routing_weights " << weights
+                         << " [tokens, k] (k >= 1), the weights and the "
+                            "result of the input's type";
+  Type element = x.getElementType();
+  int64_t hidden = x.getDimSize(1);
+  RankedTensorType fc1 = getFc1().getType(), fc2 = getFc2().getType();
+  bool swiglu = getActivation() == MoeActivation::Swiglu;
+  int64_t experts = fc1.getRank() == 3 ? fc1.getDimSize(0) : -1;
+  int64_t ffn = fc2.getRank() == 3 ? fc2.getDimSize(2) : -1;
+  int64_t fused = hasFusedGate() ? 2 * ffn : ffn;
+  auto expertType = [&](ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, element);
+  };
+  if (fc1.getRank() != 3 || fc2.getRank() != 3 ||
+      fc1 != expertType({experts, fused, hidden}) ||
+      fc2 != expertType({experts, hidden, ffn}))
+    return emitOpError() << "moe_c2: fc1 " << fc1 << " and fc2 " << fc2
+                         << " must be [E, F1, " << hidden << "] and [E, "
+                         << hidden << ", F] of " << element << ", with F1 = "
+                         << (hasFusedGate() ? "2F (a fused swiglu)" : "F");
+  if (getFc3() && !swiglu)
+    return emitOpError() << "moe_c3: fc3 is the up projection of a swiglu, "
+                            "not of "
+                         << stringifyMoeActivation(getActivation());
+  if (getInterleaved() && !hasFusedGate())
+    return emitOpError() << "moe_c3: interleaved describes fc1's gate and up "
+                            "halves of a swiglu without fc3";
+  if (!swiglu && (getAlpha() || getBeta() || getLimit()))
+    return emitOpError() << "moe_c3: alpha, beta and limit are a swiglu's, "
+                            "not "
+                         << stringifyMoeActivation(getActivation()) << "'s";
+  if (std::optional<APFloat> limit = getLimit();
+      limit && !(limit->convertToDouble() > 0))
+    return emitOpError() << "moe_c3: limit must be positive";
+  if (getFc3() && getFc3().getType() != expertType({experts, ffn, hidden}))
+    return emitOpError() << "moe_c3: fc3 " << getFc3().getType() << " must be "
+                         << expertType({experts, ffn, hidden});
+  if (getFc3Bias() && !getFc3())
+    return emitOpError() << "moe_c4: fc3_bias needs fc3";
+  std::pair<Value, RankedTensorType> biases[] = {
+      {getFc1Bias(), expertType({experts, fused})},
+      {getFc2Bias(), expertType({experts, hidden})},
+      {getFc3Bias(), expertType({experts, ffn})}};
+  for (auto [bias, type] : biases)
+    if (bias && bias.getType() != type)
+      return emitOpError() << "moe_c4: bias " << bias.getType() << " must be "
+                           << type;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Lookups
 //===----------------------------------------------------------------------===//
 

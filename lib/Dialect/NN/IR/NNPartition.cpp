@@ -688,3 +688,52 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
       return failure();
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// nn.moe
+//===----------------------------------------------------------------------===//
+
+/// A device holding a block of the experts (the expert factor split over
+/// some axes) computes the slots routed to them: its ids are shifted by
+/// its block's first expert, and the ids of the other blocks become -1,
+/// which selects no expert. Each device's result is its part of the
+/// tokens' sums (the rule's lookup factors), which its users reduce.
+LogicalResult MoeOp::partition(PartitionContext &context) {
+  ShardingRule rule = getShardingRule();
+  unsigned expertFactor = rule.getTensor(ShardingRule::operand(3))[0][0];
+  AxisList axes = context.getAssignment()[expertFactor];
+  int64_t held = axes.empty() ? getNumExperts()
+                              : getNumExperts() / context.getGroupSize(axes);
+  // Split features need nothing more: every device computes its features
+  // of the same routed experts.
+  return context.partitionByRule([&](OpBuilder &b,
+                                     MutableArrayRef<Value> operands) {
+    if (axes.empty())
+      return success();
+    Location loc = getLoc();
+    Value ids = operands[1];
+    auto idType = cast<RankedTensorType>(ids.getType());
+    Type element = idType.getElementType();
+    auto scalar = [&](int64_t value) -> Value {
+      return ConstantOp::create(b, loc,
+                                cast<ElementsAttr>(DenseElementsAttr::get(
+                                    RankedTensorType::get({}, element),
+                                    b.getIntegerAttr(element, value))));
+    };
+    Value position = context.getPosition(axes);
+    if (!element.isInteger(64))
+      position =
+          CastOp::create(b, loc, RankedTensorType::get({}, element), position);
+    Value first = MulOp::create(b, loc, position, scalar(held));
+    Value shifted = SubOp::create(b, loc, ids, first);
+    auto maskType = idType.clone(b.getI1Type());
+    Value inBlock =
+        AndOp::create(b, loc, maskType,
+                      CompareOp::create(b, loc, maskType, CompareDirection::GE,
+                                        shifted, scalar(0)),
+                      CompareOp::create(b, loc, maskType, CompareDirection::LT,
+                                        shifted, scalar(held)));
+    operands[1] = WhereOp::create(b, loc, idType, inBlock, shifted, scalar(-1));
+    return success();
+  });
+}

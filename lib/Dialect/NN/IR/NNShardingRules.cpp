@@ -496,6 +496,83 @@ ShardingRule RopeOp::getShardingRule() {
 }
 
 //===----------------------------------------------------------------------===//
+// Mixtures of experts
+//===----------------------------------------------------------------------===//
+
+/// Tokens are parallel. The experts are looked up by the ids: a block of
+/// experts computes its part of each token's sum from the whole input
+/// (MoeOp::partition shifts the ids to the block), a partial sum, as a
+/// lookup's. An expert's features likewise, where each block of them is a
+/// whole part of the activation (not a fused swiglu's halves, whose gate
+/// and up a block would not pair) and no fc2 bias is added per block: a
+/// reduction factor would make the operands without it partial sums
+/// (getOperandNeed), which the expert MLP, not linear in its input, cannot
+/// read. The input's hidden size and the slots stay whole.
+ShardingRule MoeOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::forOp(*this);
+  ArrayRef<int64_t> x = getInput().getType().getShape();
+  TensorRef in = operand(0), ids = operand(1), weights = operand(2),
+            fc1 = operand(3), fc2 = operand(4), out = result(0);
+  // Optional operands follow the five required ones, in order.
+  unsigned next = 5;
+  auto optionalRef = [&](Value v) -> std::optional<TensorRef> {
+    if (!v)
+      return std::nullopt;
+    return operand(next++);
+  };
+  std::optional<TensorRef> fc3 = optionalRef(getFc3()),
+                           bias1 = optionalRef(getFc1Bias()),
+                           bias2 = optionalRef(getFc2Bias()),
+                           bias3 = optionalRef(getFc3Bias());
+  rule.addShared(x[0], FactorKind::Parallel,
+                 {{in, 0}, {ids, 0}, {weights, 0}, {out, 0}});
+  rule.addShared(getTopK(), FactorKind::Opaque, {{ids, 1}, {weights, 1}});
+  SmallVector<DimRef> experts = {{fc1, 0}, {fc2, 0}};
+  for (std::optional<TensorRef> ref : {fc3, bias1, bias2, bias3})
+    if (ref)
+      experts.push_back({*ref, 0});
+  rule.addShared(getNumExperts(), FactorKind::Lookup, experts);
+  SmallVector<DimRef> hiddenIn = {{in, 1}, {fc1, 2}};
+  if (fc3)
+    hiddenIn.push_back({*fc3, 2});
+  rule.addShared(x[1], FactorKind::Opaque, hiddenIn);
+  SmallVector<DimRef> hiddenOut = {{out, 1}, {fc2, 1}};
+  if (bias2)
+    hiddenOut.push_back({*bias2, 1});
+  rule.addShared(x[1], FactorKind::Parallel, hiddenOut);
+
+  int64_t ffn = getFfnSize();
+  bool halves = hasFusedGate() && !getInterleaved();
+  FactorKind ffnKind =
+      halves || getFc2Bias() ? FactorKind::Opaque : FactorKind::Lookup;
+  // fc1's rows: F features, or a fused swiglu's gate and up per feature
+  // (interleaved: feature-major pairs) or per half (halves: pair-major).
+  SmallVector<TensorRef, 2> fc1Rows = {fc1};
+  if (bias1)
+    fc1Rows.push_back(*bias1);
+  std::optional<unsigned> pair;
+  if (halves) {
+    pair = rule.addFactor(2, FactorKind::Opaque);
+    for (TensorRef ref : fc1Rows)
+      rule.append(ref, 1, *pair);
+  }
+  SmallVector<DimRef> features = {{fc2, 2}};
+  for (TensorRef ref : fc1Rows)
+    features.push_back({ref, 1});
+  if (fc3)
+    features.push_back({*fc3, 1});
+  if (bias3)
+    features.push_back({*bias3, 1});
+  rule.addShared(ffn, ffnKind, features);
+  if (hasFusedGate() && getInterleaved()) {
+    pair = rule.addFactor(2, FactorKind::Opaque);
+    for (TensorRef ref : fc1Rows)
+      rule.append(ref, 1, *pair);
+  }
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
 // Lookups
 //===----------------------------------------------------------------------===//
 

@@ -29,6 +29,7 @@ void nn::populateRaisePatterns(RewritePatternSet &patterns) {
   populateRaiseAttentionPatterns(patterns);
   populateRaiseRopePatterns(patterns);
   populateRaiseMatmulBiasPatterns(patterns);
+  populateRaiseMoePatterns(patterns);
 }
 
 namespace {
@@ -37,7 +38,7 @@ namespace {
 /// difference, so ops the input already had are not counted.
 struct RaisedOpCounts {
   int64_t layerNorms = 0, rmsNorms = 0, gelus = 0, silus = 0, attentions = 0,
-          ropes = 0, matmulBiases = 0;
+          ropes = 0, matmulBiases = 0, moes = 0;
 
   explicit RaisedOpCounts(Operation *root) {
     root->walk([&](Operation *op) {
@@ -53,6 +54,8 @@ struct RaisedOpCounts {
         ++attentions;
       else if (isa<nn::RopeOp>(op))
         ++ropes;
+      else if (isa<nn::MoeOp>(op))
+        ++moes;
       else if (auto matmul = dyn_cast<nn::MatmulOp>(op);
                matmul && matmul.getBias())
         ++matmulBiases;
@@ -92,6 +95,7 @@ struct RaisePass : mlir::partita::impl::RaisePassBase<RaisePass> {
     numAttentions += raised(after.attentions, before.attentions);
     numRopes += raised(after.ropes, before.ropes);
     numMatmulBiases += raised(after.matmulBiases, before.matmulBiases);
+    numMoes += raised(after.moes, before.moes);
   }
 
   FrozenRewritePatternSet patterns;

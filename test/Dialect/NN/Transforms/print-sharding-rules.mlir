@@ -26,3 +26,19 @@ func.func @heads(%x: tensor<2x8x64xf32>) -> tensor<2x4x8x16xf32> {
   %a = nn.attention %t, %t, %t {causal} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
   return %a : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// A mixture of experts: tokens (i) parallel, the experts (k) and an
+// unfused activation's features (n) lookups (partial sums from whole
+// inputs), the output's hidden size
+// (m) parallel; a fused swiglu's halves keep the features whole (n: the
+// gate/up pair, major, and o opaque).
+func.func @moe(%x: tensor<4x8xf32>, %ids: tensor<4x2xi64>, %w: tensor<4x2xf32>, %fc1: tensor<6x16x8xf32>, %fused: tensor<6x32x8xf32>, %fc2: tensor<6x8x16xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  // expected-remark @+1 {{nn.moe: ([i, l], [i, j], [i, j], [k, n, l], [k, m, n]) -> ([i, m]) {i=4, j=2 opaque, k=6 lookup, l=8 opaque, m=8, n=16 lookup}}}
+  %0 = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<6x16x8xf32>, tensor<6x8x16xf32>) -> tensor<4x8xf32>
+  // expected-remark @+1 {{nn.moe: ([i, l], [i, j], [i, j], [k, no, l], [k, m, o]) -> ([i, m]) {i=4, j=2 opaque, k=6 lookup, l=8 opaque, m=8, n=2 opaque, o=16 opaque}}}
+  %1 = nn.moe swiglu %x, %ids, %w experts(%fused, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<6x32x8xf32>, tensor<6x8x16xf32>) -> tensor<4x8xf32>
+  return %0, %1 : tensor<4x8xf32>, tensor<4x8xf32>
+}
+

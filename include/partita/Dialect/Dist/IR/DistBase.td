@@ -93,10 +93,12 @@ def Dist_Dialect : Dialect {
     7. `attrs_c7`: `dist.ring` is the name of an axis of the module's
        `dist.mesh`.
     8. `attrs_c8`: no other attribute name starts with `dist.`.
-    9. `attrs_c9`: `dist.split_costs` is on an `nn.matmul`: a dictionary
-       from the candidates the strategy's split search compared for its
-       weight (`columns`, `rows`, `batch`, `whole`) to the estimated seconds of the
-       function's step on one device with that candidate (f64).
+    9. `attrs_c9`: `dist.split_costs` is on an `nn.matmul` or an `nn.moe`:
+       a dictionary from the candidates the strategy's split search
+       compared for its weight (`columns`, `rows`, `batch`, `whole`) or its
+       experts' weights (`experts`, `features`, `whole`) to the estimated
+       seconds of the function's step on one device with that candidate
+       (f64).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;

@@ -165,6 +165,18 @@ def NN_GeluApproximationAttr : I32EnumAttr<"GeluApproximation",
   let cppNamespace = "::mlir::partita::nn";
 }
 
+def NN_MoeActivationAttr : I32EnumAttr<"MoeActivation",
+    "activation of a mixture of experts' expert MLP", [
+    I32EnumAttrCase<"Relu", 0, "relu">,
+    I32EnumAttrCase<"Gelu", 1, "gelu">,
+    I32EnumAttrCase<"GeluTanh", 2, "gelu_tanh">,
+    I32EnumAttrCase<"Silu", 3, "silu">,
+    I32EnumAttrCase<"Identity", 4, "identity">,
+    I32EnumAttrCase<"Swiglu", 5, "swiglu">
+  ]> {
+  let cppNamespace = "::mlir::partita::nn";
+}
+
 //===----------------------------------------------------------------------===//
 // Traits
 //===----------------------------------------------------------------------===//

@@ -792,6 +792,98 @@ def NN_RopeOp : NN_Op<"rope", [AllTypesMatch<["input", "result"]>]> {
   let hasVerifier = 1;
 }
 
+def NN_MoeOp : NN_Op<"moe", [AttrSizedOperandSegments], ["partition"]> {
+  let summary = "a mixture of experts: dispatch, expert MLPs, combine";
+  let description = [{
+    Each token's hidden state goes to the `k` experts its router chose,
+    each of those experts' MLP computes it, and the token's result is their
+    outputs weighted by its routing weights:
+
+    `result[t] = sum_j routing_weights[t, j] * expert(expert_ids[t, j], input[t])`
+
+    where `expert(e, x) = fc2[e] act(fc1[e] x + fc1_bias[e]) + fc2_bias[e]`
+    (weights stored `[E, out, in]`, as transformers and onnxruntime store
+    them), and `act` is `activation`:
+
+    - `relu`, `gelu` (erf), `gelu_tanh`, `silu`, `identity`: applied to
+      `fc1`'s output `[F]`;
+    - `swiglu`: a gate `g` and an up projection `u` of `F` features each:
+      `fc1`'s first and second halves (`[E, 2F, H]`), its pairs
+      `(2i, 2i + 1)` with `interleaved`, or `fc1` and `fc3` (`[E, F, H]`);
+      then with `limit`, `g = min(g, limit)` and
+      `u = clamp(u, -limit, limit)`;
+      `act = g * sigmoid(alpha * g) * (u + beta)` (transformers' `silu(g) * u`
+      is `alpha = 1, beta = 0`; gpt-oss's is `alpha = 1.702, beta = 1,
+      limit = 7`).
+
+    Only the routed experts are computed: the work is `k/E` of computing
+    every expert for every token. An id outside `[0, E)` selects no expert
+    (its slot adds nothing): the router's top k never writes one, and a
+    rank that holds a block of the experts is given the others' ids that
+    way (the expert dimension `E` is a lookup factor: each block of
+    experts computes its part of every token's sum). Accumulation is in
+    fp32 whatever the storage type.
+
+    ```mlir
+    %y = nn.moe swiglu %x, %ids, %w experts(%fc1, %fc2) : (tensor<32x64xf32>, tensor<32x2xi64>, tensor<32x2xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<32x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `moe_c1`: `input` is `[T, H]`; `expert_ids` and `routing_weights`
+       are `[T, k]` with `k >= 1`, `routing_weights` and the result of
+       `input`'s type.
+    2. `moe_c2`: `fc1` is `[E, F1, H]` and `fc2` `[E, H, F]`, of `input`'s
+       element type, with `F1 = 2F` for `swiglu` without `fc3`, else
+       `F1 = F`.
+    3. `moe_c3`: `fc3` (`[E, F, H]`) only with `swiglu`; `interleaved` only
+       with `swiglu` without `fc3`; `alpha`, `beta` and `limit` (positive)
+       only with `swiglu`.
+    4. `moe_c4`: the biases, when given, are `fc1_bias [E, F1]`,
+       `fc2_bias [E, H]` and `fc3_bias [E, F]` (with `fc3`), of `input`'s
+       element type.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_IndexTensor:$expert_ids,
+                       NN_FloatTensor:$routing_weights, NN_FloatTensor:$fc1,
+                       NN_FloatTensor:$fc2, Optional<NN_FloatTensor>:$fc3,
+                       Optional<NN_FloatTensor>:$fc1_bias,
+                       Optional<NN_FloatTensor>:$fc2_bias,
+                       Optional<NN_FloatTensor>:$fc3_bias,
+                       NN_MoeActivationAttr:$activation, UnitAttr:$interleaved,
+                       OptionalAttr<F32Attr>:$alpha,
+                       OptionalAttr<F32Attr>:$beta,
+                       OptionalAttr<F32Attr>:$limit);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $activation $input `,` $expert_ids `,` $routing_weights
+    `experts` `(` $fc1 `,` $fc2 (`,` $fc3^)? `)`
+    (`fc1_bias` $fc1_bias^)? (`fc2_bias` $fc2_bias^)? (`fc3_bias` $fc3_bias^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The number of experts `E` and the features `F` of one expert's
+    /// activation.
+    int64_t getNumExperts() { return getFc1().getType().getDimSize(0); }
+    int64_t getFfnSize() { return getFc2().getType().getDimSize(2); }
+    /// The experts each token reaches.
+    int64_t getTopK() { return getExpertIds().getType().getDimSize(1); }
+    /// The flops of the routed experts' products (fc1, fc3 where given,
+    /// fc2): 2 * T * k * H * (F1 + F + F3).
+    double getProductFlops() {
+      double slots = getExpertIds().getType().getNumElements();
+      double hidden = getInput().getType().getDimSize(1);
+      double rows = getFc1().getType().getDimSize(1) + getFfnSize() +
+                    (getFc3() ? getFfnSize() : 0);
+      return 2.0 * slots * hidden * rows;
+    }
+    /// Whether `fc1` holds the gate and up projections of a swiglu.
+    bool hasFusedGate() {
+      return getActivation() == MoeActivation::Swiglu && !getFc3();
+    }
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Lookups
 //===----------------------------------------------------------------------===//

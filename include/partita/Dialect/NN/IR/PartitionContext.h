@@ -23,6 +23,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributeInterfaces.h"
 #include "partita/Dialect/NN/IR/ShardingRule.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/Twine.h"
 
 namespace mlir::partita::nn {
@@ -43,6 +44,15 @@ public:
   /// Partitions the op from its sharding rule alone: operands resharded to
   /// the assignment, the op cloned with local types. The default hook.
   virtual LogicalResult partitionByRule() = 0;
+  /// Local operands, as partitionByRule resharded them to the assignment
+  /// (indexed like the op's operands), which a hook may replace.
+  using LocalOperandsFn =
+      llvm::function_ref<LogicalResult(OpBuilder &, MutableArrayRef<Value>)>;
+  /// partitionByRule with `adjust` called on the local operands before the
+  /// op is cloned onto them: for an op whose local form is its rule's but
+  /// for values that depend on the device (nn.moe's expert ids, shifted to
+  /// the block of experts a device holds).
+  virtual LogicalResult partitionByRule(LocalOperandsFn adjust) = 0;
   /// The local value of operand `index` resharded to what `assignment`
   /// gives it (no partial axes).
   virtual Value getOperand(unsigned index, const FactorAxes &assignment) = 0;

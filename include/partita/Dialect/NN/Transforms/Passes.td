@@ -51,7 +51,11 @@ def RaisePass : Pass<"partita-raise"> {
       (MultiheadAttention) is raised on `[b, h, s, d]`;
     - `x * cos + rotate_half(x) * sin` with cos and sin of equal halves
       becomes `nn.rope`;
-    - `matmul(a, w) + b` with a vector `b` becomes `nn.matmul` with a bias.
+    - `matmul(a, w) + b` with a vector `b` becomes `nn.matmul` with a bias;
+    - transformers' batched experts (each slot's expert weights gathered
+      from the stacked `[E, out, in]` weights, multiplied by the token
+      repeated k times, activated, weighted by the routing weights and
+      summed over the slots) become `nn.moe` on the stacked weights.
 
     The patterns run with the nn canonicalizations, so transposes the
     rewrites introduce compose with the exporter's and shape arithmetic
@@ -77,7 +81,8 @@ def RaisePass : Pass<"partita-raise"> {
     Statistic<"numAttentions", "attentions", "Number of nn.attention ops raised">,
     Statistic<"numRopes", "ropes", "Number of nn.rope ops raised">,
     Statistic<"numMatmulBiases", "matmul-biases",
-              "Number of bias additions folded into nn.matmul">
+              "Number of bias additions folded into nn.matmul">,
+    Statistic<"numMoes", "moes", "Number of nn.moe ops raised">
   ];
 }
 
@@ -308,6 +313,32 @@ def FuseDequantizePass
   }];
   let statistics = [
     Statistic<"numFused", "fused", "Matmuls fused with their dequantize">
+  ];
+}
+
+def ExpandMoePass : Pass<"partita-expand-moe", "::mlir::func::FuncOp"> {
+  let summary = "Write nn.moe densely, for a back end without its kernel";
+  let description = [{
+    Every `nn.moe` becomes the dense computation it stands for: every
+    expert's MLP on every token, as one batched `nn.matmul` per projection
+    over the stacked `[E, out, in]` weights (read through a transpose), its
+    activation, and each token's sum over its routed experts, weighted by
+    their routing weights and selected by `nn.where` (an expert's output on
+    a token not routed to it never enters, not even as 0 times inf). That
+    is `E / k` times the routed work: the exec pipeline runs it for the
+    CUDA generator, which has no grouped kernel for `nn.moe` yet
+    (docs/frontend.md); the host runs `nn.moe` itself.
+
+    ```mlir
+    %y = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
+    // becomes
+    %h = nn.matmul %x3, %fc1t : (tensor<1x4x8xf32>, tensor<3x8x16xf32>) -> tensor<3x4x16xf32>
+    ...
+    %y = nn.reduce sum %kept axes = [0] keepdims : tensor<3x4x8xf32> -> tensor<1x4x8xf32>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numExpanded", "expanded", "nn.moe ops written densely">
   ];
 }
 

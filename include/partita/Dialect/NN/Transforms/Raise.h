@@ -47,6 +47,10 @@ void populateRaiseRopePatterns(RewritePatternSet &patterns);
 /// `matmul(a, w) + b` with a vector `b` to `nn.matmul ... bias b`.
 void populateRaiseMatmulBiasPatterns(RewritePatternSet &patterns);
 
+/// transformers' batched experts (each slot's expert weights gathered and
+/// multiplied, weighted and summed over the slots) to `nn.moe`.
+void populateRaiseMoePatterns(RewritePatternSet &patterns);
+
 /// All of the above.
 void populateRaisePatterns(RewritePatternSet &patterns);
 
