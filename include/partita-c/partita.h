@@ -125,7 +125,7 @@ PARTITA_C_EXPORT const char *partita_compile_option_name(size_t index);
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_add_mesh_axis(partita_compile_options *options,
                                       const char *name, int64_t size);
-/* Appends a mesh axis with its role (`dp`, `tp`, `pp`, `sp` or `none`):
+/* Appends a mesh axis with its role (`dp`, `tp`, `pp`, `sp`, `ep` or `none`):
  * `--mesh model=4:tp`. Checked when compiling. */
 PARTITA_C_EXPORT partita_status *
 partita_compile_options_add_mesh_axis_with_role(

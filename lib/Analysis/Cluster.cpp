@@ -25,10 +25,11 @@ LinkModel ClusterModel::linkFor(ArrayRef<std::string> names,
     dist::AxisRole role = dist::getDefaultAxisRole(axis);
     if (mesh)
       role = mesh.getAxisRole(axis).value_or(role);
-    LinkModel link =
-        role == dist::AxisRole::Tensor || role == dist::AxisRole::Sequence
-            ? intraNode
-            : interNode;
+    LinkModel link = role == dist::AxisRole::Tensor ||
+                             role == dist::AxisRole::Sequence ||
+                             role == dist::AxisRole::Expert
+                         ? intraNode
+                         : interNode;
     if (auto it = axes.find(axis); it != axes.end()) {
       link.latencySeconds =
           it->second.latencySeconds.value_or(link.latencySeconds);

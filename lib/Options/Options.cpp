@@ -433,7 +433,7 @@ std::vector<OptionInfo> makeTable() {
 //===----------------------------------------------------------------------===//
 
 std::string_view partita::impliedAxisRole(std::string_view name) {
-  for (std::string_view role : {"dp", "tp", "pp", "sp"})
+  for (std::string_view role : {"dp", "tp", "pp", "sp", "ep"})
     if (name == role)
       return role;
   return "none";
@@ -498,12 +498,12 @@ bool Mesh::check(std::string &error) {
     }
     if (axis.role.empty())
       axis.role = impliedAxisRole(axis.name);
-    static const std::set<std::string_view> roles = {"dp", "tp", "pp", "sp",
-                                                     "none"};
+    static const std::set<std::string_view> roles = {"dp", "tp", "pp",
+                                                     "sp", "ep", "none"};
     if (!roles.count(axis.role)) {
       error = "'" + axis.name + "=" + std::to_string(axis.size) + ":" +
               axis.role + "': unknown role '" + axis.role +
-              "'; expected dp, tp, pp, sp or none";
+              "'; expected dp, tp, pp, sp, ep or none";
       return false;
     }
     if (axis.role == "none")
@@ -538,9 +538,9 @@ std::optional<Mesh> Mesh::parse(std::string_view text, std::string &error) {
     if (colon != std::string_view::npos) {
       axis.role = std::string(trim(rest.substr(colon + 1)));
       if (axis.role != "dp" && axis.role != "tp" && axis.role != "pp" &&
-          axis.role != "sp" && axis.role != "none") {
+          axis.role != "sp" && axis.role != "ep" && axis.role != "none") {
         error = "'" + std::string(part) + "': unknown role '" + axis.role +
-                "'; expected dp, tp, pp, sp or none";
+                "'; expected dp, tp, pp, sp, ep or none";
         return std::nullopt;
       }
     }

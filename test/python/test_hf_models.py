@@ -27,6 +27,10 @@ MESHES = ["1", "tp=2", "tp=4", "dp=2,tp=2", "pp=2", "sp=2 --sp-mode ulysses",
           "pp=2 --microbatches 2"]
 KV_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
              "sp=2 --sp-mode ulysses"]
+# The mixtures of experts (transformers' batched experts) also split their
+# experts over an ep axis: alone, beside dp, and with tp inside each expert.
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+MOE_MESHES = ["ep=2", "dp=2,ep=2", "ep=2,tp=2"]
 SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -54,6 +58,8 @@ def binding(model, inputs):
 def cases():
     for name in FILES:
         meshes = KV_MESHES if MANIFEST[name]["kind"] == "kv" else MESHES
+        if name.split(".")[0] in MOE:
+            meshes = meshes + MOE_MESHES
         for mesh in meshes:
             label = mesh.replace(" --sp-mode ", "-").replace(
                 " --microbatches ", "-mb")
@@ -89,8 +95,6 @@ def emit_nn(name):
     return proc.stdout
 
 
-# The mixtures of experts (transformers' batched experts).
-MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 EXPERTS = 4
 
 

@@ -92,9 +92,17 @@ def test_moe_runs_like_onnxruntime(tmp_path, case):
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh", ["dp=2", "tp=2", "pp=2"])
-def test_moe_runs_like_onnxruntime_on_meshes(tmp_path, mesh):
-    model, feeds, _ = moe_model(**CPU_CASES["swiglu_gpt_oss"])
+@pytest.mark.parametrize("case,mesh", [
+    ("swiglu_gpt_oss", "dp=2"), ("swiglu_gpt_oss", "tp=2"),
+    ("swiglu_gpt_oss", "pp=2"),
+    # Experts over ep: alone, beside dp, and with tp, which splits each
+    # expert's features where the activation allows (interleaved, no fc2
+    # bias) and leaves them whole where not (gpt-oss's biases).
+    ("swiglu_gpt_oss", "ep=2"), ("swiglu_gpt_oss", "dp=2,ep=2"),
+    ("swiglu_gpt_oss", "ep=2,tp=2"), ("swiglu_interleaved", "ep=2,tp=2"),
+    ("relu", "ep=4"), ("biases", "ep=2,tp=2")])
+def test_moe_runs_like_onnxruntime_on_meshes(tmp_path, case, mesh):
+    model, feeds, _ = moe_model(**CPU_CASES[case])
     np.testing.assert_allclose(partita(tmp_path, model, feeds, "--mesh",
                                        mesh),
                                onnxruntime(model, feeds), rtol=1e-4,
@@ -286,3 +294,49 @@ def test_moe_training_is_refused_by_name(compile_model):
     assert result.returncode == 1
     assert ("node 'MoE_0': error: 'nn.moe' op cannot be differentiated"
             in result.stderr), result.stderr
+
+
+def test_ep_splits_the_experts(tmp_path):
+    """--mesh ep=2 gives each rank half of the experts (half the expert
+    weight bytes) and one all-reduce of the output; with tp=2 beside it,
+    each expert's features are split too (a quarter of the bytes)."""
+    model, feeds, arrays = moe_model(tokens=8, hidden=16, inter=32,
+                                     experts=4, activation="swiglu",
+                                     fusion=1)
+    path = tmp_path / "moe.onnx"
+    onnx.save(model, str(path))
+    whole = sum(a.nbytes for a in arrays.values())
+    for mesh, share in (("ep=2", 2), ("ep=2,tp=2", 4)):
+        outputs, report = compile_and_run(tmp_path / mesh, path, feeds,
+                                          "--mesh", mesh)
+        np.testing.assert_allclose(outputs["y"], onnxruntime(model, feeds),
+                                   rtol=1e-4, atol=1e-5)
+        for rank in report["ranks"]:
+            assert whole // share <= rank["weight_bytes"] \
+                < whole // share + whole // 20, (mesh, rank["weight_bytes"])
+            assert [c["kind"] for c in rank["collectives"]] == \
+                ["all_reduce"], (mesh, rank["collectives"])
+
+
+def test_ep_axis_without_experts_is_refused(tmp_path):
+    """An ep axis on a model without a mixture of experts would only
+    replicate it: refused with the axis named."""
+    x = helper.make_tensor_value_info("x", F32, [2, 4])
+    y = helper.make_tensor_value_info("y", F32, [2, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [x], [y])
+    model = helper.make_model(graph,
+                              opset_imports=[helper.make_opsetid("", 17)])
+    import subprocess
+    from conftest import BUILD
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, str(path))
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(path), "-o",
+         str(tmp_path / "art"), "--mesh", "ep=2"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert ("axis 'ep' (size 2) splits the experts of a mixture of experts "
+            "(nn.moe), and the model has none" in proc.stderr), proc.stderr
+    assert not (tmp_path / "art").exists()
+

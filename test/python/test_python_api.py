@@ -261,7 +261,7 @@ def test_cluster_preset_by_name():
     ({"collective_matmul": "some"}, "--collective-matmul expects auto, "
                                     "always or never, got 'some'"),
     ({"mesh": {"tp": 0}}, "sizes are at least 1"),
-    ({"mesh": [("model", 2, "ep")]}, "unknown role 'ep'"),
+    ({"mesh": [("model", 2, "xp")]}, "unknown role 'xp'"),
     ({"mesh": "model=2:tp,tp=2"}, "axes 'model' and 'tp' both have role tp"),
     ({"cluster": "{not json"}, "--cluster"),
     ({"cluster": "h100"}, "unknown cluster preset 'h100' \\(known: a100-80g"),

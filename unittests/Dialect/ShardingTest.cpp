@@ -179,9 +179,9 @@ TEST(MeshAxesTest, Errors) {
   EXPECT_EQ(error, "axis 'tp' is given twice");
   EXPECT_FALSE(parse("=2"));
   EXPECT_FALSE(parse("tp=two"));
-  EXPECT_FALSE(parse("model=4:ep"));
-  EXPECT_EQ(error, "'model=4:ep': unknown role 'ep'; expected dp, tp, pp, sp "
-                   "or none");
+  EXPECT_FALSE(parse("model=4:xp"));
+  EXPECT_EQ(error, "'model=4:xp': unknown role 'xp'; expected dp, tp, pp, sp, "
+                   "ep or none");
   EXPECT_FALSE(parse("model=4:tp,tp=2"));
   EXPECT_EQ(error, "axes 'model' and 'tp' both have role tp");
   EXPECT_FALSE(parse("tp=2:"));

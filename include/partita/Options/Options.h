@@ -213,8 +213,8 @@ template <typename Enum> std::string badOptionMessage(std::string_view text) {
 struct MeshAxis {
   std::string name;
   int64_t size = 1;
-  /// `dp`, `tp`, `pp`, `sp` or `none`; empty: the role the name implies
-  /// (dp, tp, pp and sp imply themselves, other names none). A checked
+  /// `dp`, `tp`, `pp`, `sp`, `ep` or `none`; empty: the role the name implies
+  /// (dp, tp, pp, sp and ep imply themselves, other names none). A checked
   /// mesh (Mesh::parse, checkOptions) has every role spelled out.
   std::string role;
 };

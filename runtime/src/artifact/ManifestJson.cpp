@@ -31,8 +31,10 @@ constexpr const char *kHashField = "manifest_sha256";
 /// writes: keys sorted, no whitespace, UTF-8 (docs/artifact.md).
 /// The role of an axis named `name` when the manifest gives none.
 std::string defaultAxisRole(const std::string &name) {
-  return name == "dp" || name == "tp" || name == "pp" || name == "sp" ? name
-                                                                      : "none";
+  return name == "dp" || name == "tp" || name == "pp" || name == "sp" ||
+                 name == "ep"
+             ? name
+             : "none";
 }
 
 std::string manifestDigest(const json &root) {
@@ -626,7 +628,8 @@ Status partita::runtime::validateManifest(const Manifest &manifest) {
                            std::to_string(axis.size));
     if (axis.role != "none" && defaultAxisRole(axis.role) != axis.role)
       return Status::error("mesh axis '" + axis.name + "' has role '" +
-                           axis.role + "'; roles are dp, tp, pp, sp and none");
+                           axis.role +
+                           "'; roles are dp, tp, pp, sp, ep and none");
     if (__builtin_mul_overflow(meshSize, axis.size, &meshSize))
       return Status::error("the mesh is too large");
   }

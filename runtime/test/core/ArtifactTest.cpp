@@ -341,10 +341,10 @@ TEST_F(ArtifactTest, InvalidManifestWritesNothing) {
 
   ArtifactWriter badRole;
   fill(badRole);
-  badRole.manifest().meshAxes[1].role = "ep";
+  badRole.manifest().meshAxes[1].role = "xp";
   EXPECT_ERROR_CONTAINS(badRole.commit(directory.path("art")),
-                        "mesh axis 'tp' has role 'ep'; roles are dp, tp, pp, "
-                        "sp and none");
+                        "mesh axis 'tp' has role 'xp'; roles are dp, tp, pp, "
+                        "sp, ep and none");
 
   ArtifactWriter missingModule;
   fill(missingModule);

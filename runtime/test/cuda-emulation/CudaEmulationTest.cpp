@@ -311,11 +311,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int4_bf16", "int4", "--dtype bf16", true, "",
              "make_int4_case.py"},
         // onnxruntime's fused mixture of experts: the router's top k as
-        // reductions, batched matmuls over stacked expert weights, SwiGLU's
-        // strided slices and clamps, `where` over the routed experts;
-        // unsharded and at tp=2.
+        // reductions, then nn.moe, written densely for CUDA
+        // (partita-expand-moe): batched matmuls over the stacked expert
+        // weights, SwiGLU's strided slices and clamps, `where` over the
+        // routed experts; unsharded, at tp=2, and with the experts split
+        // over ep (each rank's ids shifted to its block, -1 elsewhere),
+        // alone and with tp.
         Case{"moe", "moe", "", false, "", "make_moe_case.py"},
-        Case{"moe_tp2", "moe", "--mesh tp=2", false, "", "make_moe_case.py"}),
+        Case{"moe_tp2", "moe", "--mesh tp=2", false, "", "make_moe_case.py"},
+        Case{"moe_ep2", "moe", "--mesh ep=2", false, "", "make_moe_case.py"},
+        Case{"moe_ep2_tp2", "moe", "--mesh ep=2,tp=2", false, "",
+             "make_moe_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

@@ -3,8 +3,9 @@
 gpt-oss's alpha, beta and limit, biases; a [2, 5, 64] input) with random
 inputs and onnxruntime's outputs, for the CUDA emulation test:
 MODELS_DIR/NAME.onnx, NAME.inputs.npz, NAME.outputs.npz. Its import is
-the router's softmax and top k (k rounds of reductions), batched matmuls
-over the stacked expert weights, strided slices and `where`.
+the router's softmax and top k (k rounds of reductions) and nn.moe, which
+the exec pipeline writes densely for CUDA (partita-expand-moe): batched
+matmuls over the stacked expert weights, strided slices and `where`.
 
 Usage: make_moe_case.py MODELS_DIR NAME
 """

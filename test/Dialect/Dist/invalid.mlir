@@ -39,8 +39,8 @@ dist.mesh @mesh [model = 2 : tp, tp = 4]
 
 // -----
 
-// expected-error @+1 {{unknown axis role 'ep'; expected dp, tp, pp, sp or none}}
-dist.mesh @mesh [model = 2 : ep]
+// expected-error @+1 {{unknown axis role 'xp'; expected dp, tp, pp, sp, ep or none}}
+dist.mesh @mesh [model = 2 : xp]
 
 //===----------------------------------------------------------------------===//
 // #dist.sharding, dist.annotate, dist.reshard

@@ -89,8 +89,8 @@ int main(int argc, char **argv) {
       {partita_compile_options_add_mesh_axis(options, "tp", 0),
        "--mesh tp=0: axis 'tp' has size 0; sizes are at least 1"},
       {partita_compile_options_add_mesh_axis_with_role(options, "model", 2,
-                                                       "ep"),
-       "unknown role 'ep'"},
+                                                       "xp"),
+       "unknown role 'xp'"},
       {partita_compile_options_set_bind(options, "batch", -1),
        "--bind expects name=value with a non-negative integer value, got "
        "'batch=-1'"},
@@ -230,8 +230,8 @@ int main(int argc, char **argv) {
      role no axis can play is not kept, and the model compiles unsharded. */
   partita_compile_options *roles = partita_compile_options_create();
   expectError(
-      partita_compile_options_add_mesh_axis_with_role(roles, "model", 2, "ep"),
-      "--mesh model=2:ep: 'model=2:ep': unknown role 'ep'",
+      partita_compile_options_add_mesh_axis_with_role(roles, "model", 2, "xp"),
+      "--mesh model=2:xp: 'model=2:xp': unknown role 'xp'",
       "add_mesh_axis_with_role(unknown role)");
   result = NULL;
   partita_status *kept = partita_compile_file(argv[1], roles, &result);

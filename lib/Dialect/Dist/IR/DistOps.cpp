@@ -90,7 +90,7 @@ ParseResult parseMeshAxes(OpAsmParser &parser, ArrayAttr &names,
               std::optional<AxisRole> given = symbolizeAxisRole(keyword);
               if (!given)
                 return parser.emitError(loc, "unknown axis role '")
-                       << keyword << "'; expected dp, tp, pp, sp or none";
+                       << keyword << "'; expected dp, tp, pp, sp, ep or none";
               role = *given;
             }
             nameRefs.push_back(name.getValue());

@@ -101,6 +101,7 @@ public:
       : mesh(mesh), tpAxis(axisWithRole(mesh, AxisRole::Tensor)),
         dpAxis(axisWithRole(mesh, AxisRole::Data)),
         spAxis(axisWithRole(mesh, AxisRole::Sequence)),
+        epAxis(axisWithRole(mesh, AxisRole::Expert)),
         tp(mesh.getRoleSize(AxisRole::Tensor)),
         dp(mesh.getRoleSize(AxisRole::Data)),
         sp(mesh.getRoleSize(AxisRole::Sequence)), sequence(sequence),
@@ -145,6 +146,10 @@ private:
   LogicalResult searchSplits(func::FuncOp func);
   LogicalResult annotateTensorParallel(func::FuncOp func);
   LogicalResult annotateBatch(func::FuncOp func);
+  /// Splits each mixture of experts' experts over ep, and with tp each
+  /// expert's features where its activation allows (expert tensor
+  /// parallelism).
+  LogicalResult annotateExperts(func::FuncOp func);
 
   /// A vocabulary of `size` rounded up to a multiple of vocabMultiple.
   int64_t paddedVocab(int64_t size) const {
@@ -168,7 +173,7 @@ private:
 
   MeshOp mesh;
   /// The axes of the tensor, data and sequence roles; empty when none has it.
-  StringRef tpAxis, dpAxis, spAxis;
+  StringRef tpAxis, dpAxis, spAxis, epAxis;
   int64_t tp, dp, sp;
   SequenceMode sequence;
   /// Vocabularies are padded to multiples of this (Megatron-LM's
@@ -1424,6 +1429,49 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
   return success();
 }
 
+LogicalResult Megatron::annotateExperts(func::FuncOp func) {
+  if (epAxis.empty() || mesh.getAxisSize(epAxis).value_or(1) <= 1)
+    return success();
+  WalkResult walked = func.walk([&](nn::MoeOp moe) {
+    // Each expert's features over tp too where the activation allows it
+    // (not a fused swiglu's halves, not under fc2's bias) and tp divides
+    // them; else the experts are whole within each ep group's tp ranks.
+    bool features = false;
+    if (tp > 1) {
+      ShardingRule rule = moe.getShardingRule();
+      unsigned f = rule.getTensor(ShardingRule::operand(4))[2].back();
+      features = rule.getFactor(f).kind != FactorKind::Opaque &&
+                 splitRefusal(moe, 4, 2, tpAxis, "").empty();
+    }
+    for (unsigned i = 3; i < moe->getNumOperands(); ++i) {
+      if (!pinned.insert({moe, i}).second)
+        continue;
+      if (std::string why = splitRefusal(moe, i, 0, epAxis, "experts");
+          !why.empty()) {
+        moe->emitError() << why;
+        return WalkResult::interrupt();
+      }
+      Value value = moe->getOperand(i);
+      auto type = cast<RankedTensorType>(value.getType());
+      SmallVector<SmallVector<StringRef>> dims(type.getRank());
+      dims[0].push_back(epAxis);
+      if (features)
+        if (std::optional<int64_t> dim = moeSplitDim(moe, i, kByFeatures))
+          dims[*dim].push_back(tpAxis);
+      OpBuilder b(moe);
+      if (Operation *def = value.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      auto annotate = AnnotateOp::create(
+          b, moe.getLoc(), value,
+          ShardingAttr::get(moe.getContext(), mesh.getSymName(), dims));
+      annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+      moe->setOperand(i, annotate);
+    }
+    return WalkResult::advance();
+  });
+  return failure(walked.wasInterrupted());
+}
+
 LogicalResult Megatron::run(func::FuncOp func) {
   if (tp > 1 && headSplit() == tp)
     groupKeyValueCaches(func);
@@ -1434,6 +1482,8 @@ LogicalResult Megatron::run(func::FuncOp func) {
   if (sequence != SequenceMode::None && failed(annotateSequence(func)))
     return failure();
   if (failed(annotateBatch(func)))
+    return failure();
+  if (failed(annotateExperts(func)))
     return failure();
   return tp > 1 ? searchSplits(func) : success();
 }
@@ -1504,12 +1554,21 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                             "no sp axis larger than 1";
       return signalPassFailure();
     }
+    bool experts = false;
+    module.walk([&](nn::MoeOp) { experts = true; });
     for (auto [index, name, size] :
          llvm::enumerate(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
       AxisRole role = mesh.getAxisRole(index);
       if (size == 1 || role == AxisRole::Data || role == AxisRole::Tensor ||
-          role == AxisRole::Pipeline)
+          role == AxisRole::Pipeline || (role == AxisRole::Expert && experts))
         continue;
+      if (role == AxisRole::Expert) {
+        mesh.emitError() << "axis '" << name << "' (size " << size
+                         << ") splits the experts of a mixture of experts "
+                            "(nn.moe), and the model has none: it would only "
+                            "replicate the model";
+        return signalPassFailure();
+      }
       bool sequenceRole = role == AxisRole::Sequence;
       if (sequenceRole &&
           (sequence == SequenceMode::Ulysses || sequence == SequenceMode::Ring))

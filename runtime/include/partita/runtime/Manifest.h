@@ -34,9 +34,10 @@ constexpr int64_t kArtifactFormatVersion = 1;
 struct MeshAxis {
   std::string name;
   int64_t size = 1;
-  /// The parallelism the axis carries: "dp", "tp", "pp", "sp" or "none".
+  /// The parallelism the axis carries: "dp", "tp", "pp", "sp", "ep" or
+  /// "none".
   /// The manifest spells it only where it is not the default of the name
-  /// (the name itself for dp, tp, pp and sp; none for other names).
+  /// (the name itself for dp, tp, pp, sp and ep; none for other names).
   std::string role = "none";
 };
 

@@ -5,7 +5,7 @@
 // RUN: not partita-opt %s --partita-annotate="mesh=tp=2 strategy=alpa" 2>&1 | FileCheck %s --check-prefix=STRATEGY
 // RUN: not partita-opt %s --partita-annotate="mesh=dp=1,ep=2" 2>&1 | FileCheck %s --check-prefix=AXIS
 // RUN: not partita-opt %s --partita-annotate="mesh=model=2" 2>&1 | FileCheck %s --check-prefix=NOROLE
-// RUN: not partita-opt %s --partita-annotate="mesh=model=2:ep" 2>&1 | FileCheck %s --check-prefix=ROLE
+// RUN: not partita-opt %s --partita-annotate="mesh=model=2:xp" 2>&1 | FileCheck %s --check-prefix=ROLE
 // RUN: not partita-opt %s --partita-annotate="mesh=model=2:tp,tp=2" 2>&1 | FileCheck %s --check-prefix=ROLETWICE
 // RUN: not partita-opt %s -split-input-file --partita-annotate="mesh=tp=2 sp-mode=megatron" 2>&1 | FileCheck %s --check-prefix=FLAT
 
@@ -13,10 +13,10 @@
 // FORM: error: --mesh tp: 'tp' is not of the form axis=size
 // TWICE: error: --mesh tp=2,tp=2: axis 'tp' is given twice
 // STRATEGY: partita-opt: error: --strategy expects megatron or none, got 'alpa'
-// AXIS: error: the megatron strategy splits over dp and tp; axis 'ep' (size 2) would only replicate the model
+// AXIS: error: axis 'ep' (size 2) splits the experts of a mixture of experts (nn.moe), and the model has none: it would only replicate the model
 // An axis that is not named dp, tp, pp or sp has no role unless given one.
 // NOROLE: error: the megatron strategy splits over dp and tp; axis 'model' (size 2) would only replicate the model
-// ROLE: error: --mesh model=2:ep: 'model=2:ep': unknown role 'ep'; expected dp, tp, pp, sp or none
+// ROLE: error: --mesh model=2:xp: 'model=2:xp': unknown role 'xp'; expected dp, tp, pp, sp, ep or none
 // ROLETWICE: error: --mesh model=2:tp,tp=2: axes 'model' and 'tp' both have role tp
 
 // The weight a strategy splits must divide evenly; the error names it, its

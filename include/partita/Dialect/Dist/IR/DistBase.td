@@ -149,7 +149,8 @@ def Dist_AxisRole : I32Enum<"AxisRole",
       I32EnumCase<"Data", 1, "dp">,
       I32EnumCase<"Tensor", 2, "tp">,
       I32EnumCase<"Pipeline", 3, "pp">,
-      I32EnumCase<"Sequence", 4, "sp">
+      I32EnumCase<"Sequence", 4, "sp">,
+      I32EnumCase<"Expert", 5, "ep">
     ]> {
   let cppNamespace = "::mlir::partita::dist";
 }
@@ -159,10 +160,11 @@ def Dist_AxisRoleAttr : EnumAttr<Dist_Dialect, Dist_AxisRole, "axis_role"> {
     The parallelism a `dist.mesh` axis carries: `dp` (data: the batch is
     split), `tp` (tensor: Megatron's column and row splits of weights), `pp`
     (pipeline: each coordinate runs one stage), `sp` (sequence: Ulysses or
-    ring attention), or `none` (the strategies leave the axis alone). The
-    passes find an axis by its role, never by its name. An axis named `dp`,
-    `tp`, `pp` or `sp` has that role unless the mesh says otherwise; any
-    other name has `none`. Inside `dist.mesh` a role is written after the
+    ring attention), `ep` (expert: a mixture of experts' experts are split,
+    each coordinate holding a block of them), or `none` (the strategies
+    leave the axis alone). The passes find an axis by its role, never by
+    its name. An axis named `dp`, `tp`, `pp`, `sp` or `ep` has that role
+    unless the mesh says otherwise; any other name has `none`. Inside `dist.mesh` a role is written after the
     size, `model = 4 : tp`, as `--mesh model=4:tp` spells it.
 
     ```mlir
