@@ -1368,6 +1368,10 @@ def runtime_artifacts(work):
     odd = dict(np.load(models / "hf" / "gpt2_vocab.inputs.npz"))
     odd = {k: odd[k] for k in ("input_ids", "attention_mask")}
     x = np.random.default_rng(0).standard_normal([4, 8]).astype(np.float32)
+    # A mixture of experts (nn.moe): its experts split over ep, whole
+    # within tp (a fused swiglu's halves).
+    moe = dict(np.load(models / "hf" / "mixtral.inputs.npz"))
+    moe = {k: moe[k] for k in ("input_ids", "attention_mask")}
     return [
         ("gpt2", models / "gpt2.onnx", [], ids, 128),
         ("gpt2-tp2", models / "gpt2.onnx", ["--mesh", "tp=2"], ids, 128),
@@ -1381,6 +1385,8 @@ def runtime_artifacts(work):
         ("mlp-tp2", mlp, ["--mesh", "tp=2"], {"x": x}, None),
         ("window-ring", window, ["--mesh", "sp=2", "--sp-mode", "ring"],
          {"ids": window_ids}, 32),
+        ("mixtral-ep2-tp2", models / "hf" / "mixtral.legacy.onnx",
+         ["--mesh", "ep=2,tp=2"], moe, 128),
     ]
 
 

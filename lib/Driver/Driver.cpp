@@ -118,6 +118,20 @@ double bytesOverOtherAxes(Value value, dist::ShardingAttr sharding,
   return bytes;
 }
 
+/// Where the strategy's split search placed `op`'s weight: the estimated
+/// step of each candidate, the others as chosen (`dist.split_costs`).
+void printSplitCosts(raw_ostream &os, Operation *op) {
+  auto costs = op->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr);
+  if (!costs)
+    return;
+  os << "  {chosen by the estimated step on one device:";
+  for (NamedAttribute cost : costs)
+    if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
+      os << " " << cost.getName().getValue() << " "
+         << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
+  os << "}";
+}
+
 /// The tensor-parallel split of each matmul weight and the splits the
 /// strategy did not choose, each with its cost on one rank: the weight's
 /// bytes, and the collective bytes the matmul needs to read its input as
@@ -161,19 +175,7 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
     std::string line;
     llvm::raw_string_ostream os(line);
     os << "  " << nn::getWeightName(weight.getValue()) << "  " << chosen;
-    // A weight the strategy's split search placed: the estimated step of
-    // each candidate, the others as chosen.
-    auto searched = [&] {
-      auto costs = matmul->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr);
-      if (!costs)
-        return;
-      os << "  {chosen by the estimated step on one device:";
-      for (NamedAttribute cost : costs)
-        if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
-          os << " " << cost.getName().getValue() << " "
-             << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
-      os << "}";
-    };
+    auto searched = [&] { printSplitCosts(os, matmul); };
     // An input or a result split over tp on another dimension than the
     // reduced one and the columns (Megatron-SP's sequence) is not
     // estimated here.
@@ -249,7 +251,6 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
   // A mixture of experts' weights: split by experts, by each expert's
   // features, or whole; with the split search's estimates.
   main.walk([&](nn::MoeOp moe) {
-    auto costs = moe->getAttrOfType<DictionaryAttr>(dist::kSplitCostsAttr);
     for (Value operand : moe->getOperands().drop_front(3)) {
       nn::ConstantOp weight =
           dist::getWeightConstant(operand, /*throughDequantize=*/false);
@@ -264,14 +265,7 @@ std::vector<std::string> describeSplitChoices(func::FuncOp main,
       llvm::raw_string_ostream os(line);
       os << "  " << nn::getWeightName(weight.getValue()) << "  " << chosen
          << "  (an expert weight of nn.moe)";
-      if (costs) {
-        os << "  {chosen by the estimated step on one device:";
-        for (NamedAttribute cost : costs)
-          if (auto seconds = dyn_cast<FloatAttr>(cost.getValue()))
-            os << " " << cost.getName().getValue() << " "
-               << llvm::formatv("{0:e3}", seconds.getValueAsDouble()) << " s;";
-        os << "}";
-      }
+      printSplitCosts(os, moe);
       lines.push_back(line);
     }
   });

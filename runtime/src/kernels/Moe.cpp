@@ -36,19 +36,15 @@ namespace {
 
 enum class Activation { Relu, Gelu, GeluTanh, Silu, Identity, Swiglu };
 
+/// nn.moe's activations by their names in a program (MoeActivation's).
 std::optional<Activation> parseActivation(const std::string &name) {
-  if (name == "relu")
-    return Activation::Relu;
-  if (name == "gelu")
-    return Activation::Gelu;
-  if (name == "gelu_tanh")
-    return Activation::GeluTanh;
-  if (name == "silu")
-    return Activation::Silu;
-  if (name == "identity")
-    return Activation::Identity;
-  if (name == "swiglu")
-    return Activation::Swiglu;
+  static const std::pair<const char *, Activation> kNames[] = {
+      {"relu", Activation::Relu},          {"gelu", Activation::Gelu},
+      {"gelu_tanh", Activation::GeluTanh}, {"silu", Activation::Silu},
+      {"identity", Activation::Identity},  {"swiglu", Activation::Swiglu}};
+  for (auto [spelling, activation] : kNames)
+    if (name == spelling)
+      return activation;
   return std::nullopt;
 }
 

@@ -150,26 +150,21 @@ TEST(MoeTest, WrongOperandsAreErrors) {
   Buffer x(program::F32, {4, 8}), ids(program::I64, {4, 2}),
       w(program::F32, {4, 2}), fc1(program::F32, {3, 16, 8}),
       fc2(program::F32, {3, 8, 12}), out(program::F32, {4, 8});
-  Status s = KernelBuilder("moe")
-                 .operand(x)
-                 .operand(ids)
-                 .operand(w)
-                 .operand(fc1)
-                 .operand(fc2)
-                 .result(out)
-                 .attr("activation", "silu")
-                 .run(testPool());
+  auto run = [&](const char *activation) {
+    return KernelBuilder("moe")
+        .operand(x)
+        .operand(ids)
+        .operand(w)
+        .operand(fc1)
+        .operand(fc2)
+        .result(out)
+        .attr("activation", activation)
+        .run(testPool());
+  };
+  Status s = run("silu");
   EXPECT_FALSE(s.isOk()) << "fc1 [3, 16, 8] with fc2 [3, 8, 12]";
   EXPECT_NE(s.message().find("moe: fc1"), std::string::npos) << s.message();
-  s = KernelBuilder("moe")
-          .operand(x)
-          .operand(ids)
-          .operand(w)
-          .operand(fc1)
-          .operand(fc2)
-          .result(out)
-          .attr("activation", "tanh")
-          .run(testPool());
+  s = run("tanh");
   EXPECT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("unknown activation 'tanh'"), std::string::npos)
       << s.message();
