@@ -342,6 +342,12 @@ LogicalResult checkTrainingOptions(MLIRContext &context,
     return fail(context,
                 "--train with a pp axis: pipeline-parallel training is not "
                 "supported yet; use dp, tp and sp");
+  if (options.mesh.roleSize("ep") > 1)
+    return fail(context,
+                "--train with an ep axis: a training step computes a "
+                "mixture of experts densely (nn.moe has no backward of its "
+                "sparse form yet), so its experts are not split over ep; use "
+                "dp, tp and sp");
   return success();
 }
 

@@ -53,6 +53,10 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
       // The pass refuses it with the same message.
       addLoss.kind = options.loss;
     }
+    // nn.moe has no vector-Jacobian product of its sparse form yet: a
+    // training step computes it densely (every expert on every token),
+    // whose ops all differentiate.
+    func.addPass(createExpandMoePass());
     // First, so that a fused projection's parameter is differentiated,
     // updated and sharded as its segments.
     func.addPass(createSplitFusedParametersPass());

@@ -285,17 +285,6 @@ def test_moe_computes_only_the_routed_experts(tmp_path):
 
 
 
-def test_moe_training_is_refused_by_name(compile_model):
-    """nn.moe has no vector-Jacobian product yet: --train refuses the
-    model, naming the node, instead of training around it."""
-    model, _, _ = moe_model(activation="swiglu", fusion=1)
-    result = compile_model(model, "--train", "--loss", "mse:y",
-                           "--optimizer", "sgd:lr=0.1")
-    assert result.returncode == 1
-    assert ("node 'MoE_0': error: 'nn.moe' op cannot be differentiated"
-            in result.stderr), result.stderr
-
-
 def test_ep_splits_the_experts(tmp_path):
     """--mesh ep=2 gives each rank half of the experts (half the expert
     weight bytes) and one all-reduce of the output; with tp=2 beside it,

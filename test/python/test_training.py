@@ -179,6 +179,9 @@ def test_all_labels_ignored_gives_nan_as_torch(tmp_path, mesh):
     (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
       "--mesh", "pp=2"], "pipeline-parallel training is not supported yet"),
     (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
+      "--mesh", "ep=2"], "--train with an ep axis: a training step computes "
+     "a mixture of experts densely"),
+    (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
       "--freeze", "("], "--freeze '(' is not a regular expression"),
     (["--train", "--loss", "cross_entropy:logits", "--optimizer", "sgd:lr=1",
       "--clip-grad-norm", "-1"], "--clip-grad-norm must be 0 or more"),

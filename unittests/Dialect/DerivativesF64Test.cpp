@@ -273,8 +273,8 @@ const WithoutRule kWithoutRule[] = {
     {"quantized_matmul",
      "a matmul by packed weights: made by the exec pipeline, after "
      "differentiation"},
-    {"moe", "not yet: its VJP (the backward of the dispatch is a combine) is "
-            "issue 37's training part; partita-differentiate refuses it"},
+    {"moe", "a training step writes it densely first (partita-expand-moe), "
+            "whose ops have rules; its sparse form's VJP is issue 37's"},
 };
 
 /// The float operands a rule gives no cotangent (partita-differentiate

@@ -45,8 +45,11 @@ or torch 2.x and transformers in a venv of their own. For each model:
 Models (every dropout 0; hidden 32, 4 heads, 2 layers, FFN 64, vocabulary
 128): GPT-2 (`GPT2LMHeadModel`, tied embedding and LM head), Llama
 (`LlamaForCausalLM`, 2 kv heads: GQA), BERT (`BertForMaskedLM`, its decoder
-tied to the word embeddings) and GPT-NeoX (`GPTNeoXForCausalLM`, parallel
-attention and MLP, rotary on a quarter of each head).
+tied to the word embeddings), GPT-NeoX (`GPTNeoXForCausalLM`, parallel
+attention and MLP, rotary on a quarter of each head) and Mixtral
+(`MixtralForCausalLM`, 4 experts of FFN 48, top 2; transformers >= 5 for
+its "batched_mm" experts, torch 2.x). Each model's entry in the manifest
+records the torch and transformers that wrote it.
 """
 
 import argparse
@@ -98,13 +101,25 @@ MODELS = {
                                                    hidden_dropout=0.0,
                                                    attention_dropout=0.0)),
                  tf.GPTNeoXForCausalLM, "causal"),
+    # A mixture of experts (transformers >= 5: its experts "batched_mm",
+    # which the legacy exporter writes as Gathers of the stacked weights
+    # and batched MatMuls): 4 experts, top 2, renormalized.
+    "mixtral": (lambda: tf.MixtralConfig(**common(
+        num_key_value_heads=2, intermediate_size=48, num_local_experts=4,
+        num_experts_per_tok=2)), getattr(tf, "MixtralForCausalLM", None),
+                "causal"),
 }
+# How a mixture of experts computes its experts (transformers'
+# set_experts_implementation; its default, grouped_mm, does not export).
+EXPERTS = {"mixtral": "batched_mm"}
 
 
 def build(name):
     make_config, cls, kind = MODELS[name]
     torch.manual_seed(sum(map(ord, name)))
     model = cls(make_config())
+    if name in EXPERTS:
+        model.set_experts_implementation(EXPERTS[name])
     with torch.no_grad():
         # Norm scales and biases off their init, so that each matters.
         for _, p in model.named_parameters():
@@ -165,11 +180,15 @@ def export(model, path, batch):
     wrapper = Forward(model)
     feeds = (torch.from_numpy(batch["input_ids"]),
              torch.from_numpy(batch["attention_mask"]))
+    # torch 2.x exports with dynamo by default; these fixtures are the
+    # legacy exporter's (every parameter an initializer under its name).
+    legacy = {"dynamo": False} if int(torch.__version__.split(".")[0]) >= 2 \
+        else {}
     torch.onnx.export(wrapper, feeds, str(path), opset_version=17,
                       do_constant_folding=False,
                       input_names=["input_ids", "attention_mask"],
                       output_names=["logits"],
-                      training=torch.onnx.TrainingMode.EVAL)
+                      training=torch.onnx.TrainingMode.EVAL, **legacy)
     model.train()
     with torch.no_grad():
         want = wrapper(*feeds).numpy()
@@ -269,7 +288,9 @@ def make(name):
             "parameter_elements": int(sum(p.numel() for p in params)),
             "onnxruntime_error": error,
             "sgd_loss": sgd_loss.tolist(), "adamw_loss": adamw_loss.tolist(),
-            "clip_norm0": norm0}
+            "clip_norm0": norm0,
+            "torch": torch.__version__, "transformers": tf.__version__,
+            "onnx": onnx.__version__, "onnxruntime": ort.__version__}
 
 
 def main():
@@ -283,8 +304,6 @@ def main():
         if manifest_path.exists() else {"models": {}}
     manifest.update({
         "generator": "make_train.py",
-        "torch": torch.__version__, "transformers": tf.__version__,
-        "onnx": onnx.__version__, "onnxruntime": ort.__version__,
         "loss": "cross_entropy:logits",
         "optimizers": {
             "sgd": {**SGD, "flag": "sgd:lr=0.1,momentum=0.9,"

@@ -327,7 +327,9 @@ def ExpandMoePass : Pass<"partita-expand-moe", "::mlir::func::FuncOp"> {
     a token not routed to it never enters, not even as 0 times inf). That
     is `E / k` times the routed work: the exec pipeline runs it for the
     CUDA generator, which has no grouped kernel for `nn.moe` yet
-    (docs/frontend.md); the host runs `nn.moe` itself.
+    (docs/frontend.md), and a training step before differentiation, as
+    `nn.moe` has no vector-Jacobian product of its own yet
+    (docs/training.md); the host's inference runs `nn.moe` itself.
 
     ```mlir
     %y = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
