@@ -103,27 +103,33 @@ void groupedProduct(ThreadPool &pool, const Dispatch &d, const float *in,
         units.push_back({e, b});
   int64_t rowsPerUnit =
       units.empty() ? 1 : static_cast<int64_t>(d.slot.size()) / experts + 1;
-  pool.parallelFor(static_cast<int64_t>(units.size()),
-                   grainFor(rowsPerUnit * kBlock * kIn, 1 << 20),
-                   [&](int64_t u0, int64_t u1) {
-                     for (int64_t u = u0; u < u1; ++u) {
-                       auto [e, b] = units[u];
-                       int64_t r0 = d.first[e], rows = d.first[e + 1] - r0;
-                       int64_t c0 = b * kBlock, cols = std::min(kBlock, n - c0);
-                       const float *wBlock = w + (e * n + c0) * kIn;
-                       float *c = out + r0 * n + c0;
-                       cblas_sgemm(
-                           CblasRowMajor, CblasNoTrans, CblasTrans,
-                           static_cast<int>(rows), static_cast<int>(cols),
-                           static_cast<int>(kIn), 1.0f, in + r0 * kIn,
-                           static_cast<int>(kIn), wBlock, static_cast<int>(kIn),
-                           0.0f, c, static_cast<int>(n));
-                       if (bias)
-                         for (int64_t r = 0; r < rows; ++r)
-                           for (int64_t j = 0; j < cols; ++j)
-                             c[r * n + j] += bias[e * n + c0 + j];
-                     }
-                   });
+  // One unit: its expert's rows times its block of the weight's rows.
+  auto product = [&](int64_t e, int64_t b) {
+    int64_t r0 = d.first[e], rows = d.first[e + 1] - r0;
+    int64_t c0 = b * kBlock, cols = std::min(kBlock, n - c0);
+    float *c = out + r0 * n + c0;
+    if (kIn == 0) { // Nothing to contract (cblas refuses a leading dim 0).
+      for (int64_t r = 0; r < rows; ++r)
+        std::fill_n(c + r * n, cols, 0.0f);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                  static_cast<int>(rows), static_cast<int>(cols),
+                  static_cast<int>(kIn), 1.0f, in + r0 * kIn,
+                  static_cast<int>(kIn), w + (e * n + c0) * kIn,
+                  static_cast<int>(kIn), 0.0f, c, static_cast<int>(n));
+    }
+    if (bias)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j)
+          c[r * n + j] += bias[e * n + c0 + j];
+  };
+  pool.parallelFor(
+      static_cast<int64_t>(units.size()),
+      grainFor(rowsPerUnit * kBlock * std::max<int64_t>(kIn, 1), 1 << 20),
+      [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u)
+          product(units[u].first, units[u].second);
+      });
 }
 
 float activate(Activation a, float x) {

@@ -146,6 +146,11 @@ TEST(MoeTest, HalfAndBfloatStorage) {
 
 TEST(MoeTest, ManyTokensOverThePool) { checkMoe({300, 64, 96, 8, 2}, 9); }
 
+TEST(MoeTest, ExpertsWithoutFeaturesAddTheirBias) {
+  // F = 0: fc2 contracts nothing; each routed slot adds its fc2 bias.
+  checkMoe({5, 8, 0, 3, 2, "relu", false, false, true}, 10);
+}
+
 TEST(MoeTest, WrongOperandsAreErrors) {
   Buffer x(program::F32, {4, 8}), ids(program::I64, {4, 2}),
       w(program::F32, {4, 2}), fc1(program::F32, {3, 16, 8}),
