@@ -88,12 +88,22 @@ Dispatch dispatch(const I *ids, int64_t slots, int64_t experts) {
 
 /// out[rows of expert e, :] = in[rows of e, :] * w[e]^T (+ bias[e]) for
 /// every expert: w is [E, n, kIn], in is [S, kIn], out [S, n]. The
-/// (expert, column block) products run over the pool together.
+/// (expert, column block) products run over the pool together. Each
+/// sgemm packs its rows of `in` again, so the blocks are as wide as
+/// keeping every thread busy allows: about two units per thread over the
+/// experts that have rows, at least 64 columns.
 void groupedProduct(ThreadPool &pool, const Dispatch &d, const float *in,
                     int64_t kIn, const float *w, const float *bias, int64_t n,
                     float *out) {
-  constexpr int64_t kBlock = 64;
   int64_t experts = static_cast<int64_t>(d.first.size()) - 1;
+  int64_t active = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    active += d.first[e + 1] > d.first[e];
+  int64_t threads = static_cast<int64_t>(pool.size());
+  int64_t perExpert = std::max<int64_t>(1, (2 * threads + active - 1) /
+                                               std::max<int64_t>(1, active));
+  int64_t kBlock =
+      std::max<int64_t>(64, ((n + perExpert - 1) / perExpert + 15) / 16 * 16);
   int64_t blocks = (n + kBlock - 1) / kBlock;
   // Units: the column blocks of the experts that have rows.
   std::vector<std::pair<int64_t, int64_t>> units;
@@ -111,6 +121,10 @@ void groupedProduct(ThreadPool &pool, const Dispatch &d, const float *in,
     if (kIn == 0) { // Nothing to contract (cblas refuses a leading dim 0).
       for (int64_t r = 0; r < rows; ++r)
         std::fill_n(c + r * n, cols, 0.0f);
+    } else if (rows == 1) { // One token (decode): sgemv streams the block.
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(cols),
+                  static_cast<int>(kIn), 1.0f, w + (e * n + c0) * kIn,
+                  static_cast<int>(kIn), in + r0 * kIn, 1, 0.0f, c, 1);
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
                   static_cast<int>(rows), static_cast<int>(cols),

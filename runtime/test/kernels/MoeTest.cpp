@@ -146,6 +146,12 @@ TEST(MoeTest, HalfAndBfloatStorage) {
 
 TEST(MoeTest, ManyTokensOverThePool) { checkMoe({300, 64, 96, 8, 2}, 9); }
 
+TEST(MoeTest, DecodeStepsReachEachExpertOnce) {
+  // One token: each routed expert has one row (the sgemv path).
+  checkMoe({1, 32, 48, 6, 3, "swiglu"}, 11);
+  checkMoe({1, 32, 48, 6, 2, "silu", false, false, true}, 12);
+}
+
 TEST(MoeTest, ExpertsWithoutFeaturesAddTheirBias) {
   // F = 0: fc2 contracts nothing; each routed slot adds its fc2 bias.
   checkMoe({5, 8, 0, 3, 2, "relu", false, false, true}, 10);
