@@ -222,8 +222,9 @@ mlir::partita::DriverOptions bufferInput(const void *data, size_t size,
 
 PlanCandidate toApi(const mlir::partita::PlanCandidate &c) {
   PlanCandidate out;
-  for (auto [name, size] : {std::pair{"dp", c.dp}, std::pair{"pp", c.pp},
-                            std::pair{"sp", c.sp}, std::pair{"tp", c.tp}})
+  for (auto [name, size] :
+       {std::pair{"dp", c.dp}, std::pair{"pp", c.pp}, std::pair{"ep", c.ep},
+        std::pair{"sp", c.sp}, std::pair{"tp", c.tp}})
     if (size > 1)
       out.mesh.push_back({name, size, ""});
   out.spMode = c.spMode;

@@ -94,8 +94,9 @@ bool ModelShape::Op::operator==(const Op &other) const {
          collectiveBytes == other.collectiveBytes &&
          keyValueBytes == other.keyValueBytes && liveBytes == other.liveBytes &&
          gathered == other.gathered && keyValueSplit == other.keyValueSplit &&
-         decomposable == other.decomposable && outside == other.outside &&
-         nextFlops == other.nextFlops && nextBytes == other.nextBytes;
+         decomposable == other.decomposable && experts == other.experts &&
+         outside == other.outside && nextFlops == other.nextFlops &&
+         nextBytes == other.nextBytes;
 }
 
 ModelShape ModelShape::folded() const {
@@ -152,6 +153,7 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
   struct Placement {
     int64_t op;
     double split, replicated;
+    bool experts;
   };
   std::vector<Placement> placements;
   int64_t firstLayerOp = -1, lastLayerOp = -1, lastReduce = -1;
@@ -266,6 +268,13 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
       shape.tokenBytes =
           static_cast<double>(shape.heads * query.getDimSize(3)) *
           std::max<int64_t>(1, query.getElementTypeBitWidth() / 8);
+    } else if (auto moe = dyn_cast<nn::MoeOp>(op)) {
+      // Its experts: over ep (they stay whole over tp here), its result
+      // all-reduced over ep.
+      entry.experts = true;
+      entry.collectiveBytes = valueBytes(moe.getResult());
+      shape.expertWeightBytes += weightBytesOf(op, countedWeights);
+      shape.expertCounts.push_back(moe.getNumExperts());
     } else if (splitInput) {
       entry.tensorSplit = splitResult = true;
     }
@@ -278,7 +287,8 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
     int64_t index = static_cast<int64_t>(shape.ops.size());
     splitWeights += splitHere;
     double here = weightBytesOf(op, placedWeights);
-    placements.push_back({index, splitHere, std::max(0.0, here - splitHere)});
+    placements.push_back(
+        {index, splitHere, std::max(0.0, here - splitHere), entry.experts});
     if (role && isColumnParallel(*role) && firstLayerOp < 0)
       firstLayerOp = index;
     // A column-parallel projection is fed by the all-gather of the last
@@ -289,8 +299,9 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
     }
     if (entry.collective == ModelShape::Op::Collective::AllReduce)
       lastReduce = index;
-    if (role &&
-        (*role == ModelRole::AttentionOutput || *role == ModelRole::MlpDown))
+    if ((role && (*role == ModelRole::AttentionOutput ||
+                  *role == ModelRole::MlpDown)) ||
+        entry.experts)
       lastLayerOp = index;
     shape.ops.push_back(entry);
   });
@@ -314,6 +325,8 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
     if (firstLayerOp < 0 || p.op < firstLayerOp || p.op > lastLayerOp) {
       shape.splitOutsideWeightBytes += p.split;
       shape.replicatedOutsideWeightBytes += p.replicated;
+      if (p.experts)
+        shape.expertOutsideWeightBytes += p.replicated;
     }
   return shape;
 }
@@ -324,8 +337,9 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
 
 std::string PlanCandidate::meshString() const {
   std::string text;
-  for (auto [name, size] : {std::pair{"dp", dp}, std::pair{"pp", pp},
-                            std::pair{"sp", sp}, std::pair{"tp", tp}})
+  for (auto [name, size] :
+       {std::pair{"dp", dp}, std::pair{"pp", pp}, std::pair{"ep", ep},
+        std::pair{"sp", sp}, std::pair{"tp", tp}})
     if (size > 1)
       text += (text.empty() ? "" : ",") + std::string(name) + "=" +
               std::to_string(size);
@@ -348,8 +362,9 @@ std::string PlanCandidate::flags() const {
 
 std::string PlanCandidate::family() const {
   std::string text;
-  for (auto [name, size] : {std::pair{"dp", dp}, std::pair{"pp", pp},
-                            std::pair{"sp", sp}, std::pair{"tp", tp}})
+  for (auto [name, size] :
+       {std::pair{"dp", dp}, std::pair{"pp", pp}, std::pair{"ep", ep},
+        std::pair{"sp", sp}, std::pair{"tp", tp}})
     if (size > 1)
       text += (text.empty() ? "" : "+") + std::string(name);
   if (text.empty())
@@ -392,6 +407,10 @@ double gatherSeconds(const LinkModel &link, int64_t n, double bytes) {
 /// The first divisibility the candidate breaks, or "".
 std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
   auto refuse = [](const std::string &what) { return "divisibility: " + what; };
+  for (int64_t experts : shape.expertCounts)
+    if (experts % c.ep != 0)
+      return refuse(std::to_string(experts) +
+                    " experts over ep=" + std::to_string(c.ep));
   if (shape.heads % c.tp != 0)
     return refuse(std::to_string(shape.heads) +
                   " heads over tp=" + std::to_string(c.tp));
@@ -456,16 +475,24 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
                " over dp=" + std::to_string(c.dp);
     return;
   }
+  if (shape.layers == 0)
+    for (int64_t experts : shape.expertCounts)
+      if (experts % c.ep != 0) {
+        c.reason = "divisibility: " + std::to_string(experts) +
+                   " experts over ep=" + std::to_string(c.ep);
+        return;
+      }
   if (shape.layers > 0) {
     if (std::string why = divisibility(c, shape); !why.empty()) {
       c.reason = why;
       return;
     }
   }
-  if (cluster.nodes > 1 && c.tp * c.sp > cluster.devicesPerNode) {
-    c.reason = "placement: tp x sp = " + std::to_string(c.tp * c.sp) +
-               " would cross nodes of " +
-               std::to_string(cluster.devicesPerNode) + " devices";
+  if (cluster.nodes > 1 && c.tp * c.sp * c.ep > cluster.devicesPerNode) {
+    c.reason =
+        "placement: tp x sp x ep = " + std::to_string(c.tp * c.sp * c.ep) +
+        " would cross nodes of " + std::to_string(cluster.devicesPerNode) +
+        " devices";
     return;
   }
   c.reason.clear();
@@ -488,8 +515,13 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     if (op.tensorSplit || megatronSp)
       factor *= tpShare;
     // One microbatch's share of the tensors, and the weights whole (split
-    // by tp where the op is): each microbatch reads them again.
+    // by tp where the op is, by ep a mixture of experts'): each
+    // microbatch reads them again.
     double weights = op.weightBytes / (op.tensorSplit ? tpShare : 1.0);
+    if (op.experts) {
+      factor *= c.ep;
+      weights /= c.ep;
+    }
     OpCost cost{op.flops / (factor * c.microbatches),
                 (op.bytes - op.weightBytes) / (factor * c.microbatches) +
                     weights};
@@ -512,7 +544,8 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   double perStage = 1.0 / (double(c.pp) * c.microbatches);
   const LinkModel &tpLink = linkOf(cluster, 1, c.tp);
   const LinkModel &spLink = linkOf(cluster, c.tp, c.sp);
-  const LinkModel &ppLink = linkOf(cluster, c.tp * c.sp, c.pp);
+  const LinkModel &epLink = linkOf(cluster, c.tp * c.sp, c.ep);
+  const LinkModel &ppLink = linkOf(cluster, c.tp * c.sp * c.ep, c.pp);
   // A stage runs count / pp of the model's `count` collectives per
   // microbatch, each of the microbatch's share of its bytes: the latency is
   // paid per microbatch.
@@ -566,6 +599,19 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     if (op.decomposable)
       decomposition += calls * (c.tp - 1) * add;
   }
+  // Expert parallelism: each mixture of experts' partial sums all-reduced
+  // over ep (an all-gather dispatcher's traffic), not hidden.
+  double epComm = 0;
+  for (const ModelShape::Op &op : shape.ops) {
+    if (!op.experts || c.ep <= 1)
+      continue;
+    double perCall =
+        op.collectiveBytes / (double(c.dp) * c.sp * c.microbatches);
+    epComm += double(op.count) / (op.outside ? 1 : c.pp) * 2 *
+              gatherSeconds(epLink, c.ep, perCall);
+  }
+  tpComm += epComm;
+  tpExposed += epComm;
   double spComm = 0, spHidden = 0;
   if (c.spMode == SequenceMode::Ulysses)
     spComm = scaled(a2aBytes, 4 * shape.layers, gatherSeconds, spLink, c.sp);
@@ -619,14 +665,18 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   // the residual stream waiting beside it), the outputs (whole on a rank of
   // each data-parallel replica) and its share of a decoder's KV cache (its
   // layers, heads, batch and sequence).
-  double outside =
-      shape.splitOutsideWeightBytes / c.tp + shape.replicatedOutsideWeightBytes;
-  double layers = (shape.splitWeightBytes - shape.splitOutsideWeightBytes -
-                   shape.keyValueWeightBytes) /
-                      c.tp +
-                  shape.keyValueWeightBytes / kvShare +
-                  shape.replicatedWeightBytes -
-                  shape.replicatedOutsideWeightBytes;
+  // Expert weights are replicated weights that ep splits.
+  double epSaves = 1 - 1.0 / double(c.ep);
+  double outside = shape.splitOutsideWeightBytes / c.tp +
+                   shape.replicatedOutsideWeightBytes -
+                   shape.expertOutsideWeightBytes * epSaves;
+  double layers =
+      (shape.splitWeightBytes - shape.splitOutsideWeightBytes -
+       shape.keyValueWeightBytes) /
+          c.tp +
+      shape.keyValueWeightBytes / kvShare + shape.replicatedWeightBytes -
+      shape.replicatedOutsideWeightBytes -
+      (shape.expertWeightBytes - shape.expertOutsideWeightBytes) * epSaves;
   c.weightBytes = layers / c.pp + outside;
   double residual = shape.tokenBytes * shape.batch * shape.sequence /
                     (double(c.dp) * c.sp * (megatronSp ? c.tp : 1));
@@ -691,53 +741,60 @@ mlir::partita::enumeratePlans(const ModelShape &shape,
       for (int64_t pp = 1; pp <= n / (tp * sp); ++pp) {
         if ((n / (tp * sp)) % pp)
           continue;
-        int64_t dp = n / (tp * sp * pp);
-        std::vector<SequenceMode> modes;
-        if (sp > 1)
-          modes = {SequenceMode::Ulysses, SequenceMode::Ring};
-        else if (tp > 1)
-          modes = {SequenceMode::None, SequenceMode::Megatron};
-        else
-          modes = {SequenceMode::None};
-        // A pipeline's schedules: the microbatches a data-parallel shard
-        // of the batch divides into, and the chunks per stage its layers
-        // divide into (the interleaved schedule takes microbatches in
-        // groups of pp).
-        std::vector<int64_t> microbatches = {1}, chunks = {1};
-        if (pp > 1) {
-          int64_t shard = shape.batch % dp == 0 ? shape.batch / dp : 1;
-          for (int64_t m = 2; m <= shard; ++m)
-            if (shard % m == 0)
-              microbatches.push_back(m);
-          int64_t perStage =
-              shape.layers % pp == 0 ? shape.layers / pp : int64_t(1);
-          for (int64_t v = 2; v <= perStage; ++v)
-            if (perStage % v == 0)
-              chunks.push_back(v);
+        // Expert parallelism only where the model has experts.
+        int64_t rest = n / (tp * sp * pp);
+        for (int64_t ep = 1; ep <= rest; ++ep) {
+          if (rest % ep != 0 || (ep > 1 && shape.expertCounts.empty()))
+            continue;
+          int64_t dp = rest / ep;
+          std::vector<SequenceMode> modes;
+          if (sp > 1)
+            modes = {SequenceMode::Ulysses, SequenceMode::Ring};
+          else if (tp > 1)
+            modes = {SequenceMode::None, SequenceMode::Megatron};
+          else
+            modes = {SequenceMode::None};
+          // A pipeline's schedules: the microbatches a data-parallel shard
+          // of the batch divides into, and the chunks per stage its layers
+          // divide into (the interleaved schedule takes microbatches in
+          // groups of pp).
+          std::vector<int64_t> microbatches = {1}, chunks = {1};
+          if (pp > 1) {
+            int64_t shard = shape.batch % dp == 0 ? shape.batch / dp : 1;
+            for (int64_t m = 2; m <= shard; ++m)
+              if (shard % m == 0)
+                microbatches.push_back(m);
+            int64_t perStage =
+                shape.layers % pp == 0 ? shape.layers / pp : int64_t(1);
+            for (int64_t v = 2; v <= perStage; ++v)
+              if (perStage % v == 0)
+                chunks.push_back(v);
+          }
+          for (SequenceMode mode : modes)
+            for (int64_t m : microbatches)
+              for (int64_t v : chunks)
+                for (bool cmm : {false, true}) {
+                  // Collective matmul needs Megatron-SP's gathers and
+                  // scatters; virtual stages need groups of pp microbatches.
+                  if ((cmm && mode != SequenceMode::Megatron) ||
+                      (v > 1 && m % pp != 0))
+                    continue;
+                  PlanCandidate c;
+                  c.dp = dp;
+                  c.tp = tp;
+                  c.pp = pp;
+                  c.sp = sp;
+                  c.ep = ep;
+                  c.spMode = mode;
+                  c.microbatches = m;
+                  c.virtualStages = v;
+                  c.collectiveMatmul = cmm;
+                  evaluatePlan(c, shape, cluster, request);
+                  if (request.objective == PlanObjective::DecodeThroughput)
+                    servingBatch(c, shape, cluster, request);
+                  all.push_back(std::move(c));
+                }
         }
-        for (SequenceMode mode : modes)
-          for (int64_t m : microbatches)
-            for (int64_t v : chunks)
-              for (bool cmm : {false, true}) {
-                // Collective matmul needs Megatron-SP's gathers and
-                // scatters; virtual stages need groups of pp microbatches.
-                if ((cmm && mode != SequenceMode::Megatron) ||
-                    (v > 1 && m % pp != 0))
-                  continue;
-                PlanCandidate c;
-                c.dp = dp;
-                c.tp = tp;
-                c.pp = pp;
-                c.sp = sp;
-                c.spMode = mode;
-                c.microbatches = m;
-                c.virtualStages = v;
-                c.collectiveMatmul = cmm;
-                evaluatePlan(c, shape, cluster, request);
-                if (request.objective == PlanObjective::DecodeThroughput)
-                  servingBatch(c, shape, cluster, request);
-                all.push_back(std::move(c));
-              }
       }
     }
   }
@@ -878,8 +935,9 @@ namespace {
 
 llvm::json::Object candidateJson(const PlanCandidate &c) {
   llvm::json::Object mesh;
-  for (auto [name, size] : {std::pair{"dp", c.dp}, std::pair{"pp", c.pp},
-                            std::pair{"sp", c.sp}, std::pair{"tp", c.tp}})
+  for (auto [name, size] :
+       {std::pair{"dp", c.dp}, std::pair{"pp", c.pp}, std::pair{"ep", c.ep},
+        std::pair{"sp", c.sp}, std::pair{"tp", c.tp}})
     if (size > 1)
       mesh[name] = size;
   llvm::json::Object object{{"mesh", std::move(mesh)},

@@ -329,3 +329,21 @@ def test_ep_axis_without_experts_is_refused(tmp_path):
             "(nn.moe), and the model has none" in proc.stderr), proc.stderr
     assert not (tmp_path / "art").exists()
 
+
+
+def test_mesh_auto_considers_ep(tmp_path):
+    """--mesh auto plans the experts over ep: on 2 devices a model of a
+    mixture of experts alone (no attention layer for tp, pp or sp, one
+    sequence for dp) is planned as ep=2, each rank with half of the expert
+    weights, and runs equal to onnxruntime."""
+    model, feeds, arrays = moe_model(**CPU_CASES["swiglu_gpt_oss"])
+    path = tmp_path / "moe.onnx"
+    onnx.save(model, str(path))
+    outputs, report = compile_and_run(tmp_path / "run", path, feeds,
+                                      "--mesh", "auto", "--devices", "2")
+    assert report["plan"]["chosen"]["mesh"] == {"ep": 2}, report["plan"]
+    np.testing.assert_allclose(outputs["y"], onnxruntime(model, feeds),
+                               rtol=1e-4, atol=1e-5)
+    whole = sum(a.nbytes for a in arrays.values())
+    for rank in report["ranks"]:
+        assert rank["weight_bytes"] < 0.6 * whole, rank["weight_bytes"]

@@ -82,6 +82,9 @@ struct ModelShape {
     /// A row-parallel projection: collective matmul can decompose its
     /// reduce-scatter against it (the embedding's cannot be).
     bool decomposable = false;
+    /// A mixture of experts (nn.moe): ep splits its experts, its work and
+    /// its expert weights, and all-reduces its result (collectiveBytes).
+    bool experts = false;
     /// For an all-reduce op: the work of the column-parallel projections
     /// its all-gather feeds under Megatron-SP (up to the next all-reduce).
     double nextFlops = 0, nextBytes = 0;
@@ -126,6 +129,14 @@ struct ModelShape {
   double keyValueCacheBytes = 0;
   /// The function's other results (the logits).
   double outputBytes = 0;
+  /// The mixtures of experts' expert weights (counted among the replicated
+  /// weights, in the layers), which ep splits, and each one's number of
+  /// experts, which ep must divide.
+  double expertWeightBytes = 0;
+  /// Of those, the ones counted outside the layers (a model of experts
+  /// alone has no layers).
+  double expertOutsideWeightBytes = 0;
+  std::vector<int64_t> expertCounts;
 
   /// The same shape with equal ops merged into one, counted: one layer's
   /// ops stand for all of them. Its predictions equal the unfolded
@@ -143,6 +154,9 @@ ModelShape readModelShape(func::FuncOp main);
 /// One point of the search space, and what the cost model predicts for it.
 struct PlanCandidate {
   int64_t dp = 1, tp = 1, pp = 1, sp = 1;
+  /// Expert parallelism: a mixture of experts' experts split over ep (the
+  /// rest of the model replicated over it).
+  int64_t ep = 1;
   /// None, Megatron (over tp), Ulysses or Ring (over sp).
   SequenceMode spMode = SequenceMode::None;
   int64_t microbatches = 1;

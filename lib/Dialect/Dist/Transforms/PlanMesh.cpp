@@ -31,13 +31,14 @@ using namespace mlir::partita::dist;
 namespace {
 
 /// The mesh a candidate compiles with: its axes of more than one device,
-/// in the order dp, pp, sp, tp, each with the role its name implies.
+/// in the order dp, pp, ep, sp, tp, each with the role its name implies.
 SmallVector<std::pair<StringRef, int64_t>>
 candidateAxes(const PlanCandidate &candidate) {
   SmallVector<std::pair<StringRef, int64_t>> axes;
   for (auto [name, size] :
        {std::pair{"dp", candidate.dp}, std::pair{"pp", candidate.pp},
-        std::pair{"sp", candidate.sp}, std::pair{"tp", candidate.tp}})
+        std::pair{"ep", candidate.ep}, std::pair{"sp", candidate.sp},
+        std::pair{"tp", candidate.tp}})
     if (size > 1)
       axes.push_back({name, size});
   return axes;
