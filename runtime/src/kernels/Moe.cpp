@@ -8,11 +8,13 @@
 // counting sort, stable, so each expert's rows keep token order), the
 // tokens' hidden states gathered into one [S, H] matrix in that order, and
 // each projection is one grouped product: for every expert, its rows times
-// its weight, one cblas_sgemm per (expert, column block), the blocks of all
-// experts spread over the pool together. The activation runs between the
-// products on the same rows; each token's result is then its slots' rows
-// weighted by their routing weights, added in slot order. The work is the
-// routed work only: S = the routed slots, at most T * k rows.
+// its weight, one cblas_sgemm per (expert, block of features), the blocks
+// of all experts spread over the pool together. A block of fc1 (a swiglu's
+// gate and up rows of the same features, and fc3's) is activated as soon
+// as it is computed, while in cache; fc2 follows; each token's result is
+// then its slots' rows weighted by their routing weights, added in slot
+// order. The work is the routed work only: S = the routed slots, at most
+// T * k rows.
 //
 // Weights are [E, out, in] (transformers' and onnxruntime's layout), so
 // each product multiplies by the transposed block, which sgemm reads in
@@ -86,15 +88,38 @@ Dispatch dispatch(const I *ids, int64_t slots, int64_t experts) {
   return d;
 }
 
-/// out[rows of expert e, :] = in[rows of e, :] * w[e]^T (+ bias[e]) for
-/// every expert: w is [E, n, kIn], in is [S, kIn], out [S, n]. The
-/// (expert, column block) products run over the pool together. Each
-/// sgemm packs its rows of `in` again, so the blocks are as wide as
-/// keeping every thread busy allows: about two units per thread over the
-/// experts that have rows, at least 64 columns.
-void groupedProduct(ThreadPool &pool, const Dispatch &d, const float *in,
-                    int64_t kIn, const float *w, const float *bias, int64_t n,
-                    float *out) {
+/// c[r, j] = in[r, :] . w[j, :] + bias[j] for `rows` rows of `in` ([.,
+/// kIn]) and `count` rows of `w`, into `c` with rows `ldc` apart: one sgemm
+/// (sgemv for one row).
+void blockProduct(const float *in, int64_t rows, int64_t kIn, const float *w,
+                  const float *bias, int64_t count, float *c, int64_t ldc) {
+  if (kIn == 0) { // Nothing to contract (cblas refuses a leading dim 0).
+    for (int64_t r = 0; r < rows; ++r)
+      std::fill_n(c + r * ldc, count, 0.0f);
+  } else if (rows == 1) { // One token (decode): sgemv streams the block.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(count),
+                static_cast<int>(kIn), 1.0f, w, static_cast<int>(kIn), in, 1,
+                0.0f, c, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                static_cast<int>(count), static_cast<int>(kIn), 1.0f, in,
+                static_cast<int>(kIn), w, static_cast<int>(kIn), 0.0f, c,
+                static_cast<int>(ldc));
+  }
+  if (bias)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < count; ++j)
+        c[r * ldc + j] += bias[j];
+}
+
+/// Runs `unit(e, j0, j1)` for every expert with rows and block [j0, j1) of
+/// `n` columns, over the pool together. Each sgemm packs its rows of the
+/// input again, so the blocks are as wide as keeping every thread busy
+/// allows: about two units per thread over the experts that have rows, at
+/// least 64 columns. `cost` is one unit's work per row and column.
+template <typename Unit>
+void forEachExpertBlock(ThreadPool &pool, const Dispatch &d, int64_t n,
+                        int64_t cost, const Unit &unit) {
   int64_t experts = static_cast<int64_t>(d.first.size()) - 1;
   int64_t active = 0;
   for (int64_t e = 0; e < experts; ++e)
@@ -102,47 +127,24 @@ void groupedProduct(ThreadPool &pool, const Dispatch &d, const float *in,
   int64_t threads = static_cast<int64_t>(pool.size());
   int64_t perExpert = std::max<int64_t>(1, (2 * threads + active - 1) /
                                                std::max<int64_t>(1, active));
-  int64_t kBlock =
+  int64_t width =
       std::max<int64_t>(64, ((n + perExpert - 1) / perExpert + 15) / 16 * 16);
-  int64_t blocks = (n + kBlock - 1) / kBlock;
-  // Units: the column blocks of the experts that have rows.
+  int64_t blocks = (n + width - 1) / width;
   std::vector<std::pair<int64_t, int64_t>> units;
   for (int64_t e = 0; e < experts; ++e)
     if (d.first[e + 1] > d.first[e])
       for (int64_t b = 0; b < blocks; ++b)
         units.push_back({e, b});
   int64_t rowsPerUnit =
-      units.empty() ? 1 : static_cast<int64_t>(d.slot.size()) / experts + 1;
-  // One unit: its expert's rows times its block of the weight's rows.
-  auto product = [&](int64_t e, int64_t b) {
-    int64_t r0 = d.first[e], rows = d.first[e + 1] - r0;
-    int64_t c0 = b * kBlock, cols = std::min(kBlock, n - c0);
-    float *c = out + r0 * n + c0;
-    if (kIn == 0) { // Nothing to contract (cblas refuses a leading dim 0).
-      for (int64_t r = 0; r < rows; ++r)
-        std::fill_n(c + r * n, cols, 0.0f);
-    } else if (rows == 1) { // One token (decode): sgemv streams the block.
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(cols),
-                  static_cast<int>(kIn), 1.0f, w + (e * n + c0) * kIn,
-                  static_cast<int>(kIn), in + r0 * kIn, 1, 0.0f, c, 1);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-                  static_cast<int>(rows), static_cast<int>(cols),
-                  static_cast<int>(kIn), 1.0f, in + r0 * kIn,
-                  static_cast<int>(kIn), w + (e * n + c0) * kIn,
-                  static_cast<int>(kIn), 0.0f, c, static_cast<int>(n));
-    }
-    if (bias)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < cols; ++j)
-          c[r * n + j] += bias[e * n + c0 + j];
-  };
+      units.empty() ? 1 : static_cast<int64_t>(d.slot.size()) / active + 1;
   pool.parallelFor(
       static_cast<int64_t>(units.size()),
-      grainFor(rowsPerUnit * kBlock * std::max<int64_t>(kIn, 1), 1 << 20),
+      grainFor(rowsPerUnit * width * std::max<int64_t>(cost, 1), 1 << 20),
       [&](int64_t u0, int64_t u1) {
-        for (int64_t u = u0; u < u1; ++u)
-          product(units[u].first, units[u].second);
+        for (int64_t u = u0; u < u1; ++u) {
+          auto [e, b] = units[u];
+          unit(e, b * width, std::min(n, (b + 1) * width));
+        }
       });
 }
 
@@ -161,7 +163,7 @@ float activate(Activation a, float x) {
   }
 }
 
-float swiglu(const MoeParams &p, float g, float u) {
+float swigluOf(const MoeParams &p, float g, float u) {
   if (p.limit) {
     g = std::min(g, *p.limit);
     u = std::clamp(u, -*p.limit, *p.limit);
@@ -184,41 +186,69 @@ void moeF32(ThreadPool &pool, const MoeParams &p, const float *x, const I *ids,
     for (int64_t r = r0; r < r1; ++r)
       std::copy_n(x + (d.slot[r] / p.k) * h, h, gathered.data() + r * h);
   });
-  std::vector<float> first(std::max<int64_t>(rows * p.fused, 1));
-  groupedProduct(pool, d, gathered.data(), h, fc1, bias1, p.fused,
-                 first.data());
-  std::vector<float> up;
-  if (fc3) {
-    up.resize(std::max<int64_t>(rows * f, 1));
-    groupedProduct(pool, d, gathered.data(), h, fc3, bias3, f, up.data());
-  }
-  // The activation, into [S, F] (in place where F1 = F).
-  std::vector<float> activated(p.activation == Activation::Swiglu && !fc3
-                                   ? std::max<int64_t>(rows * f, 1)
-                                   : 0);
-  float *act = activated.empty() ? first.data() : activated.data();
-  pool.parallelFor(rows, grainFor(f), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float *row = first.data() + r * p.fused;
-      float *dst = act + r * f;
-      if (p.activation != Activation::Swiglu) {
-        for (int64_t j = 0; j < f; ++j)
-          dst[j] = activate(p.activation, row[j]);
-      } else if (fc3) {
-        const float *u = up.data() + r * f;
-        for (int64_t j = 0; j < f; ++j)
-          dst[j] = swiglu(p, row[j], u[j]);
-      } else if (p.interleaved) {
-        for (int64_t j = 0; j < f; ++j)
-          dst[j] = swiglu(p, row[2 * j], row[2 * j + 1]);
-      } else {
-        for (int64_t j = 0; j < f; ++j)
-          dst[j] = swiglu(p, row[j], row[f + j]);
-      }
-    }
-  });
+  // fc1 (and fc3) and the activation, a block of each expert's features
+  // at a time, into [S, F]: the gate and up rows of a block (fc1's halves
+  // or pairs, or fc1 and fc3) are multiplied together and activated while
+  // in cache.
+  std::vector<float> act(std::max<int64_t>(rows * f, 1));
+  bool swiglu = p.activation == Activation::Swiglu;
+  forEachExpertBlock(
+      pool, d, f, (swiglu ? 2 : 1) * h, [&](int64_t e, int64_t j0, int64_t j1) {
+        int64_t r0 = d.first[e], count = d.first[e + 1] - r0, n = j1 - j0;
+        const float *in = gathered.data() + r0 * h;
+        float *dst = act.data() + r0 * f + j0;
+        auto weightRows = [&](const float *w, int64_t rowsOf, int64_t row) {
+          return w + (e * rowsOf + row) * h;
+        };
+        auto biasOf = [&](const float *b, int64_t rowsOf, int64_t row) {
+          return b ? b + e * rowsOf + row : nullptr;
+        };
+        if (!swiglu) {
+          blockProduct(in, count, h, weightRows(fc1, f, j0),
+                       biasOf(bias1, f, j0), n, dst, f);
+          for (int64_t r = 0; r < count; ++r)
+            for (int64_t j = 0; j < n; ++j)
+              dst[r * f + j] = activate(p.activation, dst[r * f + j]);
+          return;
+        }
+        // Gate and up of the block, [count, n] each (interleaved: pairs,
+        // [count, 2n]).
+        std::vector<float> scratch(std::max<int64_t>(2 * count * n, 1));
+        float *gate = scratch.data(), *up = gate + count * n;
+        if (fc3) {
+          blockProduct(in, count, h, weightRows(fc1, f, j0),
+                       biasOf(bias1, f, j0), n, gate, n);
+          blockProduct(in, count, h, weightRows(fc3, f, j0),
+                       biasOf(bias3, f, j0), n, up, n);
+        } else if (p.interleaved) {
+          blockProduct(in, count, h, weightRows(fc1, 2 * f, 2 * j0),
+                       biasOf(bias1, 2 * f, 2 * j0), 2 * n, gate, 2 * n);
+        } else {
+          blockProduct(in, count, h, weightRows(fc1, 2 * f, j0),
+                       biasOf(bias1, 2 * f, j0), n, gate, n);
+          blockProduct(in, count, h, weightRows(fc1, 2 * f, f + j0),
+                       biasOf(bias1, 2 * f, f + j0), n, up, n);
+        }
+        for (int64_t r = 0; r < count; ++r)
+          for (int64_t j = 0; j < n; ++j) {
+            float g, u;
+            if (p.interleaved && !fc3) {
+              g = gate[r * 2 * n + 2 * j];
+              u = gate[r * 2 * n + 2 * j + 1];
+            } else {
+              g = gate[r * n + j];
+              u = up[r * n + j];
+            }
+            dst[r * f + j] = swigluOf(p, g, u);
+          }
+      });
   std::vector<float> second(std::max<int64_t>(rows * h, 1));
-  groupedProduct(pool, d, act, f, fc2, bias2, h, second.data());
+  forEachExpertBlock(pool, d, h, f, [&](int64_t e, int64_t j0, int64_t j1) {
+    int64_t r0 = d.first[e], count = d.first[e + 1] - r0;
+    blockProduct(act.data() + r0 * f, count, f, fc2 + (e * h + j0) * f,
+                 bias2 ? bias2 + e * h + j0 : nullptr, j1 - j0,
+                 second.data() + r0 * h + j0, h);
+  });
   // Combine: each token's slots in order, weighted.
   pool.parallelFor(p.tokens, grainFor(h * p.k), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
