@@ -347,3 +347,26 @@ def test_mesh_auto_considers_ep(tmp_path):
     whole = sum(a.nbytes for a in arrays.values())
     for rank in report["ranks"]:
         assert rank["weight_bytes"] < 0.6 * whole, rank["weight_bytes"]
+
+
+def test_mesh_auto_refuses_an_ep_that_does_not_divide_the_experts(tmp_path):
+    """3 devices for 4 experts: ep=3 is refused for divisibility, and with
+    no other plan (one sequence, no attention layer) no plan fits."""
+    import subprocess
+    from conftest import BUILD
+    model, _, _ = moe_model()
+    path = tmp_path / "moe.onnx"
+    onnx.save(model, str(path))
+    proc = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(path), "--mesh", "auto",
+         "--devices", "3", "--emit", "plan"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "ep: divisibility: 4 experts over ep=3" in proc.stdout, proc.stdout
+    compiled = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(path), "--mesh", "auto",
+         "--devices", "3", "-o", str(tmp_path / "art")],
+        capture_output=True, text=True, timeout=60)
+    assert compiled.returncode == 1
+    assert "ep: divisibility: 4 experts over ep=3" in compiled.stderr, \
+        compiled.stderr

@@ -172,7 +172,8 @@ private:
                              StringRef why);
 
   MeshOp mesh;
-  /// The axes of the tensor, data and sequence roles; empty when none has it.
+  /// The axes of the tensor, data, sequence and expert roles; empty when
+  /// none has it.
   StringRef tpAxis, dpAxis, spAxis, epAxis;
   int64_t tp, dp, sp;
   SequenceMode sequence;
