@@ -404,13 +404,21 @@ double gatherSeconds(const LinkModel &link, int64_t n, double bytes) {
          1.0 * (n - 1) / n * bytes / link.bytesPerSecond;
 }
 
+/// Why ep does not divide a mixture of experts' experts, or "".
+std::string expertDivisibility(const PlanCandidate &c,
+                               const ModelShape &shape) {
+  for (int64_t experts : shape.expertCounts)
+    if (experts % c.ep != 0)
+      return "divisibility: " + std::to_string(experts) +
+             " experts over ep=" + std::to_string(c.ep);
+  return "";
+}
+
 /// The first divisibility the candidate breaks, or "".
 std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
   auto refuse = [](const std::string &what) { return "divisibility: " + what; };
-  for (int64_t experts : shape.expertCounts)
-    if (experts % c.ep != 0)
-      return refuse(std::to_string(experts) +
-                    " experts over ep=" + std::to_string(c.ep));
+  if (std::string why = expertDivisibility(c, shape); !why.empty())
+    return why;
   if (shape.heads % c.tp != 0)
     return refuse(std::to_string(shape.heads) +
                   " heads over tp=" + std::to_string(c.tp));
@@ -475,13 +483,12 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
                " over dp=" + std::to_string(c.dp);
     return;
   }
-  if (shape.layers == 0)
-    for (int64_t experts : shape.expertCounts)
-      if (experts % c.ep != 0) {
-        c.reason = "divisibility: " + std::to_string(experts) +
-                   " experts over ep=" + std::to_string(c.ep);
-        return;
-      }
+  if (shape.layers == 0) {
+    if (std::string why = expertDivisibility(c, shape); !why.empty()) {
+      c.reason = why;
+      return;
+    }
+  }
   if (shape.layers > 0) {
     if (std::string why = divisibility(c, shape); !why.empty()) {
       c.reason = why;
