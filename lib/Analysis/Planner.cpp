@@ -739,71 +739,77 @@ mlir::partita::enumeratePlans(const ModelShape &shape,
                               const PlanRequest &request) {
   std::vector<PlanCandidate> all;
   int64_t n = request.devices;
+  // Every factorization of the devices over tp, sp, pp and, where the
+  // model has experts, ep; dp takes the rest.
+  struct Axes {
+    int64_t tp, sp, pp, ep, dp;
+  };
+  std::vector<Axes> meshes;
+  int64_t maxEp = shape.expertCounts.empty() ? 1 : n;
   for (int64_t tp = 1; tp <= n; ++tp) {
-    if (n % tp)
+    if (n % tp != 0)
       continue;
     for (int64_t sp = 1; sp <= n / tp; ++sp) {
-      if ((n / tp) % sp)
+      if ((n / tp) % sp != 0)
         continue;
       for (int64_t pp = 1; pp <= n / (tp * sp); ++pp) {
-        if ((n / (tp * sp)) % pp)
+        int64_t rest = n / (tp * sp);
+        if (rest % pp != 0)
           continue;
-        // Expert parallelism only where the model has experts.
-        int64_t rest = n / (tp * sp * pp);
-        for (int64_t ep = 1; ep <= rest; ++ep) {
-          if (rest % ep != 0 || (ep > 1 && shape.expertCounts.empty()))
-            continue;
-          int64_t dp = rest / ep;
-          std::vector<SequenceMode> modes;
-          if (sp > 1)
-            modes = {SequenceMode::Ulysses, SequenceMode::Ring};
-          else if (tp > 1)
-            modes = {SequenceMode::None, SequenceMode::Megatron};
-          else
-            modes = {SequenceMode::None};
-          // A pipeline's schedules: the microbatches a data-parallel shard
-          // of the batch divides into, and the chunks per stage its layers
-          // divide into (the interleaved schedule takes microbatches in
-          // groups of pp).
-          std::vector<int64_t> microbatches = {1}, chunks = {1};
-          if (pp > 1) {
-            int64_t shard = shape.batch % dp == 0 ? shape.batch / dp : 1;
-            for (int64_t m = 2; m <= shard; ++m)
-              if (shard % m == 0)
-                microbatches.push_back(m);
-            int64_t perStage =
-                shape.layers % pp == 0 ? shape.layers / pp : int64_t(1);
-            for (int64_t v = 2; v <= perStage; ++v)
-              if (perStage % v == 0)
-                chunks.push_back(v);
-          }
-          for (SequenceMode mode : modes)
-            for (int64_t m : microbatches)
-              for (int64_t v : chunks)
-                for (bool cmm : {false, true}) {
-                  // Collective matmul needs Megatron-SP's gathers and
-                  // scatters; virtual stages need groups of pp microbatches.
-                  if ((cmm && mode != SequenceMode::Megatron) ||
-                      (v > 1 && m % pp != 0))
-                    continue;
-                  PlanCandidate c;
-                  c.dp = dp;
-                  c.tp = tp;
-                  c.pp = pp;
-                  c.sp = sp;
-                  c.ep = ep;
-                  c.spMode = mode;
-                  c.microbatches = m;
-                  c.virtualStages = v;
-                  c.collectiveMatmul = cmm;
-                  evaluatePlan(c, shape, cluster, request);
-                  if (request.objective == PlanObjective::DecodeThroughput)
-                    servingBatch(c, shape, cluster, request);
-                  all.push_back(std::move(c));
-                }
-        }
+        for (int64_t ep = 1; ep <= std::min(maxEp, rest / pp); ++ep)
+          if ((rest / pp) % ep == 0)
+            meshes.push_back({tp, sp, pp, ep, rest / pp / ep});
       }
     }
+  }
+  for (auto [tp, sp, pp, ep, dp] : meshes) {
+    std::vector<SequenceMode> modes;
+    if (sp > 1)
+      modes = {SequenceMode::Ulysses, SequenceMode::Ring};
+    else if (tp > 1)
+      modes = {SequenceMode::None, SequenceMode::Megatron};
+    else
+      modes = {SequenceMode::None};
+    // A pipeline's schedules: the microbatches a data-parallel shard
+    // of the batch divides into, and the chunks per stage its layers
+    // divide into (the interleaved schedule takes microbatches in
+    // groups of pp).
+    std::vector<int64_t> microbatches = {1}, chunks = {1};
+    if (pp > 1) {
+      int64_t shard = shape.batch % dp == 0 ? shape.batch / dp : 1;
+      for (int64_t m = 2; m <= shard; ++m)
+        if (shard % m == 0)
+          microbatches.push_back(m);
+      int64_t perStage =
+          shape.layers % pp == 0 ? shape.layers / pp : int64_t(1);
+      for (int64_t v = 2; v <= perStage; ++v)
+        if (perStage % v == 0)
+          chunks.push_back(v);
+    }
+    for (SequenceMode mode : modes)
+      for (int64_t m : microbatches)
+        for (int64_t v : chunks)
+          for (bool cmm : {false, true}) {
+            // Collective matmul needs Megatron-SP's gathers and
+            // scatters; virtual stages need groups of pp microbatches.
+            if ((cmm && mode != SequenceMode::Megatron) ||
+                (v > 1 && m % pp != 0))
+              continue;
+            PlanCandidate c;
+            c.dp = dp;
+            c.tp = tp;
+            c.pp = pp;
+            c.sp = sp;
+            c.ep = ep;
+            c.spMode = mode;
+            c.microbatches = m;
+            c.virtualStages = v;
+            c.collectiveMatmul = cmm;
+            evaluatePlan(c, shape, cluster, request);
+            if (request.objective == PlanObjective::DecodeThroughput)
+              servingBatch(c, shape, cluster, request);
+            all.push_back(std::move(c));
+          }
   }
   return all;
 }

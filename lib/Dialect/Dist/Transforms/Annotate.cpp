@@ -141,6 +141,9 @@ private:
   /// producer.
   AnnotateOp annotateOperand(Operation *user, unsigned index,
                              std::optional<int64_t> dim, StringRef axis);
+  /// The same with the axes of every dimension given.
+  AnnotateOp annotateOperand(Operation *user, unsigned index,
+                             ArrayRef<SmallVector<StringRef>> dims);
   /// Splits, by the cost model, the matmul weights no role placed and
   /// propagation left whole (searchSplits' comment).
   LogicalResult searchSplits(func::FuncOp func);
@@ -244,11 +247,16 @@ std::string Megatron::splitRefusal(Operation *user, unsigned index, int64_t dim,
 AnnotateOp Megatron::annotateOperand(Operation *user, unsigned index,
                                      std::optional<int64_t> dim,
                                      StringRef axis) {
-  Value value = user->getOperand(index);
-  auto type = cast<RankedTensorType>(value.getType());
+  auto type = cast<RankedTensorType>(user->getOperand(index).getType());
   SmallVector<SmallVector<StringRef>> dims(type.getRank());
   if (dim)
     dims[*dim < 0 ? *dim + type.getRank() : *dim].push_back(axis);
+  return annotateOperand(user, index, dims);
+}
+
+AnnotateOp Megatron::annotateOperand(Operation *user, unsigned index,
+                                     ArrayRef<SmallVector<StringRef>> dims) {
+  Value value = user->getOperand(index);
   auto sharding =
       ShardingAttr::get(user->getContext(), mesh.getSymName(), dims);
   OpBuilder b(user);
@@ -1183,12 +1191,11 @@ std::optional<int64_t> moeSplitDim(nn::MoeOp moe, unsigned index,
   if (split == kByExperts)
     return 0;
   // fc2 [E, H, F]; fc1, fc3 and their biases hold the features on
-  // dimension 1; fc2's bias [E, H] has none (operands: fc1, fc2, then the
-  // optional fc3, fc1_bias, fc2_bias, fc3_bias that are present).
-  if (index == 4)
+  // dimension 1; fc2's bias [E, H] has none.
+  if (index == moe.getFc2Mutable().getOperandNumber())
     return 2;
-  unsigned fc2Bias = 5 + (moe.getFc3() ? 1 : 0) + (moe.getFc1Bias() ? 1 : 0);
-  if (moe.getFc2Bias() && index == fc2Bias)
+  MutableOperandRange fc2Bias = moe.getFc2BiasMutable();
+  if (!fc2Bias.empty() && index == fc2Bias[0].getOperandNumber())
     return std::nullopt;
   return 1;
 }
@@ -1452,21 +1459,13 @@ LogicalResult Megatron::annotateExperts(func::FuncOp func) {
         moe->emitError() << why;
         return WalkResult::interrupt();
       }
-      Value value = moe->getOperand(i);
-      auto type = cast<RankedTensorType>(value.getType());
+      auto type = cast<RankedTensorType>(moe->getOperand(i).getType());
       SmallVector<SmallVector<StringRef>> dims(type.getRank());
       dims[0].push_back(epAxis);
       if (features)
         if (std::optional<int64_t> dim = moeSplitDim(moe, i, kByFeatures))
           dims[*dim].push_back(tpAxis);
-      OpBuilder b(moe);
-      if (Operation *def = value.getDefiningOp())
-        b.setInsertionPointAfter(def);
-      auto annotate = AnnotateOp::create(
-          b, moe.getLoc(), value,
-          ShardingAttr::get(moe.getContext(), mesh.getSymName(), dims));
-      annotate->setAttr(kStrategyAttr, b.getUnitAttr());
-      moe->setOperand(i, annotate);
+      annotateOperand(moe, i, dims);
     }
     return WalkResult::advance();
   });

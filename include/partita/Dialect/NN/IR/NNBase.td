@@ -50,8 +50,9 @@ def NN_Dialect : Dialect {
       a shard needs the statistics of the whole axis;
     - `kv_sequence`: the key/value sequence of attention; shards combine
       with an online-softmax merge (ring attention);
-    - `lookup`: the rows an embedding or gather indexes; a shard looks up
-      the rows it holds and the results are summed;
+    - `lookup`: the rows an embedding or gather indexes, or a mixture of
+      experts' experts; a shard computes from the rows it holds and the
+      whole of the other operands, and the results are summed;
     - `opaque`: the op cannot be computed on a shard of this factor.
 
     A dimension maps to several factors (major to minor) when a reshape

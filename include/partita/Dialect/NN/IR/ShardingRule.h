@@ -37,8 +37,10 @@ enum class FactorKind : uint8_t {
   Normalization,
   /// Attention's key/value sequence: shards merge with an online softmax.
   KeyValueSequence,
-  /// Rows an embedding or gather looks up: shards look up the rows they hold
-  /// and the partial results are summed.
+  /// Rows an embedding or gather looks up, or the experts (and each
+  /// expert's features) a mixture of experts computes: shards compute from
+  /// the rows they hold and the whole of the other operands (never partial
+  /// sums of them), and the partial results are summed.
   Lookup,
   /// The op cannot run on a shard of this factor; it stays replicated.
   Opaque,
