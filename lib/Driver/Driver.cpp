@@ -706,6 +706,8 @@ LogicalResult ProgramCompiler::runPassPhase(ModuleOp module,
   PhaseClock clock(result, phase.name);
   PipelineOptions pipeline;
   pipeline.assign(options);
+  if (options.emit == EmitStage::CUDA)
+    pipeline.target.assign(Target::CUDA);
   return runStage(module, options, root, phase.timing,
                   [&](PassManager &pm) { phase.build(pm, pipeline); });
 }
@@ -1136,6 +1138,8 @@ mlir::partita::describePipeline(MLIRContext &context,
   auto print = [&](const PassPhase &phase, const DriverOptions &with) {
     PipelineOptions pipeline;
     pipeline.assign(with);
+    if (with.emit == EmitStage::CUDA)
+      pipeline.target.assign(Target::CUDA);
     PassManager pm(&context, ModuleOp::getOperationName());
     phase.build(pm, pipeline);
     std::string stage =

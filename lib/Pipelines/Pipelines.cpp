@@ -99,6 +99,8 @@ void mlir::partita::buildPlanPipeline(OpPassManager &pm,
   annotate.strategy = options.strategy;
   annotate.spMode = options.spMode;
   annotate.vocabDivisibleBy = options.vocabDivisibleBy;
+  // The CUDA runtime's communicators have no dispatch.
+  annotate.expertDispatch = options.target == Target::Host;
   pm.addPass(createAnnotatePass(annotate));
   // The strategy's rewrites (fused segments, repeated key/value heads)
   // leave dead weights behind.

@@ -287,15 +287,21 @@ def test_moe_computes_only_the_routed_experts(tmp_path):
 
 def test_ep_splits_the_experts(tmp_path):
     """--mesh ep=2 gives each rank half of the experts (half the expert
-    weight bytes) and one all-reduce of the output; with tp=2 beside it,
-    each expert's features are split too (a quarter of the bytes)."""
+    weight bytes) and half of the tokens, which travel to their experts'
+    ranks and back (dist.dispatch, dist.dispatch_return); with tp=2
+    beside it, each expert's features are split too (a quarter of the
+    bytes), and their partial sums are all-reduced over tp once the tokens
+    are back."""
     model, feeds, arrays = moe_model(tokens=8, hidden=16, inter=32,
                                      experts=4, activation="swiglu",
                                      fusion=1)
     path = tmp_path / "moe.onnx"
     onnx.save(model, str(path))
     whole = sum(a.nbytes for a in arrays.values())
-    for mesh, share in (("ep=2", 2), ("ep=2,tp=2", 4)):
+    for mesh, share, kinds in (
+            ("ep=2", 2, ["dispatch", "dispatch_return"]),
+            ("dp=2,ep=2", 2, ["dispatch", "dispatch_return"]),
+            ("ep=2,tp=2", 4, ["dispatch", "dispatch_return", "all_reduce"])):
         outputs, report = compile_and_run(tmp_path / mesh, path, feeds,
                                           "--mesh", mesh)
         np.testing.assert_allclose(outputs["y"], onnxruntime(model, feeds),
@@ -303,8 +309,39 @@ def test_ep_splits_the_experts(tmp_path):
         for rank in report["ranks"]:
             assert whole // share <= rank["weight_bytes"] \
                 < whole // share + whole // 20, (mesh, rank["weight_bytes"])
-            assert [c["kind"] for c in rank["collectives"]] == \
-                ["all_reduce"], (mesh, rank["collectives"])
+            collectives = {c["kind"]: c for c in rank["collectives"]}
+            assert list(collectives) == kinds, (mesh, rank["collectives"])
+            # Each rank sends a row of 16 floats per (token, expert) pair
+            # of its tokens (4, or 2 beside dp=2), and their ids: half
+            # leave the rank when routing spreads them evenly.
+            rows = (2 if mesh.startswith("dp") else 4) * 2
+            dispatch = collectives["dispatch"]
+            assert dispatch["count"] == 2
+            assert dispatch["payload"] == rows * 16 * 4 + rows * 8
+            assert dispatch["bytes"] == dispatch["payload"] // 2
+            assert collectives["dispatch_return"]["payload"] == rows * 16 * 4
+            if "all_reduce" in collectives:
+                # The tp partial sums of the combined tokens, not of the
+                # dispatched rows.
+                assert collectives["all_reduce"]["payload"] == 4 * 16 * 4
+
+
+def test_ep_keeps_tokens_whole_where_the_batch_does_not_split(tmp_path):
+    """Three tokens do not split over ep=2: each ep rank runs all of them
+    with its half of the experts, the outputs are all-reduced, and the
+    report's remarks say why."""
+    model, feeds, _ = moe_model(tokens=3, hidden=16, inter=32, experts=4,
+                                activation="swiglu", fusion=1)
+    path = tmp_path / "moe.onnx"
+    onnx.save(model, str(path))
+    outputs, report = compile_and_run(tmp_path / "run", path, feeds,
+                                      "--mesh", "ep=2")
+    np.testing.assert_allclose(outputs["y"], onnxruntime(model, feeds),
+                               rtol=1e-4, atol=1e-5)
+    for rank in report["ranks"]:
+        assert [c["kind"] for c in rank["collectives"]] == ["all_reduce"]
+    assert any("is not a multiple of ep = 2" in remark
+               for remark in report["remarks"]), report["remarks"]
 
 
 def test_ep_axis_without_experts_is_refused(tmp_path):

@@ -597,6 +597,14 @@ void Translator::emitCollective(Operation *op) {
     c->set_kind(program::Collective::ALL_TO_ALL);
     c->set_dim(dimAttr("split_dim"));
     c->set_concat_dim(dimAttr("concat_dim"));
+  } else if (auto dispatch = dyn_cast<dist::DispatchOp>(op)) {
+    c->set_kind(program::Collective::DISPATCH);
+    c->set_destinations(bufferOf(dispatch.getDestinations()));
+    c->set_counts(bufferOf(dispatch.getCounts()));
+  } else if (auto back = dyn_cast<dist::DispatchReturnOp>(op)) {
+    c->set_kind(program::Collective::DISPATCH_RETURN);
+    c->set_destinations(bufferOf(back.getDestinations()));
+    c->set_counts(bufferOf(back.getCounts()));
   } else {
     c->set_kind(program::Collective::COLLECTIVE_PERMUTE);
     c->set_shift(dimAttr("shift"));
@@ -717,6 +725,12 @@ ExecCollectiveStat mlir::partita::getCollectiveStat(Operation *op,
     stat.bytes = (n - 1) * stat.payload / n;
   } else if (kind == "reduce_scatter" || kind == "all_to_all") {
     stat.payload = operandBytes;
+    stat.bytes = (n - 1) * stat.payload / n;
+  } else if (kind == "dispatch" || kind == "dispatch_return") {
+    // The rows a rank sends at most (dispatch's operand, the rows that
+    // come back to it); the bytes are what leaves the rank when routing
+    // spreads them evenly over the group, as the cost model assumes.
+    stat.payload = kind == "dispatch" ? operandBytes : resultBytes;
     stat.bytes = (n - 1) * stat.payload / n;
   } else {
     stat.payload = operandBytes;

@@ -56,6 +56,10 @@ const char *partita::runtime::collectiveName(CollectiveKind kind) {
     return "all_to_all";
   case CollectiveKind::CollectivePermute:
     return "collective_permute";
+  case CollectiveKind::Dispatch:
+    return "dispatch";
+  case CollectiveKind::DispatchReturn:
+    return "dispatch_return";
   }
   return "?";
 }
@@ -80,6 +84,9 @@ std::string CollectiveCall::describe(const Tensor &in, const Tensor &out,
     break;
   case CollectiveKind::CollectivePermute:
     text += "(shift " + std::to_string(shift) + ")";
+    break;
+  case CollectiveKind::Dispatch:
+  case CollectiveKind::DispatchReturn:
     break;
   }
   return text + " " + dtypeName(in.dtype) + " " + shapeString(in.shape) +
@@ -164,11 +171,42 @@ Status partita::runtime::checkCollectiveShapes(
     expected[size_t(call.dim)] /= n;
     expected[size_t(call.concatDim)] *= n;
     break;
+  case CollectiveKind::Dispatch:
+  case CollectiveKind::DispatchReturn:
+    // Rows: any number on either side.
+    if (in.shape.empty())
+      return Status::error(what + ": the operand has no rows");
+    if (out.shape.size() == in.shape.size())
+      expected[0] = out.shape[0];
+    break;
   }
   if (out.shape != expected)
     return Status::error(what + ": the result should be " +
                          shapeString(expected) + ", it is " +
                          shapeString(out.shape));
+  return Status::ok();
+}
+
+Status partita::runtime::checkDispatchBuffers(
+    const CollectiveCall &call, const Tensor &in, const Tensor &out,
+    const Tensor &destinations, const Tensor &counts, const Group &group,
+    int32_t rank) {
+  std::string what = std::string(collectiveName(call.kind)) + " over group " +
+                     groupString(group) + " on rank " + std::to_string(rank);
+  const Tensor &sent = call.kind == CollectiveKind::Dispatch ? in : out;
+  if (destinations.dtype != program::I64 || destinations.shape.size() != 1 ||
+      destinations.shape[0] != (sent.shape.empty() ? 0 : sent.shape[0]))
+    return Status::error(
+        what + ": the destinations should be i64 [" +
+        std::to_string(sent.shape.empty() ? 0 : sent.shape[0]) +
+        "], one per row, they are " + dtypeName(destinations.dtype) + " " +
+        shapeString(destinations.shape));
+  if (counts.dtype != program::I64 || counts.shape.size() != 1 ||
+      counts.shape[0] != int64_t(group.size()))
+    return Status::error(
+        what + ": the counts should be i64 [" + std::to_string(group.size()) +
+        "], one per member, they are " + dtypeName(counts.dtype) + " " +
+        shapeString(counts.shape));
   return Status::ok();
 }
 

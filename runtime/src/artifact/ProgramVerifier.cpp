@@ -78,6 +78,12 @@ bool collectiveKindOf(program::Collective::Kind kind, CollectiveKind &out) {
   case program::Collective::COLLECTIVE_PERMUTE:
     out = CollectiveKind::CollectivePermute;
     return true;
+  case program::Collective::DISPATCH:
+    out = CollectiveKind::Dispatch;
+    return true;
+  case program::Collective::DISPATCH_RETURN:
+    out = CollectiveKind::DispatchReturn;
+    return true;
   default:
     return false;
   }
@@ -1037,6 +1043,22 @@ Status RankVerifier::checkCollective(int index,
       checkCollectiveShapes(callOf(collective), {nullptr, in.dtype, in.shape},
                             {nullptr, out.dtype, out.shape}, group,
                             program.rank(), program.world_size(), position));
+  bool dispatch = kind == CollectiveKind::Dispatch ||
+                  kind == CollectiveKind::DispatchReturn;
+  if (dispatch) {
+    if (collective.async())
+      return Status::error("a dispatch has no asynchronous form");
+    PARTITA_RETURN_IF_ERROR(
+        requireId(collective.destinations(), "the destinations"));
+    PARTITA_RETURN_IF_ERROR(requireId(collective.counts(), "the counts"));
+    const BufferInfo &destinations = buffers[size_t(collective.destinations())];
+    const BufferInfo &counts = buffers[size_t(collective.counts())];
+    PARTITA_RETURN_IF_ERROR(checkDispatchBuffers(
+        callOf(collective), {nullptr, in.dtype, in.shape},
+        {nullptr, out.dtype, out.shape},
+        {nullptr, destinations.dtype, destinations.shape},
+        {nullptr, counts.dtype, counts.shape}, group, program.rank()));
+  }
   if (!dataFlow)
     return Status::ok();
 
@@ -1044,6 +1066,15 @@ Status RankVerifier::checkCollective(int index,
     PARTITA_RETURN_IF_ERROR(checkNewToken(collective.token()));
   PARTITA_RETURN_IF_ERROR(read(collective.operand()));
   PARTITA_RETURN_IF_ERROR(checkWritable(collective.result()));
+  if (dispatch) {
+    PARTITA_RETURN_IF_ERROR(read(collective.destinations()));
+    if (kind == CollectiveKind::Dispatch) {
+      PARTITA_RETURN_IF_ERROR(checkWritable(collective.counts()));
+      commit(collective.counts(), index);
+    } else {
+      PARTITA_RETURN_IF_ERROR(read(collective.counts()));
+    }
+  }
   if (!collective.async()) {
     commit(collective.result(), index);
     return Status::ok();

@@ -422,7 +422,7 @@ Status Executor::Impl::checkInstructions() const {
     case program::Instruction::kCollective: {
       const program::Collective &collective = instruction.collective();
       if (collective.kind() < program::Collective::ALL_REDUCE ||
-          collective.kind() > program::Collective::COLLECTIVE_PERMUTE)
+          collective.kind() > program::Collective::DISPATCH_RETURN)
         return Status::error(at + ": unknown collective kind " +
                              std::to_string(int(collective.kind())));
       Reduction reduction;
@@ -433,6 +433,15 @@ Status Executor::Impl::checkInstructions() const {
                              collective.reduction() + "'");
       PARTITA_RETURN_IF_ERROR(checkRead(collective.operand()));
       PARTITA_RETURN_IF_ERROR(checkWrite(collective.result()));
+      bool dispatch = collective.kind() == program::Collective::DISPATCH;
+      if (dispatch ||
+          collective.kind() == program::Collective::DISPATCH_RETURN) {
+        if (collective.async())
+          return Status::error(at + ": a dispatch has no asynchronous form");
+        PARTITA_RETURN_IF_ERROR(checkRead(collective.destinations()));
+        PARTITA_RETURN_IF_ERROR(dispatch ? checkWrite(collective.counts())
+                                         : checkRead(collective.counts()));
+      }
       PARTITA_RETURN_IF_ERROR(start(collective.async(), collective.token()));
       break;
     }
@@ -519,6 +528,13 @@ Status Executor::Impl::checkResidentOrder() const {
         if (collective.async() && rootOf(collective.operand()) == *in)
           readingTokens.insert(collective.token());
         write(collective.result(), index);
+        if (collective.kind() == program::Collective::DISPATCH) {
+          read(collective.destinations(), index);
+          write(collective.counts(), index);
+        } else if (collective.kind() == program::Collective::DISPATCH_RETURN) {
+          read(collective.destinations(), index);
+          read(collective.counts(), index);
+        }
         break;
       }
       case program::Instruction::kP2P: {
@@ -696,6 +712,13 @@ Status Executor::Impl::communicate(const program::Instruction &instruction) {
                                   collective.concat_dim());
   case program::Collective::COLLECTIVE_PERMUTE:
     return communicator->collectivePermute(in, out, group, collective.shift());
+  case program::Collective::DISPATCH:
+    return communicator->dispatch(in, resolve(collective.destinations()), out,
+                                  resolve(collective.counts()), group);
+  case program::Collective::DISPATCH_RETURN:
+    return communicator->dispatchReturn(in, resolve(collective.counts()),
+                                        resolve(collective.destinations()), out,
+                                        group);
   default:
     return Status::error("unknown collective kind");
   }

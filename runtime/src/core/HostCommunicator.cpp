@@ -33,6 +33,165 @@ Status Communicator::endRun() { return Status::ok(); }
 
 namespace {
 
+/// The tags of a dispatch's rows and of their return: negative, so no
+/// program's transfer (whose tags are not) can take them.
+constexpr int64_t kDispatchTag = -1;
+constexpr int64_t kDispatchReturnTag = -2;
+
+/// What a dispatch or its return knows of its rows: the bytes of one, the
+/// shape of `count` of them, and which of the sending side's rows go to
+/// each member, in row order.
+struct DispatchRows {
+  size_t rowBytes = 0;
+  std::vector<int64_t> rowShape;
+  std::vector<std::vector<int64_t>> toMember;
+
+  DispatchRows(const Tensor &sent, const Tensor &destinations, size_t n)
+      : rowShape(sent.shape.begin() + 1, sent.shape.end()), toMember(n) {
+    rowBytes = dtypeSize(sent.dtype);
+    for (int64_t d : rowShape)
+      rowBytes *= size_t(d);
+    const int64_t *dest = destinations.as<int64_t>();
+    for (int64_t i = 0; i < sent.shape[0]; ++i)
+      if (dest[i] >= 0 && dest[i] < int64_t(n))
+        toMember[size_t(dest[i])].push_back(i);
+  }
+  Tensor rows(void *data, DType dtype, int64_t count) const {
+    std::vector<int64_t> shape{count};
+    shape.insert(shape.end(), rowShape.begin(), rowShape.end());
+    return Tensor{data, dtype, shape};
+  }
+  char *row(const Tensor &tensor, int64_t i) const {
+    return static_cast<char *>(tensor.data) + size_t(i) * rowBytes;
+  }
+};
+
+} // namespace
+
+Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
+                              const Tensor &out, const Tensor &counts,
+                              const Group &group) {
+  CollectiveCall call;
+  call.kind = CollectiveKind::Dispatch;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(
+      checkCollective(call, in, out, group, rank(), worldSize(), index));
+  PARTITA_RETURN_IF_ERROR(
+      checkDispatchBuffers(call, in, out, destinations, counts, group, rank()));
+  size_t n = group.size();
+  DispatchRows rows(in, destinations, n);
+  std::vector<int64_t> sendCounts(n);
+  for (size_t j = 0; j < n; ++j)
+    sendCounts[j] = int64_t(rows.toMember[j].size());
+  PARTITA_RETURN_IF_ERROR(
+      allToAll(Tensor{sendCounts.data(), program::I64, {int64_t(n)}}, counts,
+               group, 0, 0));
+  const int64_t *received = counts.as<int64_t>();
+  int64_t total = 0;
+  for (size_t j = 0; j < n; ++j)
+    total += received[j];
+  if (total > out.shape[0]) {
+    std::string why = "dispatch over group " + groupString(group) +
+                      " on rank " + std::to_string(rank()) + ": " +
+                      std::to_string(total) + " rows arrive, more than the " +
+                      std::to_string(out.shape[0]) + " its result holds";
+    abort(why);
+    return Status::error(why);
+  }
+  std::vector<char> packed;
+  for (size_t j = 0; j < n; ++j) {
+    if (j == index || rows.toMember[j].empty())
+      continue;
+    packed.resize(rows.toMember[j].size() * rows.rowBytes);
+    for (size_t k = 0; k < rows.toMember[j].size(); ++k)
+      std::memcpy(packed.data() + k * rows.rowBytes,
+                  rows.row(in, rows.toMember[j][k]), rows.rowBytes);
+    PARTITA_RETURN_IF_ERROR(
+        send(rows.rows(packed.data(), in.dtype, sendCounts[j]), group[j],
+             kDispatchTag));
+  }
+  int64_t offset = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (j == index) {
+      for (int64_t i : rows.toMember[j])
+        std::memcpy(rows.row(out, offset++), rows.row(in, i), rows.rowBytes);
+      continue;
+    }
+    if (received[j] > 0)
+      PARTITA_RETURN_IF_ERROR(
+          recv(rows.rows(rows.row(out, offset), out.dtype, received[j]),
+               group[j], kDispatchTag));
+    offset += received[j];
+  }
+  std::memset(rows.row(out, offset), 0,
+              size_t(out.shape[0] - offset) * rows.rowBytes);
+  return Status::ok();
+}
+
+Status Communicator::dispatchReturn(const Tensor &in, const Tensor &counts,
+                                    const Tensor &destinations,
+                                    const Tensor &out, const Group &group) {
+  CollectiveCall call;
+  call.kind = CollectiveKind::DispatchReturn;
+  size_t index;
+  PARTITA_RETURN_IF_ERROR(
+      checkCollective(call, in, out, group, rank(), worldSize(), index));
+  PARTITA_RETURN_IF_ERROR(
+      checkDispatchBuffers(call, in, out, destinations, counts, group, rank()));
+  size_t n = group.size();
+  DispatchRows rows(out, destinations, n);
+  const int64_t *back = counts.as<int64_t>();
+  int64_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (back[j] < 0)
+      return Status::error("dispatch_return on rank " + std::to_string(rank()) +
+                           ": count " + std::to_string(back[j]) +
+                           " for member " + std::to_string(j) + " is negative");
+    total += back[j];
+  }
+  if (total > in.shape[0])
+    return Status::error("dispatch_return on rank " + std::to_string(rank()) +
+                         ": its counts name " + std::to_string(total) +
+                         " rows, its operand holds " +
+                         std::to_string(in.shape[0]));
+  if (back[index] != int64_t(rows.toMember[index].size()))
+    return Status::error(
+        "dispatch_return on rank " + std::to_string(rank()) +
+        ": it sent itself " + std::to_string(rows.toMember[index].size()) +
+        " rows, its counts name " + std::to_string(back[index]));
+  int64_t offset = 0, own = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (j == index)
+      own = offset;
+    else if (back[j] > 0)
+      PARTITA_RETURN_IF_ERROR(
+          send(rows.rows(rows.row(in, offset), in.dtype, back[j]), group[j],
+               kDispatchReturnTag));
+    offset += back[j];
+  }
+  std::memset(out.data, 0, out.byteSize());
+  std::vector<char> received;
+  for (size_t j = 0; j < n; ++j) {
+    const std::vector<int64_t> &sent = rows.toMember[j];
+    if (sent.empty())
+      continue;
+    const char *from = rows.row(in, own);
+    if (j != index) {
+      received.resize(sent.size() * rows.rowBytes);
+      PARTITA_RETURN_IF_ERROR(
+          recv(rows.rows(received.data(), out.dtype, int64_t(sent.size())),
+               group[j], kDispatchReturnTag));
+      from = received.data();
+    }
+    for (size_t k = 0; k < sent.size(); ++k)
+      std::memcpy(rows.row(out, sent[k]), from + k * rows.rowBytes,
+                  rows.rowBytes);
+  }
+  return Status::ok();
+}
+
+namespace {
+
 enum class Kind {
   AllReduce,
   AllGather,

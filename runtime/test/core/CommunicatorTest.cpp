@@ -403,6 +403,97 @@ TEST(HostCommunicator, SendRecv) {
   EXPECT_EQ(c, third);
 }
 
+// Three ranks route rows of two floats unevenly (rank 2 sends nothing to
+// rank 1, a row with destination -1 or 3 goes nowhere); each row's value
+// names its sender and row. The return doubles what each rank received and
+// sends it back, so every row sent comes back doubled to where it was.
+TEST(HostCommunicator, DispatchAndReturn) {
+  HostWorld world(3, kPatient);
+  Group group{0, 1, 2};
+  std::vector<std::vector<int64_t>> destinations = {
+      {2, 0, 2, -1}, {1, 1, 0, 2}, {0, 2, 3, 2}};
+  std::vector<std::vector<float>> received(3, std::vector<float>(12 * 2, -1));
+  std::vector<std::vector<int64_t>> counts(3, std::vector<int64_t>(3, -1));
+  std::vector<std::vector<float>> back(3, std::vector<float>(4 * 2, -1));
+  expectAllOk(runRanks(world, [&](int32_t rank, Communicator &comm) {
+    size_t r = size_t(rank);
+    std::vector<float> rows(8);
+    for (size_t i = 0; i < 8; ++i)
+      rows[i] = float(10 * (rank + 1) + int(i / 2)) + (i % 2 ? 0.5f : 0.0f);
+    PARTITA_RETURN_IF_ERROR(
+        comm.dispatch({rows.data(), program::F32, {4, 2}},
+                      {destinations[r].data(), program::I64, {4}},
+                      {received[r].data(), program::F32, {12, 2}},
+                      {counts[r].data(), program::I64, {3}}, group));
+    std::vector<float> doubled(received[r]);
+    for (float &v : doubled)
+      v *= 2;
+    return comm.dispatchReturn({doubled.data(), program::F32, {12, 2}},
+                               {counts[r].data(), program::I64, {3}},
+                               {destinations[r].data(), program::I64, {4}},
+                               {back[r].data(), program::F32, {4, 2}}, group);
+  }));
+  // Rank 0 gets rank 0's row 1, rank 1's row 2, rank 2's row 0.
+  EXPECT_EQ(counts[0], (std::vector<int64_t>{1, 1, 1}));
+  std::vector<float> expected0(24, 0.0f);
+  std::vector<float> rows0 = {11, 11.5, 22, 22.5, 30, 30.5};
+  std::copy(rows0.begin(), rows0.end(), expected0.begin());
+  EXPECT_EQ(received[0], expected0);
+  // Rank 1 gets its own rows 0 and 1, none from ranks 0 and 2.
+  EXPECT_EQ(counts[1], (std::vector<int64_t>{0, 2, 0}));
+  // Rank 2 gets rank 0's rows 0 and 2, rank 1's row 3, rank 2's 1 and 3.
+  EXPECT_EQ(counts[2], (std::vector<int64_t>{2, 1, 2}));
+  std::vector<float> rows2 = {10, 10.5, 12, 12.5, 23, 23.5, 31, 31.5, 33, 33.5};
+  EXPECT_EQ(std::vector<float>(received[2].begin(), received[2].begin() + 10),
+            rows2);
+  EXPECT_EQ(received[2][10], 0.0f);
+  // Each row back where it left, doubled; rows sent nowhere are zero.
+  EXPECT_EQ(back[0], (std::vector<float>{20, 21, 22, 23, 24, 25, 0, 0}));
+  EXPECT_EQ(back[1], (std::vector<float>{40, 41, 42, 43, 44, 45, 46, 47}));
+  EXPECT_EQ(back[2], (std::vector<float>{60, 61, 62, 63, 0, 0, 66, 67}));
+}
+
+// More rows arrive than the result holds: the receiver fails with the
+// numbers, and its peers fail instead of waiting for it.
+TEST(HostCommunicator, DispatchBeyondItsBoundFails) {
+  HostWorld world(2, kPatient);
+  std::vector<Status> statuses =
+      runRanks(world, [&](int32_t rank, Communicator &comm) {
+        std::vector<float> rows(3, 1.0f), out(2);
+        std::vector<int64_t> destinations(3, 0), counts(2);
+        PARTITA_RETURN_IF_ERROR(
+            comm.dispatch({rows.data(), program::F32, {3, 1}},
+                          {destinations.data(), program::I64, {3}},
+                          {out.data(), program::F32, {2, 1}},
+                          {counts.data(), program::I64, {2}}, {0, 1}));
+        return comm.barrier({0, 1});
+      });
+  EXPECT_ERROR_CONTAINS(statuses[0], "dispatch over group [0, 1] on rank 0: "
+                                     "6 rows arrive, more than the 2 its "
+                                     "result holds");
+  EXPECT_FALSE(statuses[1].isOk());
+}
+
+TEST(HostCommunicator, DispatchChecksItsBuffers) {
+  HostWorld world(1, kPatient);
+  std::vector<float> rows(4), out(4);
+  std::vector<int64_t> destinations(3), counts(1);
+  Communicator &comm = world.communicator(0);
+  EXPECT_ERROR_CONTAINS(
+      comm.dispatch({rows.data(), program::F32, {4, 1}},
+                    {destinations.data(), program::I64, {3}},
+                    {out.data(), program::F32, {4, 1}},
+                    {counts.data(), program::I64, {1}}, {0}),
+      "dispatch over group [0] on rank 0: the destinations should be i64 "
+      "[4], one per row, they are i64 [3]");
+  std::vector<int64_t> four(4);
+  EXPECT_ERROR_CONTAINS(comm.dispatch({rows.data(), program::F32, {4, 1}},
+                                      {four.data(), program::I64, {4}},
+                                      {out.data(), program::F32, {2, 2}},
+                                      {counts.data(), program::I64, {1}}, {0}),
+                        "the result should be [2, 1], it is [2, 2]");
+}
+
 TEST(HostCommunicator, RecvOfAnotherShapeFails) {
   HostWorld world(2, kPatient);
   std::vector<float> data(4);

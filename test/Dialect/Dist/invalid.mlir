@@ -378,6 +378,107 @@ func.func @axis_index_unknown_axis() {
 }
 
 //===----------------------------------------------------------------------===//
+// dist.dispatch, dist.dispatch_return
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @dispatch_unknown_mesh(%x: tensor<8x4xf32>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_c1: @mesh does not name a dist.mesh}}
+  %0, %1 = dist.dispatch %x to %d on @mesh axes [ep] : tensor<8x4xf32>, tensor<8xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_no_axes(%x: tensor<8x4xf32>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_c2: the group names no mesh axis}}
+  %0, %1 = dist.dispatch %x to %d on @mesh axes [] : tensor<8x4xf32>, tensor<8xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_destinations_per_row(%x: tensor<8x4xf32>, %d: tensor<6xi64>) {
+  // expected-error @+1 {{dispatch_c3: 6 destinations for an operand of 8 rows}}
+  %0, %1 = dist.dispatch %x to %d on @mesh axes [ep] : tensor<8x4xf32>, tensor<6xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_no_rows(%x: tensor<f32>, %d: tensor<1xi64>) {
+  // expected-error @+1 {{dispatch_c3: the operand has no rows}}
+  %0, %1 = dist.dispatch %x to %d on @mesh axes [ep] : tensor<f32>, tensor<1xi64> -> tensor<f32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_row_shape(%x: tensor<8x4xf32>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_c4: the result type 'tensor<16x5xf32>' is not the operand type with other rows}}
+  %0, %1 = dist.dispatch %x to %d on @mesh axes [ep] : tensor<8x4xf32>, tensor<8xi64> -> tensor<16x5xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_counts(%x: tensor<8x4xf32>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_c5: 3 counts for a group of 2 devices}}
+  %0, %1 = dist.dispatch %x to %d on @mesh axes [ep] : tensor<8x4xf32>, tensor<8xi64> -> tensor<16x4xf32>, tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @dispatch_return_unknown_mesh(%y: tensor<16x4xf32>, %c: tensor<2xi64>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_return_c1: @mesh does not name a dist.mesh}}
+  %0 = dist.dispatch_return %y from %c to %d on @mesh axes [ep] : tensor<16x4xf32>, tensor<2xi64>, tensor<8xi64> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_return_unknown_axis(%y: tensor<16x4xf32>, %c: tensor<2xi64>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_return_c2: 'xp' is not an axis of mesh @mesh}}
+  %0 = dist.dispatch_return %y from %c to %d on @mesh axes [xp] : tensor<16x4xf32>, tensor<2xi64>, tensor<8xi64> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_return_destinations_per_row(%y: tensor<16x4xf32>, %c: tensor<2xi64>, %d: tensor<6xi64>) {
+  // expected-error @+1 {{dispatch_return_c3: 6 destinations for a result of 8 rows}}
+  %0 = dist.dispatch_return %y from %c to %d on @mesh axes [ep] : tensor<16x4xf32>, tensor<2xi64>, tensor<6xi64> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_return_element_type(%y: tensor<16x4xf32>, %c: tensor<2xi64>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_return_c4: the result type 'tensor<8x4xf16>' is not the operand type with other rows}}
+  %0 = dist.dispatch_return %y from %c to %d on @mesh axes [ep] : tensor<16x4xf32>, tensor<2xi64>, tensor<8xi64> -> tensor<8x4xf16>
+  return
+}
+
+// -----
+
+dist.mesh @mesh [ep = 2]
+func.func @dispatch_return_counts(%y: tensor<16x4xf32>, %c: tensor<4xi64>, %d: tensor<8xi64>) {
+  // expected-error @+1 {{dispatch_return_c5: 4 counts for a group of 2 devices}}
+  %0 = dist.dispatch_return %y from %c to %d on @mesh axes [ep] : tensor<16x4xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<8x4xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
 // dist.all_to_all
 //===----------------------------------------------------------------------===//
 

@@ -113,6 +113,16 @@ func.func @reduce_scatter(%x: tensor<2x128x512xbf16>) -> tensor<2x32x512xbf16> {
 
 dist.mesh @mesh [sp = 4]
 
+// CHECK-LABEL: func.func @dispatch
+// CHECK-SAME: %[[X:.*]]: tensor<8x64xf32>, %[[D:.*]]: tensor<8xi64>
+func.func @dispatch(%x: tensor<8x64xf32>, %d: tensor<8xi64>) -> tensor<8x64xf32> {
+  // CHECK: %[[R:.*]], %[[C:.*]] = dist.dispatch %[[X]] to %[[D]] on @mesh axes [sp] : tensor<8x64xf32>, tensor<8xi64> -> tensor<32x64xf32>, tensor<4xi64>
+  %r, %c = dist.dispatch %x to %d on @mesh axes [sp] : tensor<8x64xf32>, tensor<8xi64> -> tensor<32x64xf32>, tensor<4xi64>
+  // CHECK: dist.dispatch_return %[[R]] from %[[C]] to %[[D]] on @mesh axes [sp] : tensor<32x64xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<8x64xf32>
+  %b = dist.dispatch_return %r from %c to %d on @mesh axes [sp] : tensor<32x64xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<8x64xf32>
+  return %b : tensor<8x64xf32>
+}
+
 // CHECK-LABEL: func.func @all_to_all
 // CHECK-SAME: %[[X:.*]]: tensor<2x32x16x64xf32>
 func.func @all_to_all(%x: tensor<2x32x16x64xf32>) -> (tensor<2x128x4x64xf32>, tensor<2x32x16x64xf32>) {

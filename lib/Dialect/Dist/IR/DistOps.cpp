@@ -274,6 +274,30 @@ StringRef resultName(Operation *op) {
   return isAsyncStart(op) ? "token payload" : "result type";
 }
 
+/// The row checks of dist.dispatch and dist.dispatch_return: one
+/// destination per row on the side that sends (or gets back) the rows, and
+/// a result that is the operand with another number of rows.
+template <typename OpTy> LogicalResult verifyDispatch(OpTy op, StringRef stem) {
+  auto input = cast<RankedTensorType>(op.getInput().getType());
+  auto result = cast<RankedTensorType>(op.getResult().getType());
+  if (input.getRank() == 0)
+    return emitConstraintError(op, stem, 3) << "the operand has no rows";
+  RankedTensorType sent = std::is_same_v<OpTy, DispatchOp> ? input : result;
+  int64_t destinations = op.getDestinations().getType().getDimSize(0);
+  if (destinations != sent.getDimSize(0))
+    return emitConstraintError(op, stem, 3)
+           << destinations << " destinations for "
+           << (std::is_same_v<OpTy, DispatchOp> ? "an operand" : "a result")
+           << " of " << sent.getDimSize(0) << " rows";
+  if (result.getRank() != input.getRank() ||
+      result.getElementType() != input.getElementType() ||
+      result.getShape().drop_front() != input.getShape().drop_front())
+    return emitConstraintError(op, stem, 4)
+           << "the result type " << result
+           << " is not the operand type with other rows";
+  return success();
+}
+
 /// The checks of a collective that need no mesh: the group's axes, the
 /// dimension attributes, and for a start its wait.
 template <typename OpTy> LogicalResult verifyCollective(OpTy op) {
@@ -303,12 +327,18 @@ template <typename OpTy> LogicalResult verifyCollective(OpTy op) {
     if (failed(checkDim(op.getSplitDim(), "split_dim")) ||
         failed(checkDim(op.getConcatDim(), "concat_dim")))
       return failure();
+  } else if constexpr (isOneOf<OpTy, DispatchOp, DispatchReturnOp>) {
+    return verifyDispatch(op, stem);
   }
 
   if constexpr (OpTy::template hasTrait<AsyncStartOpTrait>())
     return verifyTokenUse(op);
   return success();
 }
+
+template <typename OpTy>
+LogicalResult verifyCollectiveResult(OpTy op, int64_t n,
+                                     const std::string &stem);
 
 /// The checks of a collective that need its mesh: the mesh, its axes, the
 /// divisibility of split dimensions and the local result type.
@@ -325,7 +355,22 @@ LogicalResult verifyCollectiveSymbolUses(OpTy op,
   if (failed(groupSize))
     return failure();
   int64_t n = *groupSize;
+  if constexpr (isOneOf<OpTy, DispatchOp, DispatchReturnOp>) {
+    int64_t counts = op.getCounts().getType().getDimSize(0);
+    if (counts != n)
+      return emitConstraintError(op, stem, 5)
+             << counts << " counts for a group of " << n << " devices";
+    return success();
+  } else {
+    return verifyCollectiveResult(op, n, stem);
+  }
+}
 
+/// Constraints `<stem>_c3` to `_c5` of a collective whose result type the
+/// group size `n` fixes.
+template <typename OpTy>
+LogicalResult verifyCollectiveResult(OpTy op, int64_t n,
+                                     const std::string &stem) {
   auto inputType = cast<RankedTensorType>(op.getInput().getType());
   SmallVector<int64_t> shape(inputType.getShape());
   // verify() reported out-of-range dimensions already; stay in bounds here.

@@ -97,7 +97,7 @@ std::optional<MatmulSplit> getMegatronSplit(ModelRole role) {
 class Megatron {
 public:
   Megatron(MeshOp mesh, SequenceMode sequence, int64_t vocabDivisibleBy,
-           SmallVector<Attribute> &remarks)
+           bool expertDispatch, SmallVector<Attribute> &remarks)
       : mesh(mesh), tpAxis(axisWithRole(mesh, AxisRole::Tensor)),
         dpAxis(axisWithRole(mesh, AxisRole::Data)),
         spAxis(axisWithRole(mesh, AxisRole::Sequence)),
@@ -105,7 +105,11 @@ public:
         tp(mesh.getRoleSize(AxisRole::Tensor)),
         dp(mesh.getRoleSize(AxisRole::Data)),
         sp(mesh.getRoleSize(AxisRole::Sequence)), sequence(sequence),
-        vocabMultiple(vocabDivisibleBy * tp), remarks(remarks) {}
+        vocabMultiple(vocabDivisibleBy * tp), expertDispatch(expertDispatch),
+        remarks(remarks) {
+    if (dp > 1)
+      batchAxes.push_back(dpAxis);
+  }
   LogicalResult run(func::FuncOp func);
 
 private:
@@ -117,7 +121,7 @@ private:
   int64_t headSplit() const {
     return tp * (sequence == SequenceMode::Ulysses ? sp : 1);
   }
-  /// A sharding with dp on dimension 0 (when dp > 1) and `axes` on `dim`.
+  /// A sharding with the batch axes on dimension 0 and `axes` on `dim`.
   ShardingAttr batchAnd(RankedTensorType type, int64_t dim,
                         ArrayRef<StringRef> axes);
   LogicalResult annotateSequence(func::FuncOp func);
@@ -149,6 +153,10 @@ private:
   LogicalResult searchSplits(func::FuncOp func);
   LogicalResult annotateTensorParallel(func::FuncOp func);
   LogicalResult annotateBatch(func::FuncOp func);
+  /// Adds ep to the batch axes where the experts' tokens may travel
+  /// (expert-dispatch) and dp times ep divides every batch; else remarks
+  /// why not.
+  void batchOverExperts(func::FuncOp func);
   /// Splits each mixture of experts' experts over ep, and with tp each
   /// expert's features where its activation allows (expert tensor
   /// parallelism).
@@ -179,10 +187,14 @@ private:
   /// none has it.
   StringRef tpAxis, dpAxis, spAxis, epAxis;
   int64_t tp, dp, sp;
+  /// The axes that split the batch, major first: dp, and ep when tokens
+  /// travel to their experts.
+  SmallVector<StringRef> batchAxes;
   SequenceMode sequence;
   /// Vocabularies are padded to multiples of this (Megatron-LM's
   /// make_vocab_size_divisible_by times tp).
   int64_t vocabMultiple;
+  bool expertDispatch;
   SmallVector<Attribute> &remarks;
   /// (user, operand) pairs pinned already.
   llvm::DenseSet<std::pair<Operation *, unsigned>> pinned;
@@ -764,8 +776,8 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
   MLIRContext *context = func.getContext();
   auto batchSharding = [&](RankedTensorType type) {
     SmallVector<SmallVector<StringRef>> dims(type.getRank());
-    if (dp > 1 && type.getRank() > 0)
-      dims[0].push_back(dpAxis);
+    if (type.getRank() > 0)
+      dims[0] = batchAxes;
     return ShardingAttr::get(context, mesh.getSymName(), dims);
   };
   // Ulysses feeds every rank its part of the sequence; ring attention
@@ -793,7 +805,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
   };
   Block &body = func.getBody().front();
   OpBuilder b(&body, body.begin());
-  if (dp > 1 || splitSequence) {
+  if (!batchAxes.empty() || splitSequence) {
     for (BlockArgument arg : body.getArguments()) {
       auto type = dyn_cast<RankedTensorType>(arg.getType());
       if (!type || arg.use_empty())
@@ -861,8 +873,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
 ShardingAttr Megatron::batchAnd(RankedTensorType type, int64_t dim,
                                 ArrayRef<StringRef> axes) {
   SmallVector<SmallVector<StringRef>> dims(type.getRank());
-  if (dp > 1)
-    dims[0].push_back(dpAxis);
+  dims[0] = batchAxes;
   dims[dim].append(axes.begin(), axes.end());
   return ShardingAttr::get(mesh.getContext(), mesh.getSymName(), dims);
 }
@@ -1153,8 +1164,7 @@ LogicalResult Megatron::planRing(func::FuncOp func) {
     if (!type || type.getRank() < 2 || type.getDimSize(1) != length)
       continue;
     SmallVector<SmallVector<StringRef>> dims(type.getRank());
-    if (dp > 1)
-      dims[0].push_back(dpAxis);
+    dims[0] = batchAxes;
     auto whole =
         AnnotateOp::create(b, ret.getLoc(), operand.get(),
                            ShardingAttr::get(context, mesh.getSymName(), dims));
@@ -1437,6 +1447,56 @@ LogicalResult Megatron::searchSplits(func::FuncOp func) {
   return success();
 }
 
+void Megatron::batchOverExperts(func::FuncOp func) {
+  int64_t size = epAxis.empty() ? 1 : *mesh.getAxisSize(epAxis);
+  if (size <= 1 || !expertDispatch ||
+      !func.walk([](nn::MoeOp) { return WalkResult::interrupt(); })
+           .wasInterrupted())
+    return;
+  int64_t batch = dp * size;
+  auto divides = [&](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return !tensor || tensor.getRank() == 0 ||
+           tensor.getDimSize(0) % batch == 0;
+  };
+  // What annotateBatch splits: the batch inputs and the outputs.
+  std::string refused;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    if (arg.use_empty() || divides(arg.getType()) ||
+        func.getArgAttr(i, nn::NNDialect::kParameterAttrName) ||
+        func.getArgAttr(i, nn::NNDialect::kOptimizerStateAttrName) ||
+        func.getArgAttr(i, nn::NNDialect::kCachePositionAttrName))
+      continue;
+    refused =
+        "its batch of " +
+        std::to_string(cast<RankedTensorType>(arg.getType()).getDimSize(0));
+    break;
+  }
+  for (auto [i, type] : llvm::enumerate(func.getResultTypes()))
+    if (refused.empty() && !divides(type) &&
+        !func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName) &&
+        !func.getResultAttr(i, nn::NNDialect::kUpdateAttrName) &&
+        !func.getResultAttr(i, nn::NNDialect::kGradientAttrName))
+      refused = "the batch of output " + std::to_string(i) + " (" +
+                std::to_string(cast<RankedTensorType>(type).getDimSize(0)) +
+                ")";
+  if (refused.empty()) {
+    batchAxes.push_back(epAxis);
+    return;
+  }
+  std::string ep = epAxis.str();
+  std::string axes = dp > 1 ? dpAxis.str() + "×" + ep : ep;
+  remarks.push_back(StringAttr::get(
+      func.getContext(),
+      "tokens stay on their " + ep + " devices: " + refused +
+          " is not a multiple of " + axes + " = " + std::to_string(batch) +
+          ", so every " + ep +
+          " device runs all of its group's tokens, and the experts' outputs "
+          "are summed over " +
+          ep));
+}
+
 LogicalResult Megatron::annotateExperts(func::FuncOp func) {
   if (epAxis.empty() || mesh.getAxisSize(epAxis).value_or(1) <= 1)
     return success();
@@ -1451,6 +1511,19 @@ LogicalResult Megatron::annotateExperts(func::FuncOp func) {
       features = rule.getFactor(f).kind != FactorKind::Opaque &&
                  splitRefusal(moe, 4, 2, tpAxis, "").empty();
     }
+    // Tokens split as the batch, ep included: they travel to their experts
+    // rather than the experts' outputs being summed. ep splits one factor
+    // of an op, so the experts' split yields to the tokens' (its
+    // annotations rank below), and partitioning sees both (nn.moe's
+    // partition hook).
+    bool dispatch = llvm::is_contained(batchAxes, epAxis);
+    if (dispatch)
+      for (unsigned i = 0; i < 3; ++i) {
+        SmallVector<SmallVector<StringRef>> dims(
+            cast<RankedTensorType>(moe->getOperand(i).getType()).getRank());
+        dims[0] = batchAxes;
+        annotateOperand(moe, i, dims);
+      }
     for (unsigned i = 3; i < moe->getNumOperands(); ++i) {
       if (!pinned.insert({moe, i}).second)
         continue;
@@ -1465,7 +1538,10 @@ LogicalResult Megatron::annotateExperts(func::FuncOp func) {
       if (features)
         if (std::optional<int64_t> dim = moeSplitDim(moe, i, kByFeatures))
           dims[*dim].push_back(tpAxis);
-      annotateOperand(moe, i, dims);
+      AnnotateOp annotate = annotateOperand(moe, i, dims);
+      if (dispatch)
+        annotate->setAttr(kPriorityAttr, OpBuilder(annotate).getI64IntegerAttr(
+                                             kActivationPriority));
     }
     return WalkResult::advance();
   });
@@ -1481,6 +1557,7 @@ LogicalResult Megatron::run(func::FuncOp func) {
     return failure();
   if (sequence != SequenceMode::None && failed(annotateSequence(func)))
     return failure();
+  batchOverExperts(func);
   if (failed(annotateBatch(func)))
     return failure();
   if (failed(annotateExperts(func)))
@@ -1588,7 +1665,8 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                          << vocabDivisibleBy;
       return signalPassFailure();
     }
-    Megatron megatron(mesh, sequence, vocabDivisibleBy, remarks);
+    Megatron megatron(mesh, sequence, vocabDivisibleBy, expertDispatch,
+                      remarks);
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() && failed(megatron.run(func)))
         return signalPassFailure();

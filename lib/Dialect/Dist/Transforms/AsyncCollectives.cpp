@@ -21,8 +21,11 @@ using namespace mlir::partita::dist;
 
 namespace {
 
+/// A collective with an asynchronous form (a dispatch has none: what it
+/// receives decides how much it moves, and its two results are one step).
 bool isSyncCollective(Operation *op) {
-  return isGroupCollective(op) && !isAsyncStart(op);
+  return isGroupCollective(op) && !isAsyncStart(op) &&
+         !isa<DispatchOp, DispatchReturnOp>(op);
 }
 
 /// One started collective: its start, its wait and the bytes it holds.

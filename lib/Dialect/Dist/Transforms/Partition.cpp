@@ -705,6 +705,19 @@ public:
   }
   Value shiftAlongRing(Value value, ArrayRef<StringRef> axes,
                        const Twine &why) override;
+  SmallVector<StringRef> getOperandAxes(unsigned index, int64_t dim) override {
+    ShardingAttr sharding = getValueSharding(op->getOperand(index), p.mesh);
+    if (!sharding || dim >= sharding.getRank())
+      return {};
+    return llvm::to_vector(sharding.getAxesOfDim(dim));
+  }
+  std::pair<Value, Value> dispatchRows(Value rows, Value destinations,
+                                       ArrayRef<StringRef> axes, int64_t bound,
+                                       const Twine &why) override;
+  Value returnRows(Value rows, Value counts, Value destinations,
+                   ArrayRef<StringRef> axes, const Twine &why) override;
+  Value sumOver(Value value, ArrayRef<StringRef> axes,
+                const Twine &why) override;
   bool hasRingPlan() override { return op->hasAttr(kRingAttr); }
   ArrayRef<int64_t> getSequenceOrder() override {
     if (SequenceOrderAttr layout = getSequenceLayout())
@@ -776,6 +789,44 @@ Value OpContext::shiftAlongRing(Value value, ArrayRef<StringRef> axes,
   permute->setAttr(kReasonAttr,
                    b.getStringAttr(describe(op) + ": " + why.str()));
   return permute;
+}
+
+std::pair<Value, Value> OpContext::dispatchRows(Value rows, Value destinations,
+                                                ArrayRef<StringRef> axes,
+                                                int64_t bound,
+                                                const Twine &why) {
+  auto type = cast<RankedTensorType>(rows.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] = bound;
+  auto counts = RankedTensorType::get({getGroupSize(axes)}, b.getI64Type());
+  auto dispatch =
+      DispatchOp::create(b, op->getLoc(), type.clone(shape), counts, rows,
+                         getMeshRef(), b.getStrArrayAttr(axes), destinations);
+  dispatch->setAttr(kReasonAttr,
+                    b.getStringAttr(describe(op) + ": " + why.str()));
+  return {dispatch.getResult(), dispatch.getCounts()};
+}
+
+Value OpContext::returnRows(Value rows, Value counts, Value destinations,
+                            ArrayRef<StringRef> axes, const Twine &why) {
+  auto type = cast<RankedTensorType>(rows.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] = cast<RankedTensorType>(destinations.getType()).getDimSize(0);
+  auto back = DispatchReturnOp::create(b, op->getLoc(), type.clone(shape), rows,
+                                       getMeshRef(), b.getStrArrayAttr(axes),
+                                       counts, destinations);
+  back->setAttr(kReasonAttr, b.getStringAttr(describe(op) + ": " + why.str()));
+  return back;
+}
+
+Value OpContext::sumOver(Value value, ArrayRef<StringRef> axes,
+                         const Twine &why) {
+  auto sum = AllReduceOp::create(
+      b, op->getLoc(), value.getType(), value, getMeshRef(),
+      b.getStrArrayAttr(axes),
+      ReductionKindAttr::get(b.getContext(), ReductionKind::Sum));
+  sum->setAttr(kReasonAttr, b.getStringAttr(describe(op) + ": " + why.str()));
+  return sum;
 }
 
 ElementsAttr OpContext::layOutSequence(unsigned index, ElementsAttr value) {

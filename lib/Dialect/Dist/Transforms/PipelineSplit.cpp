@@ -263,7 +263,8 @@ LogicalResult Splitter::findBatchDims() {
     func.walk([&](Operation *op) {
       if (auto ruleOp = dyn_cast<nn::ShardingRuleOpInterface>(op))
         changed |= markBatchDimsByRule(op, ruleOp.getShardingRule(), batchDim);
-      else if ((isGroupCollective(op) && !isAsyncStart(op)) ||
+      else if ((isGroupCollective(op) && !isAsyncStart(op) &&
+                !isa<DispatchOp, DispatchReturnOp>(op)) ||
                isa<AllSliceOp>(op))
         changed |= markBatchDimsByCollective(op, batchDim);
     });

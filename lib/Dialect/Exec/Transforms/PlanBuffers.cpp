@@ -507,9 +507,13 @@ void BufferPlanner::computeLifetimes() {
       ++index;
       read(op.getOperand(0));
     } else if (isCollective(&op) || isCollectiveStart(&op)) {
+      // A dispatch also reads its destinations (and counts) and writes its
+      // counts.
       ++index;
-      read(op.getOperand(0));
-      write(op.getResult(0));
+      for (Value operand : op.getOperands())
+        read(operand);
+      for (Value result : op.getResults())
+        write(result);
     } else if (auto kernel = dyn_cast<exec::KernelOp>(op)) {
       ++index;
       Value chain = kernel.getHead()->getResult(0);

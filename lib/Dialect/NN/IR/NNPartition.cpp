@@ -698,9 +698,142 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
 /// its block's first expert, and the ids of the other blocks become -1,
 /// which selects no expert. Each device's result is its part of the
 /// tokens' sums (the rule's lookup factors), which its users reduce.
+/// nn.moe whose tokens and experts are split over the same `axes` (expert
+/// parallelism over ranks that hold different tokens, Megatron's
+/// all-to-all token dispatcher): each device sends one row per (token,
+/// chosen expert) to the device holding that expert (`dist.dispatch`), runs
+/// its block of experts on the rows it receives, one expert each, and gets
+/// their outputs back (`dist.dispatch_return`), which it weights by the
+/// routing weights and sums per token. Dropless: a device may receive every
+/// row of the group, so that is the bound of what it receives.
+static LogicalResult partitionByDispatch(MoeOp op, PartitionContext &context,
+                                         ArrayRef<StringRef> axes,
+                                         unsigned expertFactor) {
+  OpBuilder &b = context.getBuilder();
+  Location loc = op.getLoc();
+  const FactorAxes &assignment = context.getAssignment();
+  // The weights hold this device's experts, and their features as the plan
+  // splits them (expert tensor parallelism): those partial sums are summed
+  // once the outputs are back and combined.
+  ShardingRule rule = op.getShardingRule();
+  FactorAxes experts = assignment;
+  experts[expertFactor] = AxisList(axes.begin(), axes.end());
+  SmallVector<StringRef> partial;
+  for (unsigned i = 3; i < op->getNumOperands(); ++i)
+    for (ArrayRef<unsigned> dim : rule.getTensor(ShardingRule::operand(i)))
+      for (unsigned f : dim)
+        if (f != expertFactor)
+          for (StringRef axis : assignment[f])
+            if (!llvm::is_contained(partial, axis))
+              partial.push_back(axis);
+
+  Value x = context.getOperand(0, assignment);
+  Value ids = context.getOperand(1, assignment);
+  Value weights = context.getOperand(2, assignment);
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < op->getNumOperands(); ++i)
+    operands.push_back(i < 3 ? Value() : context.getOperand(i, experts));
+
+  auto xType = cast<RankedTensorType>(x.getType());
+  int64_t tokens = xType.getDimSize(0), hidden = xType.getDimSize(1);
+  int64_t k = op.getTopK(), numExperts = op.getNumExperts();
+  int64_t n = context.getGroupSize(axes);
+  int64_t held = numExperts / n;
+  int64_t rows = tokens * k;
+  Type i64 = b.getI64Type();
+  auto scalar = [&](int64_t value) -> Value {
+    auto type = RankedTensorType::get({}, i64);
+    return ConstantOp::create(
+        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(type, value)));
+  };
+  auto reshape = [&](Value value, ArrayRef<int64_t> shape) -> Value {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getShape() == shape)
+      return value;
+    return ReshapeOp::create(b, loc, type.clone(shape), value);
+  };
+
+  // Each (token, slot) pair's device and its expert there, counted from 1
+  // so that the rows a dispatch pads with zeros name no expert.
+  auto idType = cast<RankedTensorType>(ids.getType()).clone(i64);
+  if (!cast<RankedTensorType>(ids.getType()).getElementType().isInteger(64))
+    ids = CastOp::create(b, loc, idType, ids);
+  auto maskType = idType.clone(b.getI1Type());
+  Value valid = AndOp::create(
+      b, loc, maskType,
+      CompareOp::create(b, loc, maskType, CompareDirection::GE, ids, scalar(0)),
+      CompareOp::create(b, loc, maskType, CompareDirection::LT, ids,
+                        scalar(numExperts)));
+  Value device = DivOp::create(b, loc, ids, scalar(held));
+  Value destinations = reshape(
+      WhereOp::create(b, loc, idType, valid, device, scalar(-1)), {rows});
+  Value local = AddOp::create(
+      b, loc,
+      SubOp::create(b, loc, ids, MulOp::create(b, loc, device, scalar(held))),
+      scalar(1));
+  local =
+      reshape(WhereOp::create(b, loc, idType, valid, local, scalar(0)), {rows});
+  // One row per pair: the token's hidden state, once per chosen expert.
+  Value sent = x;
+  if (k > 1)
+    sent =
+        reshape(BroadcastToOp::create(b, loc, xType.clone({tokens, k, hidden}),
+                                      reshape(x, {tokens, 1, hidden})),
+                {rows, hidden});
+
+  int64_t bound = rows * n;
+  auto [received, counts] = context.dispatchRows(
+      sent, destinations, axes, bound, "token rows to their experts' devices");
+  Value receivedIds = context
+                          .dispatchRows(local, destinations, axes, bound,
+                                        "which expert each row is for")
+                          .first;
+  operands[0] = received;
+  operands[1] =
+      reshape(SubOp::create(b, loc, receivedIds, scalar(1)), {bound, 1});
+  auto weightType = cast<RankedTensorType>(weights.getType());
+  auto onesType = weightType.clone({bound, 1});
+  operands[2] = ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(DenseElementsAttr::get(
+          onesType, b.getFloatAttr(weightType.getElementType(), 1.0))));
+  Operation *expertsOp = context.cloneWithoutPlan();
+  expertsOp->setOperands(operands);
+  expertsOp->getResult(0).setType(xType.clone({bound, hidden}));
+  Value outputs = expertsOp->getResult(0);
+  Value back = context.returnRows(outputs, counts, destinations, axes,
+                                  "expert outputs back to their tokens");
+  // Each token's outputs weighted by its routing weights and summed.
+  Value combined;
+  if (k == 1) {
+    combined = MulOp::create(b, loc, back, weights);
+  } else {
+    Value weighted = MulOp::create(b, loc, reshape(back, {tokens, k, hidden}),
+                                   reshape(weights, {tokens, k, 1}));
+    combined = ReduceOp::create(b, loc, xType, ReduceKind::Sum, weighted,
+                                ArrayRef<int64_t>{1});
+  }
+  // Summed last, on a row per token rather than per dispatched row: the
+  // return and the combine are linear.
+  if (!partial.empty())
+    combined =
+        context.sumOver(combined, partial, "the expert features' partial sums");
+  return context.setResult(0, combined, assignment);
+}
+
 LogicalResult MoeOp::partition(PartitionContext &context) {
   ShardingRule rule = getShardingRule();
   unsigned expertFactor = rule.getTensor(ShardingRule::operand(3))[0][0];
+  unsigned tokenFactor = rule.getTensor(ShardingRule::operand(0))[0][0];
+  // Experts arriving split over axes that also split the tokens: the
+  // tokens travel to the experts.
+  SmallVector<StringRef> dispatch;
+  for (StringRef axis : context.getOperandAxes(3, 0))
+    if (llvm::is_contained(context.getAssignment()[tokenFactor], axis))
+      dispatch.push_back(axis);
+  if (!dispatch.empty() &&
+      getNumExperts() % context.getGroupSize(dispatch) == 0)
+    return partitionByDispatch(*this, context, dispatch, expertFactor);
   AxisList axes = context.getAssignment()[expertFactor];
   int64_t held = axes.empty() ? getNumExperts()
                               : getNumExperts() / context.getGroupSize(axes);

@@ -23,7 +23,10 @@ enum class CollectiveKind {
   AllGather,
   ReduceScatter,
   AllToAll,
-  CollectivePermute
+  CollectivePermute,
+  /// dist.dispatch and dist.dispatch_return: rows in variable numbers.
+  Dispatch,
+  DispatchReturn
 };
 
 struct CollectiveCall {
@@ -56,6 +59,15 @@ Status checkCollectiveShapes(const CollectiveCall &call, const Tensor &in,
 Status checkCollective(const CollectiveCall &call, const Tensor &in,
                        const Tensor &out, const Group &group, int32_t rank,
                        int32_t worldSize, size_t &index);
+
+/// The checks of a dispatch (`call.kind` Dispatch or DispatchReturn) beyond
+/// checkCollectiveShapes': `destinations` is an i64 vector with a row of
+/// the sending side each (dispatch's operand, dispatch_return's result),
+/// `counts` an i64 vector with a member of the group each.
+Status checkDispatchBuffers(const CollectiveCall &call, const Tensor &in,
+                            const Tensor &out, const Tensor &destinations,
+                            const Tensor &counts, const Group &group,
+                            int32_t rank);
 
 /// Whether two tensors' bytes overlap.
 bool overlaps(const Tensor &a, const Tensor &b);

@@ -71,6 +71,26 @@ public:
   /// and the same tag. Transfers between two ranks with one tag arrive in
   /// order.
   virtual Status send(const Tensor &tensor, int32_t peer, int64_t tag) = 0;
+  /// Row i of `in` (its dimension 0) goes to the member at group index
+  /// `destinations[i]` (i64; outside [0, n): nowhere). `out` gets the rows
+  /// received, the sender at index 0's first in their send order, then
+  /// index 1's, and so on, then zeros; `counts` (i64 [n]) how many came
+  /// from each. The members exchange their counts first, so only the rows
+  /// sent move. Fails, and fails the other members, when more rows arrive
+  /// than `out` holds.
+  ///
+  /// The default moves the rows with allToAll, send and recv, and so needs
+  /// a transport whose sends do not wait for their receives (the host's).
+  virtual Status dispatch(const Tensor &in, const Tensor &destinations,
+                          const Tensor &out, const Tensor &counts,
+                          const Group &group);
+  /// Undoes a dispatch: `in` holds `counts[j]` rows for the member at group
+  /// index j (in order of j), which go back to it; `out` row i gets the
+  /// row that came back for row i of that dispatch's operand (whose
+  /// `destinations` these are), or zeros where it was sent nowhere.
+  virtual Status dispatchReturn(const Tensor &in, const Tensor &counts,
+                                const Tensor &destinations, const Tensor &out,
+                                const Group &group);
   /// Receives into `tensor` (whose dtype and shape must match the send).
   virtual Status recv(const Tensor &tensor, int32_t peer, int64_t tag) = 0;
   virtual Status barrier(const Group &group) = 0;

@@ -42,3 +42,41 @@ module {
     return %y : tensor<6x8xf32>
   }
 }
+
+// -----
+
+// Tokens and experts split over the same axis (ep as a data-parallel axis
+// outside the experts): one row per (token, chosen expert) travels to the
+// device holding the expert, with the expert's index there counted from 1
+// (a row the dispatch pads with zeros names none); each device runs its 2
+// experts on the rows it receives, one expert each with weight 1, and the
+// outputs come back to be weighted and summed per token. Dropless: a
+// device may receive every row of the group (2 devices × 3 tokens × 2).
+
+// CHECK-LABEL: func.func @dispatch
+// CHECK: %[[DEV:.*]] = nn.div %arg1, %{{.*}} : (tensor<3x2xi64>, tensor<i64>) -> tensor<3x2xi64>
+// CHECK: %[[DEST2:.*]] = nn.where %{{.*}}, %[[DEV]], %{{.*}}
+// CHECK: %[[DEST:.*]] = nn.reshape %[[DEST2]] : tensor<3x2xi64> -> tensor<6xi64>
+// CHECK: %[[ROWS:.*]] = nn.reshape %{{.*}} : tensor<3x2x8xf32> -> tensor<6x8xf32>
+// CHECK: %[[R:.*]], %[[C:.*]] = dist.dispatch %[[ROWS]] to %[[DEST]] on @mesh axes [ep] {{.*}} : tensor<6x8xf32>, tensor<6xi64> -> tensor<12x8xf32>, tensor<2xi64>
+// CHECK: %[[RID:.*]], %{{.*}} = dist.dispatch %{{.*}} to %[[DEST]] on @mesh axes [ep] {{.*}} : tensor<6xi64>, tensor<6xi64> -> tensor<12xi64>, tensor<2xi64>
+// CHECK: %[[ONES:.*]] = nn.constant dense<1.000000e+00> : tensor<12x1xf32>
+// CHECK: %[[Y:.*]] = nn.moe silu %[[R]], %{{.*}}, %[[ONES]] experts(%{{.*}}, %{{.*}}) : (tensor<12x8xf32>, tensor<12x1xi64>, tensor<12x1xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<12x8xf32>
+// CHECK: %[[BACK:.*]] = dist.dispatch_return %[[Y]] from %[[C]] to %[[DEST]] on @mesh axes [ep] {{.*}} -> tensor<6x8xf32>
+// CHECK: %[[B3:.*]] = nn.reshape %[[BACK]] : tensor<6x8xf32> -> tensor<3x2x8xf32>
+// CHECK: %[[WEIGHTED:.*]] = nn.mul %[[B3]], %{{.*}} : (tensor<3x2x8xf32>, tensor<3x2x1xf32>) -> tensor<3x2x8xf32>
+// CHECK: %[[OUT:.*]] = nn.reduce sum %[[WEIGHTED]] axes = [1] : tensor<3x2x8xf32> -> tensor<3x8xf32>
+// CHECK: return %[[OUT]] : tensor<3x8xf32>
+module {
+  dist.mesh @mesh [ep = 2]
+  func.func @dispatch(%x: tensor<6x8xf32>, %ids: tensor<6x2xi64>, %w: tensor<6x2xf32>, %fc1: tensor<4x16x8xf32>, %fc2: tensor<4x8x16xf32>) -> tensor<6x8xf32> {
+    %x1 = dist.annotate %x sharding<@mesh, [{ep}, {}]> : tensor<6x8xf32>
+    %i1 = dist.annotate %ids sharding<@mesh, [{ep}, {}]> : tensor<6x2xi64>
+    %w1 = dist.annotate %w sharding<@mesh, [{ep}, {}]> : tensor<6x2xf32>
+    %a = dist.annotate %fc1 sharding<@mesh, [{ep}, {}, {}]> {dist.priority = 2 : i64} : tensor<4x16x8xf32>
+    %b = dist.annotate %fc2 sharding<@mesh, [{ep}, {}, {}]> {dist.priority = 2 : i64} : tensor<4x8x16xf32>
+    %y = nn.moe silu %x1, %i1, %w1 experts(%a, %b) : (tensor<6x8xf32>, tensor<6x2xi64>, tensor<6x2xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<6x8xf32>
+    %r = dist.annotate %y sharding<@mesh, [{ep}, {}]> : tensor<6x8xf32>
+    return %r : tensor<6x8xf32>
+  }
+}

@@ -514,6 +514,102 @@ defm Dist_AllToAll : Dist_Collective<"all_to_all",
        later in the same block.
   }]>;
 
+// Token dispatch for a mixture of experts: rows travel to the group
+// positions their destinations name, in variable numbers, and come back.
+def Dist_DispatchOp : Dist_CollectiveBase<"dispatch", [Pure,
+    Dist_GroupCollective], (ins 1DTensorOf<[I64]>:$destinations),
+    "getResult().getType()"> {
+  let summary = "Sends each row of a local tensor to the device its "
+                "destination names";
+  let description = [{
+    `dist.dispatch` is an all-to-all with a variable number of rows per
+    device (MPI's `alltoallv`). Row `i` of the operand goes to the device at
+    group position `destinations[i]`; a destination outside `[0, n)` sends
+    the row nowhere. Each device first tells every other how many rows it
+    will send them, then the rows move: only the rows sent cross the
+    network, never the padding of a bound. The result holds the rows
+    received from position 0 in their send order, then those from position
+    1, and so on; the rows after the last one received are zero. `counts[j]`
+    is the number of rows received from position `j`.
+
+    The result's first dimension is a bound the compiler chose (for a
+    dropless mixture of experts, every row of every device); a device that
+    receives more rows than it fails at run time with a message, never
+    writes past it. Partitioning a mixture of experts (`nn.moe`) whose
+    tokens and experts are split over the same axis sends each token to the
+    devices holding its experts with it, and `dist.dispatch_return` brings
+    the experts' outputs back.
+
+    ```mlir
+    %rows, %counts = dist.dispatch %x to %dest on @mesh axes [ep]
+        : tensor<16x64xf32>, tensor<16xi64> -> tensor<32x64xf32>, tensor<2xi64>
+    ```
+
+    **Constraints**
+
+    1. `dispatch_c1`: `mesh` names a `dist.mesh`.
+    2. `dispatch_c2`: `axes` is a non-empty list of distinct axes of the
+       mesh.
+    3. `dispatch_c3`: the operand has at least one dimension, and
+       `destinations` has one entry per row (its size is the operand's first
+       dimension).
+    4. `dispatch_c4`: the result type is the operand type with any first
+       dimension.
+    5. `dispatch_c5`: `counts` is a 1-D `i64` tensor with one entry per
+       device of the group.
+  }];
+  let results = (outs AnyStaticShapeTensor:$result,
+                      1DTensorOf<[I64]>:$counts);
+  let assemblyFormat = [{
+    $input `to` $destinations `on` $mesh `axes` custom<AxisList>($axes)
+      attr-dict `:` type($input) `,` type($destinations) `->` type($result)
+      `,` type($counts)
+  }];
+}
+
+def Dist_DispatchReturnOp : Dist_CollectiveBase<"dispatch_return", [Pure,
+    Dist_GroupCollective], (ins 1DTensorOf<[I64]>:$counts,
+                                1DTensorOf<[I64]>:$destinations),
+    "getResult().getType()"> {
+  let summary = "Sends the rows a `dist.dispatch` brought back to where "
+                "they came from";
+  let description = [{
+    `dist.dispatch_return` undoes a `dist.dispatch`: the operand holds, as
+    that dispatch's result did, `counts[j]` rows for the device at group
+    position `j` (in order of `j`); each goes back to its sender, which puts
+    it in the row it was sent from. `destinations` are the sender's own, as
+    given to the dispatch: row `i` of the result is what came back for row
+    `i`, or zero where `destinations[i]` is outside `[0, n)`. The rows after
+    the counted ones are not sent.
+
+    ```mlir
+    %rows, %counts = dist.dispatch %x to %dest on @mesh axes [ep]
+        : tensor<16x64xf32>, tensor<16xi64> -> tensor<32x64xf32>, tensor<2xi64>
+    %y = ... %rows ...
+    %back = dist.dispatch_return %y from %counts to %dest on @mesh axes [ep]
+        : tensor<32x64xf32>, tensor<2xi64>, tensor<16xi64> -> tensor<16x64xf32>
+    ```
+
+    **Constraints**
+
+    1. `dispatch_return_c1`: `mesh` names a `dist.mesh`.
+    2. `dispatch_return_c2`: `axes` is a non-empty list of distinct axes of
+       the mesh.
+    3. `dispatch_return_c3`: the operand has at least one dimension, and
+       `destinations` has one entry per result row.
+    4. `dispatch_return_c4`: the result type is the operand type with any
+       first dimension.
+    5. `dispatch_return_c5`: `counts` is a 1-D `i64` tensor with one entry
+       per device of the group.
+  }];
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `from` $counts `to` $destinations `on` $mesh `axes`
+      custom<AxisList>($axes) attr-dict `:` type($input) `,` type($counts)
+      `,` type($destinations) `->` type($result)
+  }];
+}
+
 defm Dist_CollectivePermute : Dist_Collective<"collective_permute",
   (ins I64Attr:$shift), "", "`shift` $shift",
   /*sameType=*/1,

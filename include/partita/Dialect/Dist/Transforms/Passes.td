@@ -87,6 +87,17 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     - every function argument and result is split on dimension 0 (the
       batch) over `dp`; results are otherwise whole on every device.
 
+    With an `ep` axis (expert parallelism), every `nn.moe`'s experts are
+    split over `ep` (and each expert's features over `tp` where its
+    activation allows). With `expert-dispatch`, when `dp` times `ep`
+    divides the batch of every argument and result, the batch is split
+    over `ep` too: outside the experts `ep` is one more data-parallel axis
+    (Megatron's expert parallelism within the data-parallel group), and
+    partitioning sends each token to the devices of its experts and back
+    (`dist.dispatch`, `dist.dispatch_return`). Otherwise every device of an
+    `ep` group runs all of its tokens, and the experts' outputs are summed
+    over `ep`; the module's `dist.remarks` says why.
+
     With `sp-mode` (sequence parallelism):
 
     - `megatron` (needs `tp`): what enters each norm is split on the
@@ -141,6 +152,10 @@ def AnnotatePass : Pass<"partita-annotate", "::mlir::ModuleOp"> {
     Option<"vocabDivisibleBy", "make-vocab-size-divisible-by", "int64_t",
            /*default=*/"1",
            "Pad vocabularies to a multiple of this times tp">,
+    Option<"expertDispatch", "expert-dispatch", "bool", /*default=*/"true",
+           "With ep: split the batch over ep as well, so that tokens travel "
+           "to their experts' devices (dist.dispatch); off, every ep device "
+           "runs every token and the experts' outputs are all-reduced">,
   ];
   let dependentDialects = ["::mlir::partita::dist::DistDialect",
                            "::mlir::partita::nn::NNDialect"];

@@ -84,6 +84,28 @@ public:
   virtual Value shiftAlongRing(Value value, ArrayRef<StringRef> axes,
                                const Twine &why) = 0;
 
+  /// The axes that split dimension `dim` of operand `index` where the op
+  /// reads it (its plan's sharding), before any reshard.
+  virtual SmallVector<StringRef> getOperandAxes(unsigned index,
+                                                int64_t dim) = 0;
+  /// Sends row `i` of `rows` to the device at group position
+  /// `destinations[i]` along `axes` (`dist.dispatch`; an `i64` destination
+  /// outside the group sends it nowhere), at most `bound` rows arriving.
+  /// Returns the rows received, grouped by sender, and how many came from
+  /// each (`tensor<n x i64>`).
+  virtual std::pair<Value, Value> dispatchRows(Value rows, Value destinations,
+                                               ArrayRef<StringRef> axes,
+                                               int64_t bound,
+                                               const Twine &why) = 0;
+  /// Sends `rows`, laid out as `dispatchRows` returned them with `counts`,
+  /// back to their senders, each into the row it left
+  /// (`dist.dispatch_return`).
+  virtual Value returnRows(Value rows, Value counts, Value destinations,
+                           ArrayRef<StringRef> axes, const Twine &why) = 0;
+  /// `value` summed over the devices of `axes` (`dist.all_reduce`).
+  virtual Value sumOver(Value value, ArrayRef<StringRef> axes,
+                        const Twine &why) = 0;
+
   /// Whether the plan asks the op to run as a ring over its split sequence
   /// (`--sp-mode ring`).
   virtual bool hasRingPlan() = 0;
