@@ -272,6 +272,7 @@ ModelShape mlir::partita::readModelShape(func::FuncOp main) {
       // Its experts: over ep (they stay whole over tp here), its result
       // all-reduced over ep.
       entry.experts = true;
+      entry.topK = moe.getTopK();
       entry.collectiveBytes = valueBytes(moe.getResult());
       shape.expertWeightBytes += weightBytesOf(op, countedWeights);
       shape.expertCounts.push_back(moe.getNumExperts());
@@ -516,8 +517,13 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   double kvShare = shape.kvHeads > 0
                        ? double(std::min<int64_t>(c.tp, shape.kvHeads))
                        : double(c.tp);
+  // With dispatch, ep is one more data-parallel axis outside the experts
+  // (Annotate's batchOverExperts), and splits the experts' tokens too.
+  c.dispatch =
+      request.expertDispatch && c.ep > 1 && shape.batch % (c.dp * c.ep) == 0;
+  double dp = double(c.dp) * (c.dispatch ? c.ep : 1);
   for (const ModelShape::Op &op : shape.ops) {
-    double factor = double(c.dp) * c.sp;
+    double factor = dp * c.sp;
     double tpShare = op.keyValueSplit ? kvShare : c.tp;
     if (op.tensorSplit || megatronSp)
       factor *= tpShare;
@@ -526,7 +532,8 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     // microbatch reads them again.
     double weights = op.weightBytes / (op.tensorSplit ? tpShare : 1.0);
     if (op.experts) {
-      factor *= c.ep;
+      if (!c.dispatch)
+        factor *= c.ep;
       weights /= c.ep;
     }
     OpCost cost{op.flops / (factor * c.microbatches),
@@ -537,12 +544,12 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     compute += seconds;
     if (op.attention) {
       attention += seconds;
-      double local = op.collectiveBytes / (double(c.dp) * c.tp * c.sp);
+      double local = op.collectiveBytes / (dp * c.tp * c.sp);
       a2aBytes += op.count * local;
-      ringBytes += op.count * op.keyValueBytes /
-                   (double(c.dp) * kvShare * c.sp) * (c.sp - 1);
+      ringBytes +=
+          op.count * op.keyValueBytes / (dp * kvShare * c.sp) * (c.sp - 1);
     }
-    double split = op.gathered ? double(c.dp) * c.sp : factor;
+    double split = op.gathered ? dp * c.sp : factor;
     peakLive = std::max(peakLive, op.liveBytes / split);
   }
 
@@ -576,8 +583,7 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     if (op.collective == ModelShape::Op::Collective::None || c.tp <= 1)
       continue;
     double calls = double(op.count) / c.pp;
-    double perCall =
-        op.collectiveBytes / (double(c.dp) * c.sp * c.microbatches);
+    double perCall = op.collectiveBytes / (dp * c.sp * c.microbatches);
     double half = gatherSeconds(tpLink, c.tp, perCall);
     if (op.collective == ModelShape::Op::Collective::AllGather) {
       tpComm += calls * half;
@@ -589,7 +595,7 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
       tpExposed += calls * 2 * half;
       continue;
     }
-    double shard = double(c.dp) * c.sp * c.tp * c.microbatches;
+    double shard = dp * c.sp * c.tp * c.microbatches;
     double block = perCall / c.tp;
     double send = tpLink.latencySeconds + block / tpLink.bytesPerSecond;
     double add = estimateSeconds({0, 3 * block}, device);
@@ -606,16 +612,19 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
     if (op.decomposable)
       decomposition += calls * (c.tp - 1) * add;
   }
-  // Expert parallelism: each mixture of experts' partial sums all-reduced
-  // over ep (an all-gather dispatcher's traffic), not hidden.
+  // Expert parallelism, not hidden: each mixture of experts' tokens sent
+  // to their experts and back, a row per chosen expert, (ep - 1) / ep of
+  // them leaving the rank when routing is balanced (dist.dispatch, then
+  // dist.dispatch_return); or its partial sums all-reduced over ep.
   double epComm = 0;
   for (const ModelShape::Op &op : shape.ops) {
     if (!op.experts || c.ep <= 1)
       continue;
-    double perCall =
-        op.collectiveBytes / (double(c.dp) * c.sp * c.microbatches);
-    epComm += double(op.count) / (op.outside ? 1 : c.pp) * 2 *
-              gatherSeconds(epLink, c.ep, perCall);
+    double perCall = op.collectiveBytes / (dp * c.sp * c.microbatches);
+    double calls = double(op.count) / (op.outside ? 1 : c.pp);
+    epComm += c.dispatch
+                  ? calls * 2 * gatherSeconds(epLink, c.ep, perCall * op.topK)
+                  : calls * 2 * gatherSeconds(epLink, c.ep, perCall);
   }
   tpComm += epComm;
   tpExposed += epComm;
@@ -635,8 +644,7 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   if (c.pp > 1)
     transfer = ppLink.latencySeconds +
                shape.tokenBytes * shape.batch * shape.sequence /
-                   (double(c.dp) * c.sp * c.microbatches) /
-                   ppLink.bytesPerSecond;
+                   (dp * c.sp * c.microbatches) / ppLink.bytesPerSecond;
   // A slot is one microbatch through one chunk of layers (a stage holds
   // `virtualStages` chunks) and its send to the next: one batch fills
   // microbatches x virtualStages slots per device, and the latency
@@ -686,11 +694,11 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
       (shape.expertWeightBytes - shape.expertOutsideWeightBytes) * epSaves;
   c.weightBytes = layers / c.pp + outside;
   double residual = shape.tokenBytes * shape.batch * shape.sequence /
-                    (double(c.dp) * c.sp * (megatronSp ? c.tp : 1));
+                    (dp * c.sp * (megatronSp ? c.tp : 1));
   c.activationBytes = (peakLive + residual) / c.microbatches;
-  c.outputBytes = shape.outputBytes / c.dp;
+  c.outputBytes = shape.outputBytes / dp;
   c.keyValueCacheBytes =
-      shape.keyValueCacheBytes / (double(c.dp) * kvShare * c.pp * c.sp);
+      shape.keyValueCacheBytes / (dp * kvShare * c.pp * c.sp);
   c.memoryBytes =
       c.weightBytes + c.activationBytes + c.outputBytes + c.keyValueCacheBytes;
   double budget = request.deviceMemoryBytes.value_or(cluster.deviceMemoryBytes);
@@ -960,6 +968,8 @@ llvm::json::Object candidateJson(const PlanCandidate &c) {
                             {"virtual_stages", c.virtualStages},
                             {"collective_matmul", c.collectiveMatmul},
                             {"feasible", c.feasible}};
+  if (c.ep > 1)
+    object["expert_dispatch"] = c.dispatch;
   if (!c.feasible)
     object["reason"] = c.reason;
   // A candidate refused before it was costed has no predictions; one

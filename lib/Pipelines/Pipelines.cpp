@@ -89,6 +89,7 @@ void mlir::partita::buildPlanMeshPipeline(OpPassManager &pm,
   plan.objective = options.objective;
   plan.deviceMemory = options.deviceMemoryBytes;
   plan.requireFit = requireFit;
+  plan.expertDispatch = options.target == Target::Host;
   pm.addPass(createPlanMeshPass(plan, sink));
 }
 

@@ -37,6 +37,10 @@ struct PlanRequest {
   PlanObjective objective = PlanObjective::Latency;
   /// The budget of one device; unset: the cluster's memory.
   std::optional<double> deviceMemoryBytes;
+  /// Whether ep may split the batch and dispatch tokens to their experts
+  /// (the annotation's expert-dispatch: host targets); else its ranks run
+  /// every token and the experts' outputs are all-reduced.
+  bool expertDispatch = true;
 };
 
 /// What the planner reads of a model: per op, its roofline work and how
@@ -83,8 +87,11 @@ struct ModelShape {
     /// reduce-scatter against it (the embedding's cannot be).
     bool decomposable = false;
     /// A mixture of experts (nn.moe): ep splits its experts, its work and
-    /// its expert weights, and all-reduces its result (collectiveBytes).
+    /// its expert weights; its tokens travel to their experts and back
+    /// (each of its topK rows of collectiveBytes / tokens), or its result
+    /// (collectiveBytes) is all-reduced.
     bool experts = false;
+    int64_t topK = 0;
     /// For an all-reduce op: the work of the column-parallel projections
     /// its all-gather feeds under Megatron-SP (up to the next all-reduce).
     double nextFlops = 0, nextBytes = 0;
@@ -154,9 +161,11 @@ ModelShape readModelShape(func::FuncOp main);
 /// One point of the search space, and what the cost model predicts for it.
 struct PlanCandidate {
   int64_t dp = 1, tp = 1, pp = 1, sp = 1;
-  /// Expert parallelism: a mixture of experts' experts split over ep (the
-  /// rest of the model replicated over it).
+  /// Expert parallelism: a mixture of experts' experts split over ep; the
+  /// batch too where `dispatch` (the rest of the model is data parallel
+  /// over ep), else the rest is replicated over it.
   int64_t ep = 1;
+  bool dispatch = false;
   /// None, Megatron (over tp), Ulysses or Ring (over sp).
   SequenceMode spMode = SequenceMode::None;
   int64_t microbatches = 1;

@@ -124,6 +124,7 @@ struct PlanMeshPass : mlir::partita::impl::PlanMeshPassBase<PlanMeshPass> {
     PlanRequest request;
     request.devices = devices > 0 ? int64_t(devices) : cluster->devices();
     request.objective = objective;
+    request.expertDispatch = expertDispatch;
     if (deviceMemory > 0)
       request.deviceMemoryBytes = double(deviceMemory);
     // More devices than the cluster's shape holds: more nodes of its kind.

@@ -49,6 +49,10 @@ def PlanMeshPass : Pass<"partita-plan-mesh", "::mlir::ModuleOp"> {
            "The memory of one device in bytes (0: the cluster's)">,
     Option<"requireFit", "require-fit", "bool", /*default=*/"true",
            "Refuse the module when no plan fits">,
+    Option<"expertDispatch", "expert-dispatch", "bool", /*default=*/"true",
+           "Plan ep as the annotation's expert-dispatch builds it: the "
+           "batch split over ep where dp times ep divides it, the tokens "
+           "dispatched to their experts">,
   ];
   let dependentDialects = ["::mlir::partita::dist::DistDialect"];
 }
