@@ -752,13 +752,13 @@ class Tamper:
     def random(self, art, rng):
         progs, weights = self._programs(art), self._weights(art)
         kinds = ["flip", "truncate", "instruction", "p2p", "operand",
-                 "buffer", "binding", "header", "manifest"]
+                 "buffer", "binding", "header", "manifest", "dispatch"]
         if weights:
             kinds += ["safetensors", "safetensors", "st-flip"]
         kind = rng.choice(kinds)
         spec = {"kind": kind}
         if kind in ("flip", "truncate", "instruction", "p2p", "operand",
-                    "buffer", "binding", "header"):
+                    "buffer", "binding", "header", "dispatch"):
             spec["file"] = rng.choice(progs)
         if kind == "flip":
             spec["positions"] = [rng.randrange(1 << 30) for _ in
@@ -774,6 +774,11 @@ class Tamper:
             spec["op"] = rng.choice(["flip-kind", "peer", "tag", "delete"])
             spec["i"] = rng.randrange(1 << 20)
             spec["value"] = rng.choice([0, 1, 2, 7, -1, 2**31 - 1])
+        elif kind == "dispatch":
+            spec["i"] = rng.randrange(1 << 20)
+            spec["op"] = rng.choice(["destinations", "counts", "swap",
+                                     "kind", "async", "result"])
+            spec["value"] = rng.choice([-1, 0, 1, 2, 10**6])
         elif kind == "operand":
             spec["i"], spec["j"] = rng.randrange(1 << 20), rng.randrange(8)
             spec["value"] = rng.choice([-1, -2, 10**6, 2**31 - 1])
@@ -889,7 +894,7 @@ class Tamper:
             k = coll[spec["i"] % len(coll)]
             x = prog.instructions[k].collective
             if spec["op"] == "flip-kind":
-                x.kind = 1 + (x.kind % 5)
+                x.kind = 1 + (x.kind % 7)
             elif spec["op"] == "peer":
                 x.group.append(spec["value"])
             elif spec["op"] == "tag":
@@ -898,6 +903,35 @@ class Tamper:
                 del prog.instructions[k]
         else:
             return
+        self._save(art, spec, prog)
+
+    def _dispatch(self, art, spec):
+        """A dist.dispatch's or dispatch_return's own fields: its
+        destinations and counts buffers elsewhere or out of range, the two
+        swapped, the kind flipped between the pair, an asynchronous form
+        it does not have, its result elsewhere. Programs without one are
+        left alone."""
+        prog = self._load(art, spec)
+        found = [x.collective for x in prog.instructions
+                 if x.WhichOneof("op") == "collective"
+                 and x.collective.kind in (6, 7)]
+        if not found:
+            return
+        x = found[spec["i"] % len(found)]
+        value = spec["value"]
+        if spec["op"] == "destinations":
+            x.destinations = value
+        elif spec["op"] == "counts":
+            x.counts = value
+        elif spec["op"] == "swap":
+            x.destinations, x.counts = x.counts, x.destinations
+        elif spec["op"] == "kind":
+            x.kind = 13 - x.kind
+        elif spec["op"] == "async":
+            setattr(x, "async", True)
+            x.token = value
+        else:
+            x.result = value
         self._save(art, spec, prog)
 
     def _operand(self, art, spec):

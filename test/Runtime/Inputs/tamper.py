@@ -26,6 +26,10 @@ Actions:
   rename-attribute RANK OP NAME NEW
                          rename attribute NAME of the rank's first OP
                          kernel to NEW
+  dispatch RANK FIELD VALUE
+                         integer field FIELD (destinations, counts, kind,
+                         token; with token, async too) of the rank's
+                         first dispatch
   manifest STATEMENT     run a Python statement on `m`, the manifest
   overlap                point the second of the first two weights of equal
                          dtype and shape at the first one's data
@@ -237,6 +241,19 @@ def attribute(art, rank, op, name, value):
     sys.exit("no %s kernel" % op)
 
 
+def dispatch(art, rank, field, value):
+    p = art.program(rank)
+    for i, x in enumerate(p.instructions):
+        if x.WhichOneof("op") == "collective" and x.collective.kind == 6:
+            setattr(x.collective, field, int(value))
+            if field == "token":
+                setattr(x.collective, "async", True)
+            print("set", field, "=", value, "on", describe(p, i))
+            art.save_program(rank, p)
+            return
+    sys.exit("no dispatch")
+
+
 def rename_attribute(art, rank, op, name, new):
     p = art.program(rank)
     for i, x in enumerate(p.instructions):
@@ -325,6 +342,8 @@ def main(argv):
         reduction(art, int(args[0]), args[1])
     elif action == "attribute":
         attribute(art, int(args[0]), args[1], args[2], args[3])
+    elif action == "dispatch":
+        dispatch(art, int(args[0]), args[1], args[2])
     elif action == "rename-attribute":
         rename_attribute(art, int(args[0]), args[1], args[2], args[3])
     elif action == "manifest":
