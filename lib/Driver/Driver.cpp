@@ -380,6 +380,9 @@ LogicalResult checkOptions(MLIRContext &context, DriverOptions &options) {
   std::string error;
   if (!::partita::checkOptions(options, error))
     return fail(context, error);
+  if (!(options.moeCapacityFactor >= 0) ||
+      !std::isfinite(options.moeCapacityFactor))
+    return fail(context, "--moe-capacity-factor must be 0 (dropless) or more");
   if (isDecodeObjective(options.objective) && options.maxSeq == 0)
     return fail(context,
                 "--objective " +

@@ -32,6 +32,13 @@ void mlir::partita::buildNNPipeline(OpPassManager &pm,
   // constants.
   func.addPass(createCSEPass());
   func.addPass(createCanonicalizerPass());
+  // Bounded experts drop tokens by rewriting the ids, before anything
+  // computes or shards the mixture.
+  if (options.moeCapacityFactor != 0) {
+    MoeCapacityPassOptions capacity;
+    capacity.factor = options.moeCapacityFactor;
+    func.addPass(createMoeCapacityPass(capacity));
+  }
   // The cache's slots replace the concatenations raising matched as
   // attention's keys and values.
   if (options.maxSeq > 0) {

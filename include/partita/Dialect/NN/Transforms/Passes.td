@@ -316,6 +316,45 @@ def FuseDequantizePass
   ];
 }
 
+def MoeCapacityPass : Pass<"partita-moe-capacity", "::mlir::func::FuncOp"> {
+  let summary = "Bound the tokens each expert of a mixture takes";
+  let description = [{
+    With `factor` F > 0, each expert of every `nn.moe` takes at most
+    `C = ceil(F * T * k / E)` of the (token, expert) pairs routed to it
+    (`T` the op's tokens, the whole batch; `k` the experts per token; `E`
+    the experts): the first `C` in token order, as Megatron-Core's
+    `--moe-expert-capacity-factor` with its `position` drop policy. A
+    dropped pair's id becomes -1, which selects no expert: the token gets
+    nothing from that expert and its other routing weights are not
+    renormalized (its residual connection carries it, as in Megatron and
+    GShard). The rewrite is nn ops on the ids (a one-hot of each pair's
+    expert, its running count down the pairs, a compare with `C`),
+    written before sharding, so every mesh drops the same pairs: the
+    bound is the batch's, not each rank's share of it (Megatron bounds
+    each rank's tokens, so its drops change with the parallel layout). A
+    capacity of `T` or more drops nothing and leaves the op alone. `F`
+    0 (the default) is dropless.
+
+    ```mlir
+    %y = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : ...
+    // with factor=1.0 over 8 tokens, top 2 of 4 experts (C = 4): becomes
+    %hit = nn.cast %{{eq}} : tensor<16x4xi1> -> tensor<16x4xi64>
+    %running = nn.cumsum %hit axis = 0 : tensor<16x4xi64>
+    ...
+    %kept_ids = nn.where %kept, %ids, %none : ...
+    %y = nn.moe silu %x, %kept_ids, %w experts(%fc1, %fc2) : ...
+    ```
+  }];
+  let options = [
+    Option<"factor", "factor", "double", /*default=*/"0",
+           "Each expert takes at most ceil(factor * tokens * k / experts) "
+           "pairs (0: no bound)">,
+  ];
+  let statistics = [
+    Statistic<"numBounded", "bounded", "nn.moe ops whose experts are bounded">
+  ];
+}
+
 def ExpandMoePass : Pass<"partita-expand-moe", "::mlir::func::FuncOp"> {
   let summary = "Write nn.moe densely, for a back end without its kernel";
   let description = [{
