@@ -48,9 +48,8 @@ def moe_model(tokens=6, hidden=8, inter=12, experts=4, k=2,
         helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     feeds = {"x": rng.standard_normal(shape).astype(np.float32),
              "r": rng.standard_normal((tokens, experts)).astype(np.float32)}
-    return model, feeds, {
-n: a.astype(np.float32) for n, a in arrays.items()
-}
+    return model, feeds, {n: a.astype(np.float32) for n, a in arrays.items()}
+
 
 def partita(tmp_path, model, feeds, *flags):
     path = tmp_path / "moe.onnx"
@@ -75,7 +74,7 @@ CPU_CASES = {
     "all_experts": dict(k=4, normalize=1),
     "biases": dict(bias=True),
     "swiglu_interleaved": dict(activation="swiglu", fusion=1),
-#gpt - oss's: alpha 1.702, beta 1, limit 7 (here 0.5, so it clamps).
+    # gpt-oss's: alpha 1.702, beta 1, limit 7 (here 0.5, so it clamps).
     "swiglu_gpt_oss": dict(activation="swiglu", fusion=1, bias=True,
                            normalize=1,
                            attrs=dict(activation_alpha=1.702,
@@ -96,9 +95,9 @@ def test_moe_runs_like_onnxruntime(tmp_path, case):
 @pytest.mark.parametrize("case,mesh", [
     ("swiglu_gpt_oss", "dp=2"), ("swiglu_gpt_oss", "tp=2"),
     ("swiglu_gpt_oss", "pp=2"),
-#Experts over ep : alone, beside dp, and with tp, which splits each
-#expert's features where the activation allows (interleaved, no fc2
-#bias) and leaves them whole where not(gpt - oss's biases).
+    # Experts over ep: alone, beside dp, and with tp, which splits each
+    # expert's features where the activation allows (interleaved, no fc2
+    # bias) and leaves them whole where not (gpt-oss's biases).
     ("swiglu_gpt_oss", "ep=2"), ("swiglu_gpt_oss", "dp=2,ep=2"),
     ("swiglu_gpt_oss", "ep=2,tp=2"), ("swiglu_interleaved", "ep=2,tp=2"),
     ("relu", "ep=4"), ("biases", "ep=2,tp=2")])
@@ -145,9 +144,9 @@ def reference(feeds, arrays, k, normalize, fusion, alpha=1.0, beta=0.0):
                                              (2, False, True),
                                              (1, False, True)])
 def test_moe_swiglu_forms_match_the_schema(tmp_path, fusion, fc3, bias):
-#onnxruntime's CPU kernel takes only the interleaved form (1); the
-#unfused(fc3) and concatenated(2) forms are CUDA's. Checked against
-#the schema's formula, the interleaved form too.
+    # onnxruntime's CPU kernel takes only the interleaved form (1); the
+    # unfused (fc3) and concatenated (2) forms are CUDA's. Checked against
+    # the schema's formula, the interleaved form too.
     model, feeds, arrays = moe_model(activation="swiglu", fusion=fusion,
                                      fc3=fc3, bias=bias, normalize=1,
                                      attrs=dict(activation_alpha=1.702,
@@ -159,8 +158,8 @@ def test_moe_swiglu_forms_match_the_schema(tmp_path, fusion, fc3, bias):
 
 
 def test_an_unrouted_expert_cannot_poison_the_result(tmp_path):
-#Expert 3 overflows to inf on every token but no token is routed to
-#it : the dense form must not let its inf(times a zero weight) in.
+    # Expert 3 overflows to inf on every token but no token is routed to
+    # it: the dense form must not let its inf (times a zero weight) in.
     model, feeds, _ = moe_model()
     w1 = numpy_helper.to_array(model.graph.initializer[0]).copy()
     w1[3] = 1e30
@@ -205,9 +204,10 @@ def test_moe_weight_of_the_wrong_shape_is_refused(compile_model):
     assert "MoE's fc2_experts_weights has shape [4, 8, 10], not [4, 8, 12]" \
         in result.stderr
 
-#A 50 - TFLOPS device(the default links) : where the routed work of 8
-#experts of FFN 1024 over 1024 tokens takes longer than an all - reduce of
-#the output, as Mixtral's widths do on the default H100-class device.
+
+# A 50-TFLOPS device (the default links): where the routed work of 8
+# experts of FFN 1024 over 1024 tokens takes longer than an all-reduce of
+# the output, as Mixtral's widths do on the default H100-class device.
 SLOW_DEVICE = '{"device": {"flops_per_second": 5e13}}'
 
 
@@ -224,7 +224,7 @@ def test_moe_experts_are_split_over_tp_by_cost(tmp_path):
         activation="swiglu", fusion=1, normalize=1)
     want = onnxruntime(model, feeds)
     path = tmp_path / "moe.onnx"
-#Saving moves the weights out of `model` into moe.data.
+    # Saving moves the weights out of `model` into moe.data.
     onnx.save(model, str(path), save_as_external_data=True,
               location="moe.data")
     def chosen(*flags):
@@ -235,20 +235,19 @@ def test_moe_experts_are_split_over_tp_by_cost(tmp_path):
         assert proc.returncode == 0, proc.stderr
         return {line.split()[0]: line.split()[1]
                 for line in proc.stdout.splitlines()
-                if "{chosen by the estimated step" in line
-}
+                if "{chosen by the estimated step" in line}
     assert chosen() == {"w1": "whole", "w2": "whole"}
     assert chosen("--cluster", SLOW_DEVICE) == {"w1": "experts",
                                                 "w2": "experts"}
     outputs, report = compile_and_run(tmp_path / "run", path, feeds,
                                       "--mesh", "tp=2", "--cluster",
                                       SLOW_DEVICE)
-#Outputs reach a few hundred(sums of 256 and 1024 products) : the
-#error is held to 1e-5 of their scale, as fp32 sums in another order
-#allow.
+    # Outputs reach a few hundred (sums of 256 and 1024 products): the
+    # error is held to 1e-5 of their scale, as fp32 sums in another order
+    # allow.
     error = np.abs(outputs["y"] - want).max()
     assert error <= 1e-5 * np.abs(want).max(), (error, np.abs(want).max())
-#Half of the experts ' weights, and the router' s small constants.
+    # Half of the experts' weights, and the router's small constants.
     whole = sum(a.nbytes for a in arrays.values())
     for rank in report["ranks"]:
         assert whole // 2 <= rank["weight_bytes"] < whole // 2 + whole // 100, \
@@ -312,9 +311,9 @@ def test_ep_splits_the_experts(tmp_path):
                 < whole // share + whole // 20, (mesh, rank["weight_bytes"])
             collectives = {c["kind"]: c for c in rank["collectives"]}
             assert list(collectives) == kinds, (mesh, rank["collectives"])
-#Each rank sends a row of 16 floats per(token, expert) pair
-#of its tokens(4, or 2 beside dp = 2), and their ids : half
-#leave the rank when routing spreads them evenly.
+            # Each rank sends a row of 16 floats per (token, expert) pair
+            # of its tokens (4, or 2 beside dp=2), and their ids: half
+            # leave the rank when routing spreads them evenly.
             rows = (2 if mesh.startswith("dp") else 4) * 2
             dispatch = collectives["dispatch"]
             assert dispatch["count"] == 2
@@ -322,8 +321,8 @@ def test_ep_splits_the_experts(tmp_path):
             assert dispatch["bytes"] == dispatch["payload"] // 2
             assert collectives["dispatch_return"]["payload"] == rows * 16 * 4
             if "all_reduce" in collectives:
-#The tp partial sums of the combined tokens, not of the
-#dispatched rows.
+                # The tp partial sums of the combined tokens, not of the
+                # dispatched rows.
                 assert collectives["all_reduce"]["payload"] == 4 * 16 * 4
 
 
@@ -448,7 +447,7 @@ def test_moe_capacity_factor_drops_tokens_past_each_experts_capacity(
     bounded = partita(tmp_path / "bounded", model, feeds, *flags)
     expected = capacity_reference(feeds, arrays, 2, 4)
     np.testing.assert_allclose(bounded, expected, rtol=1e-4, atol=1e-5)
-#The capacity matters : some expert had more than 4 of the 32 pairs.
+    # The capacity matters: some expert had more than 4 of the 32 pairs.
     dropless = capacity_reference(feeds, arrays, 2, 16)
     assert np.abs(expected - dropless).max() > 1e-2
     np.testing.assert_allclose(dropless, onnxruntime(model, feeds),
@@ -462,3 +461,39 @@ def test_moe_capacity_factor_must_be_a_nonnegative_number(compile_model,
     result = compile_model(model, "--moe-capacity-factor", value)
     assert result.returncode == 1, result.stderr
     assert "--moe-capacity-factor" in result.stderr, result.stderr
+
+
+def test_run_reports_the_rows_each_expert_rank_received(tmp_path):
+    """partita-run says what the token dispatch moved: the (token, expert)
+    pairs each ep rank's experts received and the bytes sent between ranks
+    (a hidden row and its expert id there, the output row back), as the
+    router's own top 2 gives them."""
+    import subprocess
+    from conftest import BUILD
+    tokens, hidden, experts = 16, 8, 4
+    model, feeds, _ = moe_model(tokens=tokens, hidden=hidden, experts=experts,
+                                k=2, seed=5)
+    path = tmp_path / "moe.onnx"
+    onnx.save(model, str(path))
+    art = tmp_path / "art"
+    compiled = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"), str(path), "--mesh", "ep=2",
+         "-o", str(art)], capture_output=True, text=True, timeout=60)
+    assert compiled.returncode == 0, compiled.stderr
+    args = [str(BUILD / "bin" / "partita-run"), str(art)]
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / (name + '.npy')}"]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    top = np.argsort(-feeds["r"], axis=1, kind="stable")[:, :2]
+    owner = top // (experts // 2)          # the rank holding each expert
+    source = np.arange(tokens)[:, None] // (tokens // 2)  # the token's rank
+    received = [int((owner == r).sum()) for r in range(2)]
+    leaving = int((owner != source).sum())
+    sent = leaving * (hidden * 4 + 8) + leaving * hidden * 4
+    mean = sum(received) / 2
+    line = (f"dispatch: rows received per rank: rank 0 {received[0]}, "
+            f"rank 1 {received[1]} (max/mean {max(received) / mean:.2f}) "
+            f"over 1 exchange; {sent} bytes sent between ranks")
+    assert line in run.stdout, run.stdout

@@ -640,6 +640,36 @@ int runTraining(const LoadedArtifact &artifact, const Options &options,
   return 0;
 }
 
+/// Where the artifact dispatches tokens to their experts (a mixture of
+/// experts over ep): one line on the rows each rank's experts received,
+/// their balance, and the bytes sent between ranks, over every run.
+void printDispatch(const Runner &runner) {
+  std::vector<std::pair<int32_t, Executor::DispatchStats>> stats =
+      runner.dispatchStats();
+  if (stats.empty())
+    return;
+  int64_t total = 0, most = 0, least = stats.front().second.rowsReceived,
+          bytes = 0;
+  std::string listed;
+  for (const auto &[rank, s] : stats) {
+    total += s.rowsReceived;
+    most = std::max(most, s.rowsReceived);
+    least = std::min(least, s.rowsReceived);
+    bytes += s.bytesSent;
+    listed += (listed.empty() ? "rank " : ", rank ") + std::to_string(rank) +
+              " " + std::to_string(s.rowsReceived);
+  }
+  if (stats.size() > 8)
+    listed = "min " + std::to_string(least) + ", max " + std::to_string(most);
+  double mean = double(total) / double(stats.size());
+  int64_t exchanges = stats.front().second.exchanges;
+  std::printf("dispatch: rows received per rank: %s (max/mean %.2f) over %lld "
+              "exchange%s; %lld bytes sent between ranks\n",
+              listed.c_str(), mean > 0 ? double(most) / mean : 1.0,
+              static_cast<long long>(exchanges), exchanges == 1 ? "" : "s",
+              static_cast<long long>(bytes));
+}
+
 /// partita-run --generate: Generation::generate over an in-process runner.
 int runGenerate(const LoadedArtifact &artifact, const Options &options,
                 const RunnerOptions &runnerOptions) {
@@ -729,6 +759,7 @@ int runGenerate(const LoadedArtifact &artifact, const Options &options,
   }
   std::printf("kv cache: %llu bytes\n",
               static_cast<unsigned long long>(runner->cacheBytes()));
+  printDispatch(*runner);
   return 0;
 }
 
@@ -931,6 +962,7 @@ int runMain(int argc, char **argv) {
                 static_cast<long long>(warmup),
                 double(tokensPerRun(manifest)) * 1000.0 / mean);
   }
+  printDispatch(*runner);
   return 0;
 }
 

@@ -127,7 +127,17 @@ std::string typeString(DType dtype, const std::vector<int64_t> &shape) {
 } // namespace
 
 struct Executor::Impl {
+  /// Adds a dispatch's or its return's rows to `dispatchStats` (host
+  /// memory: only the host communicator dispatches).
+  void countDispatch(const program::Collective &collective, const Tensor &in,
+                     const Group &group);
+
   const program::Program *program = nullptr;
+  DispatchStats dispatchStats;
+  /// The destinations of the run's last dispatch: a dispatch with the same
+  /// ones sends more of the same rows' data (the expert ids beside the
+  /// hidden states), not more rows.
+  int32_t lastDestinations = -1;
   Communicator *communicator = nullptr;
   Device *device = nullptr;
   /// The host device made for the ThreadPool overload of create().
@@ -713,18 +723,55 @@ Status Executor::Impl::communicate(const program::Instruction &instruction) {
   case program::Collective::COLLECTIVE_PERMUTE:
     return communicator->collectivePermute(in, out, group, collective.shift());
   case program::Collective::DISPATCH:
-    return communicator->dispatch(in, resolve(collective.destinations()), out,
-                                  resolve(collective.counts()), group);
+    PARTITA_RETURN_IF_ERROR(
+        communicator->dispatch(in, resolve(collective.destinations()), out,
+                               resolve(collective.counts()), group));
+    countDispatch(collective, in, group);
+    return Status::ok();
   case program::Collective::DISPATCH_RETURN:
-    return communicator->dispatchReturn(in, resolve(collective.counts()),
-                                        resolve(collective.destinations()), out,
-                                        group);
+    PARTITA_RETURN_IF_ERROR(communicator->dispatchReturn(
+        in, resolve(collective.counts()), resolve(collective.destinations()),
+        out, group));
+    countDispatch(collective, in, group);
+    return Status::ok();
   default:
     return Status::error("unknown collective kind");
   }
 }
 
+void Executor::Impl::countDispatch(const program::Collective &collective,
+                                   const Tensor &in, const Group &group) {
+  // The rows that leave are the operand's, both ways.
+  int64_t rowBytes = in.shape.empty() || in.shape[0] == 0
+                         ? 0
+                         : int64_t(in.byteSize()) / in.shape[0];
+  int64_t self = -1;
+  for (size_t j = 0; j < group.size(); ++j)
+    if (group[j] == communicator->rank())
+      self = int64_t(j);
+  const int64_t *counts = resolve(collective.counts()).as<int64_t>();
+  int64_t leaving = 0;
+  if (collective.kind() == program::Collective::DISPATCH) {
+    const int64_t *dest = resolve(collective.destinations()).as<int64_t>();
+    for (int64_t i = 0; i < in.shape[0]; ++i)
+      leaving +=
+          dest[i] >= 0 && dest[i] < int64_t(group.size()) && dest[i] != self;
+    if (collective.destinations() != lastDestinations) {
+      ++dispatchStats.exchanges;
+      for (size_t j = 0; j < group.size(); ++j)
+        dispatchStats.rowsReceived += counts[j];
+    }
+    lastDestinations = collective.destinations();
+  } else {
+    for (size_t j = 0; j < group.size(); ++j)
+      if (int64_t(j) != self)
+        leaving += counts[j];
+  }
+  dispatchStats.bytesSent += leaving * rowBytes;
+}
+
 Status Executor::Impl::execute() {
+  lastDestinations = -1;
   BufferResolver resolver = [this](int32_t id) { return resolve(id); };
   // Started asynchronous transfers, by token: the instruction that started
   // them (for messages), their completion and the device event that marks
@@ -881,6 +928,10 @@ Status Executor::create(const program::Program &program,
                          loaded.message());
   executor = std::move(created);
   return Status::ok();
+}
+
+const Executor::DispatchStats &Executor::dispatchStats() const {
+  return impl->dispatchStats;
 }
 
 Status Executor::run(const std::vector<NamedTensor> &inputs,

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -1145,6 +1146,24 @@ uint64_t Runner::cacheBytes() const {
     for (const NamedTensor &state : cache)
       bytes += state.tensor.byteSize();
   return bytes;
+}
+
+std::vector<std::pair<int32_t, Executor::DispatchStats>>
+Runner::dispatchStats() const {
+  std::map<int32_t, Executor::DispatchStats> byRank;
+  for (const Impl::Entry *entry : {&impl->prefill, &impl->decode})
+    for (size_t i = 0; i < entry->runs.size(); ++i) {
+      const RankRun &run = entry->runs[i];
+      if (!run.executor || run.executor->dispatchStats().exchanges == 0)
+        continue;
+      const Executor::DispatchStats &stats = run.executor->dispatchStats();
+      // Runs are indexed by global rank, a joined process's too.
+      Executor::DispatchStats &sum = byRank[int32_t(i)];
+      sum.exchanges += stats.exchanges;
+      sum.rowsReceived += stats.rowsReceived;
+      sum.bytesSent += stats.bytesSent;
+    }
+  return {byRank.begin(), byRank.end()};
 }
 
 Status partita::runtime::checkDecodeTarget(const Manifest &manifest) {

@@ -80,6 +80,20 @@ public:
   Status run(const std::vector<NamedTensor> &inputs,
              const std::vector<NamedTensor> &outputs);
 
+  /// What the program's token dispatches (dist.dispatch and its return)
+  /// moved on this rank, summed over the executor's runs.
+  struct DispatchStats {
+    /// Exchanges of rows run (the dispatches that send one set of rows'
+    /// data count once).
+    int64_t exchanges = 0;
+    /// Rows that arrived for the rank's experts (one per token and chosen
+    /// expert), its own included.
+    int64_t rowsReceived = 0;
+    /// Bytes of rows the rank sent to other ranks, there and back.
+    int64_t bytesSent = 0;
+  };
+  const DispatchStats &dispatchStats() const;
+
 private:
   Executor();
   struct Impl;

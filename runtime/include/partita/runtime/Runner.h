@@ -140,6 +140,12 @@ public:
   /// Bytes of KV cache this process holds, summed over its ranks (0
   /// without `serving`).
   uint64_t cacheBytes() const;
+  /// What each rank of this process moved in token dispatches (a mixture
+  /// of experts over ep), prefill and decode together, over the runner's
+  /// runs: (global rank, stats), in rank order; ranks that dispatched
+  /// nothing are left out.
+  std::vector<std::pair<int32_t, Executor::DispatchStats>>
+  dispatchStats() const;
 
 private:
   Runner();
