@@ -337,17 +337,11 @@ LogicalResult checkTrainingOptions(MLIRContext &context,
                              " is for inference");
   if (options.autoMesh)
     return fail(context, "--mesh auto plans inference; give --train a mesh "
-                         "of dp, tp and sp axes");
+                         "of dp, tp, sp and ep axes");
   if (options.mesh.roleSize("pp") > 1)
     return fail(context,
                 "--train with a pp axis: pipeline-parallel training is not "
                 "supported yet; use dp, tp and sp");
-  if (options.mesh.roleSize("ep") > 1)
-    return fail(context,
-                "--train with an ep axis: a training step computes a "
-                "mixture of experts densely (nn.moe has no backward of its "
-                "sparse form yet), so its experts are not split over ep; use "
-                "dp, tp and sp");
   return success();
 }
 

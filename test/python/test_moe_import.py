@@ -497,3 +497,20 @@ def test_run_reports_the_rows_each_expert_rank_received(tmp_path):
             f"rank 1 {received[1]} (max/mean {max(received) / mean:.2f}) "
             f"over 1 exchange; {sent} bytes sent between ranks")
     assert line in run.stdout, run.stdout
+
+
+def test_a_dropped_slot_adds_nothing_whatever_its_weight(tmp_path):
+    """An infinite router logit makes its token's routing weights NaN; where
+    the capacity drops that token's slots, they add nothing on one rank
+    (the kernel skips them), and the dispatched ep=2 run must agree: its
+    returned rows are zeros that a NaN weight must not multiply."""
+    model, feeds, _ = moe_model(tokens=16, hidden=8, inter=12, experts=4,
+                                k=2, seed=3)
+    feeds["r"][15] = [np.inf, 0, 0, 0]
+    flags = ["--moe-capacity-factor", "0.25"]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "ep").mkdir()
+    one = partita(tmp_path / "one", model, feeds, *flags)
+    ep = partita(tmp_path / "ep", model, feeds, *flags, "--mesh", "ep=2")
+    np.testing.assert_array_equal(np.isnan(one), np.isnan(ep))
+    np.testing.assert_allclose(ep, one, rtol=1e-5, atol=1e-6)

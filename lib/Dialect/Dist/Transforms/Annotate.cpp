@@ -1545,6 +1545,22 @@ LogicalResult Megatron::annotateExperts(func::FuncOp func) {
     }
     return WalkResult::advance();
   });
+  if (walked.wasInterrupted())
+    return failure();
+  // A mixture written densely (a training step's): the reads of its
+  // stacked weights and biases, split on their experts.
+  walked = func.walk([&](Operation *op) {
+    if (!op->hasAttr(nn::NNDialect::kExpertsAttrName) ||
+        !pinned.insert({op, 0}).second)
+      return WalkResult::advance();
+    if (std::string why = splitRefusal(op, 0, 0, epAxis, "experts");
+        !why.empty()) {
+      op->emitError() << why;
+      return WalkResult::interrupt();
+    }
+    annotateOperand(op, 0, 0, epAxis);
+    return WalkResult::advance();
+  });
   return failure(walked.wasInterrupted());
 }
 
@@ -1631,8 +1647,12 @@ struct AnnotatePass : mlir::partita::impl::AnnotatePassBase<AnnotatePass> {
                             "no sp axis larger than 1";
       return signalPassFailure();
     }
+    // A mixture of experts, or one written densely (partita-expand-moe).
     bool experts = false;
-    module.walk([&](nn::MoeOp) { experts = true; });
+    module.walk([&](Operation *op) {
+      experts |=
+          isa<nn::MoeOp>(op) || op->hasAttr(nn::NNDialect::kExpertsAttrName);
+    });
     for (auto [index, name, size] :
          llvm::enumerate(mesh.getAxisNameRefs(), mesh.getAxisSizes())) {
       AxisRole role = mesh.getAxisRole(index);

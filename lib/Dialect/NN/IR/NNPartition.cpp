@@ -693,11 +693,6 @@ LogicalResult AttentionGradOp::partition(PartitionContext &context) {
 // nn.moe
 //===----------------------------------------------------------------------===//
 
-/// A device holding a block of the experts (the expert factor split over
-/// some axes) computes the slots routed to them: its ids are shifted by
-/// its block's first expert, and the ids of the other blocks become -1,
-/// which selects no expert. Each device's result is its part of the
-/// tokens' sums (the rule's lookup factors), which its users reduce.
 /// nn.moe whose tokens and experts are split over the same `axes` (expert
 /// parallelism over ranks that hold different tokens, Megatron's
 /// all-to-all token dispatcher): each device sends one row per (token,
@@ -803,7 +798,17 @@ static LogicalResult partitionByDispatch(MoeOp op, PartitionContext &context,
   Value outputs = expertsOp->getResult(0);
   Value back = context.returnRows(outputs, counts, destinations, axes,
                                   "expert outputs back to their tokens");
-  // Each token's outputs weighted by its routing weights and summed.
+  // Each token's outputs weighted by its routing weights and summed. A
+  // slot that selects no expert adds nothing, whatever its weight (the
+  // kernel skips it: an infinite weight times its zero row must not make
+  // a NaN).
+  weights = WhereOp::create(
+      b, loc, weightType, reshape(valid, weightType.getShape()), weights,
+      ConstantOp::create(
+          b, loc,
+          cast<ElementsAttr>(DenseElementsAttr::get(
+              RankedTensorType::get({}, weightType.getElementType()),
+              b.getFloatAttr(weightType.getElementType(), 0.0)))));
   Value combined;
   if (k == 1) {
     combined = MulOp::create(b, loc, back, weights);
@@ -821,6 +826,13 @@ static LogicalResult partitionByDispatch(MoeOp op, PartitionContext &context,
   return context.setResult(0, combined, assignment);
 }
 
+/// A device holding a block of the experts (the expert factor split over
+/// some axes) computes the slots routed to them: its ids are shifted by
+/// its block's first expert, and the ids of the other blocks become -1,
+/// which selects no expert. Each device's result is its part of the
+/// tokens' sums (the rule's lookup factors), which its users reduce.
+/// Where the tokens are split over the experts' axes too, they are
+/// dispatched instead (partitionByDispatch).
 LogicalResult MoeOp::partition(PartitionContext &context) {
   ShardingRule rule = getShardingRule();
   unsigned expertFactor = rule.getTensor(ShardingRule::operand(3))[0][0];

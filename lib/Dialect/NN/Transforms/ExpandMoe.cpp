@@ -47,13 +47,19 @@ private:
   Value project(Value lhs, Value weight, Value bias) {
     auto w = cast<RankedTensorType>(weight.getType());
     int64_t out = w.getDimSize(1), in = w.getDimSize(2);
-    Value read = nn::TransposeOp::create(b, loc, w.clone({experts, in, out}),
-                                         weight, ArrayRef<int64_t>{0, 2, 1});
+    // The reads of the stacked tensors carry the experts' dimension to the
+    // annotation: ep splits it (a training step's mixture is this form).
+    UnitAttr mark = b.getUnitAttr();
+    auto read = nn::TransposeOp::create(b, loc, w.clone({experts, in, out}),
+                                        weight, ArrayRef<int64_t>{0, 2, 1});
+    read->setAttr(nn::NNDialect::kExpertsAttrName, mark);
     Value product = nn::MatmulOp::create(
         b, loc, w.clone({experts, tokens, out}), lhs, read, Value());
-    if (bias)
-      product =
-          nn::AddOp::create(b, loc, product, reshape(bias, {experts, 1, out}));
+    if (bias) {
+      Value column = reshape(bias, {experts, 1, out});
+      column.getDefiningOp()->setAttr(nn::NNDialect::kExpertsAttrName, mark);
+      product = nn::AddOp::create(b, loc, product, column);
+    }
     return product;
   }
   Value activate(Value h, Value x);

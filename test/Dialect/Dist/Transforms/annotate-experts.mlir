@@ -57,3 +57,19 @@ func.func @odd(%x: tensor<5x8xf32>, %ids: tensor<5x2xi64>, %w: tensor<5x2xf32>) 
   %y = nn.moe swiglu %x, %ids, %w experts(%fc1, %fc2) : (tensor<5x8xf32>, tensor<5x2xi64>, tensor<5x2xf32>, tensor<4x32x8xf32>, tensor<4x8x16xf32>) -> tensor<5x8xf32>
   return %y : tensor<5x8xf32>
 }
+
+// -----
+
+// A mixture written densely (partita-expand-moe, a training step's form):
+// its reads of the stacked weights (partita.experts) are split on the
+// experts over ep; the tokens stay whole (no nn.moe to dispatch them).
+
+// CHECK-LABEL: func.func @dense
+// CHECK: dist.annotate %arg0 sharding<@mesh, [{ep}, {}, {}]> {dist.strategy} : tensor<4x16x8xf32>
+// CHECK: nn.transpose %{{.*}} permutation = [0, 2, 1] {partita.experts}
+// UNEVEN: error: cannot split operand 0 of nn.transpose (experts) over ep=3: dimension 0 has size 4, which ep does not divide
+func.func @dense(%w: tensor<4x16x8xf32>, %x: tensor<1x6x8xf32>) -> tensor<4x6x16xf32> {
+  %t = nn.transpose %w permutation = [0, 2, 1] {partita.experts} : tensor<4x16x8xf32> -> tensor<4x8x16xf32>
+  %y = nn.matmul %x, %t : (tensor<1x6x8xf32>, tensor<4x8x16xf32>) -> tensor<4x6x16xf32>
+  return %y : tensor<4x6x16xf32>
+}

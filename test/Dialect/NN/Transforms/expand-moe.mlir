@@ -4,11 +4,13 @@
 // on every token (one batched matmul per projection over the stacked
 // weights, read transposed), the swiglu of fc1's halves, and each token's
 // routed experts selected by where, weighted and summed over the experts.
+// The reads of the stacked weights are marked partita.experts: an ep axis
+// splits them on their experts (a training step's mixture is this form).
 
 // CHECK-LABEL: func.func @dense
 // CHECK-NOT: nn.moe
 // CHECK: %[[X:.*]] = nn.reshape %arg0 : tensor<4x8xf32> -> tensor<1x4x8xf32>
-// CHECK: %[[T1:.*]] = nn.transpose %arg3 permutation = [0, 2, 1] : tensor<3x12x8xf32> -> tensor<3x8x12xf32>
+// CHECK: %[[T1:.*]] = nn.transpose %arg3 permutation = [0, 2, 1] {partita.experts} : tensor<3x12x8xf32> -> tensor<3x8x12xf32>
 // CHECK: %[[H:.*]] = nn.matmul %[[X]], %[[T1]] : (tensor<1x4x8xf32>, tensor<3x8x12xf32>) -> tensor<3x4x12xf32>
 // CHECK: nn.slice %[[H]] start = [0, 0, 0] limit = [3, 4, 6] stride = [1, 1, 1]
 // CHECK: nn.slice %[[H]] start = [0, 0, 6] limit = [3, 4, 12] stride = [1, 1, 1]

@@ -116,6 +116,12 @@ def NN_Dialect : Dialect {
     /// (partita-split-fused-parameters).
     static constexpr ::llvm::StringLiteral kParameterShapeAttrName =
         "partita.parameter_shape";
+    /// On an op partita-expand-moe writes to read a mixture of experts'
+    /// stacked weight or bias: its operand 0 is that tensor, dimension 0
+    /// its experts, which an ep axis splits (a training step's dense
+    /// mixture).
+    static constexpr ::llvm::StringLiteral kExpertsAttrName =
+        "partita.experts";
   }];
 }
 
