@@ -66,18 +66,31 @@ struct DispatchRows {
   }
 };
 
+/// What a member checks alone before a dispatch (or its return, by
+/// `kind`): the collective's shapes and memory, and its destinations and
+/// counts; `index` becomes its group position.
+Status checkDispatch(CollectiveKind kind, const Communicator &communicator,
+                     const Tensor &in, const Tensor &out,
+                     const Tensor &destinations, const Tensor &counts,
+                     const Group &group, size_t &index) {
+  CollectiveCall call;
+  call.kind = kind;
+  PARTITA_RETURN_IF_ERROR(checkCollective(call, in, out, group,
+                                          communicator.rank(),
+                                          communicator.worldSize(), index));
+  return checkDispatchBuffers(call, in, out, destinations, counts, group,
+                              communicator.rank());
+}
+
 } // namespace
 
 Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
                               const Tensor &out, const Tensor &counts,
                               const Group &group) {
-  CollectiveCall call;
-  call.kind = CollectiveKind::Dispatch;
   size_t index;
-  PARTITA_RETURN_IF_ERROR(
-      checkCollective(call, in, out, group, rank(), worldSize(), index));
-  PARTITA_RETURN_IF_ERROR(
-      checkDispatchBuffers(call, in, out, destinations, counts, group, rank()));
+  PARTITA_RETURN_IF_ERROR(checkDispatch(CollectiveKind::Dispatch, *this, in,
+                                        out, destinations, counts, group,
+                                        index));
   size_t n = group.size();
   DispatchRows rows(in, destinations, n);
   std::vector<int64_t> sendCounts(n);
@@ -131,13 +144,10 @@ Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
 Status Communicator::dispatchReturn(const Tensor &in, const Tensor &counts,
                                     const Tensor &destinations,
                                     const Tensor &out, const Group &group) {
-  CollectiveCall call;
-  call.kind = CollectiveKind::DispatchReturn;
   size_t index;
-  PARTITA_RETURN_IF_ERROR(
-      checkCollective(call, in, out, group, rank(), worldSize(), index));
-  PARTITA_RETURN_IF_ERROR(
-      checkDispatchBuffers(call, in, out, destinations, counts, group, rank()));
+  PARTITA_RETURN_IF_ERROR(checkDispatch(CollectiveKind::DispatchReturn, *this,
+                                        in, out, destinations, counts, group,
+                                        index));
   size_t n = group.size();
   DispatchRows rows(out, destinations, n);
   const int64_t *back = counts.as<int64_t>();
