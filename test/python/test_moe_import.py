@@ -540,3 +540,26 @@ def test_mixtral_dispatches_at_batch_4(tmp_path, flags):
     kinds = {c["kind"] for rank in report["ranks"]
              for c in rank["collectives"]}
     assert "dispatch" in kinds, kinds
+
+
+def test_mesh_auto_plans_ep_as_it_is_built(tmp_path):
+    """--mesh auto models ep as the compiler builds it: Mixtral's batch of
+    2 splits over ep=2, so its ep candidate dispatches the tokens
+    (expert_dispatch in the plan) and is costed with the dispatch's
+    traffic instead of an all-reduce."""
+    import json
+    import subprocess
+    from conftest import BUILD, ROOT
+    report = tmp_path / "report.json"
+    compiled = subprocess.run(
+        [str(BUILD / "bin" / "partita-compile"),
+         str(ROOT / "test" / "models" / "hf" / "mixtral.legacy.onnx"),
+         "--mesh", "auto", "--devices", "2", "-o", str(tmp_path / "art"),
+         "--report", str(report)], capture_output=True, text=True,
+        timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    candidates = json.loads(report.read_text())["plan"]["candidates"]
+    ep = [c for c in candidates if c["mesh"] == {"ep": 2}]
+    assert ep and all(c["expert_dispatch"] for c in ep), ep
+    assert all("expert_dispatch" not in c for c in candidates
+               if "ep" not in c["mesh"])
