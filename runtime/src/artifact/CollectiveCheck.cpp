@@ -207,6 +207,13 @@ Status partita::runtime::checkDispatchBuffers(
         what + ": the counts should be i64 [" + std::to_string(group.size()) +
         "], one per member, they are " + dtypeName(counts.dtype) + " " +
         shapeString(counts.shape));
+  // Each is read or written while the others are: none may share bytes.
+  const Tensor *buffers[] = {&in, &out, &destinations, &counts};
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = i + 1; j < 4; ++j)
+      if (overlaps(*buffers[i], *buffers[j]))
+        return Status::error(what + ": its rows, result, destinations and "
+                                    "counts must not share memory");
   return Status::ok();
 }
 

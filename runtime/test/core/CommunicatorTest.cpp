@@ -492,6 +492,14 @@ TEST(HostCommunicator, DispatchChecksItsBuffers) {
                                       {out.data(), program::F32, {2, 2}},
                                       {counts.data(), program::I64, {1}}, {0}),
                         "the result should be [2, 1], it is [2, 2]");
+  // The counts inside the result: the rows would overwrite them.
+  std::vector<int64_t> shared(4);
+  EXPECT_ERROR_CONTAINS(
+      comm.dispatch({rows.data(), program::F32, {4, 1}},
+                    {four.data(), program::I64, {4}},
+                    {shared.data(), program::F32, {4, 1}},
+                    {shared.data() + 1, program::I64, {1}}, {0}),
+      "its rows, result, destinations and counts must not share memory");
 }
 
 TEST(HostCommunicator, RecvOfAnotherShapeFails) {

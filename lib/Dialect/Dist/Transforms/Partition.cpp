@@ -730,6 +730,11 @@ private:
   FlatSymbolRefAttr getMeshRef() {
     return FlatSymbolRefAttr::get(p.mesh.getSymNameAttr());
   }
+  /// Marks communication `created` for the op with `why` (dist.reason).
+  void giveReason(Operation *created, const Twine &why) {
+    created->setAttr(kReasonAttr,
+                     b.getStringAttr(describe(op) + ": " + why.str()));
+  }
   SequenceOrderAttr getSequenceLayout() {
     return op->getParentOfType<ModuleOp>()->getAttrOfType<SequenceOrderAttr>(
         kSequenceOrderAttr);
@@ -786,8 +791,7 @@ Value OpContext::shiftAlongRing(Value value, ArrayRef<StringRef> axes,
   auto permute = CollectivePermuteOp::create(
       b, op->getLoc(), value.getType(), value, getMeshRef(),
       b.getStrArrayAttr(axes), b.getI64IntegerAttr(1));
-  permute->setAttr(kReasonAttr,
-                   b.getStringAttr(describe(op) + ": " + why.str()));
+  giveReason(permute, why);
   return permute;
 }
 
@@ -802,8 +806,7 @@ std::pair<Value, Value> OpContext::dispatchRows(Value rows, Value destinations,
   auto dispatch =
       DispatchOp::create(b, op->getLoc(), type.clone(shape), counts, rows,
                          getMeshRef(), b.getStrArrayAttr(axes), destinations);
-  dispatch->setAttr(kReasonAttr,
-                    b.getStringAttr(describe(op) + ": " + why.str()));
+  giveReason(dispatch, why);
   return {dispatch.getResult(), dispatch.getCounts()};
 }
 
@@ -815,7 +818,7 @@ Value OpContext::returnRows(Value rows, Value counts, Value destinations,
   auto back = DispatchReturnOp::create(b, op->getLoc(), type.clone(shape), rows,
                                        getMeshRef(), b.getStrArrayAttr(axes),
                                        counts, destinations);
-  back->setAttr(kReasonAttr, b.getStringAttr(describe(op) + ": " + why.str()));
+  giveReason(back, why);
   return back;
 }
 
@@ -825,7 +828,7 @@ Value OpContext::sumOver(Value value, ArrayRef<StringRef> axes,
       b, op->getLoc(), value.getType(), value, getMeshRef(),
       b.getStrArrayAttr(axes),
       ReductionKindAttr::get(b.getContext(), ReductionKind::Sum));
-  sum->setAttr(kReasonAttr, b.getStringAttr(describe(op) + ": " + why.str()));
+  giveReason(sum, why);
   return sum;
 }
 
