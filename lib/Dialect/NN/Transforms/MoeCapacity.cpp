@@ -101,13 +101,14 @@ struct MoeCapacityPass
     getOperation().walk([&](nn::MoeOp op) {
       auto ids = op.getExpertIds().getType();
       int64_t tokens = ids.getDimSize(0), k = ids.getDimSize(1);
-      int64_t capacity = static_cast<int64_t>(std::ceil(
-          factor * double(tokens) * double(k) / double(op.getNumExperts())));
+      double capacity = std::ceil(factor * double(tokens) * double(k) /
+                                  double(op.getNumExperts()));
       // A token chooses an expert once at most: a capacity of every token
-      // drops nothing.
-      if (capacity >= tokens)
+      // drops nothing (compared as a double: a huge factor overflows
+      // int64).
+      if (capacity >= double(tokens))
         return;
-      bound(op, capacity);
+      bound(op, static_cast<int64_t>(capacity));
       ++numBounded;
     });
   }

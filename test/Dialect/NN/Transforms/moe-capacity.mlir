@@ -28,3 +28,8 @@ func.func @bounded(%x: tensor<8x8xf32>, %ids: tensor<8x2xi64>, %w: tensor<8x2xf3
   %y = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : (tensor<8x8xf32>, tensor<8x2xi64>, tensor<8x2xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<8x8xf32>
   return %y : tensor<8x8xf32>
 }
+
+// A factor past int64's range bounds nothing (RUN line below).
+// RUN: partita-opt %s --pass-pipeline="builtin.module(func.func(partita-moe-capacity{factor=1e300}))" | FileCheck %s --check-prefix=HUGE
+// HUGE-LABEL: func.func @bounded
+// HUGE-NOT: nn.cumsum
