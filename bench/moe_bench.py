@@ -26,11 +26,12 @@ from test_moe_import import moe_model  # noqa: E402
 from e2e_bench import onnxruntime  # noqa: E402
 
 
-def partita(path, feeds, work, threads, repeat):
-    """Partita's mean latency in ms, its output and the report's flops."""
+def partita(path, feeds, work, threads, repeat, *flags):
+    """Partita's mean latency in ms, its output `y`, its report and what
+    partita-run printed, compiled with `flags`."""
     art, report = work / "art", work / "report.json"
     subprocess.run([str(BIN / "partita-compile"), str(path), "-o", str(art),
-                    "--report", str(report)], check=True)
+                    "--report", str(report), *flags], check=True)
     args = [str(BIN / "partita-run"), str(art), "--output-dir",
             str(work / "out"), "--threads", str(threads), "--repeat",
             str(repeat), "--warmup", "1"]
@@ -40,8 +41,8 @@ def partita(path, feeds, work, threads, repeat):
     out = subprocess.run(args, check=True, capture_output=True,
                          text=True).stdout
     mean = float(re.search(r"latency: mean ([0-9.]+) ms", out).group(1))
-    flops = json.loads(report.read_text())["model"]["flops"]
-    return mean, np.load(work / "out" / "y.npy"), flops
+    return (mean, np.load(work / "out" / "y.npy"),
+            json.loads(report.read_text()), out)
 
 
 def main():
@@ -66,8 +67,9 @@ def main():
         ort_ms, want = onnxruntime(path, feeds, args.threads, args.repeat)
         work = tmp / "work"
         work.mkdir()
-        ms, got, flops = partita(path, feeds, work, args.threads,
-                                 args.repeat)
+        ms, got, report, _ = partita(path, feeds, work, args.threads,
+                                     args.repeat)
+        flops = report["model"]["flops"]
     error = np.abs(got - want).max() / np.abs(want).max()
     print("| tokens | Partita (ms) | onnxruntime (ms) | Partita / "
           "onnxruntime | routed GFLOP | Partita's GFLOP (report) | "

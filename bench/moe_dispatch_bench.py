@@ -11,10 +11,8 @@ Usage: moe_dispatch_bench.py [--repeat 3] [--tokens 2048]
 """
 
 import argparse
-import json
 import pathlib
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -22,34 +20,11 @@ import numpy as np
 import onnx
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BIN = ROOT / "build" / "bin"
 sys.path.insert(0, str(ROOT / "test" / "python"))
 from test_moe_import import moe_model  # noqa: E402
 
 from e2e_bench import onnxruntime  # noqa: E402
-
-
-def run(path, feeds, work, mesh, threads, repeat):
-    """Partita's mean latency in ms, its output, the report's collectives
-    of rank 0 and partita-run's dispatch line."""
-    work.mkdir()
-    art, report = work / "art", work / "report.json"
-    flags = ["--mesh", mesh] if mesh else []
-    subprocess.run([str(BIN / "partita-compile"), str(path), "-o", str(art),
-                    "--report", str(report), *flags], check=True)
-    args = [str(BIN / "partita-run"), str(art), "--output-dir",
-            str(work / "out"), "--threads", str(threads), "--repeat",
-            str(repeat), "--warmup", "1"]
-    for name, value in feeds.items():
-        np.save(work / f"{name}.npy", value)
-        args += ["--input", f"{name}={work / f'{name}.npy'}"]
-    out = subprocess.run(args, check=True, capture_output=True,
-                         text=True).stdout
-    mean = float(re.search(r"latency: mean ([0-9.]+) ms", out).group(1))
-    dispatch = re.search(r"^dispatch: .*$", out, re.M)
-    collectives = json.loads(report.read_text())["ranks"][0]["collectives"]
-    return (mean, np.load(work / "out" / "y.npy"), collectives,
-            dispatch.group(0) if dispatch else "")
+from moe_bench import partita  # noqa: E402
 
 
 def main():
@@ -75,8 +50,14 @@ def main():
             onnx.save(model, str(path), save_as_external_data=True,
                       location="moe.data")
             _, want = onnxruntime(path, feeds, 2, 1)
-            ms, got, collectives, dispatch = run(
-                path, feeds, case / "work", mesh, threads, args.repeat)
+            work = case / "work"
+            work.mkdir()
+            ms, got, report, out = partita(
+                path, feeds, work, threads, args.repeat,
+                *(["--mesh", mesh] if mesh else []))
+            collectives = report["ranks"][0]["collectives"]
+            dispatch = re.search(r"^dispatch: .*$", out, re.M)
+            dispatch = dispatch.group(0) if dispatch else ""
             error = np.abs(got - want).max() / np.abs(want).max()
             assert error < 1e-4, (name, error)
             sent = sum(c["bytes"] for c in collectives)

@@ -437,9 +437,13 @@ std::string divisibility(const PlanCandidate &c, const ModelShape &shape) {
     return refuse(std::to_string(shape.kvHeads) +
                   " key/value heads replicated over tp=" +
                   std::to_string(c.tp) + " with sequence parallelism");
-  if (shape.batch % (c.dp * c.microbatches) != 0)
+  // A dispatching ep splits the batch as dp does, before the
+  // microbatches split each replica's share.
+  int64_t replicas = c.dp * (c.dispatch ? c.ep : 1);
+  if (shape.batch % (replicas * c.microbatches) != 0)
     return refuse("batch " + std::to_string(shape.batch) +
                   " over dp=" + std::to_string(c.dp) +
+                  (c.dispatch ? " x ep=" + std::to_string(c.ep) : "") +
                   (c.microbatches > 1 ? " x " + std::to_string(c.microbatches) +
                                             " microbatches"
                                       : std::string()));
@@ -474,6 +478,10 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
                                  const PlanRequest &request) {
   c.feasible = false;
   c.reason.clear();
+  // With dispatch, ep is one more data-parallel axis outside the experts
+  // (Annotate's batchOverExperts), and splits the experts' tokens too.
+  c.dispatch =
+      request.expertDispatch && c.ep > 1 && shape.batch % (c.dp * c.ep) == 0;
   if (shape.layers == 0 && c.tp * c.pp * c.sp > 1) {
     c.reason = "divisibility: no attention layer (tp, pp and sp split "
                "transformer layers)";
@@ -517,10 +525,6 @@ void mlir::partita::evaluatePlan(PlanCandidate &c, const ModelShape &shape,
   double kvShare = shape.kvHeads > 0
                        ? double(std::min<int64_t>(c.tp, shape.kvHeads))
                        : double(c.tp);
-  // With dispatch, ep is one more data-parallel axis outside the experts
-  // (Annotate's batchOverExperts), and splits the experts' tokens too.
-  c.dispatch =
-      request.expertDispatch && c.ep > 1 && shape.batch % (c.dp * c.ep) == 0;
   double dp = double(c.dp) * (c.dispatch ? c.ep : 1);
   for (const ModelShape::Op &op : shape.ops) {
     double factor = dp * c.sp;

@@ -84,31 +84,44 @@ Status checkDispatch(CollectiveKind kind, const Communicator &communicator,
 
 } // namespace
 
-Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
-                              const Tensor &out, const Tensor &counts,
-                              const Group &group) {
+Status Communicator::dispatch(const Tensor &, const Tensor &, const Tensor &,
+                              const Tensor &, const Group &) {
+  return Status::error("dispatch: this communicator does not move rows "
+                       "(CUDA ranks do not dispatch)");
+}
+
+Status Communicator::dispatchReturn(const Tensor &, const Tensor &,
+                                    const Tensor &, const Tensor &,
+                                    const Group &) {
+  return Status::error("dispatch_return: this communicator does not move "
+                       "rows (CUDA ranks do not dispatch)");
+}
+
+Status partita::runtime::dispatchBySendRecv(
+    Communicator &communicator, const Tensor &in, const Tensor &destinations,
+    const Tensor &out, const Tensor &counts, const Group &group) {
   size_t index;
-  PARTITA_RETURN_IF_ERROR(checkDispatch(CollectiveKind::Dispatch, *this, in,
-                                        out, destinations, counts, group,
+  PARTITA_RETURN_IF_ERROR(checkDispatch(CollectiveKind::Dispatch, communicator,
+                                        in, out, destinations, counts, group,
                                         index));
   size_t n = group.size();
   DispatchRows rows(in, destinations, n);
   std::vector<int64_t> sendCounts(n);
   for (size_t j = 0; j < n; ++j)
     sendCounts[j] = int64_t(rows.toMember[j].size());
-  PARTITA_RETURN_IF_ERROR(
-      allToAll(Tensor{sendCounts.data(), program::I64, {int64_t(n)}}, counts,
-               group, 0, 0));
+  PARTITA_RETURN_IF_ERROR(communicator.allToAll(
+      Tensor{sendCounts.data(), program::I64, {int64_t(n)}}, counts, group, 0,
+      0));
   const int64_t *received = counts.as<int64_t>();
   int64_t total = 0;
   for (size_t j = 0; j < n; ++j)
     total += received[j];
   if (total > out.shape[0]) {
     std::string why = "dispatch over group " + groupString(group) +
-                      " on rank " + std::to_string(rank()) + ": " +
+                      " on rank " + std::to_string(communicator.rank()) + ": " +
                       std::to_string(total) + " rows arrive, more than the " +
                       std::to_string(out.shape[0]) + " its result holds";
-    abort(why);
+    communicator.abort(why);
     return Status::error(why);
   }
   std::vector<char> packed;
@@ -120,8 +133,8 @@ Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
       std::memcpy(packed.data() + k * rows.rowBytes,
                   rows.row(in, rows.toMember[j][k]), rows.rowBytes);
     PARTITA_RETURN_IF_ERROR(
-        send(rows.rows(packed.data(), in.dtype, sendCounts[j]), group[j],
-             kDispatchTag));
+        communicator.send(rows.rows(packed.data(), in.dtype, sendCounts[j]),
+                          group[j], kDispatchTag));
   }
   int64_t offset = 0;
   for (size_t j = 0; j < n; ++j) {
@@ -131,9 +144,9 @@ Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
       continue;
     }
     if (received[j] > 0)
-      PARTITA_RETURN_IF_ERROR(
-          recv(rows.rows(rows.row(out, offset), out.dtype, received[j]),
-               group[j], kDispatchTag));
+      PARTITA_RETURN_IF_ERROR(communicator.recv(
+          rows.rows(rows.row(out, offset), out.dtype, received[j]), group[j],
+          kDispatchTag));
     offset += received[j];
   }
   std::memset(rows.row(out, offset), 0,
@@ -141,32 +154,33 @@ Status Communicator::dispatch(const Tensor &in, const Tensor &destinations,
   return Status::ok();
 }
 
-Status Communicator::dispatchReturn(const Tensor &in, const Tensor &counts,
-                                    const Tensor &destinations,
-                                    const Tensor &out, const Group &group) {
+Status partita::runtime::dispatchReturnBySendRecv(
+    Communicator &communicator, const Tensor &in, const Tensor &counts,
+    const Tensor &destinations, const Tensor &out, const Group &group) {
   size_t index;
-  PARTITA_RETURN_IF_ERROR(checkDispatch(CollectiveKind::DispatchReturn, *this,
-                                        in, out, destinations, counts, group,
-                                        index));
+  PARTITA_RETURN_IF_ERROR(checkDispatch(CollectiveKind::DispatchReturn,
+                                        communicator, in, out, destinations,
+                                        counts, group, index));
   size_t n = group.size();
   DispatchRows rows(out, destinations, n);
   const int64_t *back = counts.as<int64_t>();
   int64_t total = 0;
   for (size_t j = 0; j < n; ++j) {
     if (back[j] < 0)
-      return Status::error("dispatch_return on rank " + std::to_string(rank()) +
-                           ": count " + std::to_string(back[j]) +
-                           " for member " + std::to_string(j) + " is negative");
+      return Status::error("dispatch_return on rank " +
+                           std::to_string(communicator.rank()) + ": count " +
+                           std::to_string(back[j]) + " for member " +
+                           std::to_string(j) + " is negative");
     total += back[j];
   }
   if (total > in.shape[0])
-    return Status::error("dispatch_return on rank " + std::to_string(rank()) +
-                         ": its counts name " + std::to_string(total) +
-                         " rows, its operand holds " +
-                         std::to_string(in.shape[0]));
+    return Status::error(
+        "dispatch_return on rank " + std::to_string(communicator.rank()) +
+        ": its counts name " + std::to_string(total) +
+        " rows, its operand holds " + std::to_string(in.shape[0]));
   if (back[index] != int64_t(rows.toMember[index].size()))
     return Status::error(
-        "dispatch_return on rank " + std::to_string(rank()) +
+        "dispatch_return on rank " + std::to_string(communicator.rank()) +
         ": it sent itself " + std::to_string(rows.toMember[index].size()) +
         " rows, its counts name " + std::to_string(back[index]));
   int64_t offset = 0, own = 0;
@@ -175,8 +189,8 @@ Status Communicator::dispatchReturn(const Tensor &in, const Tensor &counts,
       own = offset;
     else if (back[j] > 0)
       PARTITA_RETURN_IF_ERROR(
-          send(rows.rows(rows.row(in, offset), in.dtype, back[j]), group[j],
-               kDispatchReturnTag));
+          communicator.send(rows.rows(rows.row(in, offset), in.dtype, back[j]),
+                            group[j], kDispatchReturnTag));
     offset += back[j];
   }
   std::memset(out.data, 0, out.byteSize());
@@ -188,9 +202,9 @@ Status Communicator::dispatchReturn(const Tensor &in, const Tensor &counts,
     const char *from = rows.row(in, own);
     if (j != index) {
       received.resize(sent.size() * rows.rowBytes);
-      PARTITA_RETURN_IF_ERROR(
-          recv(rows.rows(received.data(), out.dtype, int64_t(sent.size())),
-               group[j], kDispatchReturnTag));
+      PARTITA_RETURN_IF_ERROR(communicator.recv(
+          rows.rows(received.data(), out.dtype, int64_t(sent.size())), group[j],
+          kDispatchReturnTag));
       from = received.data();
     }
     for (size_t k = 0; k < sent.size(); ++k)
@@ -473,6 +487,17 @@ public:
   Status send(const Tensor &tensor, int32_t peer, int64_t tag) override;
   Status recv(const Tensor &tensor, int32_t peer, int64_t tag) override;
   Status barrier(const Group &group) override;
+  Status dispatch(const Tensor &in, const Tensor &destinations,
+                  const Tensor &out, const Tensor &counts,
+                  const Group &group) override {
+    return dispatchBySendRecv(*this, in, destinations, out, counts, group);
+  }
+  Status dispatchReturn(const Tensor &in, const Tensor &counts,
+                        const Tensor &destinations, const Tensor &out,
+                        const Group &group) override {
+    return dispatchReturnBySendRecv(*this, in, counts, destinations, out,
+                                    group);
+  }
   Status endRun() override;
   void abort(const std::string &reason) override;
 

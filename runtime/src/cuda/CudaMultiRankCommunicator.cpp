@@ -93,17 +93,6 @@ public:
     call.concatDim = concatDim;
     return direct(call, in, out, group);
   }
-  /// Token dispatch runs on host ranks only: a CUDA artifact computes its
-  /// experts with their tokens whole on every ep rank (the annotation
-  /// does not split its batch over ep).
-  Status dispatch(const Tensor &, const Tensor &, const Tensor &,
-                  const Tensor &, const Group &) override {
-    return Status::error("dispatch is not supported on CUDA ranks");
-  }
-  Status dispatchReturn(const Tensor &, const Tensor &, const Tensor &,
-                        const Tensor &, const Group &) override {
-    return Status::error("dispatch_return is not supported on CUDA ranks");
-  }
   Status collectivePermute(const Tensor &in, const Tensor &out,
                            const Group &group, int64_t shift) override {
     CollectiveCall call;

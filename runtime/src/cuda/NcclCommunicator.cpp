@@ -116,17 +116,6 @@ public:
                   int64_t splitDim, int64_t concatDim) override;
   Status collectivePermute(const Tensor &in, const Tensor &out,
                            const Group &group, int64_t shift) override;
-  /// Token dispatch runs on host ranks only: a CUDA artifact computes its
-  /// experts with their tokens whole on every ep rank (the annotation
-  /// does not split its batch over ep).
-  Status dispatch(const Tensor &, const Tensor &, const Tensor &,
-                  const Tensor &, const Group &) override {
-    return Status::error("dispatch is not supported on CUDA ranks");
-  }
-  Status dispatchReturn(const Tensor &, const Tensor &, const Tensor &,
-                        const Tensor &, const Group &) override {
-    return Status::error("dispatch_return is not supported on CUDA ranks");
-  }
   Status send(const Tensor &tensor, int32_t peer, int64_t tag) override;
   Status recv(const Tensor &tensor, int32_t peer, int64_t tag) override;
   Status barrier(const Group &group) override;

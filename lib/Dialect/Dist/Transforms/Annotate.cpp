@@ -94,6 +94,25 @@ std::optional<MatmulSplit> getMegatronSplit(ModelRole role) {
   llvm_unreachable("unknown model role");
 }
 
+/// Whether argument `i` of `func` is a batch the strategy splits: not a
+/// KV cache (it takes the sharding of what is written to it), a training
+/// parameter or optimizer state (weights, which take their uses'
+/// shardings), or the cache slot (one for the whole batch).
+bool isBatchArgument(func::FuncOp func, unsigned i) {
+  return !func.getArgAttr(i, nn::NNDialect::kKvCacheAttrName) &&
+         !func.getArgAttr(i, nn::NNDialect::kParameterAttrName) &&
+         !func.getArgAttr(i, nn::NNDialect::kOptimizerStateAttrName) &&
+         !func.getArgAttr(i, nn::NNDialect::kCachePositionAttrName);
+}
+
+/// Whether result `i` of `func` is a batch the strategy splits: not a KV
+/// cache, a parameter's update or a gradient.
+bool isBatchResult(func::FuncOp func, unsigned i) {
+  return !func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName) &&
+         !func.getResultAttr(i, nn::NNDialect::kUpdateAttrName) &&
+         !func.getResultAttr(i, nn::NNDialect::kGradientAttrName);
+}
+
 class Megatron {
 public:
   Megatron(MeshOp mesh, SequenceMode sequence, int64_t vocabDivisibleBy,
@@ -810,19 +829,22 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
       auto type = dyn_cast<RankedTensorType>(arg.getType());
       if (!type || arg.use_empty())
         continue;
-      // A KV cache takes the sharding of the keys and values written to it
-      // (heads over tp, the batch over dp): it never moves.
-      if (func.getArgAttr(arg.getArgNumber(), nn::NNDialect::kKvCacheAttrName))
+      if (isBatchArgument(func, arg.getArgNumber())) {
+        if (failed(
+                checkBatch(type, nameOf(func.getArgAttrDict(arg.getArgNumber()),
+                                        "input", arg.getArgNumber()))))
+          return failure();
+        auto annotate =
+            AnnotateOp::create(b, arg.getLoc(), arg, inputSharding(type));
+        annotate->setAttr(kStrategyAttr, b.getUnitAttr());
+        annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
+        arg.replaceAllUsesExcept(annotate, annotate);
         continue;
-      // A training parameter and its optimizer state are weights, not
-      // batches: they take the shardings of their uses (replicated over
-      // dp, whose ranks each update their copy alike).
-      if (func.getArgAttr(arg.getArgNumber(),
-                          nn::NNDialect::kParameterAttrName) ||
-          func.getArgAttr(arg.getArgNumber(),
-                          nn::NNDialect::kOptimizerStateAttrName))
-        continue;
+      }
       // The cache slot is one for the batch: every rank reads it whole.
+      // A KV cache, a training parameter and its optimizer state take the
+      // shardings of their uses (the parameters replicated over dp, whose
+      // ranks each update their copy alike).
       if (func.getArgAttr(arg.getArgNumber(),
                           nn::NNDialect::kCachePositionAttrName)) {
         auto whole = AnnotateOp::create(
@@ -833,17 +855,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
         whole->setAttr(kStrategyAttr, b.getUnitAttr());
         whole->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
         arg.replaceAllUsesExcept(whole, whole);
-        continue;
       }
-      if (failed(
-              checkBatch(type, nameOf(func.getArgAttrDict(arg.getArgNumber()),
-                                      "input", arg.getArgNumber()))))
-        return failure();
-      auto annotate =
-          AnnotateOp::create(b, arg.getLoc(), arg, inputSharding(type));
-      annotate->setAttr(kStrategyAttr, b.getUnitAttr());
-      annotate->setAttr(kPriorityAttr, b.getI64IntegerAttr(kEdgePriority));
-      arg.replaceAllUsesExcept(annotate, annotate);
     }
   }
   // Results: split on the batch over dp, whole over every other axis.
@@ -854,9 +866,7 @@ LogicalResult Megatron::annotateBatch(func::FuncOp func) {
     if (!type)
       continue;
     unsigned i = operand.getOperandNumber();
-    if (func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName) ||
-        func.getResultAttr(i, nn::NNDialect::kUpdateAttrName) ||
-        func.getResultAttr(i, nn::NNDialect::kGradientAttrName))
+    if (!isBatchResult(func, i))
       continue;
     if (failed(
             checkBatch(type, nameOf(func.getResultAttrDict(i), "output", i))))
@@ -1462,11 +1472,8 @@ void Megatron::batchOverExperts(func::FuncOp func) {
   // What annotateBatch splits: the batch inputs and the outputs.
   std::string refused;
   for (BlockArgument arg : func.getArguments()) {
-    unsigned i = arg.getArgNumber();
     if (arg.use_empty() || divides(arg.getType()) ||
-        func.getArgAttr(i, nn::NNDialect::kParameterAttrName) ||
-        func.getArgAttr(i, nn::NNDialect::kOptimizerStateAttrName) ||
-        func.getArgAttr(i, nn::NNDialect::kCachePositionAttrName))
+        !isBatchArgument(func, arg.getArgNumber()))
       continue;
     refused =
         "its batch of " +
@@ -1474,10 +1481,7 @@ void Megatron::batchOverExperts(func::FuncOp func) {
     break;
   }
   for (auto [i, type] : llvm::enumerate(func.getResultTypes()))
-    if (refused.empty() && !divides(type) &&
-        !func.getResultAttr(i, nn::NNDialect::kKvCacheAttrName) &&
-        !func.getResultAttr(i, nn::NNDialect::kUpdateAttrName) &&
-        !func.getResultAttr(i, nn::NNDialect::kGradientAttrName))
+    if (refused.empty() && !divides(type) && isBatchResult(func, i))
       refused = "the batch of output " + std::to_string(i) + " (" +
                 std::to_string(cast<RankedTensorType>(type).getDimSize(0)) +
                 ")";

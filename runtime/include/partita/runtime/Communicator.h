@@ -71,6 +71,9 @@ public:
   /// and the same tag. Transfers between two ranks with one tag arrive in
   /// order.
   virtual Status send(const Tensor &tensor, int32_t peer, int64_t tag) = 0;
+  /// Receives into `tensor` (whose dtype and shape must match the send).
+  virtual Status recv(const Tensor &tensor, int32_t peer, int64_t tag) = 0;
+  virtual Status barrier(const Group &group) = 0;
   /// Row i of `in` (its dimension 0) goes to the member at group index
   /// `destinations[i]` (i64; outside [0, n): nowhere). `out` gets the rows
   /// received, the sender at index 0's first in their send order, then
@@ -79,8 +82,8 @@ public:
   /// sent move. Fails, and fails the other members, when more rows arrive
   /// than `out` holds.
   ///
-  /// The default moves the rows with allToAll, send and recv, and so needs
-  /// a transport whose sends do not wait for their receives (the host's).
+  /// The default refuses: a transport that can move rows overrides it (the
+  /// host's, with dispatchBySendRecv). CUDA ranks do not dispatch.
   virtual Status dispatch(const Tensor &in, const Tensor &destinations,
                           const Tensor &out, const Tensor &counts,
                           const Group &group);
@@ -91,9 +94,6 @@ public:
   virtual Status dispatchReturn(const Tensor &in, const Tensor &counts,
                                 const Tensor &destinations, const Tensor &out,
                                 const Group &group);
-  /// Receives into `tensor` (whose dtype and shape must match the send).
-  virtual Status recv(const Tensor &tensor, int32_t peer, int64_t tag) = 0;
-  virtual Status barrier(const Group &group) = 0;
 
   /// Says that this rank has issued everything of the current run. A
   /// transport that can tell fails a peer still waiting for this rank (a
@@ -108,6 +108,18 @@ public:
   /// instead of waiting for their deadline.
   virtual void abort(const std::string &reason) = 0;
 };
+
+/// Communicator::dispatch and dispatchReturn over `communicator`'s
+/// allToAll (the counts), send and recv (the rows, with tags no program
+/// uses): for a transport whose sends do not wait for their receives and
+/// whose tensors the host reads (the host communicator's).
+Status dispatchBySendRecv(Communicator &communicator, const Tensor &in,
+                          const Tensor &destinations, const Tensor &out,
+                          const Tensor &counts, const Group &group);
+Status dispatchReturnBySendRecv(Communicator &communicator, const Tensor &in,
+                                const Tensor &counts,
+                                const Tensor &destinations, const Tensor &out,
+                                const Group &group);
 
 /// `[0, 1, 2]`, for messages.
 std::string groupString(const Group &group);
