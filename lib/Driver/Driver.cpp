@@ -745,8 +745,6 @@ LogicalResult ProgramCompiler::lowerRanks(CompiledModule &compiled) {
     OwningOpRef<ModuleOp> planned = compiled.module->clone();
     ExecPipelineOptions exec;
     exec.rank = rank;
-    exec.expandMoe =
-        options.target == Target::CUDA || options.emit == EmitStage::CUDA;
     if (failed(runStage(*planned, options, lowerTiming,
                         "Rank " + std::to_string(rank),
                         [&](PassManager &pm) { buildExecPipeline(pm, exec); })))
@@ -1165,8 +1163,6 @@ mlir::partita::describePipeline(MLIRContext &context,
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     ExecPipelineOptions exec;
     exec.rank = rank;
-    exec.expandMoe =
-        options.target == Target::CUDA || options.emit == EmitStage::CUDA;
     PassManager pm(&context, ModuleOp::getOperationName());
     buildExecPipeline(pm, exec);
     os << "// --emit exec of rank " << rank << ", on " << previous

@@ -162,8 +162,6 @@ void mlir::partita::buildExecPipeline(OpPassManager &pm,
   specialize.rank = options.rank;
   pm.addPass(createSpecializeRankPass(specialize));
   OpPassManager &func = pm.nest<func::FuncOp>();
-  if (options.expandMoe)
-    func.addPass(createExpandMoePass());
   // A rank multiplies by its packed int4 blocks, never by a float weight.
   func.addPass(createFuseDequantizePass());
   // Fusion before the plan: a fused chain is one kernel and one buffer.

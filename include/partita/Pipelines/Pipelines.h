@@ -103,11 +103,6 @@ struct ExecPipelineOptions : public PassPipelineOptions<ExecPipelineOptions> {
                     llvm::cl::desc("Fuse elementwise chains into the kernel "
                                    "that produces them"),
                     llvm::cl::init(true)};
-  Option<bool> expandMoe{
-      *this, "expand-moe",
-      llvm::cl::desc("Write nn.moe densely (partita-expand-moe), for a back "
-                     "end without its kernel (CUDA)"),
-      llvm::cl::init(false)};
   Option<int64_t> maxInlineConstantBytes{
       *this, "max-inline-constant-bytes",
       llvm::cl::desc("Constants up to this many bytes stay inline in the "

@@ -463,6 +463,8 @@ llvm::Expected<LoweredKernel> lowerKernel(const KernelContext &ctx,
   const std::string &op = ctx.op();
   if (op == "matmul")
     return emitMatmul(ctx);
+  if (op == "moe")
+    return emitMoe(ctx);
   auto emit = [&]() -> llvm::Expected<GeneratedKernel> {
     if (isElementwiseOp(op))
       return emitElementwise(ctx);
@@ -571,11 +573,13 @@ llvm::Expected<std::string> generateCudaSource(program::Program &program,
       Function &f = functions[it->second];
       if (!llvm::is_contained(f.summaries, g.summary))
         f.summaries.push_back(g.summary);
-      f.locations.push_back(inst.location().empty() ? "<unknown>"
-                                                    : inst.location());
+      std::string location =
+          inst.location().empty() ? "<unknown>" : inst.location();
+      if (f.locations.empty() || f.locations.back() != location)
+        f.locations.push_back(location);
       program::CudaLaunch &launch =
           *kernelSteps.emplace_back().mutable_launch();
-      launch.set_function(f.name);
+      launch.set_function(f.name + g.entry);
       for (uint32_t v : g.grid)
         launch.add_grid(v);
       for (uint32_t v : g.block)

@@ -69,6 +69,9 @@ struct GeneratedKernel {
   /// One line saying what it computes, e.g. "layer_norm epilogue: add".
   std::string summary;
   std::string text;
+  /// The entry point's suffix, where the text defines several that share
+  /// its statics (`@NAME@<entry>`); empty: the function itself.
+  std::string entry;
   std::array<uint32_t, 3> grid = {1, 1, 1};
   std::array<uint32_t, 3> block = {1, 1, 1};
   uint32_t sharedBytes = 0;
@@ -222,6 +225,8 @@ llvm::Expected<GeneratedKernel> emitRope(const KernelContext &ctx);
 /// (CodeGen.cpp).
 llvm::Expected<GeneratedKernel> emitQuantizedMatmul(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitDequantize(const KernelContext &ctx);
+/// nn.moe: four launches of one function's entry points (Moe.cpp).
+llvm::Expected<LoweredKernel> emitMoe(const KernelContext &ctx);
 llvm::Expected<GeneratedKernel> emitDataMovement(const KernelContext &ctx);
 llvm::Expected<LoweredKernel> emitMatmul(const KernelContext &ctx);
 

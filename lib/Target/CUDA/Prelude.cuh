@@ -1168,6 +1168,225 @@ qmatmul_tile(const T *a, const unsigned char *q, const T *scales,
 }
 
 //===----------------------------------------------------------------------===//
+// Mixtures of experts (moe; Moe.cpp)
+//===----------------------------------------------------------------------===//
+//
+// A grouped product over the routed (token, slot) pairs, as four launches
+// of one generated function's entry points that share its scratch: route
+// (one block) counts each expert's pairs, lays its rows out contiguously
+// and cuts them into tiles of 16 rows of one expert (at most S/16 + E
+// tiles); fc1 (with the activation) and fc2 multiply each tile by its
+// expert's weights, a 16x16 block of outputs per CUDA block; combine adds
+// each token's slots, in slot order, weighted. The rows an expert's pairs
+// land on depend on the order of the atomics, but every row is computed
+// alone and read back through its slot, so the result does not.
+
+struct MoeScratch {
+  int *first;       // [E + 1]: expert e's rows are [first[e], first[e + 1]).
+  int *slot;        // [S]: row r's flat (token, slot) index.
+  int *row_of;      // [S]: a slot's row, -1 where it selects no expert.
+  int *tile_expert; // [S / 16 + E]: each tile's expert and first row.
+  int *tile_row;
+  int *tiles;       // [1]: the tiles in use.
+  float *act;       // [S, F]: the activated fc1 (and fc3) rows.
+  float *out;       // [S, H]: the fc2 rows.
+};
+
+enum : int { kMoeRelu, kMoeGelu, kMoeGeluTanh, kMoeSilu, kMoeIdentity };
+/// Where a swiglu's gate and up rows are: none (another activation), fc3,
+/// fc1's pairs, fc1's halves.
+enum : int { kGluNone, kGluFc3, kGluInterleaved, kGluHalves };
+
+template <typename I, int S, int E>
+__device__ __forceinline__ void moe_route(const I *ids, const MoeScratch &s) {
+  __shared__ int count[E];
+  __shared__ int next[E];
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    count[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < S; i += blockDim.x) {
+    const long long e = ldi(ids + i);
+    if (e >= 0 && e < E)
+      atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int row = 0, tiles = 0;
+    for (int e = 0; e < E; ++e) {
+      s.first[e] = next[e] = row;
+      for (int r = 0; r < count[e]; r += 16) {
+        s.tile_expert[tiles] = e;
+        s.tile_row[tiles++] = row + r;
+      }
+      row += count[e];
+    }
+    s.first[E] = row;
+    *s.tiles = tiles;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < S; i += blockDim.x) {
+    const long long e = ldi(ids + i);
+    int r = -1;
+    if (e >= 0 && e < E) {
+      r = atomicAdd(&next[e], 1);
+      s.slot[r] = i;
+    }
+    s.row_of[i] = r;
+  }
+}
+
+template <int ACT> __device__ __forceinline__ float moe_activate(float x) {
+  if constexpr (ACT == kMoeRelu)
+    return relu(x);
+  else if constexpr (ACT == kMoeGelu)
+    return gelu_erf(x);
+  else if constexpr (ACT == kMoeGeluTanh)
+    return gelu_tanh(x);
+  else if constexpr (ACT == kMoeSilu)
+    return silu(x);
+  else
+    return x;
+}
+
+/// The tile of blockIdx.x, or false (the block returns) past the tiles in
+/// use: its expert, first row and rows.
+__device__ __forceinline__ bool moe_tile(const MoeScratch &s, int &e, int &r0,
+                                         int &rows) {
+  if ((int)blockIdx.x >= *s.tiles)
+    return false;
+  e = s.tile_expert[blockIdx.x];
+  r0 = s.tile_row[blockIdx.x];
+  rows = min(16, s.first[e + 1] - r0);
+  return true;
+}
+
+/// act[r, c] for the 16 features c of blockIdx.y and the rows of the tile:
+/// the token's hidden state times fc1's row (and with a swiglu the up
+/// row: fc3's, fc1's pair or its second half), plus the biases, activated.
+/// LIMIT < 0: no limit.
+template <typename T, int K, int H, int F, int E, int ACT, int GLU, bool B1,
+          bool B3>
+__device__ __forceinline__ void
+moe_fc1(const T *x, const T *w1, const T *w3, const T *b1, const T *b3,
+        float alpha, float beta, float limit, const MoeScratch &s) {
+  int e, r0, rows;
+  if (!moe_tile(s, e, r0, rows))
+    return;
+  constexpr int F1 = (GLU == kGluInterleaved || GLU == kGluHalves) ? 2 * F : F;
+  __shared__ float xs[16][17];
+  __shared__ float gs[16][17];
+  __shared__ float us[16][17];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int c0 = blockIdx.y * 16;
+  // Thread (ty, tx) loads element tx of row ty of each 16x16 block: the
+  // token of tile row ty, and the weight rows of feature c0 + ty.
+  const T *xrow =
+      ty < rows ? x + (u64)(s.slot[r0 + ty] / K) * H : (const T *)nullptr;
+  const int cl = c0 + ty;
+  const int gate_row = GLU == kGluInterleaved ? 2 * cl : cl;
+  const int up_row = GLU == kGluInterleaved ? 2 * cl + 1
+                     : GLU == kGluHalves    ? F + cl
+                                            : cl;
+  const T *gate_w = w1 + ((u64)e * F1 + gate_row) * H;
+  const T *up_w = (GLU == kGluFc3 ? w3 + ((u64)e * F + up_row) * H
+                                  : w1 + ((u64)e * F1 + up_row) * H);
+  float gate = 0.0f, up = 0.0f;
+  for (int k0 = 0; k0 < H; k0 += 16) {
+    const bool in = k0 + tx < H;
+    xs[ty][tx] = (xrow && in) ? ldf(xrow + k0 + tx) : 0.0f;
+    gs[ty][tx] = (cl < F && in) ? ldf(gate_w + k0 + tx) : 0.0f;
+    if constexpr (GLU != kGluNone)
+      us[ty][tx] = (cl < F && in) ? ldf(up_w + k0 + tx) : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      gate += xs[ty][kk] * gs[tx][kk];
+      if constexpr (GLU != kGluNone)
+        up += xs[ty][kk] * us[tx][kk];
+    }
+    __syncthreads();
+  }
+  const int c = c0 + tx;
+  if (ty >= rows || c >= F)
+    return;
+  if constexpr (GLU == kGluNone) {
+    if constexpr (B1)
+      gate += ldf(b1 + (u64)e * F1 + c);
+    s.act[(u64)(r0 + ty) * F + c] = moe_activate<ACT>(gate);
+    return;
+  } else {
+    const int g_row = GLU == kGluInterleaved ? 2 * c : c;
+    const int u_row = GLU == kGluInterleaved ? 2 * c + 1
+                      : GLU == kGluHalves    ? F + c
+                                             : c;
+    if constexpr (B1)
+      gate += ldf(b1 + (u64)e * F1 + g_row);
+    if constexpr (B1 && GLU != kGluFc3)
+      up += ldf(b1 + (u64)e * F1 + u_row);
+    if constexpr (B3 && GLU == kGluFc3)
+      up += ldf(b3 + (u64)e * F + u_row);
+    // The host kernel's order: a NaN gate or up stays NaN.
+    if (limit >= 0.0f) {
+      gate = limit < gate ? limit : gate;
+      up = up < -limit ? -limit : (limit < up ? limit : up);
+    }
+    s.act[(u64)(r0 + ty) * F + c] = gate * sigmoid(alpha * gate) * (up + beta);
+  }
+}
+
+/// out[r, c] for the 16 outputs c of blockIdx.y and the rows of the tile:
+/// the activated row times fc2's row, plus its bias.
+template <typename T, int H, int F, bool B2>
+__device__ __forceinline__ void moe_fc2(const T *w2, const T *b2,
+                                        const MoeScratch &s) {
+  int e, r0, rows;
+  if (!moe_tile(s, e, r0, rows))
+    return;
+  __shared__ float as[16][17];
+  __shared__ float ws[16][17];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int c0 = blockIdx.y * 16;
+  const float *arow = s.act + (u64)(r0 + ty) * F;
+  const T *wrow = w2 + ((u64)e * H + c0 + ty) * F;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < F; k0 += 16) {
+    const bool in = k0 + tx < F;
+    as[ty][tx] = (ty < rows && in) ? arow[k0 + tx] : 0.0f;
+    ws[ty][tx] = (c0 + ty < H && in) ? ldf(wrow + k0 + tx) : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk)
+      acc += as[ty][kk] * ws[tx][kk];
+    __syncthreads();
+  }
+  const int c = c0 + tx;
+  if (ty >= rows || c >= H)
+    return;
+  if constexpr (B2)
+    acc += ldf(b2 + (u64)e * H + c);
+  s.out[(u64)(r0 + ty) * H + c] = acc;
+}
+
+/// result[t, c]: token t's slots in order, each fc2 row times its routing
+/// weight; a slot that selects no expert adds nothing.
+template <typename T, int TOKENS, int K, int H, typename Sink>
+__device__ __forceinline__ void moe_combine(const T *weights,
+                                            const MoeScratch &s,
+                                            const Sink &sink) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+       i < (u64)TOKENS * H; i += (u64)gridDim.x * blockDim.x) {
+    const u64 t = i / H, c = i % H;
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int r = s.row_of[t * K + j];
+      if (r >= 0)
+        acc += ldf(weights + t * K + j) * s.out[(u64)r * H + c];
+    }
+    sink(i, acc);
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Sinks
 //===----------------------------------------------------------------------===//
 

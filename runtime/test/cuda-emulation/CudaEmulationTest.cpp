@@ -311,17 +311,31 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int4_bf16", "int4", "--dtype bf16", true, "",
              "make_int4_case.py"},
         // onnxruntime's fused mixture of experts: the router's top k as
-        // reductions, then nn.moe, written densely for CUDA
-        // (partita-expand-moe): batched matmuls over the stacked expert
-        // weights, SwiGLU's strided slices and clamps, `where` over the
-        // routed experts; unsharded, at tp=2, and with the experts split
-        // over ep (each rank's ids shifted to its block, -1 elsewhere),
-        // alone and with tp.
+        // reductions, then nn.moe as the grouped kernels (route, fc1 with
+        // the activation, fc2, combine; lib/Target/CUDA/Moe.cpp);
+        // unsharded, at tp=2, and with the experts split over ep (each
+        // rank's ids shifted to its block, -1 elsewhere: slots that select
+        // nothing), alone and with tp; in bf16; and every SwiGLU layout
+        // (fc3 with its bias, fc1's halves with top 3) and gelu with top 1.
         Case{"moe", "moe", "", false, "", "make_moe_case.py"},
         Case{"moe_tp2", "moe", "--mesh tp=2", false, "", "make_moe_case.py"},
         Case{"moe_ep2", "moe", "--mesh ep=2", false, "", "make_moe_case.py"},
         Case{"moe_ep2_tp2", "moe", "--mesh ep=2,tp=2", false, "",
-             "make_moe_case.py"}),
+             "make_moe_case.py"},
+        Case{"moe_bf16", "moe", "--dtype bf16", true, "", "make_moe_case.py"},
+        Case{"moe_fc3", "moe_fc3", "", false, "fc3", "make_moe_case.py"},
+        Case{"moe_fc3_ep2", "moe_fc3", "--mesh ep=2", false, "fc3",
+             "make_moe_case.py"},
+        Case{"moe_halves", "moe_halves", "", false, "halves",
+             "make_moe_case.py"},
+        Case{"moe_gelu", "moe_gelu", "", false, "gelu", "make_moe_case.py"},
+        // transformers' Mixtral (legacy export): attention, RMS norms and
+        // the raised mixture (SwiGLU over fc1's halves, top 2
+        // renormalized), unsharded and with the experts over ep.
+        Case{"mixtral", "mixtral", "", false, "mixtral.legacy",
+             "make_fixture_case.py"},
+        Case{"mixtral_ep2", "mixtral", "--mesh ep=2", false, "mixtral.legacy",
+             "make_fixture_case.py"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

@@ -1,13 +1,22 @@
 """Writes a model of onnxruntime's fused mixture of experts
-(com.microsoft.MoE: 4 experts, top 2 renormalized, SwiGLU interleaved with
-gpt-oss's alpha, beta and limit, biases; a [2, 5, 64] input) with random
-inputs and onnxruntime's outputs, for the CUDA emulation test:
-MODELS_DIR/NAME.onnx, NAME.inputs.npz, NAME.outputs.npz. Its import is
-the router's softmax and top k (k rounds of reductions) and nn.moe, which
-the exec pipeline writes densely for CUDA (partita-expand-moe): batched
-matmuls over the stacked expert weights, strided slices and `where`.
+(com.microsoft.MoE, 4 experts, a [2, 5, 64] input) with random inputs and
+its reference outputs, for the CUDA emulation test: MODELS_DIR/NAME.onnx,
+NAME.inputs.npz, NAME.outputs.npz. Its import is the router's softmax and
+top k (k rounds of reductions) and nn.moe, which the generated grouped
+kernels compute (lib/Target/CUDA/Moe.cpp).
 
-Usage: make_moe_case.py MODELS_DIR NAME
+FORM (default gpt_oss):
+  gpt_oss  top 2 renormalized, SwiGLU interleaved with gpt-oss's alpha and
+           beta and a limit that clamps, biases;
+onnxruntime's outputs. fc3 top 2 renormalized,
+    SwiGLU with a separate fc3 and every bias;
+  halves   top 3, SwiGLU over fc1's halves, no biases: forms onnxruntime's
+           CPU kernel refuses, so the reference is the schema's formula in
+           float64 NumPy.
+  gelu     top 1, gelu (onnxruntime's tanh approximation), biases;
+           onnxruntime's outputs.
+
+Usage: make_moe_case.py MODELS_DIR NAME [FORM]
 """
 
 import pathlib
@@ -22,31 +31,77 @@ from make_case import save_reference
 
 BATCH, SEQ, HIDDEN, FFN, EXPERTS = 2, 5, 64, 96, 4
 
+FORMS = {
+    "gpt_oss": dict(k=2, activation_type="swiglu", swiglu_fusion=1,
+                    normalize_routing_weights=1, activation_alpha=1.702,
+                    activation_beta=1.0, swiglu_limit=0.5, biases=True),
+    "fc3": dict(k=2, activation_type="swiglu", swiglu_fusion=0,
+                normalize_routing_weights=1, activation_alpha=1.702,
+                activation_beta=1.0, biases=True, fc3=True),
+    "halves": dict(k=3, activation_type="swiglu", swiglu_fusion=2,
+                   normalize_routing_weights=0),
+    "gelu": dict(k=1, activation_type="gelu", normalize_routing_weights=0,
+                 biases=True),
+}
+
+
+def reference(x, logits, arrays, k, normalize, fusion, alpha, beta):
+    """The MoE schema's SwiGLU mixture, token by token, in float64."""
+    x = x.astype(np.float64)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        order = np.argsort(-p[t], kind="stable")[:k]
+        weights = p[t, order]
+        if normalize:
+            weights = weights / weights.sum()
+        for e, w in zip(order, weights):
+            h = arrays["w1"][e] @ x[t] + arrays.get("b1", np.zeros((EXPERTS, 1)))[e]
+            if fusion == 2:
+                g, lin = np.split(h, 2)
+            else:
+                g = h
+                lin = arrays["w3"][e] @ x[t] + arrays["b3"][e]
+            act = g / (1 + np.exp(-alpha * g)) * (lin + beta)
+            y[t] += w * (arrays["w2"][e] @ act +
+                         arrays.get("b2", np.zeros((EXPERTS, 1)))[e])
+    return y
+
 
 def main():
     folder, name = pathlib.Path(sys.argv[1]), sys.argv[2]
+    form = dict(FORMS[sys.argv[3] if len(sys.argv) > 3 else "gpt_oss"])
+    biases, fc3 = form.pop("biases", False), form.pop("fc3", False)
     rng = np.random.default_rng(37)
     tokens = BATCH * SEQ
 
     def normal(*shape, scale=0.2):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
-    inits = [numpy_helper.from_array(normal(EXPERTS, 2 * FFN, HIDDEN), "w1"),
-             numpy_helper.from_array(normal(EXPERTS, 2 * FFN), "b1"),
-             numpy_helper.from_array(normal(EXPERTS, HIDDEN, FFN), "w2"),
-             numpy_helper.from_array(normal(EXPERTS, HIDDEN), "b2"),
-             numpy_helper.from_array(normal(HIDDEN, EXPERTS, scale=1.0),
-                                     "router")]
+    swiglu = form["activation_type"] == "swiglu"
+    fused = 2 * FFN if swiglu and form.get("swiglu_fusion") else FFN
+    arrays = {
+  "w1" : normal(EXPERTS, fused, HIDDEN), "w2" : normal(EXPERTS, HIDDEN, FFN)}
+    if biases:
+        arrays["b1"] = normal(EXPERTS, fused)
+        arrays["b2"] = normal(EXPERTS, HIDDEN)
+    moe_inputs = ["x", "logits", "w1", "b1" if biases else "", "w2",
+                  "b2" if biases else ""]
+    if fc3:
+        arrays["w3"] = normal(EXPERTS, FFN, HIDDEN)
+        arrays["b3"] = normal(EXPERTS, FFN)
+        moe_inputs += ["w3", "b3"]
+    router = normal(HIDDEN, EXPERTS, scale=1.0)
+    inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()]
+    inits += [numpy_helper.from_array(router, "router"),
+              numpy_helper.from_array(np.array([tokens, HIDDEN], np.int64),
+                                      "rows")]
     nodes = [
         helper.make_node("Reshape", ["x", "rows"], ["flat"]),
         helper.make_node("MatMul", ["flat", "router"], ["logits"]),
-        helper.make_node("MoE", ["x", "logits", "w1", "b1", "w2", "b2"],
-                         ["y"], domain="com.microsoft", k=2,
-                         activation_type="swiglu", swiglu_fusion=1,
-                         normalize_routing_weights=1, activation_alpha=1.702,
-                         activation_beta=1.0, swiglu_limit=0.5)]
-    inits.append(numpy_helper.from_array(np.array([tokens, HIDDEN],
-                                                  np.int64), "rows"))
+        helper.make_node("MoE", moe_inputs, ["y"], domain="com.microsoft",
+                         **form)]
     graph = helper.make_graph(
         nodes, "moe",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT,
@@ -57,10 +112,23 @@ def main():
         helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     path = folder / f"{name}.onnx"
     onnx.save(model, str(path))
-    session = ort.InferenceSession(str(path),
-                                   providers=["CPUExecutionProvider"])
-    save_reference(session, {"x": normal(BATCH, SEQ, HIDDEN, scale=1.0)},
-                   folder, name)
+    x = normal(BATCH, SEQ, HIDDEN, scale=1.0)
+    if not swiglu or form["swiglu_fusion"] == 1:
+        session = ort.InferenceSession(str(path),
+                                       providers=["CPUExecutionProvider"])
+        save_reference(session, {"x": x}, folder, name)
+        return
+    flat = x.reshape(tokens, HIDDEN)
+    logits = flat.astype(np.float64) @ router.astype(np.float64)
+    y = reference(flat, logits, {
+n: a.astype(np.float64)
+                                 for n, a in arrays.items()},
+                  form["k"], form["normalize_routing_weights"],
+                  form["swiglu_fusion"], form.get("activation_alpha", 1.0),
+                  form.get("activation_beta", 0.0))
+    np.savez(folder / f"{name}.inputs.npz", x=x)
+    np.savez(folder / f"{name}.outputs.npz",
+             y=y.reshape(BATCH, SEQ, HIDDEN).astype(np.float32))
 
 
 if __name__ == "__main__":

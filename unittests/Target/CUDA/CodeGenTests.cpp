@@ -528,6 +528,79 @@ TEST(CudaCodeGen, DataMovement) {
             std::string::npos);
 }
 
+TEST(CudaCodeGen, MoeIsFourEntryPointsOfOneFunction) {
+  // 6 tokens, top 2 of 3 experts, hidden 40, 24 features (SwiGLU with
+  // fc3), i32 ids, a residual add in the combine's epilogue.
+  Builder b;
+  int x = b.buffer(program::F32, {6, 40});
+  int ids = b.buffer(program::I32, {6, 2});
+  int w = b.buffer(program::F32, {6, 2});
+  int fc1 = b.buffer(program::F32, {3, 24, 40});
+  int fc2 = b.buffer(program::F32, {3, 40, 24});
+  int fc3 = b.buffer(program::F32, {3, 24, 40});
+  int bias3 = b.buffer(program::F32, {3, 24});
+  int y = b.buffer(program::F32, {6, 40});
+  program::Kernel &k =
+      b.kernel("moe", {x, ids, w, fc1, fc2, fc3, bias3}, {y}, "/moe");
+  setString(k, "activation", "swiglu");
+  setBool(k, "has_fc3", true);
+  setBool(k, "has_fc3_bias", true);
+  setFloat(k, "limit", 7.0);
+  step(k, "add", x);
+  std::string src = generate(b.prog);
+  ASSERT_EQ(b.prog.instructions(0).kernel().cuda_size(), 4);
+  const char *entries[] = {"route", "fc1", "fc2", "combine"};
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(launch(b.prog, 0, i).function(),
+              std::string("partita_moe_0_") + entries[i]);
+  // Every entry takes every buffer; at most 12/16 + 3 tiles.
+  EXPECT_EQ(args(launch(b.prog, 0, 0)),
+            (std::vector<int>{x, ids, w, fc1, fc2, fc3, bias3, y, x}));
+  EXPECT_EQ(grid(launch(b.prog, 0, 0)), (std::vector<uint32_t>{1, 1, 1}));
+  EXPECT_EQ(grid(launch(b.prog, 0, 1)), (std::vector<uint32_t>{4, 2, 1}));
+  EXPECT_EQ(grid(launch(b.prog, 0, 2)), (std::vector<uint32_t>{4, 3, 1}));
+  EXPECT_EQ(grid(launch(b.prog, 0, 3)), (std::vector<uint32_t>{1, 1, 1}));
+  EXPECT_EQ(block(launch(b.prog, 0, 1)), (std::vector<uint32_t>{256, 1, 1}));
+  EXPECT_NE(src.find("__device__ float partita_moe_0_act[288];"),
+            std::string::npos);
+  EXPECT_NE(src.find("pt::moe_route<int, 12, 3>("), std::string::npos);
+  EXPECT_NE(src.find("pt::moe_fc1<float, 2, 40, 24, 3, 4, 1, false, true>("),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("7.000000000e+00f"), std::string::npos);
+  EXPECT_EQ(count(src, "extern \"C\" __global__"), 4u);
+  EXPECT_EQ(count(src, "//   at /moe\n"), 1u);
+}
+
+TEST(CudaCodeGen, MoeErrors) {
+  auto moeError = [](const std::string &activation,
+                     std::vector<int64_t> fc2Shape, int64_t experts, bool fc3) {
+    Builder b;
+    int x = b.buffer(program::F32, {4, 8});
+    int ids = b.buffer(program::I64, {4, 1});
+    int w = b.buffer(program::F32, {4, 1});
+    int fc1 = b.buffer(program::F32, {experts, 16, 8});
+    int fc2 = b.buffer(program::F32, fc2Shape);
+    int y = b.buffer(program::F32, {4, 8});
+    std::vector<int> operands = {x, ids, w, fc1, fc2};
+    if (fc3)
+      operands.push_back(b.buffer(program::F32, {experts, 16, 8}));
+    program::Kernel &k = b.kernel("moe", operands, {y}, "/moe");
+    setString(k, "activation", activation);
+    setBool(k, "has_fc3", fc3);
+    return generateError(b.prog);
+  };
+  EXPECT_EQ(moeError("tanh", {2, 8, 16}, 2, false),
+            "moe at /moe: unknown activation 'tanh'");
+  EXPECT_EQ(moeError("relu", {2, 8, 16}, 2, true),
+            "moe at /moe: fc3, interleaved and limit belong to a swiglu");
+  EXPECT_EQ(moeError("relu", {2, 8, 12}, 2, false),
+            "moe at /moe: fc1 must be f32 [2, 12, 8], got f32 [2, 16, 8]");
+  EXPECT_EQ(moeError("relu", {5000, 8, 16}, 5000, false),
+            "moe at /moe: more than 4096 experts are not supported (the "
+            "routing block counts them in shared memory)");
+}
+
 TEST(CudaCodeGen, Errors) {
   {
     Builder b;

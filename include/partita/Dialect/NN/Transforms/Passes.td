@@ -356,7 +356,7 @@ def MoeCapacityPass : Pass<"partita-moe-capacity", "::mlir::func::FuncOp"> {
 }
 
 def ExpandMoePass : Pass<"partita-expand-moe", "::mlir::func::FuncOp"> {
-  let summary = "Write nn.moe densely, for a back end without its kernel";
+  let summary = "Write nn.moe densely, for a training step's derivatives";
   let description = [{
     Every `nn.moe` becomes the dense computation it stands for: every
     expert's MLP on every token, as one batched `nn.matmul` per projection
@@ -364,11 +364,10 @@ def ExpandMoePass : Pass<"partita-expand-moe", "::mlir::func::FuncOp"> {
     activation, and each token's sum over its routed experts, weighted by
     their routing weights and selected by `nn.where` (an expert's output on
     a token not routed to it never enters, not even as 0 times inf). That
-    is `E / k` times the routed work: the exec pipeline runs it for the
-    CUDA generator, which has no grouped kernel for `nn.moe` yet
-    (docs/frontend.md), and a training step before differentiation, as
-    `nn.moe` has no vector-Jacobian product of its own yet
-    (docs/training.md); the host's inference runs `nn.moe` itself.
+    is `E / k` times the routed work: a training step runs it before
+    differentiation, as `nn.moe` has no vector-Jacobian product of its own
+    yet (docs/training.md). Inference runs `nn.moe` itself, on the host and
+    in the CUDA generator's grouped kernels.
 
     ```mlir
     %y = nn.moe silu %x, %ids, %w experts(%fc1, %fc2) : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>, tensor<3x16x8xf32>, tensor<3x8x16xf32>) -> tensor<4x8xf32>
