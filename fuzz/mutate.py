@@ -455,6 +455,10 @@ def seeds(root, big=True):
         paths = sorted(glob.glob(str(root / "test" / "models" / "*.onnx")))
         paths += sorted(glob.glob(str(root / "examples" / "**" / "*.onnx"),
                                   recursive=True))
+        # transformers' eager expert loop (folded into nn.moe by the
+        # importer's graph matcher, ExpertLoops.cpp).
+        paths.append(str(root / "test" / "models" / "hf" /
+                         "mixtral_eager.legacy.onnx"))
         for path in paths:
             data = pathlib.Path(path).read_bytes()
             digest = hashlib.sha256(data).hexdigest()

@@ -27,9 +27,11 @@ MESHES = ["1", "tp=2", "tp=4", "dp=2,tp=2", "pp=2", "sp=2 --sp-mode ulysses",
           "pp=2 --microbatches 2"]
 KV_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
              "sp=2 --sp-mode ulysses"]
-# The mixtures of experts (transformers' batched experts) also split their
-# experts over an ep axis: alone, beside dp, and with tp inside each expert.
-MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+# The mixtures of experts (transformers' batched experts, and Mixtral's
+# eager expert loop) also split their experts over an ep axis: alone,
+# beside dp, and with tp inside each expert.
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "mixtral_eager",
+       "mixtral_eager64"}
 MOE_MESHES = ["ep=2", "dp=2,ep=2", "ep=2,tp=2"]
 SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -95,7 +97,7 @@ def emit_nn(name):
     return proc.stdout
 
 
-EXPERTS = 4
+EXPERTS = {"mixtral_eager64": 64}
 
 
 def family(name):
@@ -112,12 +114,13 @@ def test_hf_fixture_attention_raised(name):
     assert raised.count("nn.attention ") == layers, raised
     softmaxes = [line for line in raised.splitlines() if "nn.softmax" in line]
     if family(name) in MOE:
-        # The batched experts are raised: one nn.moe per layer, and no
-        # gather of expert weights is left.
+        # The batched experts are raised (the eager loop folded): one
+        # nn.moe per layer, and no gather of expert weights is left.
         assert raised.count("nn.moe ") == layers, raised
         assert "nn.gather" not in raised, raised
         assert len(softmaxes) == layers, softmaxes
-        assert all(line.endswith(f"x{EXPERTS}xf32>") for line in softmaxes), \
+        experts = EXPERTS.get(family(name), 4)
+        assert all(line.endswith(f"x{experts}xf32>") for line in softmaxes), \
             softmaxes
     else:
         assert not softmaxes, softmaxes
@@ -159,8 +162,9 @@ def test_hf_fixture_ring_runs_ring_attention(tmp_path, name):
 
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(
-        strict=True, reason="the experts stay whole on every rank until "
-        "nn.moe splits them over ep and tp (issue 37)"))
+        strict=True, reason="at these sizes the cost model keeps each "
+        "expert whole at tp=2 (nn.moe's dist.split_costs: the split's "
+        "all-reduce costs more than computing every expert's features)"))
     if family(n) in MOE else n
     for n in FILES
     if MANIFEST[n]["kind"] != "kv" and not MANIFEST[n]["dynamic"]])

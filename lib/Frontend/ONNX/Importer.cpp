@@ -16,6 +16,7 @@
 #include "partita/Frontend/ONNX/Import.h"
 
 #include "DimExpr.h"
+#include "ExpertLoops.h"
 #include "ImportContext.h"
 #include "OpSchema.h"
 #include "OptimumDecoders.h"
@@ -216,6 +217,12 @@ private:
   /// An If whose condition folded: the branch it takes, imported in its
   /// place (both were checked with the graph's nodes).
   LogicalResult importIf(const onnx::NodeProto &node, unsigned index);
+  /// transformers' eager expert loop, folded into one node
+  /// (ExpertLoops.h): an nn.moe.
+  LogicalResult importExpertLoop(const onnx::NodeProto &node, unsigned index);
+  /// foldExpertLoops over the top-level graph, reading constants as the
+  /// import does.
+  LogicalResult foldEagerExperts();
   LogicalResult runHandlers(const OpEntry &entry, NodeContext &ctx);
 
   MLIRContext *context;
@@ -1049,7 +1056,7 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
   SmallVector<const onnx::NodeProto *> all = withBranchNodes(order);
   for (auto [i, node] : llvm::enumerate(all)) {
     auto [key, version] = opKey(*node);
-    if (registry.lookup(key, version) || isIf(*node))
+    if (registry.lookup(key, version) || isIf(*node) || isExpertLoop(*node))
       continue;
     if (unsupported.empty())
       first = nodeLoc(*node, i);
@@ -1080,7 +1087,8 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
         }))
       diag.attachNote()
           << "this looks like transformers' eager mixture-of-experts loop, "
-             "whose shapes depend on the routing; export the model after "
+             "but not one Partita recognizes (docs/frontend.md): its shapes "
+             "depend on the routing; export the model after "
              "model.set_experts_implementation(\"batched_mm\"), or use "
              "onnxruntime-genai's export (com.microsoft.MoE)";
   return diag;
@@ -1091,6 +1099,9 @@ GraphImporter::checkNodes(ArrayRef<const onnx::NodeProto *> order) {
   bool ok = true;
   SmallVector<const onnx::NodeProto *> all = withBranchNodes(order);
   for (auto [i, node] : llvm::enumerate(all)) {
+    // Made by the importer itself, checked when imported.
+    if (isExpertLoop(*node))
+      continue;
     auto [key, version] = opKey(*node);
     const OpSchema *schema = lookupOpSchema(key, version);
     if (!schema) {
@@ -1230,10 +1241,115 @@ LogicalResult GraphImporter::importIf(const onnx::NodeProto &node,
   return success();
 }
 
+LogicalResult GraphImporter::foldEagerExperts() {
+  // Only small constants are read: Split sizes, axes, fills.
+  constexpr int64_t kMaxElements = int64_t(1) << 26;
+  auto elements =
+      [](const HostTensor &t) -> std::optional<std::vector<double>> {
+    if (t.getNumElements() > kMaxElements)
+      return std::nullopt;
+    if (t.isFloat())
+      return t.getFloats();
+    const std::vector<int64_t> &ints = t.getInts();
+    return std::vector<double>(ints.begin(), ints.end());
+  };
+  ConstantReader reader;
+  reader.tensor = [&](const onnx::TensorProto &proto)
+      -> std::optional<std::vector<double>> {
+    onnx::TensorProto copy = proto;
+    FailureOr<HostTensor> tensor = failure();
+    {
+      // A tensor the matcher cannot read is simply not matched; the
+      // import proper reports it.
+      ScopedDiagnosticHandler quiet(context,
+                                    [](Diagnostic &) { return success(); });
+      tensor = tensorFromProto(copy, fileLoc);
+    }
+    if (failed(tensor) ||
+        copy.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
+      return std::nullopt;
+    return elements(*tensor);
+  };
+  reader.initializer =
+      [&](const std::string &name) -> std::optional<std::vector<double>> {
+    ValueInfo *info = lookup(name);
+    if (!info || !info->constant)
+      return std::nullopt;
+    return elements(*info->constant);
+  };
+  return foldExpertLoops(*model->mutable_graph(), reader, fileLoc);
+}
+
+LogicalResult GraphImporter::importExpertLoop(const onnx::NodeProto &node,
+                                              unsigned index) {
+  Location loc = nodeLoc(node, index);
+  Value operands[5];
+  for (int i = 0; i < 5; ++i) {
+    operands[i] = materialize(node.input(i), loc);
+    if (!operands[i])
+      return emitError(loc) << "the expert loop's input '" << node.input(i)
+                            << "' is not defined";
+  }
+  auto [hidden, ids, weights, fc1, fc2] = operands;
+  auto type = [](Value v) { return cast<RankedTensorType>(v.getType()); };
+  int64_t traced = 0, depth = 0;
+  for (const onnx::AttributeProto &a : node.attribute())
+    (a.name() == "traced" ? traced : depth) = a.i();
+  auto h = type(hidden), i = type(ids), w = type(weights), w1 = type(fc1),
+       w2 = type(fc2);
+  auto shapes = [&] {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "hidden states " << shapeText(h.getShape()) << ", expert ids "
+       << shapeText(i.getShape()) << ", routing weights "
+       << shapeText(w.getShape()) << ", gate_up_proj "
+       << shapeText(w1.getShape()) << ", down_proj "
+       << shapeText(w2.getShape());
+    return text;
+  };
+  if (h.getRank() != 2 || i.getRank() != 2 || w.getShape() != i.getShape() ||
+      i.getDimSize(0) != h.getDimSize(0) || w1.getRank() != 3 ||
+      w2.getRank() != 3 || w1.getDimSize(2) != h.getDimSize(1) ||
+      w2.getDimSize(0) != w1.getDimSize(0) ||
+      w2.getDimSize(1) != h.getDimSize(1) ||
+      w1.getDimSize(1) != 2 * w2.getDimSize(2) ||
+      !isa<FloatType>(h.getElementType()) ||
+      w.getElementType() != h.getElementType() ||
+      w1.getElementType() != h.getElementType() ||
+      w2.getElementType() != h.getElementType() ||
+      !i.getElementType().isSignlessInteger())
+    return emitError(loc) << "transformers' eager expert loop has operands "
+                             "of unexpected shapes or types: "
+                          << shapes();
+  int64_t experts = w1.getDimSize(0);
+  if (depth != experts && depth != experts + 1)
+    return emitError(loc) << "transformers' eager expert loop's one-hot has "
+                          << depth << " classes for " << experts << " experts ("
+                          << shapes() << ")";
+  if (traced > experts)
+    return emitError(loc) << "transformers' eager expert loop holds " << traced
+                          << " expert bodies for " << experts << " experts";
+  if (traced < experts)
+    emitWarning(loc) << "transformers' eager expert loop holds " << traced
+                     << " of " << experts
+                     << " experts (the export's example input reached only "
+                        "those): onnxruntime refuses an input that reaches "
+                        "another number of experts; Partita computes every "
+                        "expert the router chooses, as the model does";
+  auto moe = nn::MoeOp::create(builder, loc, h, hidden, ids, weights, fc1, fc2,
+                               Value(), Value(), Value(), Value(),
+                               nn::MoeActivation::Swiglu, false, FloatAttr(),
+                               FloatAttr(), FloatAttr());
+  define(node.output(0), moe.getResult());
+  return success();
+}
+
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                                         unsigned index) {
   if (isIf(node))
     return importIf(node, index);
+  if (isExpertLoop(node))
+    return importExpertLoop(node, index);
   auto [key, version] = opKey(node);
   const OpEntry *entry = OpRegistry::get().lookup(key, version);
   Location loc = nodeLoc(node, index);
@@ -1264,6 +1380,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       failed(importInitializers()))
     return nullptr;
   declareMaskOverCache(*model->mutable_graph());
+  if (failed(foldEagerExperts()))
+    return nullptr;
   SmallVector<std::string> inputNames;
   SmallVector<Type> inputTypes;
   if (failed(bindInputs(inputNames, inputTypes)))

@@ -181,12 +181,25 @@ MODELS = {
         num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
         norm_topk_prob=True)),
                   tf.Qwen3MoeForCausalLM, "lm"),
+    # The same Mixtral with transformers' "eager" experts: a loop over the
+    # experts the example input reached (NonZero, index_select, index_add).
+    "mixtral_eager": (lambda: tf.MixtralConfig(**common(
+        num_key_value_heads=2, intermediate_size=48, num_local_experts=4,
+        num_experts_per_tok=2)),
+                      tf.MixtralForCausalLM, "lm"),
+    # 64 experts, top 1: the example's 32 tokens reach at most 32, so the
+    # loop holds fewer bodies than there are experts.
+    "mixtral_eager64": (lambda: tf.MixtralConfig(**common(
+        num_key_value_heads=2, intermediate_size=8, num_local_experts=64,
+        num_experts_per_tok=1)),
+                        tf.MixtralForCausalLM, "lm"),
 }
 
 # How the mixtures of experts compute their experts (transformers'
 # set_experts_implementation).
 EXPERTS = {"mixtral": "batched_mm", "qwen2_moe": "batched_mm",
-           "qwen3_moe": "batched_mm"}
+           "qwen3_moe": "batched_mm", "mixtral_eager": "eager",
+           "mixtral_eager64": "eager"}
 
 # The KV-cache models also exported in optimum's legacy form.
 LEGACY_MODELS = ("gpt2_kv", "llama_kv")

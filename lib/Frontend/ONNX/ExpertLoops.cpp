@@ -1,0 +1,653 @@
+//===- ExpertLoops.cpp - transformers' eager expert loops -----------------===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExpertLoops.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <algorithm>
+#include <map>
+
+using namespace mlir;
+using namespace mlir::partita::onnx_import;
+
+bool mlir::partita::onnx_import::isExpertLoop(const onnx::NodeProto &node) {
+  return node.domain() == kInternalDomain &&
+         node.op_type() == kExpertLoopOpType;
+}
+
+namespace {
+
+/// The graph's def-use links and constants, for matching.
+class GraphIndex {
+public:
+  GraphIndex(const onnx::GraphProto &graph, const ConstantReader &reader)
+      : graph(graph), reader(reader) {
+    for (int i = 0; i < graph.node_size(); ++i) {
+      for (const std::string &out : graph.node(i).output())
+        if (!out.empty())
+          producers[out] = i;
+      for (const std::string &in : graph.node(i).input())
+        if (!in.empty())
+          consumers[in].push_back(i);
+    }
+    for (const onnx::ValueInfoProto &input : graph.input())
+      graphInputs.insert(input.name());
+    for (const onnx::TensorProto &init : graph.initializer())
+      initializers.insert(init.name());
+    for (const onnx::ValueInfoProto &output : graph.output())
+      graphOutputs.insert(output.name());
+  }
+
+  const onnx::NodeProto &node(int i) const { return graph.node(i); }
+  std::optional<int> producerIndex(const std::string &value) const {
+    auto it = producers.find(value);
+    if (it == producers.end())
+      return std::nullopt;
+    return it->second;
+  }
+  /// The node that defines `value` when it is a default-domain `opType`.
+  const onnx::NodeProto *def(const std::string &value,
+                             llvm::StringRef opType) const {
+    std::optional<int> i = producerIndex(value);
+    if (!i)
+      return nullptr;
+    const onnx::NodeProto &n = graph.node(*i);
+    bool defaultDomain = n.domain().empty() || n.domain() == "ai.onnx";
+    return defaultDomain && n.op_type() == opType ? &n : nullptr;
+  }
+  /// The default-domain `opType` nodes that read `value`.
+  llvm::SmallVector<const onnx::NodeProto *>
+  uses(const std::string &value, llvm::StringRef opType) const {
+    llvm::SmallVector<const onnx::NodeProto *> found;
+    auto it = consumers.find(value);
+    if (it == consumers.end())
+      return found;
+    for (int i : it->second) {
+      const onnx::NodeProto &n = graph.node(i);
+      if ((n.domain().empty() || n.domain() == "ai.onnx") &&
+          n.op_type() == opType && llvm::find(found, &n) == found.end())
+        found.push_back(&n);
+    }
+    return found;
+  }
+  /// The only `opType` node that reads `value`, if it is the only reader.
+  const onnx::NodeProto *onlyUse(const std::string &value,
+                                 llvm::StringRef opType) const {
+    auto it = consumers.find(value);
+    if (it == consumers.end() || it->second.size() != 1)
+      return nullptr;
+    llvm::SmallVector<const onnx::NodeProto *> found = uses(value, opType);
+    return found.size() == 1 ? found.front() : nullptr;
+  }
+  llvm::ArrayRef<int> readers(const std::string &value) const {
+    auto it = consumers.find(value);
+    return it == consumers.end() ? llvm::ArrayRef<int>() : it->second;
+  }
+
+  /// The elements of a constant value: a Constant's, a ConstantOfShape's
+  /// fill, or an initializer's.
+  std::optional<std::vector<double>> constant(const std::string &value) const {
+    if (initializers.contains(value))
+      return reader.initializer(value);
+    if (const onnx::NodeProto *c = def(value, "Constant")) {
+      for (const onnx::AttributeProto &a : c->attribute()) {
+        if (a.name() == "value")
+          return reader.tensor(a.t());
+        if (a.name() == "value_int")
+          return std::vector<double>{static_cast<double>(a.i())};
+        if (a.name() == "value_ints")
+          return std::vector<double>(a.ints().begin(), a.ints().end());
+        if (a.name() == "value_float")
+          return std::vector<double>{a.f()};
+        if (a.name() == "value_floats")
+          return std::vector<double>(a.floats().begin(), a.floats().end());
+      }
+    }
+    return std::nullopt;
+  }
+  bool isConstant(const std::string &value,
+                  std::initializer_list<double> want) const {
+    std::optional<std::vector<double>> got = constant(value);
+    return got && llvm::equal(*got, want);
+  }
+  /// A tensor of zeros (Constant or ConstantOfShape).
+  bool isZeros(const std::string &value) const {
+    std::optional<std::vector<double>> elements;
+    if (const onnx::NodeProto *fill = def(value, "ConstantOfShape")) {
+      elements = std::vector<double>{0.0};
+      for (const onnx::AttributeProto &a : fill->attribute())
+        if (a.name() == "value")
+          elements = reader.tensor(a.t());
+    } else if (def(value, "Constant")) {
+      elements = constant(value);
+    }
+    return elements && llvm::all_of(*elements, [](double v) { return v == 0; });
+  }
+
+  bool isGraphInput(const std::string &v) const {
+    return graphInputs.contains(v) && !initializers.contains(v);
+  }
+  bool isGraphOutput(const std::string &v) const {
+    return graphOutputs.contains(v);
+  }
+  bool isInitializer(const std::string &v) const {
+    return initializers.contains(v);
+  }
+
+private:
+  const onnx::GraphProto &graph;
+  const ConstantReader &reader;
+  llvm::StringMap<int> producers;
+  llvm::StringMap<llvm::SmallVector<int, 2>> consumers;
+  llvm::StringSet<> graphInputs, initializers, graphOutputs;
+};
+
+int64_t intAttr(const onnx::NodeProto &n, llvm::StringRef name,
+                int64_t absent) {
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == name)
+      return a.i();
+  return absent;
+}
+
+std::vector<int64_t> intsAttr(const onnx::NodeProto &n, llvm::StringRef name) {
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == name)
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+  return {};
+}
+
+std::string stringAttr(const onnx::NodeProto &n, llvm::StringRef name,
+                       llvm::StringRef absent = "none") {
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == name)
+      return a.s();
+  return absent.str();
+}
+
+/// The other input of a binary node one of whose inputs is `known`.
+std::optional<std::string> otherInput(const onnx::NodeProto *n,
+                                      const std::string &known) {
+  if (!n || n->input_size() != 2)
+    return std::nullopt;
+  if (n->input(0) == known)
+    return n->input(1);
+  if (n->input(1) == known)
+    return n->input(0);
+  return std::nullopt;
+}
+
+/// One recognized loop.
+struct Loop {
+  std::string hidden, ids, weights, fc1, fc2, output;
+  int64_t traced = 0, depth = 0;
+  /// The node indices the loop's node replaces.
+  llvm::DenseSet<int> region;
+  int outputNode = -1;
+};
+
+class LoopMatcher {
+public:
+  explicit LoopMatcher(const GraphIndex &g) : g(g) {}
+
+  /// The loop whose one-hot of the router's ids is node `oneHot`.
+  std::optional<Loop> match(int oneHot);
+
+private:
+  /// The expert id each row of the experts-hit Split selects, in order.
+  bool matchHits(const onnx::NodeProto &reduce);
+  /// One traced body: the expert id `id`; its scatter's Add.
+  const onnx::NodeProto *matchBody(const std::string &id,
+                                   const std::string &transposed);
+  /// `a` and `b` equal, or `a` set to `b` when empty.
+  bool same(std::string &a, const std::string &b) {
+    if (a.empty())
+      a = b;
+    return a == b;
+  }
+  /// Gather(data, ids) on axis 0 whose data is not `exclude`, reading
+  /// `ids`, through a Transpose [1, 0]: the stacked weight it reads.
+  std::optional<std::string> transposedRows(const std::string &value,
+                                            const std::string &id);
+  bool collectRegion(Loop &loop);
+
+  const GraphIndex &g;
+  Loop loop;
+  llvm::SmallVector<std::string> ids;
+};
+
+bool LoopMatcher::matchHits(const onnx::NodeProto &reduce) {
+  if (reduce.input_size() != 2 || intAttr(reduce, "keepdims", 1) != 0)
+    return false;
+  std::optional<std::vector<double>> axes = g.constant(reduce.input(1));
+  if (!axes || axes->size() != 2)
+    return false;
+  std::vector<double> sorted = *axes;
+  llvm::sort(sorted);
+  if (sorted != std::vector<double>{-2, -1} &&
+      sorted != std::vector<double>{1, 2})
+    return false;
+  const onnx::NodeProto *greater = g.onlyUse(reduce.output(0), "Greater");
+  if (!greater || greater->input(0) != reduce.output(0) ||
+      !g.isConstant(greater->input(1), {0}))
+    return false;
+  const onnx::NodeProto *nonzero = g.onlyUse(greater->output(0), "NonZero");
+  if (!nonzero)
+    return false;
+  const onnx::NodeProto *rows = g.onlyUse(nonzero->output(0), "Transpose");
+  if (!rows || intsAttr(*rows, "perm") != std::vector<int64_t>{1, 0})
+    return false;
+  const onnx::NodeProto *split = g.onlyUse(rows->output(0), "Split");
+  if (!split || intAttr(*split, "axis", 0) != 0 || split->input_size() != 2)
+    return false;
+  std::optional<std::vector<double>> sizes = g.constant(split->input(1));
+  if (!sizes || static_cast<int>(sizes->size()) != split->output_size() ||
+      llvm::any_of(*sizes, [](double s) { return s != 1; }))
+    return false;
+  for (const std::string &row : split->output()) {
+    const onnx::NodeProto *squeeze = g.onlyUse(row, "Squeeze");
+    if (!squeeze || squeeze->input_size() != 2 ||
+        !g.isConstant(squeeze->input(1), {0}))
+      return false;
+    const onnx::NodeProto *first = g.onlyUse(squeeze->output(0), "Gather");
+    if (!first || first->input(0) != squeeze->output(0) ||
+        intAttr(*first, "axis", 0) != 0 || !g.isConstant(first->input(1), {0}))
+      return false;
+    ids.push_back(first->output(0));
+  }
+  return !ids.empty();
+}
+
+std::optional<std::string> LoopMatcher::transposedRows(const std::string &value,
+                                                       const std::string &id) {
+  const onnx::NodeProto *t = g.def(value, "Transpose");
+  if (!t || intsAttr(*t, "perm") != std::vector<int64_t>{1, 0})
+    return std::nullopt;
+  const onnx::NodeProto *rows = g.def(t->input(0), "Gather");
+  if (!rows || rows->input(1) != id || intAttr(*rows, "axis", 0) != 0)
+    return std::nullopt;
+  return rows->input(0);
+}
+
+const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
+                                              const std::string &transposed) {
+  // The slots that chose the expert: NonZero of its [k, T] one-hot rows.
+  const onnx::NodeProto *mask = nullptr;
+  for (const onnx::NodeProto *n : g.uses(id, "Gather"))
+    if (n->input(0) == transposed && n->input(1) == id &&
+        intAttr(*n, "axis", 0) == 0)
+      mask = n;
+  if (!mask)
+    return nullptr;
+  const onnx::NodeProto *cast = g.onlyUse(mask->output(0), "Cast");
+  if (!cast || intAttr(*cast, "to", 0) != onnx::TensorProto_DataType_BOOL)
+    return nullptr;
+  const onnx::NodeProto *nonzero = g.onlyUse(cast->output(0), "NonZero");
+  if (!nonzero)
+    return nullptr;
+  const onnx::NodeProto *pairs = g.onlyUse(nonzero->output(0), "Transpose");
+  if (!pairs || intsAttr(*pairs, "perm") != std::vector<int64_t>{1, 0})
+    return nullptr;
+  const onnx::NodeProto *split = g.onlyUse(pairs->output(0), "Split");
+  if (!split || intAttr(*split, "axis", 0) != 1 || split->output_size() != 2 ||
+      split->input_size() != 2 || !g.isConstant(split->input(1), {1, 1}))
+    return nullptr;
+  std::string slot[2];
+  for (int i = 0; i < 2; ++i) {
+    const onnx::NodeProto *squeeze = g.onlyUse(split->output(i), "Squeeze");
+    if (!squeeze || squeeze->input_size() != 2 ||
+        !g.isConstant(squeeze->input(1), {1}))
+      return nullptr;
+    slot[i] = squeeze->output(0);
+  }
+  const std::string &pos = slot[0], &tok = slot[1];
+
+  // hidden[tok] @ gate_up_proj[e]^T, chunked in two along the last axis.
+  const onnx::NodeProto *rows = nullptr;
+  for (const onnx::NodeProto *n : g.uses(tok, "Gather"))
+    if (n->input(1) == tok && intAttr(*n, "axis", 0) == 0)
+      rows = n;
+  if (!rows || !same(loop.hidden, rows->input(0)))
+    return nullptr;
+  const onnx::NodeProto *fc1 = nullptr;
+  for (const onnx::NodeProto *n : g.uses(rows->output(0), "MatMul"))
+    if (n->input(0) == rows->output(0))
+      fc1 = n;
+  if (!fc1)
+    return nullptr;
+  std::optional<std::string> w1 = transposedRows(fc1->input(1), id);
+  if (!w1 || !same(loop.fc1, *w1))
+    return nullptr;
+  const onnx::NodeProto *gate = nullptr, *up = nullptr;
+  llvm::SmallVector<const onnx::NodeProto *> slices =
+      g.uses(fc1->output(0), "Slice");
+  for (const onnx::NodeProto *s : slices)
+    if (s->input_size() == 4 && s->input(0) == fc1->output(0) &&
+        g.isConstant(s->input(1), {0}))
+      gate = s;
+  for (const onnx::NodeProto *s : slices)
+    if (gate && s->input_size() == 4 && s->input(0) == fc1->output(0) &&
+        s->input(1) == gate->input(2))
+      up = s;
+  if (!gate || !up || slices.size() != 2 ||
+      !g.isConstant(gate->input(3), {-1}) || !g.isConstant(up->input(3), {-1}))
+    return nullptr;
+  // torch.chunk(2): ends d * 1 and d * 2, d = (last + 1) / 2 of the
+  // product's own shape.
+  const onnx::NodeProto *half = g.def(gate->input(2), "Mul");
+  const onnx::NodeProto *whole = g.def(up->input(2), "Mul");
+  if (!half || !whole || half->input(0) != whole->input(0) ||
+      !g.isConstant(half->input(1), {1}) || !g.isConstant(whole->input(1), {2}))
+    return nullptr;
+  const onnx::NodeProto *div = g.def(half->input(0), "Div");
+  const onnx::NodeProto *plus = div ? g.def(div->input(0), "Add") : nullptr;
+  const onnx::NodeProto *last =
+      plus ? g.def(plus->input(0), "Gather") : nullptr;
+  const onnx::NodeProto *shape =
+      last ? g.def(last->input(0), "Shape") : nullptr;
+  if (!div || !g.isConstant(div->input(1), {2}) || !plus ||
+      !g.isConstant(plus->input(1), {1}) || !last || !shape ||
+      shape->input(0) != fc1->output(0) || !g.isConstant(last->input(1), {-1}))
+    return nullptr;
+
+  // silu(gate) * up.
+  llvm::SmallVector<const onnx::NodeProto *> sigmoids =
+      g.uses(gate->output(0), "Sigmoid");
+  if (sigmoids.size() != 1)
+    return nullptr;
+  const onnx::NodeProto *sigmoid = sigmoids.front();
+  const onnx::NodeProto *silu = nullptr;
+  for (const onnx::NodeProto *n : g.uses(sigmoid->output(0), "Mul"))
+    if (otherInput(n, sigmoid->output(0)) == gate->output(0))
+      silu = n;
+  if (!silu)
+    return nullptr;
+  const onnx::NodeProto *act = g.onlyUse(silu->output(0), "Mul");
+  if (!act || otherInput(act, silu->output(0)) != up->output(0))
+    return nullptr;
+
+  // @ down_proj[e]^T, times the slot's routing weight.
+  const onnx::NodeProto *fc2 = g.onlyUse(act->output(0), "MatMul");
+  if (!fc2 || fc2->input(0) != act->output(0))
+    return nullptr;
+  std::optional<std::string> w2 = transposedRows(fc2->input(1), id);
+  if (!w2 || !same(loop.fc2, *w2))
+    return nullptr;
+  const onnx::NodeProto *weighted = g.onlyUse(fc2->output(0), "Mul");
+  std::optional<std::string> routing = otherInput(weighted, fc2->output(0));
+  if (!routing)
+    return nullptr;
+  std::string r = *routing;
+  while (const onnx::NodeProto *reshape = g.def(r, "Reshape"))
+    r = reshape->input(0);
+  // weights.flatten()[tok * k + pos]: the Gather of a [T * k, 1] view.
+  const onnx::NodeProto *pick = g.def(r, "Gather");
+  if (!pick || intAttr(*pick, "axis", 0) != 0)
+    return nullptr;
+  const onnx::NodeProto *flat = g.def(pick->input(0), "Flatten");
+  const onnx::NodeProto *column =
+      flat ? g.def(flat->input(0), "Unsqueeze") : nullptr;
+  if (!flat || intAttr(*flat, "axis", 1) != 2 || !column ||
+      column->input_size() != 2 ||
+      !(g.isConstant(column->input(1), {-1}) ||
+        g.isConstant(column->input(1), {2})) ||
+      !same(loop.weights, column->input(0)))
+    return nullptr;
+  const onnx::NodeProto *index = g.def(pick->input(1), "Add");
+  if (!index || index->input(0) != pos)
+    return nullptr;
+  const onnx::NodeProto *stride = g.def(index->input(1), "Mul");
+  if (!stride || stride->input(0) != tok)
+    return nullptr;
+  const onnx::NodeProto *k = g.def(stride->input(1), "Gather");
+  const onnx::NodeProto *kShape = k ? g.def(k->input(0), "Shape") : nullptr;
+  if (!k || !kShape || kShape->input(0) != column->output(0) ||
+      !g.isConstant(k->input(1), {1}))
+    return nullptr;
+  std::string update = weighted->output(0);
+  if (const onnx::NodeProto *back = g.onlyUse(update, "Cast")) {
+    if (intAttr(*back, "to", 0) != onnx::TensorProto_DataType_FLOAT)
+      return nullptr;
+    update = back->output(0);
+  }
+
+  // index_add_: ScatterElements of the rows into zeros at tok, added.
+  const onnx::NodeProto *expand = g.onlyUse(update, "Expand");
+  if (!expand)
+    return nullptr;
+  // (The indices' Expand reads the rows' shape too.)
+  llvm::SmallVector<const onnx::NodeProto *> scatters =
+      g.uses(expand->output(0), "ScatterElements");
+  const onnx::NodeProto *scatter =
+      scatters.size() == 1 ? scatters.front() : nullptr;
+  if (!scatter || scatter->input(2) != expand->output(0) ||
+      intAttr(*scatter, "axis", 0) != 0 ||
+      stringAttr(*scatter, "reduction") != "none" ||
+      !g.isZeros(scatter->input(0)))
+    return nullptr;
+  const onnx::NodeProto *at = g.def(scatter->input(1), "Expand");
+  const onnx::NodeProto *atColumn =
+      at ? g.def(at->input(0), "Unsqueeze") : nullptr;
+  if (!at || !atColumn || atColumn->input(0) != tok ||
+      atColumn->input_size() != 2 || !g.isConstant(atColumn->input(1), {1}))
+    return nullptr;
+  return g.onlyUse(scatter->output(0), "Add");
+}
+
+std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
+  const onnx::NodeProto &oneHot = g.node(oneHotIndex);
+  loop = Loop();
+  ids.clear();
+  std::optional<std::vector<double>> depth = g.constant(oneHot.input(1));
+  if (intAttr(oneHot, "axis", -1) != -1 || !depth || depth->size() != 1 ||
+      !g.isConstant(oneHot.input(2), {0, 1}))
+    return std::nullopt;
+  loop.ids = oneHot.input(0);
+  loop.depth = static_cast<int64_t>((*depth)[0]);
+  const onnx::NodeProto *transpose = g.onlyUse(oneHot.output(0), "Transpose");
+  if (!transpose ||
+      intsAttr(*transpose, "perm") != std::vector<int64_t>{2, 1, 0})
+    return std::nullopt;
+  const std::string &transposed = transpose->output(0);
+  llvm::SmallVector<const onnx::NodeProto *> reduces =
+      g.uses(transposed, "ReduceSum");
+  if (reduces.size() != 1 || !matchHits(*reduces.front()))
+    return std::nullopt;
+  // Every other reader of the transposed one-hot is a body's mask.
+  if (g.readers(transposed).size() != ids.size() + 1)
+    return std::nullopt;
+
+  // Each body's Add; then the chain of Adds, from zeros, in some order.
+  std::map<std::string, const onnx::NodeProto *> addsByAccumulator;
+  llvm::DenseSet<const onnx::NodeProto *> adds;
+  for (const std::string &id : ids) {
+    const onnx::NodeProto *add = matchBody(id, transposed);
+    if (!add || !adds.insert(add).second)
+      return std::nullopt;
+  }
+  const onnx::NodeProto *first = nullptr;
+  for (const onnx::NodeProto *add : adds) {
+    // The accumulator is the input that is not the scatter.
+    const std::string &a = add->input(0), &b = add->input(1);
+    std::string accumulator = g.def(b, "ScatterElements") ? a : b;
+    if (g.isZeros(accumulator)) {
+      if (first)
+        return std::nullopt;
+      first = add;
+    } else if (!addsByAccumulator.emplace(accumulator, add).second) {
+      return std::nullopt;
+    }
+  }
+  if (!first)
+    return std::nullopt;
+  const onnx::NodeProto *last = first;
+  for (size_t n = 1; n < adds.size(); ++n) {
+    auto next = addsByAccumulator.find(last->output(0));
+    if (next == addsByAccumulator.end())
+      return std::nullopt;
+    last = next->second;
+  }
+  loop.output = last->output(0);
+  loop.outputNode = *g.producerIndex(loop.output);
+  loop.traced = static_cast<int64_t>(ids.size());
+  if (!collectRegion(loop))
+    return std::nullopt;
+  return loop;
+}
+
+/// The loop's nodes: everything the output depends on short of the loop's
+/// inputs, which must be constants otherwise. Counts the ops a loop of
+/// `traced` bodies has, so that nothing else computes in it; leaves out
+/// the constants other nodes read too.
+bool LoopMatcher::collectRegion(Loop &loop) {
+  static const llvm::StringSet<> kOps = {"Add",
+                                         "Cast",
+                                         "Concat",
+                                         "Constant",
+                                         "ConstantOfShape",
+                                         "Div",
+                                         "Expand",
+                                         "Flatten",
+                                         "Gather",
+                                         "Greater",
+                                         "MatMul",
+                                         "Mul",
+                                         "NonZero",
+                                         "OneHot",
+                                         "ReduceSum",
+                                         "Reshape",
+                                         "ScatterElements",
+                                         "Shape",
+                                         "Sigmoid",
+                                         "Slice",
+                                         "Split",
+                                         "Squeeze",
+                                         "Transpose",
+                                         "Unsqueeze"};
+  llvm::StringSet<> boundary = {loop.hidden, loop.ids, loop.weights, loop.fc1,
+                                loop.fc2};
+  llvm::SmallVector<std::string> work = {loop.output};
+  llvm::StringSet<> seen;
+  llvm::StringMap<int64_t> counts;
+  while (!work.empty()) {
+    std::string value = work.pop_back_val();
+    if (value.empty() || boundary.contains(value) || !seen.insert(value).second)
+      continue;
+    std::optional<int> producer = g.producerIndex(value);
+    if (!producer) {
+      if (g.isInitializer(value))
+        continue;
+      return false; // A graph input other than the loop's.
+    }
+    if (!loop.region.insert(*producer).second)
+      continue;
+    const onnx::NodeProto &n = g.node(*producer);
+    if ((!n.domain().empty() && n.domain() != "ai.onnx") ||
+        !kOps.contains(n.op_type()))
+      return false;
+    ++counts[n.op_type()];
+    for (const std::string &in : n.input())
+      work.push_back(in);
+  }
+  int64_t t = loop.traced;
+  if (counts["OneHot"] != 1 || counts["NonZero"] != t + 1 ||
+      counts["MatMul"] != 2 * t || counts["Sigmoid"] != t ||
+      counts["ScatterElements"] != t)
+    return false;
+  // Nodes whose outputs something outside the loop reads stay, with what
+  // they read; only constants may.
+  llvm::SmallVector<int> keep;
+  for (int i : loop.region) {
+    if (i == loop.outputNode)
+      continue;
+    for (const std::string &out : g.node(i).output())
+      if (g.isGraphOutput(out) || llvm::any_of(g.readers(out), [&](int r) {
+            return !loop.region.contains(r);
+          }))
+        keep.push_back(i);
+  }
+  for (int i : keep) {
+    if (g.node(i).op_type() != "Constant")
+      return false;
+    loop.region.erase(i);
+  }
+  return true;
+}
+
+} // namespace
+
+LogicalResult mlir::partita::onnx_import::foldExpertLoops(
+    onnx::GraphProto &graph, const ConstantReader &constants, Location loc) {
+  for (const onnx::NodeProto &node : graph.node())
+    if (node.domain() == kInternalDomain)
+      return emitError(loc)
+             << "node '" << node.name() << "' uses the domain "
+             << kInternalDomain << ", which is Partita's own; a model may not";
+  std::vector<Loop> loops;
+  {
+    GraphIndex index(graph, constants);
+    LoopMatcher matcher(index);
+    llvm::DenseSet<int> claimed;
+    for (int i = 0; i < graph.node_size(); ++i) {
+      const onnx::NodeProto &n = graph.node(i);
+      if (n.op_type() != "OneHot" ||
+          (!n.domain().empty() && n.domain() != "ai.onnx") ||
+          n.input_size() != 3)
+        continue;
+      std::optional<Loop> loop = matcher.match(i);
+      if (!loop || llvm::any_of(loop->region,
+                                [&](int r) { return claimed.contains(r); }))
+        continue;
+      claimed.insert(loop->region.begin(), loop->region.end());
+      loops.push_back(std::move(*loop));
+    }
+  }
+  if (loops.empty())
+    return success();
+
+  // Rebuild the node list: each loop's node where its output was made.
+  std::map<int, const Loop *> byOutput;
+  llvm::DenseSet<int> removed;
+  for (const Loop &loop : loops) {
+    byOutput[loop.outputNode] = &loop;
+    removed.insert(loop.region.begin(), loop.region.end());
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    auto it = byOutput.find(i);
+    if (it != byOutput.end()) {
+      const Loop &loop = *it->second;
+      onnx::NodeProto *node = nodes.Add();
+      // Named after the loop's module: the experts' scope.
+      std::string name = graph.node(i).name();
+      node->set_name(name.substr(0, name.rfind('/') + 1) +
+                     kExpertLoopOpType.str());
+      node->set_domain(kInternalDomain.str());
+      node->set_op_type(kExpertLoopOpType.str());
+      for (const std::string *in :
+           {&loop.hidden, &loop.ids, &loop.weights, &loop.fc1, &loop.fc2})
+        node->add_input(*in);
+      node->add_output(loop.output);
+      for (auto [attrName, value] :
+           {std::pair("traced", loop.traced), std::pair("depth", loop.depth)}) {
+        onnx::AttributeProto *a = node->add_attribute();
+        a->set_name(attrName);
+        a->set_type(onnx::AttributeProto_AttributeType_INT);
+        a->set_i(value);
+      }
+      continue;
+    }
+    if (!removed.contains(i))
+      *nodes.Add() = graph.node(i);
+  }
+  graph.mutable_node()->Swap(&nodes);
+  return success();
+}

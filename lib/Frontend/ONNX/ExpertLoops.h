@@ -1,0 +1,76 @@
+//===- ExpertLoops.h - transformers' eager expert loops ---------*- C++ -*-===//
+//
+// Part of the Partita project.
+//
+//===----------------------------------------------------------------------===//
+//
+// transformers' "eager" experts compute a mixture of experts as a Python
+// loop over the experts any token reached, which the legacy exporter traces
+// into the graph once per expert the example input reached:
+//
+//   hit      = NonZero(ReduceSum(OneHot(ids)^T) > 0), Split into N rows
+//   for each row i: e = the row's expert id (a value, not a constant)
+//     pos, tok = NonZero(OneHot(ids)^T[e])       the slots that chose e
+//     g, u     = chunk(hidden[tok] @ gate_up_proj[e]^T, 2)
+//     y        = (silu(g) * u) @ down_proj[e]^T * weights.flat[tok * k + pos]
+//     acc     += ScatterElements(zeros, tok, y)  (index_add_)
+//
+// Every NonZero has a shape that depends on the routing, and the number of
+// traced bodies is the number of experts the example reached: onnxruntime
+// refuses an input that reaches another number (Split's sizes no longer
+// fit). On every input it accepts, the loop computes each reached expert
+// for its tokens, which is nn.moe over the stacked weights; on the inputs
+// it refuses, nn.moe computes what the model computes.
+//
+// foldExpertLoops recognizes each loop (every link of the value path, and a
+// region that reads nothing but the hidden states, the router's ids and
+// weights, the two stacked weights and constants) and replaces its nodes by
+// one node of the internal op kExpertLoopOpType, which the importer makes an
+// nn.moe. A loop that does not match is left alone, and its NonZero refused
+// with a hint.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARTITA_LIB_FRONTEND_ONNX_EXPERTLOOPS_H
+#define PARTITA_LIB_FRONTEND_ONNX_EXPERTLOOPS_H
+
+#include "mlir/IR/Location.h"
+#include "mlir/Support/LLVM.h"
+#include "onnx/onnx_pb.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::partita::onnx_import {
+
+/// The node a folded loop becomes: inputs (hidden [T, H], expert ids
+/// [T, k], routing weights [T, k], gate_up_proj [E, 2F, H], down_proj
+/// [E, H, F]), one output, attributes `traced` (the experts the export
+/// holds bodies for) and `depth` (the one-hot's classes). A model may not
+/// use the domain itself.
+constexpr llvm::StringLiteral kInternalDomain = "ai.partita.internal";
+constexpr llvm::StringLiteral kExpertLoopOpType = "ExpertLoop";
+
+bool isExpertLoop(const onnx::NodeProto &node);
+
+/// Reads the elements of a constant for the matcher: a tensor proto (a
+/// Constant's or ConstantOfShape's value) or an initializer by name;
+/// nullopt when it cannot (or is not one).
+struct ConstantReader {
+  std::function<std::optional<std::vector<double>>(const onnx::TensorProto &)>
+      tensor;
+  std::function<std::optional<std::vector<double>>(const std::string &)>
+      initializer;
+};
+
+/// Replaces every recognized eager expert loop of `graph`'s top level.
+/// Fails (with an error at `loc`) only on a model that uses the internal
+/// domain.
+LogicalResult foldExpertLoops(onnx::GraphProto &graph,
+                              const ConstantReader &constants, Location loc);
+
+} // namespace mlir::partita::onnx_import
+
+#endif // PARTITA_LIB_FRONTEND_ONNX_EXPERTLOOPS_H

@@ -1,0 +1,155 @@
+"""transformers' eager expert loop (the legacy exporter's trace of a Python
+loop over the experts the example input reached) imports as one nn.moe per
+layer (lib/Frontend/ONNX/ExpertLoops.cpp). The fixtures are Mixtral with 4
+experts, top 2 (every expert reached: 4 bodies), and with 64 experts, top 1
+(18 and 13 bodies), from test/models/hf/make_hf.py. The runs on every mesh
+against onnxruntime are test_hf_models.py's; here: what the fold makes,
+inputs other than the export's own, and the loops it must not fold."""
+
+import re
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from conftest import BUILD, ROOT, onnx_model, value_info
+
+HF = ROOT / "test" / "models" / "hf"
+COMPILE = str(BUILD / "bin" / "partita-compile")
+RUN = str(BUILD / "bin" / "partita-run")
+
+
+def compile_nn(path):
+    return subprocess.run([COMPILE, str(path), "--emit", "nn"],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name,bodies,experts", [
+    ("mixtral_eager", [4, 4], 4), ("mixtral_eager64", [18, 13], 64)])
+def test_each_loop_folds_into_one_moe(name, bodies, experts):
+    proc = compile_nn(HF / f"{name}.legacy.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("nn.moe swiglu") == 2, proc.stdout
+    assert "NonZero" not in proc.stdout
+    warnings = re.findall(r"eager expert loop holds (\d+) of (\d+) experts",
+                          proc.stderr)
+    want = [(str(b), str(experts)) for b in bodies if b < experts]
+    assert warnings == want, proc.stderr
+
+
+def ort_outputs(path, feeds):
+    session = ort.InferenceSession(str(path),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def partita_outputs(tmp_path, artifact, feeds):
+    args = [RUN, str(artifact), "--output-dir", str(tmp_path / "out")]
+    for key, value in feeds.items():
+        np.save(tmp_path / f"{key}.npy", value)
+        args += ["--input", f"{key}={tmp_path / key}.npy"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return np.load(tmp_path / "out" / "logits.npy")
+
+
+def other_feeds(name, rng):
+    """The fixture's input with one token changed (which keeps most of its
+    routing, so that some reach as many experts as the example did)."""
+    feeds = dict(np.load(HF / f"{name}.inputs.npz"))
+    ids = feeds["input_ids"].copy()
+    ids[rng.integers(0, 2), rng.integers(0, 16)] = rng.integers(0, 128)
+    return {"input_ids": ids, "attention_mask": feeds["attention_mask"]}
+
+
+@pytest.mark.parametrize("name", ["mixtral_eager", "mixtral_eager64"])
+def test_other_inputs_run_like_onnxruntime_where_it_accepts_them(tmp_path,
+                                                                   name):
+    # The expert ids of a body are values (the loop's rows of NonZero), so
+    # onnxruntime computes any input that reaches as many experts per layer
+    # as the example did, and refuses the others (Split's sizes no longer
+    # fit). Where it accepts, the folded mixture equals it; where it
+    # refuses, Partita computes the router's experts all the same.
+    path = HF / f"{name}.legacy.onnx"
+    artifact = tmp_path / "art"
+    proc = subprocess.run([COMPILE, str(path), "-o", str(artifact)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rng = np.random.default_rng(37)
+    accepted = refused = 0
+    for attempt in range(60):
+        feeds = other_feeds(name, rng)
+        try:
+            want = ort_outputs(path, feeds)
+        except Exception as error:  # noqa: BLE001 - onnxruntime refuses
+            assert "Split" in str(error) or "split" in str(error), error
+            if refused < 1:
+                run = tmp_path / f"refused{attempt}"
+                run.mkdir()
+                got = partita_outputs(run, artifact, feeds)
+                assert np.isfinite(got).all()
+            refused += 1
+            continue
+        run = tmp_path / f"accepted{attempt}"
+        run.mkdir()
+        np.testing.assert_allclose(partita_outputs(run, artifact, feeds),
+                                   want, rtol=1e-4, atol=1e-5)
+        accepted += 1
+        if accepted == 2 and (refused or name == "mixtral_eager"):
+            break
+    assert accepted == 2, (accepted, refused)
+    # Four experts, top 2 of 32 tokens: every input reaches all four.
+    assert (refused == 0) == (name == "mixtral_eager"), refused
+
+
+def mutated(change):
+    """The 4-expert fixture with `change(node)` applied to the first
+    node it returns True for."""
+    model = onnx.load(str(HF / "mixtral_eager.legacy.onnx"))
+    for node in model.graph.node:
+        if change(node):
+            break
+    return model
+
+
+def sigmoid_to_tanh(node):
+    if node.op_type == "Sigmoid" and "experts/act_fn/" in node.name:
+        node.op_type = "Tanh"
+        return True
+    return False
+
+
+def first_body_weight_from_down_proj(node):
+    # The first body's gate_up_proj read from down_proj's rows instead.
+    if node.op_type == "Gather" and node.input[0].endswith(
+            "layers.0.mlp.experts.gate_up_proj"):
+        node.input[0] = node.input[0].replace("gate_up_proj", "down_proj")
+        return True
+    return False
+
+
+@pytest.mark.parametrize("change", [sigmoid_to_tanh,
+                                    first_body_weight_from_down_proj])
+def test_a_loop_that_computes_something_else_is_not_folded(tmp_path, change):
+    path = tmp_path / "model.onnx"
+    onnx.save(mutated(change), str(path))
+    proc = compile_nn(path)
+    assert proc.returncode == 1, proc.stdout
+    assert "unsupported ONNX ops at opset 17: NonZero" in proc.stderr
+    assert "not one Partita recognizes" in proc.stderr, proc.stderr
+
+
+def test_the_internal_domain_is_refused(compile_model):
+    m = onnx_model([helper.make_node("ExpertLoop", ["x"], ["y"],
+                                     domain="ai.partita.internal",
+                                     name="mine")],
+                   [value_info("x", onnx.TensorProto.FLOAT, [2])],
+                   [value_info("y", onnx.TensorProto.FLOAT, [2])],
+                   domains=[("ai.partita.internal", 1)])
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "node 'mine' uses the domain ai.partita.internal, which is " \
+        "Partita's own; a model may not" in result.stderr, result.stderr
