@@ -10,11 +10,13 @@
 #include "partita/runtime/Float16.h"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <fstream>
 #include <mutex>
 #include <vector>
 
@@ -28,9 +30,10 @@ typedef int (*LaunchEntry)(const char *kernel, void *function, unsigned arity,
                            const unsigned block[3], char *error,
                            size_t errorSize);
 
-/// Ranks run as threads; a module's scheduler and its shared-memory statics
-/// are per module, and ranks with equal sources share one module, so one
-/// launch runs at a time process-wide.
+/// Ranks run as threads. Each device loads its own copy of a module (its
+/// `__device__` statics are per device, as a module's globals are per
+/// context on a GPU: nn.moe's launches pass their routing tables through
+/// them); one launch runs at a time process-wide all the same.
 std::mutex &launchMutex() {
   static std::mutex mutex;
   return mutex;
@@ -106,8 +109,20 @@ Status EmulatedCudaDevice::create(const std::string &library,
 }
 
 Status EmulatedCudaDevice::addModule(const std::string &library) {
+  // dlopen returns the loaded copy for a path it has seen: load a private
+  // copy of the file, removed once mapped.
+  static std::atomic<unsigned> copies{0};
+  std::string copy = library + ".device" + std::to_string(copies++) + ".so";
+  {
+    std::ifstream in(library, std::ios::binary);
+    std::ofstream out(copy, std::ios::binary);
+    out << in.rdbuf();
+    if (!in || !out)
+      return Status::error("cannot copy " + library + " to " + copy);
+  }
   Module module;
-  module.handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  module.handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::remove(copy.c_str());
   if (!module.handle)
     return Status::error("cannot load " + library + ": " + dlerror());
   module.launchEntry = dlsym(module.handle, "partita_emu_launch");
