@@ -50,6 +50,10 @@ double valueBytes(Value value) {
 SmallVector<Value> weightsOf(Operation *op) {
   SmallVector<Value> weights;
   for (Value operand : op->getOperands()) {
+    // Stacked int4 experts reach nn.moe transposed.
+    if (auto transpose = operand.getDefiningOp<nn::TransposeOp>();
+        transpose && transpose.getInput().getDefiningOp<nn::DequantizeOp>())
+      operand = transpose.getInput();
     if (operand.getDefiningOp<nn::ConstantOp>())
       weights.push_back(operand);
     else if (auto dequantize = operand.getDefiningOp<nn::DequantizeOp>())

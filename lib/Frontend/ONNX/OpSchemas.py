@@ -48,6 +48,7 @@ ORT_OPS = [
     ("com.microsoft", "GroupQueryAttention"),
     ("com.microsoft", "MatMulNBits"),
     ("com.microsoft", "MoE"),
+    ("com.microsoft", "QMoE"),
     ("com.microsoft", "RotaryEmbedding"),
     ("com.microsoft", "SkipLayerNormalization"),
     ("com.microsoft", "SkipSimplifiedLayerNormalization"),

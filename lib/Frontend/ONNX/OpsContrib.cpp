@@ -738,22 +738,22 @@ LogicalResult groupQueryAttentionHandler(NodeContext &ctx) {
   return success();
 }
 
-/// A constant input of MatMulNBits's packed bytes (uint8) as nn's i8 of
-/// the same bits, reshaped to `shape`: the model's bytes, not a copy.
+/// A constant input of MatMulNBits's or QMoE's packed bytes (uint8) as
+/// nn's i8 of the same bits, reshaped to `shape`: the model's bytes, not a
+/// copy. `what` names the input in errors ("MatMulNBits B").
 FailureOr<Value> packedBytes(NodeContext &ctx, unsigned i, StringRef what,
                              ArrayRef<int64_t> shape) {
   const HostTensor *tensor = ctx.getConstant(i);
   if (!tensor)
-    return ctx.emitError() << "MatMulNBits " << what
+    return ctx.emitError() << what
                            << " must be an initializer (a weight computed "
                               "at run time is not supported)";
   if (tensor->dataType != onnx::TensorProto_DataType_UINT8)
-    return ctx.emitError() << "MatMulNBits " << what << " must be uint8, got "
+    return ctx.emitError() << what << " must be uint8, got "
                            << dataTypeName(tensor->dataType);
   if (tensor->getNumElements() != *getElementCount(shape))
-    return ctx.emitError() << "MatMulNBits " << what << " has "
-                           << tensor->getNumElements()
-                           << " bytes; K, N, bits and block_size need "
+    return ctx.emitError() << what << " has " << tensor->getNumElements()
+                           << " bytes; its shape, bits and block_size need "
                            << *getElementCount(shape);
   SmallVector<int64_t> newShape(shape);
   HostTensor bytes(onnx::TensorProto_DataType_INT8, newShape);
@@ -768,43 +768,50 @@ FailureOr<Value> packedBytes(NodeContext &ctx, unsigned i, StringRef what,
   return ctx.createConstantView(i, bytes);
 }
 
-/// com.microsoft.MoE (onnxruntime's fused mixture of experts): the router's
-/// softmax over the experts and its top k (renormalized to sum 1 with
+/// An optional input of the node, or null.
+Value optionalInput(NodeContext &ctx, unsigned i) {
+  return i < ctx.getNumInputs() && !ctx.getNode().input(i).empty()
+             ? ctx.getInput(i)
+             : Value();
+}
+
+/// The expert weights of a fused mixture, as floats `[E, out, in]`.
+struct MixtureWeights {
+  Value fc1, fc2, fc3, bias1, bias2, bias3;
+};
+
+/// What MoE and QMoE (`op`) share once the experts are floats: the
+/// attributes' checks, the router and nn.moe. The router's softmax over
+/// the experts and its top k (renormalized to sum 1 with
 /// normalize_routing_weights), then nn.moe: each token's k experts' MLPs,
 /// weighted by their routing weights, on the stacked `[E, out, in]`
-/// weights as the model stores them. Activations: relu, gelu (the tanh
-/// approximation, as onnxruntime computes it), silu, identity and swiglu
-/// (gate and up unfused with fc3, interleaved, or concatenated;
-/// activation_alpha, activation_beta, swiglu_limit). Refused: the sparse
-/// mixer, CUDA's relu2 and geglu, and a limit after the activation (CUDA
-/// only).
-LogicalResult moeHandler(NodeContext &ctx) {
+/// weights. Activations: relu, gelu (the tanh approximation, as
+/// onnxruntime computes it), silu, identity and swiglu (gate and up
+/// unfused with fc3, interleaved, or concatenated; activation_alpha,
+/// activation_beta, swiglu_limit). Refused: the sparse mixer, CUDA's relu2
+/// and geglu, and a limit after the activation (CUDA only).
+LogicalResult buildMixture(NodeContext &ctx, StringRef op,
+                           const MixtureWeights &weightsIn) {
   Value input = ctx.getInput(0), router = ctx.getInput(1);
-  Value fc1 = ctx.getInput(2), fc2 = ctx.getInput(4);
-  if (!input || !router || !fc1 || !fc2)
+  if (!input || !router)
     return failure();
-  auto optional = [&](unsigned i) {
-    return i < ctx.getNumInputs() && !ctx.getNode().input(i).empty()
-               ? ctx.getInput(i)
-               : Value();
-  };
-  Value bias1 = optional(3), bias2 = optional(5), fc3 = optional(6),
-        bias3 = optional(7);
+  auto [fc1, fc2, fc3, bias1, bias2, bias3] = weightsIn;
   if (ctx.getAttrInt("use_sparse_mixer", 0))
-    return ctx.emitError() << "MoE's sparse mixer is not supported";
+    return ctx.emitError() << op << "'s sparse mixer is not supported";
   if (ctx.getAttrInt("swiglu_limit_after_activation", 0))
-    return ctx.emitError() << "MoE's swiglu_limit_after_activation (CUDA "
+    return ctx.emitError() << op
+                           << "'s swiglu_limit_after_activation (CUDA "
                               "only in onnxruntime) is not supported";
   std::string activation = ctx.getAttrString("activation_type", "relu");
   if (!llvm::is_contained({"relu", "gelu", "silu", "identity", "swiglu"},
                           activation))
-    return ctx.emitError() << "MoE's activation_type '" << activation
+    return ctx.emitError() << op << "'s activation_type '" << activation
                            << "' is not supported (relu, gelu, silu, "
                               "identity and swiglu are)";
   auto inputType = typeOf(input);
   Type element = inputType.getElementType();
   if (!isa<FloatType>(element))
-    return ctx.emitError() << "MoE computes in floats, not " << element;
+    return ctx.emitError() << op << " computes in floats, not " << element;
   int64_t hidden = inputType.getShape().back();
   int64_t tokens = inputType.getNumElements() / std::max<int64_t>(hidden, 1);
   auto routerType = typeOf(router);
@@ -812,7 +819,7 @@ LogicalResult moeHandler(NodeContext &ctx) {
   if (routerType.getRank() != 2 || routerType.getDimSize(0) != tokens ||
       fc1Type.getRank() != 3 || fc2Type.getRank() != 3)
     return ctx.emitError()
-           << "MoE expects router_probs [tokens, experts] (" << tokens
+           << op << " expects router_probs [tokens, experts] (" << tokens
            << " tokens) and 3-D expert weights, got router_probs "
            << shapeText(routerType.getShape()) << ", fc1 "
            << shapeText(fc1Type.getShape()) << " and fc2 "
@@ -820,18 +827,19 @@ LogicalResult moeHandler(NodeContext &ctx) {
   int64_t experts = routerType.getDimSize(1);
   int64_t k = ctx.getAttrInt("k", 1);
   if (k < 1 || k > experts)
-    return ctx.emitError() << "MoE's k is " << k << ", but there are "
+    return ctx.emitError() << op << "'s k is " << k << ", but there are "
                            << experts << " experts";
   int64_t fusion = ctx.getAttrInt("swiglu_fusion", 0);
   bool swiglu = activation == "swiglu";
   if (fusion < 0 || fusion > 2 || (swiglu && fusion == 0 && !fc3) ||
       (!swiglu && fusion != 0))
-    return ctx.emitError() << "MoE's swiglu_fusion is " << fusion
+    return ctx.emitError() << op << "'s swiglu_fusion is " << fusion
                            << " with activation_type '" << activation
                            << "' and " << (fc3 ? "" : "no ")
                            << "fc3_experts_weights";
   if (fc3 && (!swiglu || fusion != 0))
-    return ctx.emitError() << "MoE's fc3_experts_weights is used only by an "
+    return ctx.emitError() << op
+                           << "'s fc3_experts_weights is used only by an "
                               "unfused swiglu (swiglu_fusion 0), not with "
                               "activation_type '"
                            << activation << "' and swiglu_fusion " << fusion;
@@ -840,7 +848,7 @@ LogicalResult moeHandler(NodeContext &ctx) {
   auto expect = [&](Value v, ArrayRef<int64_t> shape, StringRef what) {
     if (!v || typeOf(v).getShape() == shape)
       return true;
-    ctx.emitError() << "MoE's " << what << " has shape "
+    ctx.emitError() << op << "'s " << what << " has shape "
                     << shapeText(typeOf(v).getShape()) << ", not "
                     << shapeText(shape);
     return false;
@@ -890,12 +898,169 @@ LogicalResult moeHandler(NodeContext &ctx) {
       float limit = ctx.getAttrFloat("swiglu_limit", 0);
       if (!(limit > 0))
         return ctx.emitError()
-               << "MoE's swiglu_limit must be positive, got " << limit;
+               << op << "'s swiglu_limit must be positive, got " << limit;
       moe.setLimitAttr(b.getF32FloatAttr(limit));
     }
   }
   ctx.setOutput(0, reshape(ctx, moe, inputType.getShape()));
   return success();
+}
+
+/// com.microsoft.MoE (onnxruntime's fused mixture of experts), its experts
+/// the model's float weights as they are stored.
+LogicalResult moeHandler(NodeContext &ctx) {
+  Value fc1 = ctx.getInput(2), fc2 = ctx.getInput(4);
+  if (!fc1 || !fc2)
+    return failure();
+  return buildMixture(ctx, "MoE",
+                      {fc1, fc2, optionalInput(ctx, 6), optionalInput(ctx, 3),
+                       optionalInput(ctx, 5), optionalInput(ctx, 7)});
+}
+
+/// One projection of QMoE's experts: the packed `[E, N, K * bits / 8]`
+/// weight (input `weight`), its scales (`[E, N, K / block_size]`, or
+/// `[E, N]` without a block size: one block per row) and zero points
+/// (`zeroPoints`, optional), as the float `[E, N, K]` experts: a batched
+/// nn.dequantize (`[E, K, N]`, as MatMulNBits's weight) transposed.
+FailureOr<Value> dequantizeExperts(NodeContext &ctx, unsigned weight,
+                                   unsigned scalesInput, unsigned zeroPoints,
+                                   StringRef what, int64_t bits,
+                                   int64_t blockSize, Type element) {
+  std::string name = ("QMoE's " + what + "_experts_weights").str();
+  const HostTensor *tensor = ctx.getConstant(weight);
+  if (!tensor || tensor->shape.size() != 3)
+    return ctx.emitError() << name
+                           << " must be an initializer [experts, rows, "
+                              "packed bytes]";
+  int64_t experts = tensor->shape[0], n = tensor->shape[1];
+  int64_t k = tensor->shape[2] * 8 / bits;
+  int64_t block = blockSize > 0 ? blockSize : k;
+  if (block < 16 || !llvm::isPowerOf2_64(block) || k % block != 0)
+    return ctx.emitError()
+           << "QMoE's " << what << " has rows of " << k << " elements and "
+           << (blockSize > 0 ? "block_size "
+                             : "one block per row (no "
+                               "block_size): ")
+           << block
+           << "; Partita needs blocks of a power of two of at least "
+              "16 that divide the rows";
+  int64_t blocks = k / block;
+  FailureOr<Value> packed =
+      packedBytes(ctx, weight, name, {experts, n, blocks, block * bits / 8});
+  if (failed(packed))
+    return failure();
+  std::string scaleName = ("QMoE's " + what + "_scales").str();
+  if (!ctx.hasInput(scalesInput))
+    return ctx.emitError() << scaleName << " are required (quant_type 'int')";
+  SmallVector<int64_t> scaleShape = {experts, n, blocks};
+  Value scales;
+  if (const HostTensor *constant = ctx.getConstant(scalesInput)) {
+    if (constant->getNumElements() != experts * n * blocks ||
+        constant->dataType != getDataType(element))
+      return ctx.emitError()
+             << scaleName << " must hold " << experts * n * blocks
+             << " values of the input's type";
+    HostTensor shaped = *constant;
+    shaped.shape = scaleShape;
+    scales = ctx.createConstantView(scalesInput, shaped);
+  } else {
+    scales = ctx.getInput(scalesInput);
+    if (!scales)
+      return failure();
+    if (typeOf(scales).getNumElements() != experts * n * blocks ||
+        typeOf(scales).getElementType() != element)
+      return ctx.emitError()
+             << scaleName << " must hold " << experts * n * blocks
+             << " values of the input's type";
+    scales = reshape(ctx, scales, scaleShape);
+  }
+  Value zero;
+  if (ctx.hasInput(zeroPoints)) {
+    // Without a block size onnxruntime packs the zero points of two rows
+    // to a byte; nn.dequantize packs those of a row's blocks.
+    if (blockSize <= 0 && bits != 8)
+      return ctx.emitError()
+             << "QMoE's " << what
+             << "_zero_points without block_size (two rows' to a byte) are "
+                "not supported; give block_size";
+    FailureOr<Value> z =
+        packedBytes(ctx, zeroPoints, ("QMoE's " + what + "_zero_points").str(),
+                    {experts, n, (blocks * bits + 7) / 8});
+    if (failed(z))
+      return failure();
+    zero = *z;
+  }
+  OpBuilder &b = ctx.getBuilder();
+  Location loc = ctx.getLoc();
+  Value dequantized = nn::DequantizeOp::create(
+      b, loc, RankedTensorType::get({experts, k, n}, element), *packed, scales,
+      zero, b.getI64IntegerAttr(bits), b.getI64IntegerAttr(block));
+  return nn::TransposeOp::create(
+             b, loc, RankedTensorType::get({experts, n, k}, element),
+             dequantized, ArrayRef<int64_t>{0, 2, 1})
+      .getResult();
+}
+
+/// com.microsoft.QMoE: MoE with integer experts (4 or 8 bits, blockwise or
+/// one block per row, optional zero points), which onnxruntime-genai's
+/// builder writes for int4 mixtures: each projection a batched
+/// nn.dequantize of the stacked packed weights, then MoE's router and
+/// nn.moe. Refused by name: the other quantization types (fp4, fp8, ...),
+/// prepacked weights, DeepSeek's separate router weights, global and
+/// activation scales.
+LogicalResult qmoeHandler(NodeContext &ctx) {
+  if (ctx.isTraining())
+    return ctx.emitError() << "--train: QMoE's experts are packed integers, "
+                              "which a training step does not update (train "
+                              "the float model, then quantize it)";
+  std::string quantType = ctx.getAttrString("quant_type", "int");
+  if (quantType != "int")
+    return ctx.emitError() << "QMoE's quant_type '" << quantType
+                           << "' is not supported (int is)";
+  if (ctx.getAttrInt("weights_prepacked", 0) > 0)
+    return ctx.emitError() << "QMoE's prepacked weights (CUTLASS's layout) "
+                              "are not supported";
+  static const char *const kUnsupported[] = {
+      "router_weights",     "fc1_global_scale", "fc2_global_scale",
+      "fc1_act_scale",      "fc2_act_scale",    "fc1_act_block_scale",
+      "fc2_act_block_scale"};
+  for (unsigned i = 14; i < ctx.getNumInputs(); ++i)
+    if (ctx.hasInput(i))
+      return ctx.emitError()
+             << "QMoE's " << kUnsupported[i - 14] << " input is not supported";
+  int64_t bits = ctx.getAttrInt("expert_weight_bits", 4);
+  int64_t blockSize = ctx.getAttrInt("block_size", 0);
+  Value input = ctx.getInput(0);
+  if (!input)
+    return failure();
+  Type element = typeOf(input).getElementType();
+  MixtureWeights weights;
+  struct Projection {
+    const char *name;
+    unsigned weight, scales, bias, zeroPoints;
+    Value *out, *outBias;
+  } projections[] = {{"fc1", 2, 3, 4, 11, &weights.fc1, &weights.bias1},
+                     {"fc2", 5, 6, 7, 12, &weights.fc2, &weights.bias2},
+                     {"fc3", 8, 9, 10, 13, &weights.fc3, &weights.bias3}};
+  for (const Projection &p : projections) {
+    std::string bitsName = std::string(p.name) + "_expert_weight_bits";
+    int64_t own = ctx.getAttrInt(bitsName, bits);
+    if (own != 4 && own != 8)
+      return ctx.emitError() << "QMoE's " << p.name << " has " << own
+                             << "-bit weights (4 and 8 are supported)";
+    if (!ctx.hasInput(p.weight)) {
+      if (p.weight != 8)
+        return ctx.emitError() << "QMoE needs " << p.name << "_experts_weights";
+      continue;
+    }
+    FailureOr<Value> experts = dequantizeExperts(
+        ctx, p.weight, p.scales, p.zeroPoints, p.name, own, blockSize, element);
+    if (failed(experts))
+      return failure();
+    *p.out = *experts;
+    *p.outBias = optionalInput(ctx, p.bias);
+  }
+  return buildMixture(ctx, "QMoE", weights);
 }
 
 /// onnxruntime's MatMulNBits: `A [..., K]` times the `[K, N]` weight that
@@ -935,7 +1100,7 @@ LogicalResult matMulNBitsHandler(NodeContext &ctx) {
                            << " must end in K = " << k;
   int64_t blocks = (k + blockSize - 1) / blockSize;
   FailureOr<Value> packed =
-      packedBytes(ctx, 1, "B", {n, blocks, blockSize * bits / 8});
+      packedBytes(ctx, 1, "MatMulNBits B", {n, blocks, blockSize * bits / 8});
   if (failed(packed))
     return failure();
   // Scales are [N * blocks] or [N, blocks], of A's type.
@@ -965,8 +1130,8 @@ LogicalResult matMulNBitsHandler(NodeContext &ctx) {
       return ctx.emitError() << "MatMulNBits zero_points of type "
                              << dataTypeName(ctx.getInputDataType(3))
                              << " are not supported (packed uint8 ones are)";
-    FailureOr<Value> zp =
-        packedBytes(ctx, 3, "zero_points", {n, (blocks * bits + 7) / 8});
+    FailureOr<Value> zp = packedBytes(ctx, 3, "MatMulNBits zero_points",
+                                      {n, (blocks * bits + 7) / 8});
     if (failed(zp))
       return failure();
     zeroPoints = *zp;
@@ -1011,4 +1176,5 @@ void mlir::partita::onnx_import::registerContribOps(OpRegistry &registry) {
                {1, nullptr, groupQueryAttentionHandler});
   registry.add("com.microsoft.MatMulNBits", {1, nullptr, matMulNBitsHandler});
   registry.add("com.microsoft.MoE", {1, nullptr, moeHandler});
+  registry.add("com.microsoft.QMoE", {1, nullptr, qmoeHandler});
 }

@@ -270,16 +270,25 @@ namespace {
 
 /// The packed weight of a dequantize (operands from `first`) or a
 /// quantized_matmul, checked, as the prelude's template arguments
-/// `N, K, BITS, BS, ZP` and the kernel's pointer arguments.
+/// `N, K, BITS, BS, ZP` and the kernel's pointer arguments. A batched
+/// dequantize's operands lead with `batch`: each batch's weight starts
+/// `strides` elements (q, scales, zero points) after the previous one's.
 struct PackedOperands {
   std::string templateArgs;
   std::string pointers; // "q, scales, zp"
+  std::string q, s, zp;
+  int64_t strides[3] = {0, 0, 0};
 };
 
-llvm::Expected<PackedOperands> addPackedOperands(const KernelContext &ctx,
-                                                 Signature &sig, int first,
-                                                 int64_t k, DType scaleType,
-                                                 bool hasZeroPoints) {
+llvm::Expected<PackedOperands>
+addPackedOperands(const KernelContext &ctx, Signature &sig, int first,
+                  int64_t k, DType scaleType, bool hasZeroPoints,
+                  llvm::ArrayRef<int64_t> batch = {}) {
+  auto batched = [&](llvm::ArrayRef<int64_t> shape) {
+    llvm::SmallVector<int64_t, 6> full(batch);
+    llvm::append_range(full, shape);
+    return full;
+  };
   auto bits = ctx.getInt("bits");
   if (!bits)
     return bits.takeError();
@@ -295,19 +304,23 @@ llvm::Expected<PackedOperands> addPackedOperands(const KernelContext &ctx,
     return packed.takeError();
   if (!scales)
     return scales.takeError();
-  if (packed->shape.size() != 3)
-    return ctx.error("packed must be [n, blocks, bytes per block]");
-  int64_t n = packed->shape[0], blocks = (k + *blockSize - 1) / *blockSize;
+  if (packed->shape.size() != batch.size() + 3)
+    return ctx.error("packed must be [n, blocks, bytes per block]" +
+                     std::string(batch.empty() ? "" : " after the batch"));
+  int64_t n = packed->shape[batch.size()],
+          blocks = (k + *blockSize - 1) / *blockSize;
+  int64_t blockBytes = *blockSize * *bits / 8,
+          zeroPointBytes = (blocks * *bits + 7) / 8;
   if (packed->dtype != program::I8 ||
-      packed->shape !=
-          llvm::ArrayRef<int64_t>{n, blocks, *blockSize * *bits / 8})
+      llvm::ArrayRef(packed->shape) !=
+          llvm::ArrayRef(batched({n, blocks, blockBytes})))
     return ctx.error("packed " + shapeString(packed->shape) +
                      " does not hold a [" + llvm::Twine(k) + ", " +
                      llvm::Twine(n) + "] weight");
   if (scales->dtype != scaleType ||
-      scales->shape != llvm::ArrayRef<int64_t>{n, blocks})
-    return ctx.error("scales must be [" + llvm::Twine(n) + ", " +
-                     llvm::Twine(blocks) + "] " + dtypeName(scaleType));
+      llvm::ArrayRef(scales->shape) != llvm::ArrayRef(batched({n, blocks})))
+    return ctx.error("scales must be " + shapeString(batched({n, blocks})) +
+                     " " + dtypeName(scaleType));
   if (n >= (int64_t(1) << 31) || k >= (int64_t(1) << 31))
     return ctx.error("weights of 2^31 rows or columns are not supported");
   PackedOperands out;
@@ -319,15 +332,22 @@ llvm::Expected<PackedOperands> addPackedOperands(const KernelContext &ctx,
     if (!z)
       return z.takeError();
     if (z->dtype != program::I8 ||
-        z->shape != llvm::ArrayRef<int64_t>{n, (blocks * *bits + 7) / 8})
-      return ctx.error("zero_points must be [" + llvm::Twine(n) + ", " +
-                       llvm::Twine((blocks * *bits + 7) / 8) + "] i8");
+        llvm::ArrayRef(z->shape) !=
+            llvm::ArrayRef(batched({n, zeroPointBytes})))
+      return ctx.error("zero_points must be " +
+                       shapeString(batched({n, zeroPointBytes})) + " i8");
     zp = "(const unsigned char *)" + sig.addInput(*z, "z");
   }
   out.templateArgs = literal(n) + ", " + literal(k) + ", " + literal(*bits) +
                      ", " + literal(*blockSize) + ", " +
                      (hasZeroPoints ? "true" : "false");
-  out.pointers = "(const unsigned char *)" + q + ", " + s + ", " + zp;
+  out.q = "(const unsigned char *)" + q;
+  out.s = s;
+  out.zp = zp;
+  out.pointers = out.q + ", " + s + ", " + zp;
+  out.strides[0] = n * blocks * blockBytes;
+  out.strides[1] = n * blocks;
+  out.strides[2] = hasZeroPoints ? n * zeroPointBytes : 0;
   return out;
 }
 
@@ -412,22 +432,24 @@ llvm::Expected<GeneratedKernel> emitDequantize(const KernelContext &ctx) {
   auto result = ctx.result(0);
   if (!result)
     return result.takeError();
-  if (!isFloat(result->dtype) || result->shape.size() != 2)
-    return ctx.error("the result must be a float [k, n]");
-  int64_t k = result->shape[0], n = result->shape[1];
+  if (!isFloat(result->dtype) || result->shape.size() < 2)
+    return ctx.error("the result must be a float [B..., k, n]");
+  // Leading batch dimensions: stacked weights, one after another.
+  llvm::ArrayRef<int64_t> batch = llvm::ArrayRef(result->shape).drop_back(2);
+  int64_t k = result->shape[batch.size()], n = result->shape.back();
   Signature sig;
   auto packed =
-      addPackedOperands(ctx, sig, 0, k, result->dtype, *hasZeroPoints);
+      addPackedOperands(ctx, sig, 0, k, result->dtype, *hasZeroPoints, batch);
   if (!packed)
     return packed.takeError();
-  if (ctx.operand(0)->shape[0] != n)
+  if (ctx.operand(0)->shape[batch.size()] != n)
     return ctx.error("the result " + shapeString(result->shape) +
                      " does not have the packed weight's columns");
   std::string init;
   auto sink = emitFloatSink(ctx, *result, sig, init);
   if (!sink)
     return sink.takeError();
-  int64_t total = k * n;
+  int64_t total = result->numElements();
   std::string idx = indexType(total + 256 * 65535);
   std::string text = *sink;
   text += "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(" +
@@ -435,11 +457,23 @@ llvm::Expected<GeneratedKernel> emitDequantize(const KernelContext &ctx) {
   text += "  const auto sink = " + init + ";\n";
   text += "  for (" + idx + " i = (" + idx +
           ")blockIdx.x * 256 + threadIdx.x; i < " + literal(total) +
-          "; i += (" + idx + ")gridDim.x * 256)\n";
+          "; i += (" + idx + ")gridDim.x * 256) {\n";
+  std::string pointers = packed->pointers, within = "i";
+  if (!batch.empty()) {
+    // The batch's weight, and the element within it.
+    text += "    const pt::u64 b = i / " + literal(k * n) + ", r = i % " +
+            literal(k * n) + ";\n";
+    pointers =
+        packed->q + " + b * " + literal(packed->strides[0]) + ", " + packed->s +
+        " + b * " + literal(packed->strides[1]) + ", " +
+        (*hasZeroPoints ? packed->zp + " + b * " + literal(packed->strides[2])
+                        : packed->zp);
+    within = "r";
+  }
   text += "    sink(i, pt::packed_weight<" +
           std::string(cudaType(result->dtype)) + ", " + packed->templateArgs +
-          ">(" + packed->pointers + ", (int)(i / " + literal(n) +
-          "), (int)(i % " + literal(n) + ")));\n}\n";
+          ">(" + pointers + ", (int)(" + within + " / " + literal(n) +
+          "), (int)(" + within + " % " + literal(n) + ")));\n  }\n}\n";
   GeneratedKernel g;
   g.label = "dequantize";
   g.summary = ctx.summary();

@@ -372,6 +372,12 @@ struct PackedWeight {
   /// `hasZeroPoints`, the zero points after those, for a `[k, n]` weight.
   Status parse(const KernelContext &ctx, size_t first, bool hasZeroPoints,
                int64_t k, DType scaleType) {
+    return parse(ctx, ctx.operands[first], ctx.operands[first + 1],
+                 hasZeroPoints ? &ctx.operands[first + 2] : nullptr, k,
+                 scaleType);
+  }
+  Status parse(const KernelContext &ctx, const Tensor &p, const Tensor &s,
+               const Tensor *z, int64_t k, DType scaleType) {
     PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("bits", bits));
     PARTITA_RETURN_IF_ERROR(ctx.attrs.getInt("block_size", blockSize));
     if ((bits != 4 && bits != 8) || blockSize < 16 ||
@@ -380,7 +386,6 @@ struct PackedWeight {
                        "at least 16, got " +
                        std::to_string(bits) + " and " +
                        std::to_string(blockSize));
-    const Tensor &p = ctx.operands[first];
     if (p.shape.size() != 3)
       return ctx.error("packed must be [n, blocks, bytes per block]");
     this->k = k;
@@ -390,18 +395,15 @@ struct PackedWeight {
     PARTITA_RETURN_IF_ERROR(ctx.expectDType(p, program::I8, "packed"));
     PARTITA_RETURN_IF_ERROR(
         ctx.expectShape(p, {n, blocks, blockBytes}, "packed"));
-    PARTITA_RETURN_IF_ERROR(
-        ctx.expectDType(ctx.operands[first + 1], scaleType, "scales"));
-    PARTITA_RETURN_IF_ERROR(
-        ctx.expectShape(ctx.operands[first + 1], {n, blocks}, "scales"));
+    PARTITA_RETURN_IF_ERROR(ctx.expectDType(s, scaleType, "scales"));
+    PARTITA_RETURN_IF_ERROR(ctx.expectShape(s, {n, blocks}, "scales"));
     packed = static_cast<const uint8_t *>(p.data);
-    if (hasZeroPoints) {
-      const Tensor &z = ctx.operands[first + 2];
+    if (z) {
       zeroPointBytes = (blocks * bits + 7) / 8;
-      PARTITA_RETURN_IF_ERROR(ctx.expectDType(z, program::I8, "zero_points"));
+      PARTITA_RETURN_IF_ERROR(ctx.expectDType(*z, program::I8, "zero_points"));
       PARTITA_RETURN_IF_ERROR(
-          ctx.expectShape(z, {n, zeroPointBytes}, "zero_points"));
-      zeroPoints = static_cast<const uint8_t *>(z.data);
+          ctx.expectShape(*z, {n, zeroPointBytes}, "zero_points"));
+      zeroPoints = static_cast<const uint8_t *>(z->data);
     }
     return Status::ok();
   }
@@ -530,6 +532,16 @@ bool hasAvx2() { return false; }
 
 } // namespace
 
+/// Slice `b` of a tensor whose leading `batchRank` dimensions are batch
+/// dimensions: a view of the rest.
+Tensor batchSlice(const Tensor &t, size_t batchRank, int64_t b) {
+  Tensor slice;
+  slice.dtype = t.dtype;
+  slice.shape.assign(t.shape.begin() + batchRank, t.shape.end());
+  slice.data = static_cast<char *>(t.data) + b * slice.byteSize();
+  return slice;
+}
+
 Status runDequantize(KernelContext &ctx) {
   bool hasZeroPoints;
   PARTITA_RETURN_IF_ERROR(
@@ -539,27 +551,54 @@ Status runDequantize(KernelContext &ctx) {
                      " operands, got " + std::to_string(ctx.operands.size()));
   const Tensor &result = ctx.results[0];
   PARTITA_RETURN_IF_ERROR(ctx.expectFloat(result, "the result"));
-  if (result.shape.size() != 2)
-    return ctx.error("the result must be [k, n]");
-  PackedWeight w;
-  PARTITA_RETURN_IF_ERROR(
-      w.parse(ctx, 0, hasZeroPoints, result.shape[0], result.dtype));
-  PARTITA_RETURN_IF_ERROR(ctx.expectShape(result, {w.k, w.n}, "the result"));
+  if (result.shape.size() < 2)
+    return ctx.error("the result must be [B..., k, n]");
+  // Leading batch dimensions (stacked experts), the same on every operand.
+  size_t batchRank = result.shape.size() - 2;
+  std::vector<int64_t> batch(result.shape.begin(),
+                             result.shape.begin() + batchRank);
+  int64_t batches = 1;
+  for (int64_t d : batch)
+    batches *= d;
+  for (const Tensor &operand : ctx.operands)
+    if (operand.shape.size() < batchRank ||
+        !std::equal(batch.begin(), batch.end(), operand.shape.begin()))
+      return ctx.error("every operand must lead with the result's batch "
+                       "dimensions " +
+                       shapeString(batch) + ", got " +
+                       shapeString(operand.shape));
+  std::vector<PackedWeight> weights(std::max<int64_t>(batches, 1));
+  for (int64_t b = 0; b < batches; ++b) {
+    Tensor z;
+    if (hasZeroPoints)
+      z = batchSlice(ctx.operands[2], batchRank, b);
+    PARTITA_RETURN_IF_ERROR(weights[b].parse(
+        ctx, batchSlice(ctx.operands[0], batchRank, b),
+        batchSlice(ctx.operands[1], batchRank, b), hasZeroPoints ? &z : nullptr,
+        result.shape[batchRank], result.dtype));
+  }
+  if (batches == 0)
+    return Status::ok();
+  const PackedWeight &w = weights[0];
+  PARTITA_RETURN_IF_ERROR(ctx.expectShape(batchSlice(result, batchRank, 0),
+                                          {w.k, w.n}, "a batch of the result"));
   return visitFloat(ctx, result.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T *scales = ctx.operands[1].template as<T>();
-    T *out = result.as<T>();
-    ctx.pool.parallelFor(
-        (w.n + kPanel - 1) / kPanel, 1, [&](int64_t u0, int64_t u1) {
-          std::unique_ptr<float[]> panel(new float[kPanel * w.k]);
-          for (int64_t u = u0; u < u1; ++u) {
-            int64_t j0 = u * kPanel, j1 = std::min(w.n, j0 + kPanel);
-            w.dequantizeColumns(scales, j0, j1, panel.get());
-            for (int64_t j = j0; j < j1; ++j)
-              for (int64_t i = 0; i < w.k; ++i)
-                out[i * w.n + j] = storeFloat<T>(panel[(j - j0) * w.k + i]);
-          }
-        });
+    int64_t panels = (w.n + kPanel - 1) / kPanel;
+    ctx.pool.parallelFor(batches * panels, 1, [&](int64_t u0, int64_t u1) {
+      std::unique_ptr<float[]> panel(new float[kPanel * w.k]);
+      for (int64_t u = u0; u < u1; ++u) {
+        int64_t b = u / panels, j0 = (u % panels) * kPanel,
+                j1 = std::min(w.n, j0 + kPanel);
+        const T *scales =
+            batchSlice(ctx.operands[1], batchRank, b).template as<T>();
+        T *out = batchSlice(result, batchRank, b).template as<T>();
+        weights[b].dequantizeColumns(scales, j0, j1, panel.get());
+        for (int64_t j = j0; j < j1; ++j)
+          for (int64_t i = 0; i < w.k; ++i)
+            out[i * w.n + j] = storeFloat<T>(panel[(j - j0) * w.k + i]);
+      }
+    });
     return Status::ok();
   });
 }

@@ -315,8 +315,8 @@ INSTANTIATE_TEST_SUITE_P(
         // the activation, fc2, combine; lib/Target/CUDA/Moe.cpp);
         // unsharded, at tp=2, and with the experts split over ep (each
         // rank's ids shifted to its block, -1 elsewhere: slots that select
-        // nothing), alone and with tp; in bf16; and every SwiGLU layout
-        // (fc3 with its bias, fc1's halves with top 3) and gelu with top 1.
+        // nothing), alone and with tp; in bf16; every SwiGLU layout (fc3
+        // with its bias, fc1's halves with top 3) and gelu with top 1.
         Case{"moe", "moe", "", false, "", "make_moe_case.py"},
         Case{"moe_tp2", "moe", "--mesh tp=2", false, "", "make_moe_case.py"},
         Case{"moe_ep2", "moe", "--mesh ep=2", false, "", "make_moe_case.py"},
@@ -329,6 +329,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"moe_halves", "moe_halves", "", false, "halves",
              "make_moe_case.py"},
         Case{"moe_gelu", "moe_gelu", "", false, "gelu", "make_moe_case.py"},
+        // int4 experts (QMoE): the batched dequantize kernel, whole and
+        // with the experts over ep.
+        Case{"qmoe", "qmoe", "", false, "qmoe", "make_moe_case.py"},
+        Case{"qmoe_ep2", "qmoe", "--mesh ep=2", false, "qmoe",
+             "make_moe_case.py"},
         // transformers' Mixtral (legacy export): attention, RMS norms and
         // the raised mixture (SwiGLU over fc1's halves, top 2
         // renormalized), unsharded and with the experts over ep.

@@ -8,13 +8,18 @@ kernels compute (lib/Target/CUDA/Moe.cpp).
 FORM (default gpt_oss):
   gpt_oss  top 2 renormalized, SwiGLU interleaved with gpt-oss's alpha and
            beta and a limit that clamps, biases;
-onnxruntime's outputs. fc3 top 2 renormalized,
-    SwiGLU with a separate fc3 and every bias;
-  halves   top 3, SwiGLU over fc1's halves, no biases: forms onnxruntime's
-           CPU kernel refuses, so the reference is the schema's formula in
-           float64 NumPy.
-  gelu     top 1, gelu (onnxruntime's tanh approximation), biases;
-           onnxruntime's outputs.
+onnxruntime's outputs. fc3 top 2 renormalized, SwiGLU with a
+    separate fc3 and every bias;
+halves top 3,
+    SwiGLU over fc1 's halves, no biases: forms onnxruntime' s
+        CPU kernel refuses,
+    so the reference is the schema's formula in float64 NumPy.gelu top 1,
+    gelu(
+        onnxruntime's tanh approximation), biases; onnxruntime's outputs. qmoe
+            gpt_oss's form with int4 experts (com.microsoft.QMoE, blocks of 16 along
+                each row,
+        symmetric)
+    : a batched nn.dequantize of the packed experts before nn.moe; onnxruntime's outputs.
 
 Usage: make_moe_case.py MODELS_DIR NAME [FORM]
 """
@@ -42,7 +47,25 @@ FORMS = {
                    normalize_routing_weights=0),
     "gelu": dict(k=1, activation_type="gelu", normalize_routing_weights=0,
                  biases=True),
+    "qmoe": dict(k=2, activation_type="swiglu", swiglu_fusion=1,
+                 normalize_routing_weights=1, activation_alpha=1.702,
+                 activation_beta=1.0, swiglu_limit=0.5, biases=True,
+                 int4=True),
 }
+
+BLOCK = 16
+
+
+def int4(weights):
+    """Symmetric int4 blocks of 16 along each row: the packed bytes (low
+    nibble first) and the scales [E, rows, columns / 16]."""
+    e, rows, cols = weights.shape
+    blocks = weights.reshape(e, rows, cols // BLOCK, BLOCK)
+    scales = np.abs(blocks).max(axis=3) / 7 + 1e-6
+    q = np.clip(np.round(blocks / scales[..., None]) + 8, 0, 15)
+    q = q.reshape(e, rows, cols).astype(np.uint8)
+    return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8), \
+        scales.astype(np.float32)
 
 
 def reference(x, logits, arrays, k, normalize, fusion, alpha, beta):
@@ -73,6 +96,7 @@ def main():
     folder, name = pathlib.Path(sys.argv[1]), sys.argv[2]
     form = dict(FORMS[sys.argv[3] if len(sys.argv) > 3 else "gpt_oss"])
     biases, fc3 = form.pop("biases", False), form.pop("fc3", False)
+    quantize = form.pop("int4", False)
     rng = np.random.default_rng(37)
     tokens = BATCH * SEQ
 
@@ -93,6 +117,13 @@ def main():
         arrays["b3"] = normal(EXPERTS, FFN)
         moe_inputs += ["w3", "b3"]
     router = normal(HIDDEN, EXPERTS, scale=1.0)
+    op = "MoE"
+    if quantize:
+        op = "QMoE"
+        form.update(expert_weight_bits=4, block_size=BLOCK)
+        for weight in ("w1", "w2"):
+            arrays[weight], arrays[weight + "_s"] = int4(arrays[weight])
+        moe_inputs = ["x", "logits", "w1", "w1_s", "b1", "w2", "w2_s", "b2"]
     inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()]
     inits += [numpy_helper.from_array(router, "router"),
               numpy_helper.from_array(np.array([tokens, HIDDEN], np.int64),
@@ -100,7 +131,7 @@ def main():
     nodes = [
         helper.make_node("Reshape", ["x", "rows"], ["flat"]),
         helper.make_node("MatMul", ["flat", "router"], ["logits"]),
-        helper.make_node("MoE", moe_inputs, ["y"], domain="com.microsoft",
+        helper.make_node(op, moe_inputs, ["y"], domain="com.microsoft",
                          **form)]
     graph = helper.make_graph(
         nodes, "moe",

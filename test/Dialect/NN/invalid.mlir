@@ -588,8 +588,26 @@ func.func @dequantize_c4(%q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>, %z: tensor<8
 
 // dequantize_c5
 func.func @dequantize_c5(%q: tensor<8x2x8xi8>, %s: tensor<8x2xf32>) {
-  // expected-error @+1 {{dequantize_c5: result must be [k, n], got 'tensor<2x16x8xf32>'}}
-  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<8x2x8xi8>, tensor<8x2xf32>) -> tensor<2x16x8xf32>
+  // expected-error @+1 {{dequantize_c5: result must be [B..., k, n], got 'tensor<32xf32>'}}
+  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<8x2x8xi8>, tensor<8x2xf32>) -> tensor<32xf32>
+  return
+}
+
+// -----
+
+// dequantize_c2: batch dimensions lead every operand, the result's.
+func.func @dequantize_c2_batch(%q: tensor<4x8x2x8xi8>, %s: tensor<4x8x2xf32>) {
+  // expected-error @+1 {{dequantize_c2: packed must be i8 [3, 8, 2, 8] for a [32, 8] weight, got 'tensor<4x8x2x8xi8>'}}
+  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<4x8x2x8xi8>, tensor<4x8x2xf32>) -> tensor<3x32x8xf32>
+  return
+}
+
+// -----
+
+// dequantize_c3: batched scales.
+func.func @dequantize_c3_batch(%q: tensor<4x8x2x8xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{dequantize_c3: scales must be [4, 8, 2] of 'f32', got 'tensor<8x2xf32>'}}
+  %0 = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<4x8x2x8xi8>, tensor<8x2xf32>) -> tensor<4x32x8xf32>
   return
 }
 

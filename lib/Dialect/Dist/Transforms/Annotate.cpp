@@ -250,7 +250,7 @@ std::string Megatron::splitRefusal(Operation *user, unsigned index, int64_t dim,
   // A packed weight's rows split by whole blocks, and where four-bit zero
   // points pack two blocks to a byte, by whole bytes.
   if (auto dequantize = value.getDefiningOp<nn::DequantizeOp>();
-      dequantize && dim == 0) {
+      dequantize && type.getRank() == 2 && dim == 0) {
     int64_t rows = type.getDimSize(0), blockSize = dequantize.getBlockSize();
     int64_t blocks = dequantize.getPacked().getType().getDimSize(1);
     int64_t perUnit = dequantize.getZeroPoints() ? 8 / dequantize.getBits() : 1;

@@ -354,12 +354,19 @@ LogicalResult MatmulOp::verify() {
 //===----------------------------------------------------------------------===//
 
 /// What nn.dequantize and nn.quantized_matmul check alike of a packed
-/// `[k, n]` weight of `element` type; constraint ids are `stem` + `_c1`..
+/// `[k, n]` weight of `element` type, behind the batch dimensions `batch`
+/// (nn.dequantize's stacked weights); constraint ids are `stem` + `_c1`..
 /// for dequantize's and `quantized_matmul_c2` for the fused op's.
 static LogicalResult verifyPackedWeight(Operation *op, bool fused, Value packed,
                                         Value scales, Value zeroPoints,
                                         int64_t bits, int64_t blockSize,
-                                        int64_t k, int64_t n, Type element) {
+                                        int64_t k, int64_t n, Type element,
+                                        ArrayRef<int64_t> batch = {}) {
+  auto batched = [&](ArrayRef<int64_t> shape) {
+    SmallVector<int64_t> full(batch);
+    llvm::append_range(full, shape);
+    return full;
+  };
   auto id = [&](StringRef own) {
     return fused ? std::string("quantized_matmul_c2") : own.str();
   };
@@ -371,21 +378,22 @@ static LogicalResult verifyPackedWeight(Operation *op, bool fused, Value packed,
            << blockSize;
   int64_t blocks = (k + blockSize - 1) / blockSize;
   RankedTensorType packedType = tensorType(packed);
-  SmallVector<int64_t> packedShape = {n, blocks, blockSize * bits / 8};
+  SmallVector<int64_t> packedShape = batched({n, blocks, blockSize * bits / 8});
   if (!packedType.getElementType().isInteger(8) ||
       packedType.getShape() != ArrayRef<int64_t>(packedShape))
     return op->emitOpError() << id("dequantize_c2") << ": packed must be i8 "
                              << shapeString(packedShape) << " for a [" << k
                              << ", " << n << "] weight, got " << packedType;
   RankedTensorType scalesType = tensorType(scales);
+  SmallVector<int64_t> scalesShape = batched({n, blocks});
   if (scalesType.getElementType() != element ||
-      scalesType.getShape() != ArrayRef<int64_t>{n, blocks})
+      scalesType.getShape() != ArrayRef<int64_t>(scalesShape))
     return op->emitOpError() << id("dequantize_c3") << ": scales must be "
-                             << shapeString({n, blocks}) << " of " << element
+                             << shapeString(scalesShape) << " of " << element
                              << ", got " << scalesType;
   if (zeroPoints) {
     RankedTensorType type = tensorType(zeroPoints);
-    SmallVector<int64_t> shape = {n, (blocks * bits + 7) / 8};
+    SmallVector<int64_t> shape = batched({n, (blocks * bits + 7) / 8});
     if (!type.getElementType().isInteger(8) ||
         type.getShape() != ArrayRef<int64_t>(shape))
       return op->emitOpError()
@@ -397,13 +405,14 @@ static LogicalResult verifyPackedWeight(Operation *op, bool fused, Value packed,
 
 LogicalResult DequantizeOp::verify() {
   RankedTensorType result = getType();
-  if (result.getRank() != 2)
-    return emitOpError() << "dequantize_c5: result must be [k, n], got "
+  if (result.getRank() < 2)
+    return emitOpError() << "dequantize_c5: result must be [B..., k, n], got "
                          << result;
+  ArrayRef<int64_t> shape = result.getShape();
   return verifyPackedWeight(*this, /*fused=*/false, getPacked(), getScales(),
                             getZeroPoints(), getBits(), getBlockSize(),
-                            result.getDimSize(0), result.getDimSize(1),
-                            result.getElementType());
+                            shape[shape.size() - 2], shape.back(),
+                            result.getElementType(), shape.drop_back(2));
 }
 
 //===----------------------------------------------------------------------===//

@@ -240,33 +240,35 @@ static void addPackedWeightFactors(ShardingRule &rule, unsigned first,
                                    Value packed, Value zeroPoints, int64_t bits,
                                    int64_t blockSize, int64_t k,
                                    SmallVector<DimRef> columns,
-                                   ArrayRef<DimRef> rows, FactorKind rowKind) {
-  ArrayRef<int64_t> shape = shapeOf(packed);
+                                   ArrayRef<DimRef> rows, FactorKind rowKind,
+                                   unsigned batch = 0) {
+  ArrayRef<int64_t> shape = shapeOf(packed).drop_front(batch);
   int64_t n = shape[0], blocks = shape[1];
-  columns.append({{operand(first), 0}, {operand(first + 1), 0}});
+  columns.append({{operand(first), batch}, {operand(first + 1), batch}});
   if (zeroPoints)
-    columns.push_back({operand(first + 2), 0});
+    columns.push_back({operand(first + 2), batch});
   rule.addShared(n, FactorKind::Parallel, columns);
-  rule.addShared(shape[2], FactorKind::Opaque, {{operand(first), 2}});
+  rule.addShared(shape[2], FactorKind::Opaque, {{operand(first), batch + 2}});
   int64_t perByte = zeroPoints ? 8 / bits : 1;
   if (k != blocks * blockSize || blocks % perByte != 0) {
     // A short last block (or an odd block count under packed zero points):
     // the rows stay whole.
-    rule.addShared(blocks, FactorKind::Opaque, {{operand(first), 1}});
-    rule.addShared(blocks, FactorKind::Opaque, {{operand(first + 1), 1}});
+    rule.addShared(blocks, FactorKind::Opaque, {{operand(first), batch + 1}});
+    rule.addShared(blocks, FactorKind::Opaque,
+                   {{operand(first + 1), batch + 1}});
     if (zeroPoints)
-      rule.addShared(shapeOf(zeroPoints)[1], FactorKind::Opaque,
-                     {{operand(first + 2), 1}});
+      rule.addShared(shapeOf(zeroPoints)[batch + 1], FactorKind::Opaque,
+                     {{operand(first + 2), batch + 1}});
     for (DimRef row : rows)
       rule.addShared(k, FactorKind::Opaque, {row});
     return;
   }
-  SmallVector<DimRef> blockRows = {{operand(first), 1},
-                                   {operand(first + 1), 1}};
+  SmallVector<DimRef> blockRows = {{operand(first), batch + 1},
+                                   {operand(first + 1), batch + 1}};
   llvm::append_range(blockRows, rows);
   SmallVector<DimRef> pairs(blockRows);
   if (zeroPoints)
-    pairs.push_back({operand(first + 2), 1});
+    pairs.push_back({operand(first + 2), batch + 1});
   rule.addShared(blocks / perByte, rowKind, pairs);
   rule.addShared(perByte, FactorKind::Opaque, blockRows);
   rule.addShared(blockSize, FactorKind::Opaque, rows);
@@ -274,10 +276,19 @@ static void addPackedWeightFactors(ShardingRule &rule, unsigned first,
 
 ShardingRule DequantizeOp::getShardingRule() {
   ShardingRule rule = ShardingRule::forOp(*this);
+  // Batch dimensions (stacked experts) split freely.
+  ArrayRef<int64_t> shape = getType().getShape();
+  unsigned batch = shape.size() - 2;
+  for (unsigned d = 0; d < batch; ++d) {
+    SmallVector<DimRef> refs = {
+        {operand(0), d}, {operand(1), d}, {result(0), d}};
+    if (getZeroPoints())
+      refs.push_back({operand(2), d});
+    rule.addShared(shape[d], FactorKind::Parallel, refs);
+  }
   addPackedWeightFactors(rule, 0, getPacked(), getZeroPoints(), getBits(),
-                         getBlockSize(), getType().getDimSize(0),
-                         {{result(0), 1}}, {{result(0), 0}},
-                         FactorKind::Parallel);
+                         getBlockSize(), shape[batch], {{result(0), batch + 1}},
+                         {{result(0), batch}}, FactorKind::Parallel, batch);
   return rule;
 }
 

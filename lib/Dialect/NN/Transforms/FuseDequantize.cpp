@@ -25,8 +25,10 @@ struct FuseDequantizePass
   void runOnOperation() override {
     SmallVector<nn::MatmulOp> matmuls;
     getOperation().walk([&](nn::MatmulOp matmul) {
+      // quantized_matmul's weight is one [k, n] matrix.
       auto dequantize = matmul.getRhs().getDefiningOp<nn::DequantizeOp>();
-      if (dequantize && dequantize->hasOneUse())
+      if (dequantize && dequantize->hasOneUse() &&
+          dequantize.getType().getRank() == 2)
         matmuls.push_back(matmul);
     });
     for (nn::MatmulOp matmul : matmuls) {

@@ -80,3 +80,26 @@ module {
     return %r : tensor<6x8xf32>
   }
 }
+
+// -----
+
+// int4 experts (QMoE's import): the batched nn.dequantize splits on its
+// batch dimension with the experts, so each device holds and dequantizes
+// only its experts' packed bytes and scales.
+
+// CHECK-LABEL: func.func @packed_experts
+// CHECK: nn.dequantize %{{.*}}, %{{.*}} {bits = 4 : i64, block_size = 16 : i64} : (tensor<2x16x1x8xi8>, tensor<2x16x1xf32>) -> tensor<2x16x16xf32>
+// CHECK: nn.transpose %{{.*}} permutation = [0, 2, 1] : tensor<2x16x16xf32> -> tensor<2x16x16xf32>
+// CHECK: nn.moe silu %{{.*}} : (tensor<6x16xf32>, tensor<6x2xi64>, tensor<6x2xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>) -> tensor<6x16xf32>
+// CHECK: dist.all_reduce sum
+module {
+  dist.mesh @mesh [ep = 2]
+  func.func @packed_experts(%x: tensor<6x16xf32>, %ids: tensor<6x2xi64>, %w: tensor<6x2xf32>, %q: tensor<4x16x1x8xi8>, %s: tensor<4x16x1xf32>, %fc2: tensor<4x16x16xf32>) -> tensor<6x16xf32> {
+    %d = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<4x16x1x8xi8>, tensor<4x16x1xf32>) -> tensor<4x16x16xf32>
+    %t = nn.transpose %d permutation = [0, 2, 1] : tensor<4x16x16xf32> -> tensor<4x16x16xf32>
+    %a = dist.annotate %t sharding<@mesh, [{ep}, {}, {}]> : tensor<4x16x16xf32>
+    %b = dist.annotate %fc2 sharding<@mesh, [{ep}, {}, {}]> : tensor<4x16x16xf32>
+    %y = nn.moe silu %x, %ids, %w experts(%a, %b) : (tensor<6x16xf32>, tensor<6x2xi64>, tensor<6x2xf32>, tensor<4x16x16xf32>, tensor<4x16x16xf32>) -> tensor<6x16xf32>
+    return %y : tensor<6x16xf32>
+  }
+}

@@ -26,3 +26,16 @@ func.func @shared(%x: tensor<6x64xf32>, %q: tensor<128x4x8xi8>, %s: tensor<128x4
   %z = nn.matmul %x, %w : (tensor<6x64xf32>, tensor<64x128xf32>) -> tensor<6x128xf32>
   return %y, %z : tensor<6x128xf32>, tensor<6x128xf32>
 }
+
+// -----
+
+// Stacked weights (QMoE's experts) are not one quantized_matmul's weight:
+// a batched matmul by them is left alone.
+// CHECK-LABEL: func.func @batched
+// CHECK: nn.dequantize
+// CHECK-NOT: nn.quantized_matmul
+func.func @batched(%x: tensor<4x6x32xf32>, %q: tensor<4x8x2x8xi8>, %s: tensor<4x8x2xf32>) -> tensor<4x6x8xf32> {
+  %w = nn.dequantize %q, %s {bits = 4 : i64, block_size = 16 : i64} : (tensor<4x8x2x8xi8>, tensor<4x8x2xf32>) -> tensor<4x32x8xf32>
+  %y = nn.matmul %x, %w : (tensor<4x6x32xf32>, tensor<4x32x8xf32>) -> tensor<4x6x8xf32>
+  return %y : tensor<4x6x8xf32>
+}

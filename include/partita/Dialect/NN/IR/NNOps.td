@@ -482,10 +482,16 @@ def NN_DequantizeOp : NN_Op<"dequantize"> {
     every zero point is `2^(bits - 1)` (symmetric quantization). `k` may
     leave the last block short.
 
+    Leading dimensions `[B...]` of `packed`, `scales` and `zero_points`
+    (stacked experts: onnxruntime's `QMoE`) are batch dimensions: the
+    result is `[B..., k, n]`, each `[k, n]` slice dequantized from its own
+    packed weight.
+
     The weight is meant to be read where a matmul multiplies by it: the
-    exec pipeline fuses it into the matmul (`matmul_nbits`), so the float
-    weight never exists in memory. Column blocks (`n`) and whole blocks of
-    rows split; a block never does.
+    exec pipeline fuses an unbatched one into the matmul
+    (`quantized_matmul`), so the float weight never exists in memory.
+    Batch dimensions, column blocks (`n`) and whole blocks of rows split; a
+    block never does.
 
     ```mlir
     %w = nn.dequantize %q, %s {bits = 4 : i64, block_size = 32 : i64} : (tensor<128x2x16xi8>, tensor<128x2xf32>) -> tensor<64x128xf32>
@@ -495,12 +501,13 @@ def NN_DequantizeOp : NN_Op<"dequantize"> {
 
     1. `dequantize_c1`: `bits` is 4 or 8 and `block_size` is a power of two
        of at least 16.
-    2. `dequantize_c2`: `packed` is i8 `[n, blocks, block_size * bits / 8]`.
-    3. `dequantize_c3`: `scales` is `[n, blocks]` of the result's element
-       type.
+    2. `dequantize_c2`: `packed` is i8
+       `[B..., n, blocks, block_size * bits / 8]`.
+    3. `dequantize_c3`: `scales` is `[B..., n, blocks]` of the result's
+       element type.
     4. `dequantize_c4`: `zero_points`, when given, is i8
-       `[n, ceil(blocks * bits / 8)]`.
-    5. `dequantize_c5`: the result is `[k, n]` with
+       `[B..., n, ceil(blocks * bits / 8)]`.
+    5. `dequantize_c5`: the result is `[B..., k, n]` with
        `ceil(k / block_size) == blocks`.
   }];
   let arguments = (ins NN_IntOrBoolTensor:$packed, NN_FloatTensor:$scales,
