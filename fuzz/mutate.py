@@ -455,10 +455,11 @@ def seeds(root, big=True):
         paths = sorted(glob.glob(str(root / "test" / "models" / "*.onnx")))
         paths += sorted(glob.glob(str(root / "examples" / "**" / "*.onnx"),
                                   recursive=True))
-        # transformers' eager expert loop (folded into nn.moe by the
-        # importer's graph matcher, ExpertLoops.cpp).
-        paths.append(str(root / "test" / "models" / "hf" /
-                         "mixtral_eager.legacy.onnx"))
+        # transformers' eager expert loops (folded into nn.moe by the
+        # importer's graph matcher, ExpertLoops.cpp): transformers 5's and
+        # 4's (optimum's).
+        paths += [str(root / "test" / "models" / "hf" / name) for name in
+                  ("mixtral_eager.legacy.onnx", "mixtral.optimum.onnx")]
         for path in paths:
             data = pathlib.Path(path).read_bytes()
             digest = hashlib.sha256(data).hexdigest()
@@ -467,6 +468,8 @@ def seeds(root, big=True):
             seen.add(digest)
             m = onnx.load_from_string(data)
             bindings = {"batch": 2, "seq": 16} if "dynamic" in path else {}
+            if "optimum" in path:
+                bindings = {"batch_size": 2, "sequence_length": 16}
             out.append(Seed(os.path.relpath(path, root), m, bindings))
     return out
 

@@ -2,9 +2,11 @@
 loop over the experts the example input reached) imports as one nn.moe per
 layer (lib/Frontend/ONNX/ExpertLoops.cpp). The fixtures are Mixtral with 4
 experts, top 2 (every expert reached: 4 bodies), and with 64 experts, top 1
-(18 and 13 bodies), from test/models/hf/make_hf.py. The runs on every mesh
-against onnxruntime are test_hf_models.py's; here: what the fold makes,
-inputs other than the export's own, and the loops it must not fold."""
+(18 and 13 bodies), from test/models/hf/make_hf.py, and optimum's export
+of the 4-expert Mixtral through transformers 4.57 (each body an expert
+module's own weights). The runs on every mesh against onnxruntime are
+test_hf_models.py's; here: what the fold makes, inputs other than the
+export's own, and the loops it must not fold."""
 
 import re
 import subprocess
@@ -38,6 +40,52 @@ def test_each_loop_folds_into_one_moe(name, bodies, experts):
                           proc.stderr)
     want = [(str(b), str(experts)) for b in bodies if b < experts]
     assert warnings == want, proc.stderr
+
+
+def test_transformers4_modules_stack_into_one_moe(tmp_path):
+    # optimum's export (transformers 4.57): each body multiplies by its
+    # expert module's w1, w3 and w2 constants, which nn.moe reads stacked
+    # ([E, F, H] for w1 and w3 as fc1 and fc3, [E, H, F] for w2).
+    path = HF / "mixtral.optimum.onnx"
+    proc = subprocess.run([COMPILE, str(path), "--emit", "nn", "--bind",
+                           "batch_size=2,sequence_length=16"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("nn.moe swiglu") == 2
+    assert "tensor<4x48x32xf32>, tensor<4x32x48xf32>, tensor<4x48x32xf32>" \
+        in proc.stdout
+    assert "warning" not in proc.stderr
+
+
+def test_transformers4_experts_the_loop_lacks_add_nothing(tmp_path):
+    # The same export with a one-hot of 6 classes: a model of 6 experts
+    # whose loop holds the 4 its example reached. The router never picks
+    # 4 or 5 here, so the outputs are onnxruntime's; the import names the
+    # experts it has no weights for.
+    model = onnx.load(str(HF / "mixtral.optimum.onnx"))
+    for node in model.graph.node:
+        if node.output[0] == "/model/Constant_8_output_0":
+            node.attribute[0].t.CopyFrom(
+                onnx.numpy_helper.from_array(np.array(6, np.int64)))
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    artifact = tmp_path / "art"
+    proc = subprocess.run([COMPILE, str(path), "-o", str(artifact), "--bind",
+                           "batch_size=2,sequence_length=16"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count(
+        "eager expert loop holds 4 of 6 experts (the export's example input "
+        "reached only those): the graph has no weights for experts 4, 5, "
+        "which add nothing here") == 2, proc.stderr
+    feeds = dict(np.load(HF / "mixtral.inputs.npz"))
+    feeds = {k: feeds[k] for k in ("input_ids", "attention_mask",
+                                   "position_ids")}
+    run = tmp_path / "run"
+    run.mkdir()
+    np.testing.assert_allclose(partita_outputs(run, artifact, feeds),
+                               ort_outputs(path, feeds), rtol=1e-4,
+                               atol=1e-5)
 
 
 def ort_outputs(path, feeds):

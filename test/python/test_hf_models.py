@@ -31,7 +31,7 @@ KV_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
 # eager expert loop) also split their experts over an ep axis: alone,
 # beside dp, and with tp inside each expert.
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "mixtral_eager",
-       "mixtral_eager64"}
+       "mixtral_eager64", "mixtral_kv"}
 MOE_MESHES = ["ep=2", "dp=2,ep=2", "ep=2,tp=2"]
 SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -841,6 +841,7 @@ def test_onehot_of_constants_with_a_huge_depth_is_refused(compile_model):
 
 @pytest.mark.parametrize("name,hint", [
     ("/model/layers.0/mlp/experts/NonZero", True),
+    ("/model/layers.0/block_sparse_moe/NonZero", True),
     ("nonzero_node", False)])
 def test_eager_experts_loop_is_refused_with_a_hint(compile_model, name, hint):
     # transformers' eager per-expert loop (legacy exporter) selects each

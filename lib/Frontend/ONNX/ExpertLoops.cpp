@@ -9,6 +9,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -47,6 +48,7 @@ public:
   }
 
   const onnx::NodeProto &node(int i) const { return graph.node(i); }
+  int numNodes() const { return graph.node_size(); }
   std::optional<int> producerIndex(const std::string &value) const {
     auto it = producers.find(value);
     if (it == producers.end())
@@ -185,9 +187,19 @@ std::optional<std::string> otherInput(const onnx::NodeProto *n,
   return std::nullopt;
 }
 
-/// One recognized loop.
+/// One traced body's expert module (transformers 4's form): its w1 (gate),
+/// w3 (up) and w2 (down) weights, `[in, out]` initializers, and the expert
+/// it is, from its nodes' scope (`experts.<j>/`), or -1.
+struct Module {
+  std::string w1, w3, w2;
+  int64_t expert = -1;
+};
+
+/// One recognized loop: stacked weights (`fc1`, `fc2`) or a module per
+/// body (`modules`).
 struct Loop {
   std::string hidden, ids, weights, fc1, fc2, output;
+  std::vector<Module> modules;
   int64_t traced = 0, depth = 0;
   /// The node indices the loop's node replaces.
   llvm::DenseSet<int> region;
@@ -257,11 +269,14 @@ bool LoopMatcher::matchHits(const onnx::NodeProto &reduce) {
     if (!squeeze || squeeze->input_size() != 2 ||
         !g.isConstant(squeeze->input(1), {0}))
       return false;
+    // transformers 5 takes the row's element 0 (a scalar id); 4 gathers
+    // with the one-element row.
     const onnx::NodeProto *first = g.onlyUse(squeeze->output(0), "Gather");
-    if (!first || first->input(0) != squeeze->output(0) ||
-        intAttr(*first, "axis", 0) != 0 || !g.isConstant(first->input(1), {0}))
-      return false;
-    ids.push_back(first->output(0));
+    if (first && first->input(0) == squeeze->output(0) &&
+        intAttr(*first, "axis", 0) == 0 && g.isConstant(first->input(1), {0}))
+      ids.push_back(first->output(0));
+    else
+      ids.push_back(squeeze->output(0));
   }
   return !ids.empty();
 }
@@ -287,7 +302,14 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
       mask = n;
   if (!mask)
     return nullptr;
-  const onnx::NodeProto *cast = g.onlyUse(mask->output(0), "Cast");
+  std::string rows = mask->output(0);
+  // A one-element id leaves a leading 1 to squeeze.
+  if (const onnx::NodeProto *squeeze = g.onlyUse(rows, "Squeeze")) {
+    if (squeeze->input_size() != 2 || !g.isConstant(squeeze->input(1), {0}))
+      return nullptr;
+    rows = squeeze->output(0);
+  }
+  const onnx::NodeProto *cast = g.onlyUse(rows, "Cast");
   if (!cast || intAttr(*cast, "to", 0) != onnx::TensorProto_DataType_BOOL)
     return nullptr;
   const onnx::NodeProto *nonzero = g.onlyUse(cast->output(0), "NonZero");
@@ -310,77 +332,133 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
   }
   const std::string &pos = slot[0], &tok = slot[1];
 
-  // hidden[tok] @ gate_up_proj[e]^T, chunked in two along the last axis.
-  const onnx::NodeProto *rows = nullptr;
-  for (const onnx::NodeProto *n : g.uses(tok, "Gather"))
-    if (n->input(1) == tok && intAttr(*n, "axis", 0) == 0)
-      rows = n;
-  if (!rows || !same(loop.hidden, rows->input(0)))
+  // hidden[tok]: a Gather of the tokens' rows (transformers 4: of
+  // hidden[None], on axis 1, reshaped to rows).
+  std::string x;
+  for (const onnx::NodeProto *n : g.uses(tok, "Gather")) {
+    if (n->input(1) != tok)
+      continue;
+    if (intAttr(*n, "axis", 0) == 0) {
+      if (!same(loop.hidden, n->input(0)))
+        return nullptr;
+      x = n->output(0);
+    } else if (intAttr(*n, "axis", 0) == 1) {
+      const onnx::NodeProto *batch = g.def(n->input(0), "Unsqueeze");
+      const onnx::NodeProto *flat = g.onlyUse(n->output(0), "Reshape");
+      if (!batch || batch->input_size() != 2 ||
+          !g.isConstant(batch->input(1), {0}) || !flat ||
+          !same(loop.hidden, batch->input(0)))
+        return nullptr;
+      x = flat->output(0);
+    }
+  }
+  if (x.empty())
     return nullptr;
-  const onnx::NodeProto *fc1 = nullptr;
-  for (const onnx::NodeProto *n : g.uses(rows->output(0), "MatMul"))
-    if (n->input(0) == rows->output(0))
-      fc1 = n;
-  if (!fc1)
+  llvm::SmallVector<const onnx::NodeProto *> products;
+  for (const onnx::NodeProto *n : g.uses(x, "MatMul"))
+    if (n->input(0) == x)
+      products.push_back(n);
+  std::string gate, up;
+  Module module;
+  if (products.size() == 1) {
+    // transformers 5: x @ gate_up_proj[e]^T, chunked in two along the last
+    // axis.
+    const onnx::NodeProto *fc1 = products.front();
+    std::optional<std::string> w1 = transposedRows(fc1->input(1), id);
+    if (!w1 || !same(loop.fc1, *w1) || !loop.modules.empty())
+      return nullptr;
+    const onnx::NodeProto *gateSlice = nullptr, *upSlice = nullptr;
+    llvm::SmallVector<const onnx::NodeProto *> slices =
+        g.uses(fc1->output(0), "Slice");
+    for (const onnx::NodeProto *s : slices)
+      if (s->input_size() == 4 && s->input(0) == fc1->output(0) &&
+          g.isConstant(s->input(1), {0}))
+        gateSlice = s;
+    for (const onnx::NodeProto *s : slices)
+      if (gateSlice && s->input_size() == 4 && s->input(0) == fc1->output(0) &&
+          s->input(1) == gateSlice->input(2))
+        upSlice = s;
+    if (!gateSlice || !upSlice || slices.size() != 2 ||
+        !g.isConstant(gateSlice->input(3), {-1}) ||
+        !g.isConstant(upSlice->input(3), {-1}))
+      return nullptr;
+    // torch.chunk(2): ends d * 1 and d * 2, d = (last + 1) / 2 of the
+    // product's own shape.
+    const onnx::NodeProto *half = g.def(gateSlice->input(2), "Mul");
+    const onnx::NodeProto *whole = g.def(upSlice->input(2), "Mul");
+    if (!half || !whole || half->input(0) != whole->input(0) ||
+        !g.isConstant(half->input(1), {1}) ||
+        !g.isConstant(whole->input(1), {2}))
+      return nullptr;
+    const onnx::NodeProto *div = g.def(half->input(0), "Div");
+    const onnx::NodeProto *plus = div ? g.def(div->input(0), "Add") : nullptr;
+    const onnx::NodeProto *last =
+        plus ? g.def(plus->input(0), "Gather") : nullptr;
+    const onnx::NodeProto *shape =
+        last ? g.def(last->input(0), "Shape") : nullptr;
+    if (!div || !g.isConstant(div->input(1), {2}) || !plus ||
+        !g.isConstant(plus->input(1), {1}) || !last || !shape ||
+        shape->input(0) != fc1->output(0) ||
+        !g.isConstant(last->input(1), {-1}))
+      return nullptr;
+    gate = gateSlice->output(0);
+    up = upSlice->output(0);
+  } else if (products.size() == 2) {
+    // transformers 4: the expert module's own w1 (gate) and w3 (up),
+    // constants [in, out].
+    if (!loop.fc1.empty())
+      return nullptr;
+    const onnx::NodeProto *w1 = products[0], *w3 = products[1];
+    if (g.uses(w1->output(0), "Sigmoid").empty())
+      std::swap(w1, w3);
+    if (!g.isInitializer(w1->input(1)) || !g.isInitializer(w3->input(1)))
+      return nullptr;
+    module.w1 = w1->input(1);
+    module.w3 = w3->input(1);
+    // The module's number, from the scope its nodes are named in.
+    llvm::StringRef name = w1->name();
+    size_t at = name.find("experts.");
+    unsigned long long expert;
+    if (at != llvm::StringRef::npos &&
+        !name.substr(at + 8)
+             .take_while([](char c) { return llvm::isDigit(c); })
+             .getAsInteger(10, expert))
+      module.expert = static_cast<int64_t>(expert);
+    gate = w1->output(0);
+    up = w3->output(0);
+  } else {
     return nullptr;
-  std::optional<std::string> w1 = transposedRows(fc1->input(1), id);
-  if (!w1 || !same(loop.fc1, *w1))
-    return nullptr;
-  const onnx::NodeProto *gate = nullptr, *up = nullptr;
-  llvm::SmallVector<const onnx::NodeProto *> slices =
-      g.uses(fc1->output(0), "Slice");
-  for (const onnx::NodeProto *s : slices)
-    if (s->input_size() == 4 && s->input(0) == fc1->output(0) &&
-        g.isConstant(s->input(1), {0}))
-      gate = s;
-  for (const onnx::NodeProto *s : slices)
-    if (gate && s->input_size() == 4 && s->input(0) == fc1->output(0) &&
-        s->input(1) == gate->input(2))
-      up = s;
-  if (!gate || !up || slices.size() != 2 ||
-      !g.isConstant(gate->input(3), {-1}) || !g.isConstant(up->input(3), {-1}))
-    return nullptr;
-  // torch.chunk(2): ends d * 1 and d * 2, d = (last + 1) / 2 of the
-  // product's own shape.
-  const onnx::NodeProto *half = g.def(gate->input(2), "Mul");
-  const onnx::NodeProto *whole = g.def(up->input(2), "Mul");
-  if (!half || !whole || half->input(0) != whole->input(0) ||
-      !g.isConstant(half->input(1), {1}) || !g.isConstant(whole->input(1), {2}))
-    return nullptr;
-  const onnx::NodeProto *div = g.def(half->input(0), "Div");
-  const onnx::NodeProto *plus = div ? g.def(div->input(0), "Add") : nullptr;
-  const onnx::NodeProto *last =
-      plus ? g.def(plus->input(0), "Gather") : nullptr;
-  const onnx::NodeProto *shape =
-      last ? g.def(last->input(0), "Shape") : nullptr;
-  if (!div || !g.isConstant(div->input(1), {2}) || !plus ||
-      !g.isConstant(plus->input(1), {1}) || !last || !shape ||
-      shape->input(0) != fc1->output(0) || !g.isConstant(last->input(1), {-1}))
-    return nullptr;
+  }
 
   // silu(gate) * up.
-  llvm::SmallVector<const onnx::NodeProto *> sigmoids =
-      g.uses(gate->output(0), "Sigmoid");
+  llvm::SmallVector<const onnx::NodeProto *> sigmoids = g.uses(gate, "Sigmoid");
   if (sigmoids.size() != 1)
     return nullptr;
   const onnx::NodeProto *sigmoid = sigmoids.front();
   const onnx::NodeProto *silu = nullptr;
   for (const onnx::NodeProto *n : g.uses(sigmoid->output(0), "Mul"))
-    if (otherInput(n, sigmoid->output(0)) == gate->output(0))
+    if (otherInput(n, sigmoid->output(0)) == gate)
       silu = n;
   if (!silu)
     return nullptr;
   const onnx::NodeProto *act = g.onlyUse(silu->output(0), "Mul");
-  if (!act || otherInput(act, silu->output(0)) != up->output(0))
+  if (!act || otherInput(act, silu->output(0)) != up)
     return nullptr;
 
-  // @ down_proj[e]^T, times the slot's routing weight.
+  // @ down_proj[e]^T (or the module's w2), times the slot's routing
+  // weight.
   const onnx::NodeProto *fc2 = g.onlyUse(act->output(0), "MatMul");
   if (!fc2 || fc2->input(0) != act->output(0))
     return nullptr;
-  std::optional<std::string> w2 = transposedRows(fc2->input(1), id);
-  if (!w2 || !same(loop.fc2, *w2))
-    return nullptr;
+  if (module.w1.empty()) {
+    std::optional<std::string> w2 = transposedRows(fc2->input(1), id);
+    if (!w2 || !same(loop.fc2, *w2))
+      return nullptr;
+  } else {
+    if (!g.isInitializer(fc2->input(1)))
+      return nullptr;
+    module.w2 = fc2->input(1);
+  }
   const onnx::NodeProto *weighted = g.onlyUse(fc2->output(0), "Mul");
   std::optional<std::string> routing = otherInput(weighted, fc2->output(0));
   if (!routing)
@@ -439,7 +517,10 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
   if (!at || !atColumn || atColumn->input(0) != tok ||
       atColumn->input_size() != 2 || !g.isConstant(atColumn->input(1), {1}))
     return nullptr;
-  return g.onlyUse(scatter->output(0), "Add");
+  const onnx::NodeProto *add = g.onlyUse(scatter->output(0), "Add");
+  if (add && !module.w1.empty())
+    loop.modules.push_back(module);
+  return add;
 }
 
 std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
@@ -498,13 +579,30 @@ std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
   loop.output = last->output(0);
   loop.outputNode = *g.producerIndex(loop.output);
   loop.traced = static_cast<int64_t>(ids.size());
+  if (!loop.modules.empty()) {
+    // Each body's module: named in order (ascending, as the loop ran over
+    // the experts reached), or, unnamed, every expert's in order.
+    if (static_cast<int64_t>(loop.modules.size()) != loop.traced ||
+        loop.traced > loop.depth)
+      return std::nullopt;
+    for (auto [i, module] : llvm::enumerate(loop.modules)) {
+      if (module.expert < 0 && loop.traced == loop.depth)
+        module.expert = static_cast<int64_t>(i);
+      bool ascending = i == 0 || module.expert > loop.modules[i - 1].expert;
+      if (module.expert < 0 || module.expert >= loop.depth || !ascending ||
+          (loop.traced == loop.depth &&
+           module.expert != static_cast<int64_t>(i)))
+        return std::nullopt;
+    }
+  }
   if (!collectRegion(loop))
     return std::nullopt;
   return loop;
 }
 
 /// The loop's nodes: everything the output depends on short of the loop's
-/// inputs, which must be constants otherwise. Counts the ops a loop of
+/// inputs, which must be constants otherwise (a Shape's input is not a
+/// dependence). Counts the ops a loop of
 /// `traced` bodies has, so that nothing else computes in it; leaves out
 /// the constants other nodes read too.
 bool LoopMatcher::collectRegion(Loop &loop) {
@@ -554,16 +652,52 @@ bool LoopMatcher::collectRegion(Loop &loop) {
         !kOps.contains(n.op_type()))
       return false;
     ++counts[n.op_type()];
+    // A Shape reads its input's static shape, not its values (transformers
+    // 4 reshapes the tokens' rows by the shape of the norm before the
+    // loop's input).
+    if (n.op_type() == "Shape")
+      continue;
     for (const std::string &in : n.input())
       work.push_back(in);
   }
+  // What reads the loop's values only for the region, through the Shapes
+  // above (transformers 4 slices each running sum to take its shape),
+  // belongs to it; never what makes the loop's inputs.
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int i = 0, e = g.numNodes(); i < e; ++i) {
+      const onnx::NodeProto &n = g.node(i);
+      if (loop.region.contains(i) || n.output_size() == 0)
+        continue;
+      bool feedsRegionOnly = llvm::all_of(n.output(), [&](const auto &out) {
+        return !out.empty() && !boundary.contains(out) &&
+               !g.isGraphOutput(out) && !g.readers(out).empty() &&
+               llvm::all_of(g.readers(out),
+                            [&](int r) { return loop.region.contains(r); });
+      });
+      if (!feedsRegionOnly)
+        continue;
+      if ((!n.domain().empty() && n.domain() != "ai.onnx") ||
+          !kOps.contains(n.op_type()))
+        return false;
+      loop.region.insert(i);
+      ++counts[n.op_type()];
+      grew = true;
+    }
+  }
   int64_t t = loop.traced;
+  int64_t products = loop.modules.empty() ? 2 : 3;
   if (counts["OneHot"] != 1 || counts["NonZero"] != t + 1 ||
-      counts["MatMul"] != 2 * t || counts["Sigmoid"] != t ||
+      counts["MatMul"] != products * t || counts["Sigmoid"] != t ||
       counts["ScatterElements"] != t)
     return false;
   // Nodes whose outputs something outside the loop reads stay, with what
-  // they read; only constants may.
+  // they read in the loop: constants, fills and shape arithmetic
+  // (transformers 4 computes the block's output shape and the loop's zeros
+  // from the same Shape), never a node of the loop's computation.
+  static const llvm::StringSet<> kLoopOnly = {
+      "Expand",    "Flatten",         "Greater", "MatMul", "NonZero",  "OneHot",
+      "ReduceSum", "ScatterElements", "Sigmoid", "Split",  "Transpose"};
   llvm::SmallVector<int> keep;
   for (int i : loop.region) {
     if (i == loop.outputNode)
@@ -574,10 +708,17 @@ bool LoopMatcher::collectRegion(Loop &loop) {
           }))
         keep.push_back(i);
   }
-  for (int i : keep) {
-    if (g.node(i).op_type() != "Constant")
+  while (!keep.empty()) {
+    int i = keep.pop_back_val();
+    if (!loop.region.erase(i))
+      continue;
+    const onnx::NodeProto &n = g.node(i);
+    if (kLoopOnly.contains(n.op_type()))
       return false;
-    loop.region.erase(i);
+    for (const std::string &in : n.input())
+      if (std::optional<int> producer = g.producerIndex(in);
+          producer && loop.region.contains(*producer))
+        keep.push_back(*producer);
   }
   return true;
 }
@@ -632,9 +773,21 @@ LogicalResult mlir::partita::onnx_import::foldExpertLoops(
                      kExpertLoopOpType.str());
       node->set_domain(kInternalDomain.str());
       node->set_op_type(kExpertLoopOpType.str());
-      for (const std::string *in :
-           {&loop.hidden, &loop.ids, &loop.weights, &loop.fc1, &loop.fc2})
+      for (const std::string *in : {&loop.hidden, &loop.ids, &loop.weights})
         node->add_input(*in);
+      if (loop.modules.empty()) {
+        node->add_input(loop.fc1);
+        node->add_input(loop.fc2);
+      } else {
+        onnx::AttributeProto *experts = node->add_attribute();
+        experts->set_name("experts");
+        experts->set_type(onnx::AttributeProto_AttributeType_INTS);
+        for (const Module &module : loop.modules) {
+          for (const std::string *w : {&module.w1, &module.w3, &module.w2})
+            node->add_input(*w);
+          experts->add_ints(module.expert);
+        }
+      }
       node->add_output(loop.output);
       for (auto [attrName, value] :
            {std::pair("traced", loop.traced), std::pair("depth", loop.depth)}) {

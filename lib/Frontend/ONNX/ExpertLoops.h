@@ -22,6 +22,16 @@
 // for its tokens, which is nn.moe over the stacked weights; on the inputs
 // it refuses, nn.moe computes what the model computes.
 //
+// transformers 4 (optimum-onnx's) wrote the experts as a ModuleList of
+// w1/w3/w2 Linears, and the loop picked the module by the row's id, which
+// the trace turned into a constant: body i multiplies the tokens of the
+// i-th expert an input reaches by the weights of the i-th expert the
+// example reached. Where the example reached every expert that is the
+// model; where it reached fewer, onnxruntime pairs another input's experts
+// with the wrong weights whenever the counts agree, and Partita computes
+// the experts the graph holds, the others adding nothing (with a warning
+// that names them).
+//
 // foldExpertLoops recognizes each loop (every link of the value path, and a
 // region that reads nothing but the hidden states, the router's ids and
 // weights, the two stacked weights and constants) and replaces its nodes by
@@ -45,11 +55,13 @@
 
 namespace mlir::partita::onnx_import {
 
-/// The node a folded loop becomes: inputs (hidden [T, H], expert ids
-/// [T, k], routing weights [T, k], gate_up_proj [E, 2F, H], down_proj
-/// [E, H, F]), one output, attributes `traced` (the experts the export
-/// holds bodies for) and `depth` (the one-hot's classes). A model may not
-/// use the domain itself.
+/// The node a folded loop becomes: inputs hidden [T, H], expert ids
+/// [T, k], routing weights [T, k], then gate_up_proj [E, 2F, H] and
+/// down_proj [E, H, F] (transformers 5), or each body's module's w1, w3
+/// ([H, F]) and w2 ([F, H]) with attribute `experts`, the expert each is
+/// (transformers 4); one output; attributes `traced` (the experts the
+/// export holds bodies for) and `depth` (the one-hot's classes). A model
+/// may not use the domain itself.
 constexpr llvm::StringLiteral kInternalDomain = "ai.partita.internal";
 constexpr llvm::StringLiteral kExpertLoopOpType = "ExpertLoop";
 

@@ -1083,7 +1083,8 @@ GraphImporter::checkSupported(ArrayRef<const onnx::NodeProto *> order) {
   // mask, then the tokens it selects): its shapes depend on the routing.
   for (auto &[key, nodes] : unsupported)
     if (key == "NonZero" && llvm::any_of(nodes, [](const std::string &name) {
-          return name.find("experts") != std::string::npos;
+          return name.find("experts") != std::string::npos ||
+                 name.find("moe") != std::string::npos;
         }))
       diag.attachNote()
           << "this looks like transformers' eager mixture-of-experts loop, "
@@ -1283,63 +1284,141 @@ LogicalResult GraphImporter::foldEagerExperts() {
 LogicalResult GraphImporter::importExpertLoop(const onnx::NodeProto &node,
                                               unsigned index) {
   Location loc = nodeLoc(node, index);
-  Value operands[5];
-  for (int i = 0; i < 5; ++i) {
-    operands[i] = materialize(node.input(i), loc);
-    if (!operands[i])
-      return emitError(loc) << "the expert loop's input '" << node.input(i)
-                            << "' is not defined";
+  SmallVector<Value> operands;
+  for (const std::string &name : node.input()) {
+    Value value = materialize(name, loc);
+    if (!value)
+      return emitError(loc)
+             << "the expert loop's input '" << name << "' is not defined";
+    operands.push_back(value);
   }
-  auto [hidden, ids, weights, fc1, fc2] = operands;
   auto type = [](Value v) { return cast<RankedTensorType>(v.getType()); };
   int64_t traced = 0, depth = 0;
-  for (const onnx::AttributeProto &a : node.attribute())
-    (a.name() == "traced" ? traced : depth) = a.i();
-  auto h = type(hidden), i = type(ids), w = type(weights), w1 = type(fc1),
-       w2 = type(fc2);
-  auto shapes = [&] {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << "hidden states " << shapeText(h.getShape()) << ", expert ids "
-       << shapeText(i.getShape()) << ", routing weights "
-       << shapeText(w.getShape()) << ", gate_up_proj "
-       << shapeText(w1.getShape()) << ", down_proj "
-       << shapeText(w2.getShape());
-    return text;
-  };
+  SmallVector<int64_t> modules;
+  for (const onnx::AttributeProto &a : node.attribute()) {
+    if (a.name() == "traced")
+      traced = a.i();
+    else if (a.name() == "depth")
+      depth = a.i();
+    else if (a.name() == "experts")
+      modules.assign(a.ints().begin(), a.ints().end());
+  }
+  Value hidden = operands[0], ids = operands[1], weights = operands[2];
+  auto h = type(hidden), i = type(ids), w = type(weights);
   if (h.getRank() != 2 || i.getRank() != 2 || w.getShape() != i.getShape() ||
-      i.getDimSize(0) != h.getDimSize(0) || w1.getRank() != 3 ||
-      w2.getRank() != 3 || w1.getDimSize(2) != h.getDimSize(1) ||
-      w2.getDimSize(0) != w1.getDimSize(0) ||
-      w2.getDimSize(1) != h.getDimSize(1) ||
-      w1.getDimSize(1) != 2 * w2.getDimSize(2) ||
+      i.getDimSize(0) != h.getDimSize(0) ||
       !isa<FloatType>(h.getElementType()) ||
       w.getElementType() != h.getElementType() ||
-      w1.getElementType() != h.getElementType() ||
-      w2.getElementType() != h.getElementType() ||
       !i.getElementType().isSignlessInteger())
-    return emitError(loc) << "transformers' eager expert loop has operands "
-                             "of unexpected shapes or types: "
-                          << shapes();
-  int64_t experts = w1.getDimSize(0);
-  if (depth != experts && depth != experts + 1)
-    return emitError(loc) << "transformers' eager expert loop's one-hot has "
-                          << depth << " classes for " << experts << " experts ("
-                          << shapes() << ")";
+    return emitError(loc) << "transformers' eager expert loop has hidden "
+                             "states "
+                          << shapeText(h.getShape()) << ", expert ids "
+                          << shapeText(i.getShape()) << " and routing weights "
+                          << shapeText(w.getShape())
+                          << " (rows of [tokens, hidden] and [tokens, k])";
+  int64_t hiddenSize = h.getDimSize(1);
+  Type element = h.getElementType();
+  Value fc1, fc2, fc3;
+  int64_t experts;
+  SmallVector<int64_t> missing;
+  if (modules.empty()) {
+    fc1 = operands[3];
+    fc2 = operands[4];
+    auto w1 = type(fc1), w2 = type(fc2);
+    experts = w1.getRank() == 3 ? w1.getDimSize(0) : 0;
+    if (w1.getRank() != 3 || w2.getRank() != 3 ||
+        w1.getDimSize(2) != hiddenSize || w2.getDimSize(0) != experts ||
+        w2.getDimSize(1) != hiddenSize ||
+        w1.getDimSize(1) != 2 * w2.getDimSize(2) ||
+        w1.getElementType() != element || w2.getElementType() != element)
+      return emitError(loc) << "transformers' eager expert loop's "
+                               "gate_up_proj "
+                            << shapeText(w1.getShape()) << " and down_proj "
+                            << shapeText(w2.getShape())
+                            << " do not fit hidden states of " << hiddenSize;
+    if (depth != experts && depth != experts + 1)
+      return emitError(loc)
+             << "transformers' eager expert loop's one-hot "
+                "has "
+             << depth << " classes for " << experts << " experts";
+  } else {
+    // transformers 4: one module per body, [in, out] weights, stacked
+    // [E, out, in] for nn.moe (each transposed, an expert the loop lacks
+    // zeros).
+    experts = depth;
+    auto first = type(operands[3]);
+    int64_t ffn = first.getRank() == 2 ? first.getDimSize(1) : 0;
+    SmallVector<int64_t> gateShape = {hiddenSize, ffn},
+                         downShape = {ffn, hiddenSize};
+    for (auto [j, value] : llvm::enumerate(ArrayRef(operands).drop_front(3))) {
+      auto t = type(value);
+      ArrayRef<int64_t> want = j % 3 == 2 ? downShape : gateShape;
+      if (t.getShape() != want || t.getElementType() != element)
+        return emitError(loc)
+               << "transformers' eager expert loop's expert " << modules[j / 3]
+               << " has a weight of shape " << shapeText(t.getShape())
+               << ", not " << shapeText(want);
+    }
+    SmallVector<Value> stacks[3];
+    size_t next = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      bool present = next < modules.size() && modules[next] == e;
+      if (!present)
+        missing.push_back(e);
+      for (int p = 0; p < 3; ++p) {
+        ArrayRef<int64_t> in = p == 2 ? downShape : gateShape;
+        auto expertType = RankedTensorType::get({1, in[1], in[0]}, element);
+        if (!present) {
+          stacks[p].push_back(nn::ConstantOp::create(
+              builder, loc,
+              cast<ElementsAttr>(DenseElementsAttr::get(
+                  expertType, builder.getFloatAttr(element, 0.0)))));
+          continue;
+        }
+        Value transposed = nn::TransposeOp::create(
+            builder, loc, RankedTensorType::get({in[1], in[0]}, element),
+            operands[3 + 3 * next + p], ArrayRef<int64_t>{1, 0});
+        stacks[p].push_back(
+            reshape(builder, loc, transposed, expertType.getShape()));
+      }
+      next += present;
+    }
+    auto stack = [&](ArrayRef<Value> parts, ArrayRef<int64_t> each) {
+      return nn::ConcatOp::create(
+                 builder, loc,
+                 RankedTensorType::get({experts, each[0], each[1]}, element),
+                 parts, int64_t(0))
+          .getResult();
+    };
+    fc1 = stack(stacks[0], {ffn, hiddenSize});
+    fc3 = stack(stacks[1], {ffn, hiddenSize});
+    fc2 = stack(stacks[2], {hiddenSize, ffn});
+  }
   if (traced > experts)
     return emitError(loc) << "transformers' eager expert loop holds " << traced
                           << " expert bodies for " << experts << " experts";
-  if (traced < experts)
-    emitWarning(loc) << "transformers' eager expert loop holds " << traced
-                     << " of " << experts
-                     << " experts (the export's example input reached only "
-                        "those): onnxruntime refuses an input that reaches "
-                        "another number of experts; Partita computes every "
-                        "expert the router chooses, as the model does";
-  auto moe = nn::MoeOp::create(builder, loc, h, hidden, ids, weights, fc1, fc2,
-                               Value(), Value(), Value(), Value(),
-                               nn::MoeActivation::Swiglu, false, FloatAttr(),
-                               FloatAttr(), FloatAttr());
+  if (traced < experts) {
+    InFlightDiagnostic warning = emitWarning(loc);
+    warning << "transformers' eager expert loop holds " << traced << " of "
+            << experts
+            << " experts (the export's example input reached only those)";
+    if (missing.empty()) {
+      warning << ": onnxruntime refuses an input that reaches another "
+                 "number of experts; Partita computes every expert the "
+                 "router chooses, as the model does";
+    } else {
+      warning << ": the graph has no weights for experts ";
+      llvm::interleaveComma(missing, warning);
+      warning << ", which add nothing here (onnxruntime refuses an input "
+                 "that reaches another number of experts, and gives an "
+                 "input that reaches as many, other ones, the example's "
+                 "experts' weights)";
+    }
+  }
+  auto moe =
+      nn::MoeOp::create(builder, loc, h, hidden, ids, weights, fc1, fc2, fc3,
+                        Value(), Value(), Value(), nn::MoeActivation::Swiglu,
+                        false, FloatAttr(), FloatAttr(), FloatAttr());
   define(node.output(0), moe.getResult());
   return success();
 }
