@@ -30,7 +30,8 @@ def compile_nn(path):
 
 
 @pytest.mark.parametrize("name,bodies,experts", [
-    ("mixtral_eager", [4, 4], 4), ("mixtral_eager64", [18, 13], 64)])
+    ("mixtral_eager", [4, 4], 4), ("mixtral_eager64", [18, 13], 64),
+    ("qwen2_moe_eager", [3, 3], 4), ("qwen3_moe_eager", [4, 4], 4)])
 def test_each_loop_folds_into_one_moe(name, bodies, experts):
     proc = compile_nn(HF / f"{name}.legacy.onnx")
     assert proc.returncode == 0, proc.stderr
@@ -188,6 +189,41 @@ def test_a_loop_that_computes_something_else_is_not_folded(tmp_path, change):
     assert proc.returncode == 1, proc.stdout
     assert "unsupported ONNX ops at opset 17: NonZero" in proc.stderr
     assert "not one Partita recognizes" in proc.stderr, proc.stderr
+
+
+def reshape_attribute_mistyped(node):
+    # Found by the fuzz campaign: a node the fold removes must still be
+    # checked (onnxruntime refuses the model).
+    if node.op_type == "Reshape" and "mlp/experts/" in node.name:
+        for attribute in node.attribute:
+            if attribute.name == "allowzero":
+                attribute.type = onnx.AttributeProto.STRING
+                attribute.s = b"0"
+                return True
+    return False
+
+
+def scatter_axis_mistyped(node):
+    # ScatterElements has no schema in the import's table: the matcher
+    # reads its axis typed, and a mistyped one does not match.
+    if node.op_type == "ScatterElements":
+        node.attribute[0].type = onnx.AttributeProto.FLOAT
+        node.attribute[0].f = 0.0
+        return True
+    return False
+
+
+@pytest.mark.parametrize("change,message", [
+    (reshape_attribute_mistyped,
+     "error: attribute 'allowzero' of Reshape must be INT"),
+    (scatter_axis_mistyped, "unsupported ONNX ops at opset 17: NonZero")])
+def test_a_malformed_loop_is_refused_not_folded_away(tmp_path, change,
+                                                      message):
+    path = tmp_path / "model.onnx"
+    onnx.save(mutated(change), str(path))
+    proc = compile_nn(path)
+    assert proc.returncode == 1, proc.stdout
+    assert message in proc.stderr, proc.stderr
 
 
 def test_the_internal_domain_is_refused(compile_model):

@@ -27,11 +27,11 @@ MESHES = ["1", "tp=2", "tp=4", "dp=2,tp=2", "pp=2", "sp=2 --sp-mode ulysses",
           "pp=2 --microbatches 2"]
 KV_MESHES = ["1", "tp=2", "tp=4", "dp=2", "dp=2,tp=2", "pp=2",
              "sp=2 --sp-mode ulysses"]
-# The mixtures of experts (transformers' batched experts, and Mixtral's
-# eager expert loop) also split their experts over an ep axis: alone,
-# beside dp, and with tp inside each expert.
+# The mixtures of experts (transformers' batched experts, and the eager
+# expert loops) also split their experts over an ep axis: alone, beside
+# dp, and with tp inside each expert.
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "mixtral_eager",
-       "mixtral_eager64", "mixtral_kv"}
+       "mixtral_eager64", "mixtral_kv", "qwen2_moe_eager", "qwen3_moe_eager"}
 MOE_MESHES = ["ep=2", "dp=2,ep=2", "ep=2,tp=2"]
 SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import compile_and_run
+from moe_reference import moe_reference
 
 F32 = TensorProto.FLOAT
 
@@ -111,32 +112,11 @@ def test_moe_runs_like_onnxruntime_on_meshes(tmp_path, case, mesh):
 
 def reference(feeds, arrays, k, normalize, fusion, alpha=1.0, beta=0.0):
     """The MoE schema's SwiGLU mixture, token by token, in float64."""
-    x = feeds["x"].astype(np.float64)
-    logits = feeds["r"].astype(np.float64)
-    p = np.exp(logits - logits.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    y = np.zeros_like(x)
-    for t in range(x.shape[0]):
-        order = np.argsort(-p[t], kind="stable")[:k]
-        weights = p[t, order]
-        if normalize:
-            weights = weights / weights.sum()
-        for e, w in zip(order, weights):
-            h = arrays["w1"][e] @ x[t] + (arrays["b1"][e]
-                                          if "b1" in arrays else 0)
-            if fusion == 1:
-                g, lin = h[0::2], h[1::2]
-            elif fusion == 2:
-                g, lin = np.split(h, 2)
-            else:
-                g = h
-                lin = arrays["w3"][e] @ x[t] + (arrays["b3"][e]
-                                                if "b3" in arrays else 0)
-            act = g / (1 + np.exp(-alpha * g)) * (lin + beta)
-            out = arrays["w2"][e] @ act + (arrays["b2"][e]
-                                           if "b2" in arrays else 0)
-            y[t] += w * out
-    return y
+    names = {"w1": "fc1", "w2": "fc2", "w3": "fc3", "b1": "fc1_b",
+             "b2": "fc2_b", "b3": "fc3_b"}
+    weights = {names[n]: a.astype(np.float64) for n, a in arrays.items()}
+    return moe_reference(feeds["x"], feeds["r"], weights, k, normalize,
+                         "swiglu", fusion, alpha, beta)
 
 
 @pytest.mark.parametrize("fusion,fc3,bias", [(0, True, False),

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import compile_and_run
+from moe_reference import moe_reference
 
 F32 = TensorProto.FLOAT
 
@@ -96,47 +97,9 @@ def qmoe_model(tokens=6, hidden=32, inter=16, experts=4, k=2,
 
 def reference(feeds, floats, k, normalize, activation, fusion, alpha=1.0,
               beta=0.0, limit=None):
-    """QMoE's formula on the dequantized experts, token by token, in
-    float64."""
-    x = feeds["x"].astype(np.float64)
-    logits = feeds["r"].astype(np.float64)
-    p = np.exp(logits - logits.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    zeros = {
-n: 0 for n in ("fc1_b", "fc2_b", "fc3_b")}
-    b = {
-  **zeros, ** {
-  n: v for n, v in floats.items() if n.endswith("_b")
-  }}
-    y = np.zeros_like(x)
-    for t in range(x.shape[0]):
-        order = np.argsort(-p[t], kind="stable")[:k]
-        weights = p[t, order]
-        if normalize:
-            weights = weights / weights.sum()
-        for e, w in zip(order, weights):
-            h = floats["fc1"][e] @ x[t] + (b["fc1_b"][e] if "fc1_b" in floats
-                                           else 0)
-            if activation == "swiglu":
-                if fusion == 1:
-                    g, u = h[0::2], h[1::2]
-                elif fusion == 2:
-                    g, u = np.split(h, 2)
-                else:
-                    g, u = h, floats["fc3"][e] @ x[t] + (
-                        b["fc3_b"][e] if "fc3_b" in floats else 0)
-                if limit is not None:
-                    g, u = np.minimum(g, limit), np.clip(u, -limit, limit)
-                a = g / (1 + np.exp(-alpha * g)) * (u + beta)
-            elif activation == "relu":
-                a = np.maximum(h, 0)
-            elif activation == "silu":
-                a = h / (1 + np.exp(-h))
-            else:
-                a = h
-            y[t] += w * (floats["fc2"][e] @ a +
-                         (b["fc2_b"][e] if "fc2_b" in floats else 0))
-    return y
+    """QMoE's formula on the dequantized experts."""
+    return moe_reference(feeds["x"], feeds["r"], floats, k, normalize,
+                         activation, fusion, alpha, beta, limit)
 
 
 def partita(tmp_path, model, feeds, *flags):

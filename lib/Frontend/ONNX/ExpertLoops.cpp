@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 using namespace mlir;
@@ -152,18 +153,25 @@ private:
   llvm::StringSet<> graphInputs, initializers, graphOutputs;
 };
 
+/// What an attribute of another type reads as: no value a match accepts.
+constexpr int64_t kMistyped = std::numeric_limits<int64_t>::min();
+
 int64_t intAttr(const onnx::NodeProto &n, llvm::StringRef name,
                 int64_t absent) {
   for (const onnx::AttributeProto &a : n.attribute())
     if (a.name() == name)
-      return a.i();
+      return a.type() == onnx::AttributeProto_AttributeType_INT ? a.i()
+                                                                : kMistyped;
   return absent;
 }
 
 std::vector<int64_t> intsAttr(const onnx::NodeProto &n, llvm::StringRef name) {
   for (const onnx::AttributeProto &a : n.attribute())
-    if (a.name() == name)
+    if (a.name() == name) {
+      if (a.type() != onnx::AttributeProto_AttributeType_INTS)
+        return {kMistyped};
       return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    }
   return {};
 }
 
@@ -171,7 +179,9 @@ std::string stringAttr(const onnx::NodeProto &n, llvm::StringRef name,
                        llvm::StringRef absent = "none") {
   for (const onnx::AttributeProto &a : n.attribute())
     if (a.name() == name)
-      return a.s();
+      return a.type() == onnx::AttributeProto_AttributeType_STRING
+                 ? a.s()
+                 : std::string("<mistyped>");
   return absent.str();
 }
 
@@ -726,7 +736,8 @@ bool LoopMatcher::collectRegion(Loop &loop) {
 } // namespace
 
 LogicalResult mlir::partita::onnx_import::foldExpertLoops(
-    onnx::GraphProto &graph, const ConstantReader &constants, Location loc) {
+    onnx::GraphProto &graph, const ConstantReader &constants,
+    const NodeChecker &check, Location loc) {
   for (const onnx::NodeProto &node : graph.node())
     if (node.domain() == kInternalDomain)
       return emitError(loc)
@@ -747,6 +758,11 @@ LogicalResult mlir::partita::onnx_import::foldExpertLoops(
       if (!loop || llvm::any_of(loop->region,
                                 [&](int r) { return claimed.contains(r); }))
         continue;
+      // The nodes the loop's node replaces are checked as every node is:
+      // a malformed one is refused, not folded away.
+      for (int r : loop->region)
+        if (failed(check(graph.node(r), r)))
+          return failure();
       claimed.insert(loop->region.begin(), loop->region.end());
       loops.push_back(std::move(*loop));
     }

@@ -77,11 +77,18 @@ struct ConstantReader {
       initializer;
 };
 
+/// Checks a node of the graph (its index) as the import checks every node:
+/// its signature against its schema, where the table has one; fails with
+/// the diagnostic emitted.
+using NodeChecker =
+    std::function<LogicalResult(const onnx::NodeProto &, int index)>;
+
 /// Replaces every recognized eager expert loop of `graph`'s top level.
-/// Fails (with an error at `loc`) only on a model that uses the internal
-/// domain.
+/// Fails (with an error at `loc`) on a model that uses the internal domain,
+/// and where `check` refuses a node of a loop it would fold away.
 LogicalResult foldExpertLoops(onnx::GraphProto &graph,
-                              const ConstantReader &constants, Location loc);
+                              const ConstantReader &constants,
+                              const NodeChecker &check, Location loc);
 
 } // namespace mlir::partita::onnx_import
 

@@ -1278,7 +1278,17 @@ LogicalResult GraphImporter::foldEagerExperts() {
       return std::nullopt;
     return elements(*info->constant);
   };
-  return foldExpertLoops(*model->mutable_graph(), reader, fileLoc);
+  // A node the fold removes is checked first: its schema's signature where
+  // the table has one (NonZero and ScatterElements have none; the matcher
+  // reads their attributes typed).
+  auto check = [&](const onnx::NodeProto &node, int index) -> LogicalResult {
+    auto [key, version] = opKey(node);
+    const OpSchema *schema = lookupOpSchema(key, version);
+    if (!schema)
+      return success();
+    return verifyNodeSignature(node, *schema, nodeLoc(node, index));
+  };
+  return foldExpertLoops(*model->mutable_graph(), reader, check, fileLoc);
 }
 
 LogicalResult GraphImporter::importExpertLoop(const onnx::NodeProto &node,

@@ -191,6 +191,20 @@ MODELS = {
                       tf.MixtralForCausalLM, "lm"),
     # 64 experts, top 1: the example's 32 tokens reach at most 32, so the
     # loop holds fewer bodies than there are experts.
+    # Qwen2-MoE and Qwen3-MoE with transformers' "eager" experts (the same
+    # experts class as Mixtral's; Qwen2-MoE's shared expert stays a plain
+    # MLP beside the loop).
+    "qwen2_moe_eager": (lambda: tf.Qwen2MoeConfig(**common(
+        num_key_value_heads=2, moe_intermediate_size=24,
+        shared_expert_intermediate_size=40, num_experts=4,
+        num_experts_per_tok=2, decoder_sparse_step=1,
+        norm_topk_prob=False)),
+                        tf.Qwen2MoeForCausalLM, "lm"),
+    "qwen3_moe_eager": (lambda: tf.Qwen3MoeConfig(**common(
+        num_key_value_heads=2, head_dim=8, moe_intermediate_size=24,
+        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+        norm_topk_prob=True)),
+                        tf.Qwen3MoeForCausalLM, "lm"),
     # Mixtral with a KV cache (optimum-onnx has no Mixtral export): one
     # decoder step, transformers' batched_mm experts, for serving.
     "mixtral_kv": (lambda: tf.MixtralConfig(**common(
@@ -207,7 +221,8 @@ MODELS = {
 # set_experts_implementation).
 EXPERTS = {"mixtral": "batched_mm", "qwen2_moe": "batched_mm",
            "qwen3_moe": "batched_mm", "mixtral_eager": "eager",
-           "mixtral_eager64": "eager", "mixtral_kv": "batched_mm"}
+           "mixtral_eager64": "eager", "mixtral_kv": "batched_mm",
+           "qwen2_moe_eager": "eager", "qwen3_moe_eager": "eager"}
 
 # The KV-cache models also exported in optimum's legacy form.
 LEGACY_MODELS = ("gpt2_kv", "llama_kv")
