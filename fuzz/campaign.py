@@ -494,6 +494,10 @@ def execute(steps, work, tools, state=None):
 # empty name.
 ORT_DEVIATIONS = [
     re.compile(r"Squeeze.*Axes input is null", re.S),
+    # An eager expert loop's traced Split of the experts its example
+    # reached: onnxruntime refuses an input that reaches another number,
+    # Partita computes the model (docs/frontend.md, "eager experts").
+    re.compile(r"Split node\. Name:'[^']*(experts|block_sparse_moe)/Split'"),
 ]
 
 

@@ -213,10 +213,28 @@ def scatter_axis_mistyped(node):
     return False
 
 
+def cast_without_outputs(node):
+    # Found by the fuzz campaign (a crash): the matcher read outputs and
+    # inputs a node of the loop no longer had.
+    if node.op_type == "Cast" and "mlp/experts/" in node.name:
+        del node.output[:]
+        return True
+    return False
+
+
+def mul_without_inputs(node):
+    if node.op_type == "Mul" and "mlp/experts/" in node.name:
+        del node.input[:]
+        return True
+    return False
+
+
 @pytest.mark.parametrize("change,message", [
     (reshape_attribute_mistyped,
      "error: attribute 'allowzero' of Reshape must be INT"),
-    (scatter_axis_mistyped, "unsupported ONNX ops at opset 17: NonZero")])
+    (scatter_axis_mistyped, "unsupported ONNX ops at opset 17: NonZero"),
+    (cast_without_outputs, "error: "),
+    (mul_without_inputs, "error: ")])
 def test_a_malformed_loop_is_refused_not_folded_away(tmp_path, change,
                                                       message):
     path = tmp_path / "model.onnx"

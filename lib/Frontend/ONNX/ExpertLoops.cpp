@@ -185,15 +185,26 @@ std::string stringAttr(const onnx::NodeProto &n, llvm::StringRef name,
   return absent.str();
 }
 
+/// Input and output `i` of a node, or "" (no value's name) where it has
+/// fewer: the matcher reads models as they come.
+const std::string &in(const onnx::NodeProto &n, int i) {
+  static const std::string none;
+  return i < n.input_size() ? n.input(i) : none;
+}
+const std::string &out(const onnx::NodeProto &n, int i) {
+  static const std::string none;
+  return i < n.output_size() ? n.output(i) : none;
+}
+
 /// The other input of a binary node one of whose inputs is `known`.
 std::optional<std::string> otherInput(const onnx::NodeProto *n,
                                       const std::string &known) {
   if (!n || n->input_size() != 2)
     return std::nullopt;
-  if (n->input(0) == known)
-    return n->input(1);
-  if (n->input(1) == known)
-    return n->input(0);
+  if (in(*n, 0) == known)
+    return in(*n, 1);
+  if (in(*n, 1) == known)
+    return in(*n, 0);
   return std::nullopt;
 }
 
@@ -231,6 +242,8 @@ private:
                                    const std::string &transposed);
   /// `a` and `b` equal, or `a` set to `b` when empty.
   bool same(std::string &a, const std::string &b) {
+    if (b.empty())
+      return false;
     if (a.empty())
       a = b;
     return a == b;
@@ -249,7 +262,7 @@ private:
 bool LoopMatcher::matchHits(const onnx::NodeProto &reduce) {
   if (reduce.input_size() != 2 || intAttr(reduce, "keepdims", 1) != 0)
     return false;
-  std::optional<std::vector<double>> axes = g.constant(reduce.input(1));
+  std::optional<std::vector<double>> axes = g.constant(in(reduce, 1));
   if (!axes || axes->size() != 2)
     return false;
   std::vector<double> sorted = *axes;
@@ -257,36 +270,36 @@ bool LoopMatcher::matchHits(const onnx::NodeProto &reduce) {
   if (sorted != std::vector<double>{-2, -1} &&
       sorted != std::vector<double>{1, 2})
     return false;
-  const onnx::NodeProto *greater = g.onlyUse(reduce.output(0), "Greater");
-  if (!greater || greater->input(0) != reduce.output(0) ||
-      !g.isConstant(greater->input(1), {0}))
+  const onnx::NodeProto *greater = g.onlyUse(out(reduce, 0), "Greater");
+  if (!greater || in(*greater, 0) != out(reduce, 0) ||
+      !g.isConstant(in(*greater, 1), {0}))
     return false;
-  const onnx::NodeProto *nonzero = g.onlyUse(greater->output(0), "NonZero");
+  const onnx::NodeProto *nonzero = g.onlyUse(out(*greater, 0), "NonZero");
   if (!nonzero)
     return false;
-  const onnx::NodeProto *rows = g.onlyUse(nonzero->output(0), "Transpose");
+  const onnx::NodeProto *rows = g.onlyUse(out(*nonzero, 0), "Transpose");
   if (!rows || intsAttr(*rows, "perm") != std::vector<int64_t>{1, 0})
     return false;
-  const onnx::NodeProto *split = g.onlyUse(rows->output(0), "Split");
+  const onnx::NodeProto *split = g.onlyUse(out(*rows, 0), "Split");
   if (!split || intAttr(*split, "axis", 0) != 0 || split->input_size() != 2)
     return false;
-  std::optional<std::vector<double>> sizes = g.constant(split->input(1));
+  std::optional<std::vector<double>> sizes = g.constant(in(*split, 1));
   if (!sizes || static_cast<int>(sizes->size()) != split->output_size() ||
       llvm::any_of(*sizes, [](double s) { return s != 1; }))
     return false;
   for (const std::string &row : split->output()) {
     const onnx::NodeProto *squeeze = g.onlyUse(row, "Squeeze");
     if (!squeeze || squeeze->input_size() != 2 ||
-        !g.isConstant(squeeze->input(1), {0}))
+        !g.isConstant(in(*squeeze, 1), {0}))
       return false;
     // transformers 5 takes the row's element 0 (a scalar id); 4 gathers
     // with the one-element row.
-    const onnx::NodeProto *first = g.onlyUse(squeeze->output(0), "Gather");
-    if (first && first->input(0) == squeeze->output(0) &&
-        intAttr(*first, "axis", 0) == 0 && g.isConstant(first->input(1), {0}))
-      ids.push_back(first->output(0));
+    const onnx::NodeProto *first = g.onlyUse(out(*squeeze, 0), "Gather");
+    if (first && in(*first, 0) == out(*squeeze, 0) &&
+        intAttr(*first, "axis", 0) == 0 && g.isConstant(in(*first, 1), {0}))
+      ids.push_back(out(*first, 0));
     else
-      ids.push_back(squeeze->output(0));
+      ids.push_back(out(*squeeze, 0));
   }
   return !ids.empty();
 }
@@ -296,10 +309,10 @@ std::optional<std::string> LoopMatcher::transposedRows(const std::string &value,
   const onnx::NodeProto *t = g.def(value, "Transpose");
   if (!t || intsAttr(*t, "perm") != std::vector<int64_t>{1, 0})
     return std::nullopt;
-  const onnx::NodeProto *rows = g.def(t->input(0), "Gather");
-  if (!rows || rows->input(1) != id || intAttr(*rows, "axis", 0) != 0)
+  const onnx::NodeProto *rows = g.def(in(*t, 0), "Gather");
+  if (!rows || in(*rows, 1) != id || intAttr(*rows, "axis", 0) != 0)
     return std::nullopt;
-  return rows->input(0);
+  return in(*rows, 0);
 }
 
 const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
@@ -307,38 +320,38 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
   // The slots that chose the expert: NonZero of its [k, T] one-hot rows.
   const onnx::NodeProto *mask = nullptr;
   for (const onnx::NodeProto *n : g.uses(id, "Gather"))
-    if (n->input(0) == transposed && n->input(1) == id &&
+    if (in(*n, 0) == transposed && in(*n, 1) == id &&
         intAttr(*n, "axis", 0) == 0)
       mask = n;
   if (!mask)
     return nullptr;
-  std::string rows = mask->output(0);
+  std::string rows = out(*mask, 0);
   // A one-element id leaves a leading 1 to squeeze.
   if (const onnx::NodeProto *squeeze = g.onlyUse(rows, "Squeeze")) {
-    if (squeeze->input_size() != 2 || !g.isConstant(squeeze->input(1), {0}))
+    if (squeeze->input_size() != 2 || !g.isConstant(in(*squeeze, 1), {0}))
       return nullptr;
-    rows = squeeze->output(0);
+    rows = out(*squeeze, 0);
   }
   const onnx::NodeProto *cast = g.onlyUse(rows, "Cast");
   if (!cast || intAttr(*cast, "to", 0) != onnx::TensorProto_DataType_BOOL)
     return nullptr;
-  const onnx::NodeProto *nonzero = g.onlyUse(cast->output(0), "NonZero");
+  const onnx::NodeProto *nonzero = g.onlyUse(out(*cast, 0), "NonZero");
   if (!nonzero)
     return nullptr;
-  const onnx::NodeProto *pairs = g.onlyUse(nonzero->output(0), "Transpose");
+  const onnx::NodeProto *pairs = g.onlyUse(out(*nonzero, 0), "Transpose");
   if (!pairs || intsAttr(*pairs, "perm") != std::vector<int64_t>{1, 0})
     return nullptr;
-  const onnx::NodeProto *split = g.onlyUse(pairs->output(0), "Split");
+  const onnx::NodeProto *split = g.onlyUse(out(*pairs, 0), "Split");
   if (!split || intAttr(*split, "axis", 0) != 1 || split->output_size() != 2 ||
-      split->input_size() != 2 || !g.isConstant(split->input(1), {1, 1}))
+      split->input_size() != 2 || !g.isConstant(in(*split, 1), {1, 1}))
     return nullptr;
   std::string slot[2];
   for (int i = 0; i < 2; ++i) {
-    const onnx::NodeProto *squeeze = g.onlyUse(split->output(i), "Squeeze");
+    const onnx::NodeProto *squeeze = g.onlyUse(out(*split, i), "Squeeze");
     if (!squeeze || squeeze->input_size() != 2 ||
-        !g.isConstant(squeeze->input(1), {1}))
+        !g.isConstant(in(*squeeze, 1), {1}))
       return nullptr;
-    slot[i] = squeeze->output(0);
+    slot[i] = out(*squeeze, 0);
   }
   const std::string &pos = slot[0], &tok = slot[1];
 
@@ -346,27 +359,27 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
   // hidden[None], on axis 1, reshaped to rows).
   std::string x;
   for (const onnx::NodeProto *n : g.uses(tok, "Gather")) {
-    if (n->input(1) != tok)
+    if (in(*n, 1) != tok)
       continue;
     if (intAttr(*n, "axis", 0) == 0) {
-      if (!same(loop.hidden, n->input(0)))
+      if (!same(loop.hidden, in(*n, 0)))
         return nullptr;
-      x = n->output(0);
+      x = out(*n, 0);
     } else if (intAttr(*n, "axis", 0) == 1) {
-      const onnx::NodeProto *batch = g.def(n->input(0), "Unsqueeze");
-      const onnx::NodeProto *flat = g.onlyUse(n->output(0), "Reshape");
+      const onnx::NodeProto *batch = g.def(in(*n, 0), "Unsqueeze");
+      const onnx::NodeProto *flat = g.onlyUse(out(*n, 0), "Reshape");
       if (!batch || batch->input_size() != 2 ||
-          !g.isConstant(batch->input(1), {0}) || !flat ||
-          !same(loop.hidden, batch->input(0)))
+          !g.isConstant(in(*batch, 1), {0}) || !flat ||
+          !same(loop.hidden, in(*batch, 0)))
         return nullptr;
-      x = flat->output(0);
+      x = out(*flat, 0);
     }
   }
   if (x.empty())
     return nullptr;
   llvm::SmallVector<const onnx::NodeProto *> products;
   for (const onnx::NodeProto *n : g.uses(x, "MatMul"))
-    if (n->input(0) == x)
+    if (in(*n, 0) == x)
       products.push_back(n);
   std::string gate, up;
   Module module;
@@ -374,57 +387,55 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
     // transformers 5: x @ gate_up_proj[e]^T, chunked in two along the last
     // axis.
     const onnx::NodeProto *fc1 = products.front();
-    std::optional<std::string> w1 = transposedRows(fc1->input(1), id);
+    std::optional<std::string> w1 = transposedRows(in(*fc1, 1), id);
     if (!w1 || !same(loop.fc1, *w1) || !loop.modules.empty())
       return nullptr;
     const onnx::NodeProto *gateSlice = nullptr, *upSlice = nullptr;
     llvm::SmallVector<const onnx::NodeProto *> slices =
-        g.uses(fc1->output(0), "Slice");
+        g.uses(out(*fc1, 0), "Slice");
     for (const onnx::NodeProto *s : slices)
-      if (s->input_size() == 4 && s->input(0) == fc1->output(0) &&
-          g.isConstant(s->input(1), {0}))
+      if (s->input_size() == 4 && in(*s, 0) == out(*fc1, 0) &&
+          g.isConstant(in(*s, 1), {0}))
         gateSlice = s;
     for (const onnx::NodeProto *s : slices)
-      if (gateSlice && s->input_size() == 4 && s->input(0) == fc1->output(0) &&
-          s->input(1) == gateSlice->input(2))
+      if (gateSlice && s->input_size() == 4 && in(*s, 0) == out(*fc1, 0) &&
+          in(*s, 1) == in(*gateSlice, 2))
         upSlice = s;
     if (!gateSlice || !upSlice || slices.size() != 2 ||
-        !g.isConstant(gateSlice->input(3), {-1}) ||
-        !g.isConstant(upSlice->input(3), {-1}))
+        !g.isConstant(in(*gateSlice, 3), {-1}) ||
+        !g.isConstant(in(*upSlice, 3), {-1}))
       return nullptr;
     // torch.chunk(2): ends d * 1 and d * 2, d = (last + 1) / 2 of the
     // product's own shape.
-    const onnx::NodeProto *half = g.def(gateSlice->input(2), "Mul");
-    const onnx::NodeProto *whole = g.def(upSlice->input(2), "Mul");
-    if (!half || !whole || half->input(0) != whole->input(0) ||
-        !g.isConstant(half->input(1), {1}) ||
-        !g.isConstant(whole->input(1), {2}))
+    const onnx::NodeProto *half = g.def(in(*gateSlice, 2), "Mul");
+    const onnx::NodeProto *whole = g.def(in(*upSlice, 2), "Mul");
+    if (!half || !whole || in(*half, 0) != in(*whole, 0) ||
+        !g.isConstant(in(*half, 1), {1}) || !g.isConstant(in(*whole, 1), {2}))
       return nullptr;
-    const onnx::NodeProto *div = g.def(half->input(0), "Div");
-    const onnx::NodeProto *plus = div ? g.def(div->input(0), "Add") : nullptr;
+    const onnx::NodeProto *div = g.def(in(*half, 0), "Div");
+    const onnx::NodeProto *plus = div ? g.def(in(*div, 0), "Add") : nullptr;
     const onnx::NodeProto *last =
-        plus ? g.def(plus->input(0), "Gather") : nullptr;
+        plus ? g.def(in(*plus, 0), "Gather") : nullptr;
     const onnx::NodeProto *shape =
-        last ? g.def(last->input(0), "Shape") : nullptr;
-    if (!div || !g.isConstant(div->input(1), {2}) || !plus ||
-        !g.isConstant(plus->input(1), {1}) || !last || !shape ||
-        shape->input(0) != fc1->output(0) ||
-        !g.isConstant(last->input(1), {-1}))
+        last ? g.def(in(*last, 0), "Shape") : nullptr;
+    if (!div || !g.isConstant(in(*div, 1), {2}) || !plus ||
+        !g.isConstant(in(*plus, 1), {1}) || !last || !shape ||
+        in(*shape, 0) != out(*fc1, 0) || !g.isConstant(in(*last, 1), {-1}))
       return nullptr;
-    gate = gateSlice->output(0);
-    up = upSlice->output(0);
+    gate = out(*gateSlice, 0);
+    up = out(*upSlice, 0);
   } else if (products.size() == 2) {
     // transformers 4: the expert module's own w1 (gate) and w3 (up),
     // constants [in, out].
     if (!loop.fc1.empty())
       return nullptr;
     const onnx::NodeProto *w1 = products[0], *w3 = products[1];
-    if (g.uses(w1->output(0), "Sigmoid").empty())
+    if (g.uses(out(*w1, 0), "Sigmoid").empty())
       std::swap(w1, w3);
-    if (!g.isInitializer(w1->input(1)) || !g.isInitializer(w3->input(1)))
+    if (!g.isInitializer(in(*w1, 1)) || !g.isInitializer(in(*w3, 1)))
       return nullptr;
-    module.w1 = w1->input(1);
-    module.w3 = w3->input(1);
+    module.w1 = in(*w1, 1);
+    module.w3 = in(*w3, 1);
     // The module's number, from the scope its nodes are named in.
     llvm::StringRef name = w1->name();
     size_t at = name.find("experts.");
@@ -434,8 +445,8 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
              .take_while([](char c) { return llvm::isDigit(c); })
              .getAsInteger(10, expert))
       module.expert = static_cast<int64_t>(expert);
-    gate = w1->output(0);
-    up = w3->output(0);
+    gate = out(*w1, 0);
+    up = out(*w3, 0);
   } else {
     return nullptr;
   }
@@ -446,65 +457,65 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
     return nullptr;
   const onnx::NodeProto *sigmoid = sigmoids.front();
   const onnx::NodeProto *silu = nullptr;
-  for (const onnx::NodeProto *n : g.uses(sigmoid->output(0), "Mul"))
-    if (otherInput(n, sigmoid->output(0)) == gate)
+  for (const onnx::NodeProto *n : g.uses(out(*sigmoid, 0), "Mul"))
+    if (otherInput(n, out(*sigmoid, 0)) == gate)
       silu = n;
   if (!silu)
     return nullptr;
-  const onnx::NodeProto *act = g.onlyUse(silu->output(0), "Mul");
-  if (!act || otherInput(act, silu->output(0)) != up)
+  const onnx::NodeProto *act = g.onlyUse(out(*silu, 0), "Mul");
+  if (!act || otherInput(act, out(*silu, 0)) != up)
     return nullptr;
 
   // @ down_proj[e]^T (or the module's w2), times the slot's routing
   // weight.
-  const onnx::NodeProto *fc2 = g.onlyUse(act->output(0), "MatMul");
-  if (!fc2 || fc2->input(0) != act->output(0))
+  const onnx::NodeProto *fc2 = g.onlyUse(out(*act, 0), "MatMul");
+  if (!fc2 || in(*fc2, 0) != out(*act, 0))
     return nullptr;
   if (module.w1.empty()) {
-    std::optional<std::string> w2 = transposedRows(fc2->input(1), id);
+    std::optional<std::string> w2 = transposedRows(in(*fc2, 1), id);
     if (!w2 || !same(loop.fc2, *w2))
       return nullptr;
   } else {
-    if (!g.isInitializer(fc2->input(1)))
+    if (!g.isInitializer(in(*fc2, 1)))
       return nullptr;
-    module.w2 = fc2->input(1);
+    module.w2 = in(*fc2, 1);
   }
-  const onnx::NodeProto *weighted = g.onlyUse(fc2->output(0), "Mul");
-  std::optional<std::string> routing = otherInput(weighted, fc2->output(0));
+  const onnx::NodeProto *weighted = g.onlyUse(out(*fc2, 0), "Mul");
+  std::optional<std::string> routing = otherInput(weighted, out(*fc2, 0));
   if (!routing)
     return nullptr;
   std::string r = *routing;
   while (const onnx::NodeProto *reshape = g.def(r, "Reshape"))
-    r = reshape->input(0);
+    r = in(*reshape, 0);
   // weights.flatten()[tok * k + pos]: the Gather of a [T * k, 1] view.
   const onnx::NodeProto *pick = g.def(r, "Gather");
   if (!pick || intAttr(*pick, "axis", 0) != 0)
     return nullptr;
-  const onnx::NodeProto *flat = g.def(pick->input(0), "Flatten");
+  const onnx::NodeProto *flat = g.def(in(*pick, 0), "Flatten");
   const onnx::NodeProto *column =
-      flat ? g.def(flat->input(0), "Unsqueeze") : nullptr;
+      flat ? g.def(in(*flat, 0), "Unsqueeze") : nullptr;
   if (!flat || intAttr(*flat, "axis", 1) != 2 || !column ||
       column->input_size() != 2 ||
-      !(g.isConstant(column->input(1), {-1}) ||
-        g.isConstant(column->input(1), {2})) ||
-      !same(loop.weights, column->input(0)))
+      !(g.isConstant(in(*column, 1), {-1}) ||
+        g.isConstant(in(*column, 1), {2})) ||
+      !same(loop.weights, in(*column, 0)))
     return nullptr;
-  const onnx::NodeProto *index = g.def(pick->input(1), "Add");
-  if (!index || index->input(0) != pos)
+  const onnx::NodeProto *index = g.def(in(*pick, 1), "Add");
+  if (!index || in(*index, 0) != pos)
     return nullptr;
-  const onnx::NodeProto *stride = g.def(index->input(1), "Mul");
-  if (!stride || stride->input(0) != tok)
+  const onnx::NodeProto *stride = g.def(in(*index, 1), "Mul");
+  if (!stride || in(*stride, 0) != tok)
     return nullptr;
-  const onnx::NodeProto *k = g.def(stride->input(1), "Gather");
-  const onnx::NodeProto *kShape = k ? g.def(k->input(0), "Shape") : nullptr;
-  if (!k || !kShape || kShape->input(0) != column->output(0) ||
-      !g.isConstant(k->input(1), {1}))
+  const onnx::NodeProto *k = g.def(in(*stride, 1), "Gather");
+  const onnx::NodeProto *kShape = k ? g.def(in(*k, 0), "Shape") : nullptr;
+  if (!k || !kShape || in(*kShape, 0) != out(*column, 0) ||
+      !g.isConstant(in(*k, 1), {1}))
     return nullptr;
-  std::string update = weighted->output(0);
+  std::string update = out(*weighted, 0);
   if (const onnx::NodeProto *back = g.onlyUse(update, "Cast")) {
     if (intAttr(*back, "to", 0) != onnx::TensorProto_DataType_FLOAT)
       return nullptr;
-    update = back->output(0);
+    update = out(*back, 0);
   }
 
   // index_add_: ScatterElements of the rows into zeros at tok, added.
@@ -513,21 +524,21 @@ const onnx::NodeProto *LoopMatcher::matchBody(const std::string &id,
     return nullptr;
   // (The indices' Expand reads the rows' shape too.)
   llvm::SmallVector<const onnx::NodeProto *> scatters =
-      g.uses(expand->output(0), "ScatterElements");
+      g.uses(out(*expand, 0), "ScatterElements");
   const onnx::NodeProto *scatter =
       scatters.size() == 1 ? scatters.front() : nullptr;
-  if (!scatter || scatter->input(2) != expand->output(0) ||
+  if (!scatter || in(*scatter, 2) != out(*expand, 0) ||
       intAttr(*scatter, "axis", 0) != 0 ||
       stringAttr(*scatter, "reduction") != "none" ||
-      !g.isZeros(scatter->input(0)))
+      !g.isZeros(in(*scatter, 0)))
     return nullptr;
-  const onnx::NodeProto *at = g.def(scatter->input(1), "Expand");
+  const onnx::NodeProto *at = g.def(in(*scatter, 1), "Expand");
   const onnx::NodeProto *atColumn =
-      at ? g.def(at->input(0), "Unsqueeze") : nullptr;
-  if (!at || !atColumn || atColumn->input(0) != tok ||
-      atColumn->input_size() != 2 || !g.isConstant(atColumn->input(1), {1}))
+      at ? g.def(in(*at, 0), "Unsqueeze") : nullptr;
+  if (!at || !atColumn || in(*atColumn, 0) != tok ||
+      atColumn->input_size() != 2 || !g.isConstant(in(*atColumn, 1), {1}))
     return nullptr;
-  const onnx::NodeProto *add = g.onlyUse(scatter->output(0), "Add");
+  const onnx::NodeProto *add = g.onlyUse(out(*scatter, 0), "Add");
   if (add && !module.w1.empty())
     loop.modules.push_back(module);
   return add;
@@ -537,17 +548,17 @@ std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
   const onnx::NodeProto &oneHot = g.node(oneHotIndex);
   loop = Loop();
   ids.clear();
-  std::optional<std::vector<double>> depth = g.constant(oneHot.input(1));
+  std::optional<std::vector<double>> depth = g.constant(in(oneHot, 1));
   if (intAttr(oneHot, "axis", -1) != -1 || !depth || depth->size() != 1 ||
-      !g.isConstant(oneHot.input(2), {0, 1}))
+      !g.isConstant(in(oneHot, 2), {0, 1}))
     return std::nullopt;
-  loop.ids = oneHot.input(0);
+  loop.ids = in(oneHot, 0);
   loop.depth = static_cast<int64_t>((*depth)[0]);
-  const onnx::NodeProto *transpose = g.onlyUse(oneHot.output(0), "Transpose");
+  const onnx::NodeProto *transpose = g.onlyUse(out(oneHot, 0), "Transpose");
   if (!transpose ||
       intsAttr(*transpose, "perm") != std::vector<int64_t>{2, 1, 0})
     return std::nullopt;
-  const std::string &transposed = transpose->output(0);
+  const std::string &transposed = out(*transpose, 0);
   llvm::SmallVector<const onnx::NodeProto *> reduces =
       g.uses(transposed, "ReduceSum");
   if (reduces.size() != 1 || !matchHits(*reduces.front()))
@@ -567,7 +578,7 @@ std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
   const onnx::NodeProto *first = nullptr;
   for (const onnx::NodeProto *add : adds) {
     // The accumulator is the input that is not the scatter.
-    const std::string &a = add->input(0), &b = add->input(1);
+    const std::string &a = in(*add, 0), &b = in(*add, 1);
     std::string accumulator = g.def(b, "ScatterElements") ? a : b;
     if (g.isZeros(accumulator)) {
       if (first)
@@ -581,12 +592,12 @@ std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
     return std::nullopt;
   const onnx::NodeProto *last = first;
   for (size_t n = 1; n < adds.size(); ++n) {
-    auto next = addsByAccumulator.find(last->output(0));
+    auto next = addsByAccumulator.find(out(*last, 0));
     if (next == addsByAccumulator.end())
       return std::nullopt;
     last = next->second;
   }
-  loop.output = last->output(0);
+  loop.output = out(*last, 0);
   loop.outputNode = *g.producerIndex(loop.output);
   loop.traced = static_cast<int64_t>(ids.size());
   if (!loop.modules.empty()) {
