@@ -229,7 +229,21 @@ def mul_without_inputs(node):
     return False
 
 
+def constant_of_no_elements(node):
+    # Found by the fuzz campaign: a Constant the fold removes whose tensor
+    # holds bytes its shape does not have.
+    if node.op_type == "Constant" and node.name.endswith(
+            "layers.0/mlp/experts/Constant_34"):
+        tensor = node.attribute[0].t
+        del tensor.dims[:]
+        tensor.dims.append(0)
+        tensor.raw_data = b"\0" * 8
+        return True
+    return False
+
+
 @pytest.mark.parametrize("change,message", [
+    (constant_of_no_elements, "holds 8 bytes; its shape and type need 0"),
     (reshape_attribute_mistyped,
      "error: attribute 'allowzero' of Reshape must be INT"),
     (scatter_axis_mistyped, "unsupported ONNX ops at opset 17: NonZero"),

@@ -1284,9 +1284,18 @@ LogicalResult GraphImporter::foldEagerExperts() {
   auto check = [&](const onnx::NodeProto &node, int index) -> LogicalResult {
     auto [key, version] = opKey(node);
     const OpSchema *schema = lookupOpSchema(key, version);
-    if (!schema)
-      return success();
-    return verifyNodeSignature(node, *schema, nodeLoc(node, index));
+    Location loc = nodeLoc(node, index);
+    if (schema && failed(verifyNodeSignature(node, *schema, loc)))
+      return failure();
+    // A Constant's tensor must read as its import would read it.
+    if (node.op_type() == "Constant")
+      for (const onnx::AttributeProto &a : node.attribute())
+        if (a.has_t()) {
+          onnx::TensorProto copy = a.t();
+          if (failed(tensorFromProto(copy, loc)))
+            return failure();
+        }
+    return success();
   };
   return foldExpertLoops(*model->mutable_graph(), reader, check, fileLoc);
 }
