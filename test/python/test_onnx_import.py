@@ -1039,3 +1039,15 @@ def test_if_branch_may_not_redefine_an_outer_value(compile_model):
     assert result.returncode == 1
     assert "value 'rows' is defined more than once (in an If's branch)" in \
         result.stderr
+
+
+def test_two_nodes_of_one_name_are_refused(compile_model):
+    # Found by the fuzz campaign: onnxruntime refuses a graph that repeats
+    # a node name, and so does Partita (the second node's output unused).
+    m = model([helper.make_node("Relu", ["x"], ["y"], name="same"),
+               helper.make_node("Neg", ["x"], ["unused"], name="same")],
+              [vi("x", F, [2])], [vi("y", F, [2])], opset=17)
+    result = compile_model(m)
+    assert result.returncode == 1
+    assert "nodes 0 and 1 are both named 'same'; node names must be unique" \
+        in result.stderr, result.stderr

@@ -283,6 +283,18 @@ LogicalResult GraphImporter::checkModel() {
            << kMaxOnnxIrVersion;
   if (model->graph().output_size() == 0)
     return emitError(fileLoc) << "the graph has no outputs";
+  // Node names, where given, are unique (onnxruntime refuses a graph that
+  // repeats one; the importer locates its diagnostics by them).
+  llvm::StringMap<int> names;
+  for (auto [i, node] : llvm::enumerate(model->graph().node())) {
+    if (node.name().empty())
+      continue;
+    auto [it, inserted] = names.try_emplace(node.name(), int(i));
+    if (!inserted)
+      return emitError(fileLoc)
+             << "nodes " << it->second << " and " << i << " are both named '"
+             << node.name() << "'; node names must be unique";
+  }
   return success();
 }
 
