@@ -258,6 +258,24 @@ def test_a_malformed_loop_is_refused_not_folded_away(tmp_path, change,
     assert message in proc.stderr, proc.stderr
 
 
+def test_a_one_hot_of_too_many_classes_is_not_folded(tmp_path):
+    # transformers 4's form builds a weight per expert: a one-hot of 2^40
+    # classes must not make 2^40 of them (the loop is left to the import,
+    # which refuses it).
+    model = onnx.load(str(HF / "mixtral.optimum.onnx"))
+    for node in model.graph.node:
+        if node.output[0] == "/model/Constant_8_output_0":
+            node.attribute[0].t.CopyFrom(
+                onnx.numpy_helper.from_array(np.array(2**40, np.int64)))
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    proc = subprocess.run([COMPILE, str(path), "--emit", "nn", "--bind",
+                           "batch_size=2,sequence_length=16"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "unsupported ONNX ops at opset 18: NonZero" in proc.stderr
+
+
 def test_the_internal_domain_is_refused(compile_model):
     m = onnx_model([helper.make_node("ExpertLoop", ["x"], ["y"],
                                      domain="ai.partita.internal",

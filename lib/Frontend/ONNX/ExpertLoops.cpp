@@ -153,6 +153,9 @@ private:
   llvm::StringSet<> graphInputs, initializers, graphOutputs;
 };
 
+/// The most experts a loop may have.
+constexpr int64_t kMaxExperts = int64_t(1) << 16;
+
 /// What an attribute of another type reads as: no value a match accepts.
 constexpr int64_t kMistyped = std::numeric_limits<int64_t>::min();
 
@@ -552,8 +555,13 @@ std::optional<Loop> LoopMatcher::match(int oneHotIndex) {
   if (intAttr(oneHot, "axis", -1) != -1 || !depth || depth->size() != 1 ||
       !g.isConstant(in(oneHot, 2), {0, 1}))
     return std::nullopt;
+  // The experts, as many as a one-hot imports (the module form builds a
+  // weight per expert).
+  double classes = (*depth)[0];
+  if (!(classes >= 1 && classes <= kMaxExperts) || classes != int64_t(classes))
+    return std::nullopt;
   loop.ids = in(oneHot, 0);
-  loop.depth = static_cast<int64_t>((*depth)[0]);
+  loop.depth = static_cast<int64_t>(classes);
   const onnx::NodeProto *transpose = g.onlyUse(out(oneHot, 0), "Transpose");
   if (!transpose ||
       intsAttr(*transpose, "perm") != std::vector<int64_t>{2, 1, 0})
