@@ -385,6 +385,28 @@ def contrib_seeds():
          numpy_helper.from_array(_rand([4, 12], np.float32, rng), "b1"),
          numpy_helper.from_array(_rand([4, 8, 6], np.float32, rng), "w2"),
          numpy_helper.from_array(_rand([4, 8], np.float32, rng), "b2")]))
+    # int4 experts (QMoE): hidden 32 and FFN 16 in blocks of 16, zero
+    # points, the same routing.
+    seeds.append(contrib(
+        "com.microsoft.QMoE",
+        [helper.make_node("QMoE", ["t32", "r", "qw1", "qs1", "", "qw2", "qs2",
+                                   "", "", "", "", "qz1", "qz2"], ["z"],
+                          name="qmoe_node", domain=ms, k=2,
+                          activation_type="swiglu", swiglu_fusion=1,
+                          normalize_routing_weights=1, expert_weight_bits=4,
+                          block_size=16)],
+        [_vi("t32", F, [6, 32]), _vi("r", F, [6, 4])],
+        [_vi("z", F, [6, 32])],
+        [numpy_helper.from_array(
+            rng.integers(0, 256, (4, 32, 16)).astype(np.uint8), "qw1"),
+         numpy_helper.from_array(_rand([4, 32, 2], np.float32, rng), "qs1"),
+         numpy_helper.from_array(
+             rng.integers(0, 256, (4, 32, 1)).astype(np.uint8), "qz1"),
+         numpy_helper.from_array(
+             rng.integers(0, 256, (4, 32, 8)).astype(np.uint8), "qw2"),
+         numpy_helper.from_array(_rand([4, 32, 1], np.float32, rng), "qs2"),
+         numpy_helper.from_array(
+             rng.integers(0, 256, (4, 32, 1)).astype(np.uint8), "qz2")]))
     return seeds
 
 

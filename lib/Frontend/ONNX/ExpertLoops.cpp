@@ -680,6 +680,17 @@ bool LoopMatcher::collectRegion(Loop &loop) {
     if ((!n.domain().empty() && n.domain() != "ai.onnx") ||
         !kOps.contains(n.op_type()))
       return false;
+    // NonZero and ScatterElements have no schema in the import's table
+    // (it checks the others before folding): their signatures here.
+    if (n.op_type() == "NonZero" &&
+        (n.input_size() != 1 || n.output_size() != 1 || n.attribute_size()))
+      return false;
+    if (n.op_type() == "ScatterElements" &&
+        (n.input_size() != 3 || n.output_size() != 1 ||
+         llvm::any_of(n.attribute(), [](const onnx::AttributeProto &a) {
+           return a.name() != "axis" && a.name() != "reduction";
+         })))
+      return false;
     ++counts[n.op_type()];
     // A Shape reads its input's static shape, not its values (transformers
     // 4 reshapes the tokens' rows by the shape of the norm before the
