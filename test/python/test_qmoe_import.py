@@ -210,6 +210,18 @@ def test_qmoe_refusals(compile_model, change, message):
     assert result.returncode == 1 and message in result.stderr, result.stderr
 
 
+def test_qmoe_fc3_parts_without_fc3_are_refused(compile_model):
+    # Found by the fuzz campaign: onnxruntime refuses fc3's zero points
+    # without fc3's weights; they were ignored.
+    model, _, _ = qmoe_model(zero_points=True)
+    node = model.graph.node[0]
+    node.input.append(node.input[12])
+    result = compile_model(model)
+    assert result.returncode == 1
+    assert "QMoE's fc3_zero_points is given without fc3_experts_weights" \
+        in result.stderr, result.stderr
+
+
 def test_qmoe_router_weights_are_refused_by_name(compile_model):
     model, _, _ = qmoe_model()
     node = model.graph.node[0]

@@ -1051,6 +1051,13 @@ LogicalResult qmoeHandler(NodeContext &ctx) {
     if (!ctx.hasInput(p.weight)) {
       if (p.weight != 8)
         return ctx.emitError() << "QMoE needs " << p.name << "_experts_weights";
+      for (auto [input, what] :
+           {std::pair(p.scales, "_scales"), std::pair(p.bias, "_experts_bias"),
+            std::pair(p.zeroPoints, "_zero_points")})
+        if (ctx.hasInput(input))
+          return ctx.emitError()
+                 << "QMoE's " << p.name << what << " is given without "
+                 << p.name << "_experts_weights";
       continue;
     }
     FailureOr<Value> experts = dequantizeExperts(
