@@ -32,7 +32,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from make_case import save_reference
+from make_case import ROOT, save_reference
+
+sys.path.insert(0, str(ROOT / "test" / "python"))
+from moe_reference import moe_reference  # noqa: E402
 
 BATCH, SEQ, HIDDEN, FFN, EXPERTS = 2, 5, 64, 96, 4
 
@@ -66,30 +69,6 @@ def int4(weights):
     q = q.reshape(e, rows, cols).astype(np.uint8)
     return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8), \
         scales.astype(np.float32)
-
-
-def reference(x, logits, arrays, k, normalize, fusion, alpha, beta):
-    """The MoE schema's SwiGLU mixture, token by token, in float64."""
-    x = x.astype(np.float64)
-    p = np.exp(logits - logits.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    y = np.zeros_like(x)
-    for t in range(x.shape[0]):
-        order = np.argsort(-p[t], kind="stable")[:k]
-        weights = p[t, order]
-        if normalize:
-            weights = weights / weights.sum()
-        for e, w in zip(order, weights):
-            h = arrays["w1"][e] @ x[t] + arrays.get("b1", np.zeros((EXPERTS, 1)))[e]
-            if fusion == 2:
-                g, lin = np.split(h, 2)
-            else:
-                g = h
-                lin = arrays["w3"][e] @ x[t] + arrays["b3"][e]
-            act = g / (1 + np.exp(-alpha * g)) * (lin + beta)
-            y[t] += w * (arrays["w2"][e] @ act +
-                         arrays.get("b2", np.zeros((EXPERTS, 1)))[e])
-    return y
 
 
 def main():
@@ -151,12 +130,13 @@ def main():
         return
     flat = x.reshape(tokens, HIDDEN)
     logits = flat.astype(np.float64) @ router.astype(np.float64)
-    y = reference(flat, logits, {
-n: a.astype(np.float64)
-                                 for n, a in arrays.items()},
-                  form["k"], form["normalize_routing_weights"],
-                  form["swiglu_fusion"], form.get("activation_alpha", 1.0),
-                  form.get("activation_beta", 0.0))
+    names = {"w1": "fc1", "w2": "fc2", "w3": "fc3", "b1": "fc1_b",
+             "b2": "fc2_b", "b3": "fc3_b"}
+    y = moe_reference(flat, logits, {names[n]: a.astype(np.float64)
+                                     for n, a in arrays.items()},
+                      form["k"], form["normalize_routing_weights"], "swiglu",
+                      form["swiglu_fusion"], form.get("activation_alpha", 1.0),
+                      form.get("activation_beta", 0.0))
     np.savez(folder / f"{name}.inputs.npz", x=x)
     np.savez(folder / f"{name}.outputs.npz",
              y=y.reshape(BATCH, SEQ, HIDDEN).astype(np.float32))
