@@ -228,5 +228,65 @@ TEST(MatMulTest, ShapeErrorsNameTheOp) {
   EXPECT_FALSE(s.isOk()) << "bias without has_bias";
 }
 
+TEST(MatMulTest, DequantizeStackedWeights) {
+  // Three stacked [32, 4] int4 weights (QMoE's experts): blocks of 16 rows,
+  // zero points two blocks to a byte; each batch its own packed bytes,
+  // scales and zero points, against the formula element by element.
+  const int64_t batches = 3, n = 4, k = 32, block = 16, blocks = 2;
+  Buffer packed(program::I8, {batches, n, blocks, block / 2});
+  Buffer scales(program::F32, {batches, n, blocks});
+  Buffer zeros(program::I8, {batches, n, 1});
+  Buffer out(program::F32, {batches, k, n});
+  std::vector<double> bytes, scaleValues, zeroBytes;
+  for (int64_t i = 0; i < packed.numElements(); ++i)
+    bytes.push_back(static_cast<int8_t>((i * 37 + 11) & 0xff));
+  for (int64_t i = 0; i < scales.numElements(); ++i)
+    scaleValues.push_back(0.01 * double(i + 1));
+  for (int64_t i = 0; i < zeros.numElements(); ++i)
+    zeroBytes.push_back(static_cast<int8_t>((i * 53 + 7) & 0xff));
+  packed.setValues(bytes);
+  scales.setValues(scaleValues);
+  zeros.setValues(zeroBytes);
+  ASSERT_TRUE(KernelBuilder("dequantize")
+                  .operand(packed)
+                  .operand(scales)
+                  .operand(zeros)
+                  .result(out)
+                  .attr("bits", int64_t(4))
+                  .attr("block_size", block)
+                  .attr("has_zero_points", true)
+                  .run(testPool()));
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t blk = i / block, within = i % block;
+        auto byte = static_cast<uint8_t>(static_cast<int8_t>(packed.get(
+            ((b * n + j) * blocks + blk) * (block / 2) + within / 2)));
+        int q = within % 2 ? byte >> 4 : byte & 15;
+        auto zb =
+            static_cast<uint8_t>(static_cast<int8_t>(zeros.get(b * n + j)));
+        int z = blk % 2 ? zb >> 4 : zb & 15;
+        double want =
+            (q - z) * double(float(scales.get((b * n + j) * blocks + blk)));
+        ASSERT_NEAR(out.get((b * k + i) * n + j), want, 1e-6)
+            << "batch " << b << " element (" << i << ", " << j << ")";
+      }
+  // Every operand leads with the result's batch dimensions.
+  Buffer fewer(program::I8, {2, n, 1});
+  Status s = KernelBuilder("dequantize")
+                 .operand(packed)
+                 .operand(scales)
+                 .operand(fewer)
+                 .result(out)
+                 .attr("bits", int64_t(4))
+                 .attr("block_size", block)
+                 .attr("has_zero_points", true)
+                 .run(testPool());
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("lead with the result's batch dimensions [3]"),
+            std::string::npos)
+      << s.message();
+}
+
 } // namespace
 } // namespace partita::runtime::test
