@@ -594,8 +594,10 @@ Status runDequantize(KernelContext &ctx) {
             batchSlice(ctx.operands[1], batchRank, b).template as<T>();
         T *out = batchSlice(result, batchRank, b).template as<T>();
         weights[b].dequantizeColumns(scales, j0, j1, panel.get());
-        for (int64_t j = j0; j < j1; ++j)
-          for (int64_t i = 0; i < w.k; ++i)
+        // Row by row of the result: its stores contiguous, the panel (64
+        // columns) in cache.
+        for (int64_t i = 0; i < w.k; ++i)
+          for (int64_t j = j0; j < j1; ++j)
             out[i * w.n + j] = storeFloat<T>(panel[(j - j0) * w.k + i]);
       }
     });
