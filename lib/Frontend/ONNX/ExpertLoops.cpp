@@ -40,8 +40,6 @@ public:
         if (!in.empty())
           consumers[in].push_back(i);
     }
-    for (const onnx::ValueInfoProto &input : graph.input())
-      graphInputs.insert(input.name());
     for (const onnx::TensorProto &init : graph.initializer())
       initializers.insert(init.name());
     for (const onnx::ValueInfoProto &output : graph.output())
@@ -135,9 +133,6 @@ public:
     return elements && llvm::all_of(*elements, [](double v) { return v == 0; });
   }
 
-  bool isGraphInput(const std::string &v) const {
-    return graphInputs.contains(v) && !initializers.contains(v);
-  }
   bool isGraphOutput(const std::string &v) const {
     return graphOutputs.contains(v);
   }
@@ -150,7 +145,7 @@ private:
   const ConstantReader &reader;
   llvm::StringMap<int> producers;
   llvm::StringMap<llvm::SmallVector<int, 2>> consumers;
-  llvm::StringSet<> graphInputs, initializers, graphOutputs;
+  llvm::StringSet<> initializers, graphOutputs;
 };
 
 /// The most experts a loop may have.

@@ -770,9 +770,7 @@ FailureOr<Value> packedBytes(NodeContext &ctx, unsigned i, StringRef what,
 
 /// An optional input of the node, or null.
 Value optionalInput(NodeContext &ctx, unsigned i) {
-  return i < ctx.getNumInputs() && !ctx.getNode().input(i).empty()
-             ? ctx.getInput(i)
-             : Value();
+  return ctx.hasInput(i) ? ctx.getInput(i) : Value();
 }
 
 /// The expert weights of a fused mixture, as floats `[E, out, in]`.
